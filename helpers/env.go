@@ -1,0 +1,163 @@
+// Package helpers is what runs on the sandbox side of cproxy: the per-exec
+// environment a sandbox command needs (so nothing is written to the sandbox's
+// disk) and the git credential helper protocol.
+package helpers
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Var is one environment variable.
+type Var struct{ Name, Value string }
+
+// Env is an ordered environment; order is kept so output is stable and
+// readable.
+type Env []Var
+
+// ClaudeAuth says which variable hands Claude Code the sandbox token.
+const (
+	// ClaudeAuthToken: ANTHROPIC_AUTH_TOKEN, sent as Authorization: Bearer.
+	// Claude Code treats the account as an API account.
+	ClaudeAuthToken = "auth-token"
+	// ClaudeAuthOAuth: CLAUDE_CODE_OAUTH_TOKEN, for a cproxy whose Anthropic
+	// upstream uses a Claude subscription (setup-token).
+	ClaudeAuthOAuth = "oauth"
+)
+
+// EnvOptions are the inputs of SandboxEnv. The zero ClaudeAuth means
+// ClaudeAuthToken; an empty ClaudeConfigDir leaves CLAUDE_CONFIG_DIR unset.
+type EnvOptions struct {
+	ProxyURL        string // cproxy as the sandbox reaches it, e.g. http://10.20.30.4:8080
+	Token           string // the sandbox token
+	ClaudeAuth      string
+	ClaudeConfigDir string
+}
+
+// SandboxEnv returns the environment one sandbox command needs.
+func SandboxEnv(o EnvOptions) (Env, error) {
+	base := strings.TrimRight(o.ProxyURL, "/")
+	if base == "" {
+		return nil, fmt.Errorf("no proxy URL: pass --proxy-url or set listen.public_url in the config")
+	}
+	if o.Token == "" {
+		return nil, fmt.Errorf("no sandbox token")
+	}
+	e := Env{{"ANTHROPIC_BASE_URL", base}}
+	switch o.ClaudeAuth {
+	case "", ClaudeAuthToken:
+		e = append(e, Var{"ANTHROPIC_AUTH_TOKEN", o.Token})
+	case ClaudeAuthOAuth:
+		e = append(e, Var{"CLAUDE_CODE_OAUTH_TOKEN", o.Token})
+	default:
+		return nil, fmt.Errorf("unknown Claude auth %q: use %q or %q", o.ClaudeAuth, ClaudeAuthToken, ClaudeAuthOAuth)
+	}
+	e = append(e,
+		Var{"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"},
+		Var{"DISABLE_AUTOUPDATER", "1"},
+		Var{"CPROXY_URL", base},
+		Var{"CPROXY_TOKEN", o.Token},
+	)
+	if o.ClaudeConfigDir != "" {
+		e = append(e, Var{"CLAUDE_CONFIG_DIR", o.ClaudeConfigDir})
+	}
+	return e, nil
+}
+
+// Environ returns the variables as NAME=value strings for exec.Cmd.Env.
+func (e Env) Environ() []string {
+	out := make([]string, len(e))
+	for i, v := range e {
+		out[i] = v.Name + "=" + v.Value
+	}
+	return out
+}
+
+// Shell renders `export NAME='value'` lines that are safe under eval in any
+// POSIX shell whatever the value holds: single quotes leave every byte
+// literal, and a single quote itself is closed, escaped and reopened.
+func (e Env) Shell() (string, error) {
+	var b strings.Builder
+	for _, v := range e {
+		if err := v.check(); err != nil {
+			return "", err
+		}
+		b.WriteString("export ")
+		b.WriteString(v.Name)
+		b.WriteByte('=')
+		b.WriteString(ShellQuote(v.Value))
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
+}
+
+// ShellQuote quotes s for a POSIX shell.
+func ShellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// EnvFile renders NAME=value lines, the format of `docker run --env-file`
+// and systemd's EnvironmentFile, which have no quoting: a value with a
+// newline cannot be written and is refused.
+func (e Env) EnvFile() (string, error) {
+	var b strings.Builder
+	for _, v := range e {
+		if err := v.check(); err != nil {
+			return "", err
+		}
+		if strings.ContainsAny(v.Value, "\r\n") {
+			return "", fmt.Errorf("%s: a value with a line break cannot be written as an env file: use --format sh or json", v.Name)
+		}
+		fmt.Fprintf(&b, "%s=%s\n", v.Name, v.Value)
+	}
+	return b.String(), nil
+}
+
+// JSON renders one object, names to values, in order.
+func (e Env) JSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("{")
+	for i, v := range e {
+		if err := v.check(); err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("\n  ")
+		k, _ := json.Marshal(v.Name)
+		val, _ := json.Marshal(v.Value)
+		b.Write(k)
+		b.WriteString(": ")
+		b.Write(val)
+	}
+	b.WriteString("\n}\n")
+	return b.Bytes(), nil
+}
+
+func (v Var) check() error {
+	if !validEnvName(v.Name) {
+		return fmt.Errorf("%q is not a valid environment variable name", v.Name)
+	}
+	if strings.IndexByte(v.Value, 0) >= 0 {
+		return fmt.Errorf("%s: a value cannot hold a NUL byte", v.Name)
+	}
+	return nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range []byte(s) {
+		switch {
+		case c == '_', 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,115 @@
+package helpers
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// hostile values a token or URL could hold if a harness passed through
+// something it should not have: each must come back byte for byte from eval.
+var hostile = []string{
+	`plain`,
+	`it's`,
+	`'; touch /tmp/pwned; echo '`,
+	`$(touch /tmp/pwned)`,
+	"`touch /tmp/pwned`",
+	`"double" \back\slash $HOME ${HOME}`,
+	"line\nbreak",
+	"tab\there",
+	`!event ~tilde *glob ?x [a] {a,b} # comment ; & | < >`,
+	"unicode ✓ ü",
+	"",
+}
+
+func TestShellOutputSurvivesEval(t *testing.T) {
+	for _, sh := range []string{"sh", "bash", "dash"} {
+		path, err := exec.LookPath(sh)
+		if err != nil {
+			continue
+		}
+		for _, v := range hostile {
+			e := Env{{"CPROXY_TEST_VALUE", v}}
+			script, err := e.Shell()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(path, "-c", script+`printf '%s' "$CPROXY_TEST_VALUE"`).Output()
+			if err != nil {
+				t.Fatalf("%s: eval of %q failed: %v", sh, script, err)
+			}
+			if string(out) != v {
+				t.Errorf("%s: value %q came back as %q", sh, v, out)
+			}
+		}
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	var e Env
+	for i, v := range hostile {
+		e = append(e, Var{"V" + string(rune('A'+i)), v})
+	}
+	b, err := e.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("invalid JSON %s: %v", b, err)
+	}
+	for _, v := range e {
+		if got[v.Name] != v.Value {
+			t.Errorf("%s: got %q, want %q", v.Name, got[v.Name], v.Value)
+		}
+	}
+}
+
+func TestEnvFileRefusesLineBreaks(t *testing.T) {
+	if _, err := (Env{{"A", "x\ny"}}).EnvFile(); err == nil || !strings.Contains(err.Error(), "line break") {
+		t.Fatalf("got %v, want a line-break error", err)
+	}
+	out, err := Env{{"A", "a b='c'"}}.EnvFile()
+	if err != nil || out != "A=a b='c'\n" {
+		t.Fatalf("got %q, %v", out, err)
+	}
+}
+
+func TestRefusesBadNamesAndNUL(t *testing.T) {
+	for _, e := range []Env{{{"1A", "x"}}, {{"A-B", "x"}}, {{"", "x"}}, {{"A", "x\x00y"}}} {
+		if _, err := e.Shell(); err == nil {
+			t.Errorf("%q: Shell accepted it", e)
+		}
+		if _, err := e.JSON(); err == nil {
+			t.Errorf("%q: JSON accepted it", e)
+		}
+	}
+}
+
+func TestSandboxEnv(t *testing.T) {
+	e, err := SandboxEnv(EnvOptions{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", ClaudeConfigDir: "/w/.claude"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(e.Environ(), "\n")
+	want := strings.Join([]string{
+		"ANTHROPIC_BASE_URL=http://10.0.0.1:8080",
+		"ANTHROPIC_AUTH_TOKEN=cpx_x",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"DISABLE_AUTOUPDATER=1",
+		"CPROXY_URL=http://10.0.0.1:8080",
+		"CPROXY_TOKEN=cpx_x",
+		"CLAUDE_CONFIG_DIR=/w/.claude",
+	}, "\n")
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	e, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth})
+	if e[1].Name != "CLAUDE_CODE_OAUTH_TOKEN" {
+		t.Errorf("oauth: got %v", e[1])
+	}
+	if _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "t", ClaudeAuth: "bogus"}); err == nil {
+		t.Error("unknown claude auth accepted")
+	}
+}

@@ -1,0 +1,27 @@
+package helpers
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// GitCredentialMain is the whole git-credential-cproxy program, here so the
+// cproxy test binary can run it as a command too.
+func GitCredentialMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "git-credential-cproxy: usage: git-credential-cproxy get|store|erase (git runs this; see gitcredentials(7))")
+		return 2
+	}
+	err := GitCredential(args[0], stdin, stdout, os.Getenv)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrNotOurs):
+		// Silent: git moves on to its next helper.
+		return 1
+	}
+	fmt.Fprintf(stderr, "git-credential-cproxy: %v\n", err)
+	return 1
+}

@@ -1,0 +1,110 @@
+// Package secrets loads the real upstream credentials that cproxy injects, from
+// the sources a config names, and keeps them from leaking: a Secret prints as
+// REDACTED everywhere except in the one call that writes the upstream header.
+package secrets
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// fileSizeLimit bounds what a file: source may hold; a credential is a line,
+// not a document, and a huge file is a mistake worth reporting.
+const fileSizeLimit = 64 << 10
+
+// ErrUnset reports a source that names nothing usable: an unset or empty
+// environment variable, or an empty file.
+var ErrUnset = errors.New("credential is not set")
+
+// Secret holds a credential. Its zero value means "no credential".
+type Secret struct{ v string }
+
+// New wraps a value; tests and sources use it.
+func New(v string) Secret { return Secret{v: v} }
+
+// Reveal returns the credential. Only the code that writes an upstream
+// request header calls it.
+func (s Secret) Reveal() string { return s.v }
+
+// IsZero reports whether no credential is held.
+func (s Secret) IsZero() bool { return s.v == "" }
+
+func (s Secret) String() string               { return "REDACTED" }
+func (s Secret) GoString() string             { return "REDACTED" }
+func (s Secret) Format(f fmt.State, _ rune)   { f.Write([]byte("REDACTED")) }
+func (s Secret) LogValue() slog.Value         { return slog.StringValue("REDACTED") }
+func (s Secret) MarshalText() ([]byte, error) { return []byte("REDACTED"), nil }
+
+// Source is where a credential comes from, as written in the config:
+// "env:NAME", "file:PATH", "keyring:NAME", "claude-code", or "" for none.
+type Source string
+
+// Kind returns the part before the colon ("env", "file", "keyring",
+// "claude-code") or "" for no source.
+func (s Source) Kind() string {
+	k, _, _ := strings.Cut(string(s), ":")
+	return k
+}
+
+// Load reads the credential. An empty source loads the zero Secret. Errors
+// name the source (never the value) and say how to fix it.
+func (s Source) Load() (Secret, error) {
+	kind, arg, _ := strings.Cut(string(s), ":")
+	switch kind {
+	case "":
+		return Secret{}, nil
+	case "env":
+		v := strings.TrimSpace(os.Getenv(arg))
+		if v == "" {
+			return Secret{}, fmt.Errorf("env:%s: %w: export %s before starting cproxy", arg, ErrUnset, arg)
+		}
+		return Secret{v: v}, nil
+	case "file":
+		return loadFile(arg)
+	case "keyring", "claude-code":
+		return Secret{}, fmt.Errorf("%s: credential source %q is not supported by this build yet: use env:NAME or file:PATH", s, kind)
+	}
+	return Secret{}, fmt.Errorf("%q: unknown credential source: use env:NAME, file:PATH, keyring:NAME or claude-code", string(s))
+}
+
+func loadFile(path string) (Secret, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Secret{}, fmt.Errorf("file:%s: no such file", path)
+		}
+		return Secret{}, fmt.Errorf("file:%s: cannot open: %w", path, errors.Unwrap(err))
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Secret{}, fmt.Errorf("file:%s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return Secret{}, fmt.Errorf("file:%s: not a regular file", path)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return Secret{}, fmt.Errorf("file:%s: readable by group or others (mode %04o): run chmod 600 %s", path, st.Mode().Perm(), path)
+	}
+	if st.Size() > fileSizeLimit {
+		return Secret{}, fmt.Errorf("file:%s: %d bytes is too large for a credential", path, st.Size())
+	}
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return Secret{}, fmt.Errorf("file:%s: %w", path, err)
+	}
+	// Never include file contents in an error: it is a credential.
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return Secret{}, fmt.Errorf("file:%s: %w: the file is empty", path, ErrUnset)
+	}
+	if strings.ContainsAny(v, "\r\n") {
+		return Secret{}, fmt.Errorf("file:%s: holds more than one line; a credential file holds the credential alone", path)
+	}
+	return Secret{v: v}, nil
+}
