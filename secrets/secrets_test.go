@@ -1,0 +1,93 @@
+package secrets
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const canary = "sk-ant-canary-secrets-0123456789"
+
+func TestSecretRedactsEverywhere(t *testing.T) {
+	s := New(canary)
+	var buf bytes.Buffer
+	for _, f := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
+		fmt.Fprintf(&buf, f+"\n", s)
+	}
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "cred", s)
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "cred", s)
+	b, _ := json.Marshal(struct{ S Secret }{s})
+	buf.Write(b)
+	if strings.Contains(buf.String(), canary) || strings.Contains(buf.String(), "canary") {
+		t.Fatalf("secret leaked:\n%s", buf.String())
+	}
+	if s.Reveal() != canary {
+		t.Fatal("Reveal lost the value")
+	}
+}
+
+func TestEnvSource(t *testing.T) {
+	t.Setenv("CPROXY_TEST_CRED", "  "+canary+"\n")
+	s, err := Source("env:CPROXY_TEST_CRED").Load()
+	if err != nil || s.Reveal() != canary {
+		t.Fatalf("got %v", err)
+	}
+	t.Setenv("CPROXY_TEST_CRED", "")
+	_, err = Source("env:CPROXY_TEST_CRED").Load()
+	if !errors.Is(err, ErrUnset) || !strings.Contains(err.Error(), "export CPROXY_TEST_CRED") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestFileSource(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte(canary+"\n"), 0o600)
+	if s, err := Source("file:" + good).Load(); err != nil || s.Reveal() != canary {
+		t.Fatalf("got %v", err)
+	}
+
+	open := filepath.Join(dir, "open")
+	os.WriteFile(open, []byte(canary), 0o644)
+	os.Chmod(open, 0o644)
+	_, err := Source("file:" + open).Load()
+	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+open) {
+		t.Fatalf("group/world readable file: got %v", err)
+	}
+
+	two := filepath.Join(dir, "two")
+	os.WriteFile(two, []byte(canary+"\nsecond"), 0o600)
+	_, err = Source("file:" + two).Load()
+	if err == nil || strings.Contains(err.Error(), canary) {
+		t.Fatalf("two lines: got %v", err)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+	if _, err := Source("file:" + empty).Load(); !errors.Is(err, ErrUnset) {
+		t.Fatalf("empty: got %v", err)
+	}
+	if _, err := Source("file:" + filepath.Join(dir, "missing")).Load(); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("missing: got %v", err)
+	}
+	if _, err := Source("file:" + dir).Load(); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("directory: got %v", err)
+	}
+}
+
+func TestUnknownSources(t *testing.T) {
+	if s, err := Source("").Load(); err != nil || !s.IsZero() {
+		t.Fatalf("empty source: %v", err)
+	}
+	for _, src := range []string{"vault:x", "keyring:x", "claude-code"} {
+		if _, err := Source(src).Load(); err == nil {
+			t.Errorf("%s: loaded", src)
+		}
+	}
+}

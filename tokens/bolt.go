@@ -1,0 +1,285 @@
+package tokens
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+const (
+	// schemaVersion is the layout this code writes. Bump it when the layout changes and teach OpenBolt to
+	// migrate older files; a newer file is refused because this code would misread it.
+	schemaVersion = 1
+
+	// lockTimeout bounds how long OpenBolt waits for another process to let go of the file, so a second
+	// `cproxy serve` fails promptly instead of hanging.
+	lockTimeout = time.Second
+)
+
+var (
+	bucketMeta   = []byte("meta")
+	bucketTokens = []byte("tokens")
+	// bucketSandboxes indexes tokens by sandbox (key: sandbox + "\x00" + hash, empty value) so RevokeSandbox
+	// touches only that sandbox's tokens.
+	bucketSandboxes = []byte("sandboxes")
+
+	keySchema = []byte("schema_version")
+)
+
+// BoltStore is the single-machine Store: one bbolt file, held exclusively by one process.
+type BoltStore struct {
+	db *bolt.DB
+}
+
+var _ Store = (*BoltStore)(nil)
+
+// OpenBolt opens (creating if needed) the embedded store at path. It creates the parent directory with 0700 and
+// the file 0600.
+//
+// If another process holds the file it fails within about a second with an error wrapping ErrLocked. A file that
+// is not a store of ours, or is corrupt, or was written by a newer cproxy, is refused with an error that names
+// the path and the fix, rather than being overwritten.
+func OpenBolt(path string) (*BoltStore, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open token store: %w", err)
+	}
+	var db *bolt.DB
+	err := noPanic(func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout: lockTimeout,
+			// Statistics are shared counters that every read transaction updates; Lookup runs on every request.
+			NoStatistics: true,
+		})
+		return err
+	})
+	var errno syscall.Errno
+	var pathErr *fs.PathError
+	switch {
+	case err == nil:
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s is held by another process, probably another cproxy using the same store", ErrLocked, path)
+	case errors.As(err, &pathErr):
+		return nil, fmt.Errorf("open token store: %w", err)
+	case errors.As(err, &errno):
+		return nil, fmt.Errorf("open token store %s: %w", path, err)
+	default:
+		// bbolt reports most damage with unexported, unwrapped errors ("file size too small 5000"), so anything
+		// that is not about the operating system is about the file's contents.
+		return nil, notAStore(path, err)
+	}
+	if err := noPanic(func() error { return db.Update(func(tx *bolt.Tx) error { return prepare(tx, path) }) }); err != nil {
+		db.Close()
+		if _, ok := err.(panicError); ok {
+			return nil, notAStore(path, err)
+		}
+		return nil, err
+	}
+	return &BoltStore{db: db}, nil
+}
+
+// panicError carries a panic from bbolt, which panics rather than returning an error on some damaged files (a
+// truncated one, for instance).
+type panicError struct{ v any }
+
+func (e panicError) Error() string { return fmt.Sprint(e.v) }
+
+// noPanic turns a panic in f into a panicError. A panic inside bbolt.Open leaks the file descriptor, which is
+// acceptable for a store the caller cannot use anyway.
+func noPanic(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicError{v}
+		}
+	}()
+	return f()
+}
+
+// prepare lays out a new store, or checks that an existing file is one of ours at a schema this code understands.
+func prepare(tx *bolt.Tx, path string) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errors.New("it holds data but no cproxy schema version") }); err != nil {
+			return notAStore(path, err)
+		}
+		var err error
+		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
+			return fmt.Errorf("initialise token store %s: %w", path, err)
+		}
+		if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
+			return fmt.Errorf("initialise token store %s: %w", path, err)
+		}
+		for _, name := range [][]byte{bucketTokens, bucketSandboxes} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return fmt.Errorf("initialise token store %s: %w", path, err)
+			}
+		}
+		return nil
+	}
+	v, err := strconv.Atoi(string(meta.Get(keySchema)))
+	switch {
+	case err != nil || v < 1:
+		return notAStore(path, errors.New("missing or invalid schema version"))
+	case v > schemaVersion:
+		return fmt.Errorf("token store %s was written by a newer cproxy (schema %d; this cproxy knows up to %d): upgrade cproxy", path, v, schemaVersion)
+	}
+	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil {
+		return notAStore(path, errors.New("missing buckets"))
+	}
+	return nil
+}
+
+func notAStore(path string, err error) error {
+	return fmt.Errorf("%s is not a usable cproxy token store (%w); move it aside and cproxy will create a new, empty store (tokens issued from this one stop working)", path, err)
+}
+
+func (s *BoltStore) Create(ctx context.Context, h Hash, r Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !ValidSandboxID(r.Sandbox) {
+		return errors.New("create token: invalid sandbox id")
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error { return insert(tx, h, r) })
+	if err != nil {
+		return fmt.Errorf("create token %s: %w", h.ID(), err)
+	}
+	return nil
+}
+
+func insert(tx *bolt.Tx, h Hash, r Record) error {
+	r.ID = h.ID()
+	r.CreatedAt = r.CreatedAt.UTC()
+	r.ExpiresAt = r.ExpiresAt.UTC()
+	r.RevokedAt = r.RevokedAt.UTC()
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	toks := tx.Bucket(bucketTokens)
+	if toks.Get(h[:]) != nil {
+		return errors.New("already exists")
+	}
+	if err := toks.Put(h[:], v); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketSandboxes).Put(indexKey(r.Sandbox, h), []byte{})
+}
+
+func (s *BoltStore) Lookup(ctx context.Context, h Hash) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	var r Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTokens).Get(h[:])
+		if v == nil {
+			return ErrNotFound
+		}
+		return decodeRecord(v, &r)
+	})
+	return r, err
+}
+
+func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if !ValidSandboxID(sandbox) {
+		return 0, errors.New("revoke tokens: invalid sandbox id")
+	}
+	if at.IsZero() {
+		// A zero RevokedAt means live, so this would silently revoke nothing.
+		return 0, errors.New("revoke tokens: zero revocation time")
+	}
+	at = at.UTC()
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		toks := tx.Bucket(bucketTokens)
+		prefix := indexKey(sandbox, Hash{})[:len(sandbox)+1]
+		c := tx.Bucket(bucketSandboxes).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			h := k[len(prefix):]
+			v := toks.Get(h)
+			if v == nil {
+				continue
+			}
+			var r Record
+			if err := decodeRecord(v, &r); err != nil {
+				return err
+			}
+			if !r.RevokedAt.IsZero() {
+				continue
+			}
+			r.RevokedAt = at
+			nv, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := toks.Put(h, nv); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("revoke tokens of sandbox %s: %w", sandbox, err)
+	}
+	return n, nil
+}
+
+func (s *BoltStore) List(ctx context.Context) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var recs []Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTokens).ForEach(func(_, v []byte) error {
+			var r Record
+			if err := decodeRecord(v, &r); err != nil {
+				return err
+			}
+			recs = append(recs, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	slices.SortFunc(recs, func(a, b Record) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return recs, nil
+}
+
+func (s *BoltStore) Close() error { return s.db.Close() }
+
+func indexKey(sandbox string, h Hash) []byte {
+	k := make([]byte, 0, len(sandbox)+1+len(h))
+	k = append(k, sandbox...)
+	k = append(k, 0)
+	return append(k, h[:]...)
+}
+
+func decodeRecord(v []byte, r *Record) error {
+	if err := json.Unmarshal(v, r); err != nil {
+		return fmt.Errorf("corrupt token record: %w", err)
+	}
+	return nil
+}

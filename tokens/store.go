@@ -1,0 +1,53 @@
+package tokens
+
+import (
+	"context"
+	"time"
+)
+
+// Record is what the store knows about one token. It never holds the token itself.
+type Record struct {
+	// ID is Hash.ID() of the token; the store fills it in on Create.
+	ID string `json:"id"`
+	// Sandbox is the sandbox the token was issued to; it must satisfy ValidSandboxID.
+	Sandbox string `json:"sandbox"`
+	// Profile names the policy profile the token is bound to. Empty: the policy's sandbox rules choose one at
+	// request time.
+	Profile   string    `json:"profile,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the token stops working. Zero: it never worked, so a forgotten TTL fails closed.
+	ExpiresAt time.Time `json:"expires_at"`
+	// RevokedAt is when the token was revoked. Zero: live.
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+}
+
+// Check returns nil, ErrRevoked or ErrExpired (at or after ExpiresAt) for the record at time now. Revocation wins
+// over expiry so that the harness's explicit decision is what a caller reports.
+func (r Record) Check(now time.Time) error {
+	if !r.RevokedAt.IsZero() {
+		return ErrRevoked
+	}
+	if !now.Before(r.ExpiresAt) {
+		return ErrExpired
+	}
+	return nil
+}
+
+// Store keeps token hashes and their records. Implementations must be safe for concurrent use.
+//
+// Lookup runs on every proxied request, so implementations keep it cheap, and they do not cache: a revocation must
+// take effect on the very next request.
+type Store interface {
+	// Create stores r under h, with r.ID set to h.ID(). It fails if h already exists or r.Sandbox is not a valid
+	// sandbox id, which would break the per-sandbox index.
+	Create(ctx context.Context, h Hash, r Record) error
+	// Lookup returns ErrNotFound if h is absent. It does not check revocation or expiry; callers use Record.Check,
+	// so they can tell the three apart.
+	Lookup(ctx context.Context, h Hash) (Record, error)
+	// RevokeSandbox marks every live token of sandbox revoked at at and returns how many it marked. The change is
+	// durable before it returns, so the harness can rely on it once the admin call answers.
+	RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error)
+	// List returns every record, sorted by CreatedAt then ID.
+	List(ctx context.Context) ([]Record, error)
+	Close() error
+}
