@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/routes"
+)
+
+// adminResponseLimit bounds what cproxy reads back from the admin API.
+const adminResponseLimit = 16 << 20
+
+func adminFlag() cli.Flag {
+	return &cli.StringFlag{Name: "admin", Usage: "admin API `URL` (default: from --config, else http://127.0.0.1:9001)", EnvVars: []string{"CPROXY_ADMIN_URL"}}
+}
+
+// adminClient talks to a running cproxy's admin listener.
+type adminClient struct {
+	base string
+	http *http.Client
+}
+
+// newAdminClient finds the admin URL: --admin or CPROXY_ADMIN_URL, else
+// the config's listen.admin, else the default listener.
+func newAdminClient(c *cli.Context) (*adminClient, error) {
+	base := c.String("admin")
+	if base == "" {
+		addr := "127.0.0.1:9001"
+		if path := c.String("config"); path != "" {
+			cfg, err := loadConfig(path)
+			if err != nil {
+				return nil, err
+			}
+			addr = cfg.Listen.Admin
+		}
+		base = "http://" + addr
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fail("use a URL such as http://127.0.0.1:9001", "invalid admin URL %q", base)
+	}
+	return &adminClient{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+func (a *adminClient) do(method, path string, q url.Values, want int, out any) error {
+	req, err := http.NewRequest(method, a.base+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return fail("", "%v", err)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fail("is cproxy serve running? point --admin or CPROXY_ADMIN_URL at its admin listener",
+			"cannot reach the admin API at %s: %v", a.base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, adminResponseLimit))
+	if err != nil {
+		return fail("", "reading the admin API's answer: %v", err)
+	}
+	if resp.StatusCode != want {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fail("", "%s", strings.TrimPrefix(e.Error, "cproxy: "))
+		}
+		return fail("is that URL cproxy's admin listener?", "admin API at %s answered %s", a.base, resp.Status)
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			return fail("", "the admin API's answer is not what cproxy expects: %v", err)
+		}
+	}
+	return nil
+}
+
+func (a *adminClient) createToken(sandbox, profile, ttl string) (routes.TokenCreated, error) {
+	q := url.Values{"sandbox": {sandbox}}
+	if profile != "" {
+		q.Set("profile", profile)
+	}
+	if ttl != "" {
+		q.Set("ttl", ttl)
+	}
+	var out routes.TokenCreated
+	err := a.do(http.MethodPost, "/tokens", q, http.StatusCreated, &out)
+	return out, err
+}
+
+func (a *adminClient) revoke(sandbox string) error {
+	return a.do(http.MethodDelete, "/tokens", url.Values{"sandbox": {sandbox}}, http.StatusNoContent, nil)
+}
+
+func (a *adminClient) list(sandbox string) ([]routes.TokenInfo, error) {
+	q := url.Values{}
+	if sandbox != "" {
+		q.Set("sandbox", sandbox)
+	}
+	var out struct {
+		Tokens []routes.TokenInfo `json:"tokens"`
+	}
+	err := a.do(http.MethodGet, "/tokens", q, http.StatusOK, &out)
+	return out.Tokens, err
+}
+
+func sandboxFlag(required bool) cli.Flag {
+	return &cli.StringFlag{Name: "sandbox", Aliases: []string{"s"}, Usage: "sandbox `ID`", Required: required}
+}
+
+func noArgs(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fail(fmt.Sprintf("see cproxy %s --help", c.Command.FullName()), "unexpected argument %q", c.Args().First())
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// sandboxEnvFlags are shared by env and exec: where the token comes from
+// and how the sandbox reaches cproxy.
+func sandboxEnvFlags() []cli.Flag {
+	return []cli.Flag{
+		sandboxFlag(false),
+		&cli.StringFlag{Name: "token", Usage: "use this sandbox `TOKEN` instead of minting one"},
+		&cli.StringFlag{Name: "profile", Usage: "policy `PROFILE` for a minted token"},
+		&cli.StringFlag{Name: "ttl", Usage: "lifetime of a minted token, e.g. 90m, 24h, 7d (default 24h)"},
+		&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
+		&cli.StringFlag{Name: "claude-auth", Value: helpers.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
+		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
+		adminFlag(),
+		configFlag(),
+	}
+}
+
+func envCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "env",
+		Usage: "print the environment one sandbox command needs: eval \"$(cproxy env --sandbox ID)\"",
+		Flags: append(sandboxEnvFlags(),
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "sh", Usage: "sh (export lines, safe under eval), json, or env (NAME=value lines)"},
+		),
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			format := c.String("format")
+			if format != "sh" && format != "json" && format != "env" {
+				return fail("use --format sh, json or env", "unknown format %q", format)
+			}
+			env, err := sandboxEnv(c)
+			if err != nil {
+				return err
+			}
+			var out []byte
+			switch format {
+			case "sh":
+				s, err := env.Shell()
+				if err != nil {
+					return fail("", "%v", err)
+				}
+				out = []byte(s)
+			case "env":
+				s, err := env.EnvFile()
+				if err != nil {
+					return fail("", "%v", err)
+				}
+				out = []byte(s)
+			case "json":
+				if out, err = env.JSON(); err != nil {
+					return fail("", "%v", err)
+				}
+			}
+			_, err = c.App.Writer.Write(out)
+			return err
+		},
+	}
+}
+
+// sandboxEnv mints a token (or takes --token) and builds the environment.
+func sandboxEnv(c *cli.Context) (helpers.Env, error) {
+	sandbox, token := c.String("sandbox"), c.String("token")
+	switch {
+	case sandbox == "" && token == "":
+		return nil, fail("pass --sandbox ID to mint a token, or --token TOKEN", "no sandbox")
+	case token != "" && (c.IsSet("profile") || c.IsSet("ttl")):
+		return nil, fail("--profile and --ttl apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile or --ttl")
+	case token != "":
+		if _, err := tokens.Parse(token); err != nil {
+			return nil, fail("copy the whole token, as POST /tokens or cproxy token create printed it", "--token is not a cproxy sandbox token")
+		}
+	case !tokens.ValidSandboxID(sandbox):
+		return nil, fail("ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", "invalid sandbox id %q", sandbox)
+	}
+	proxyURL := c.String("proxy-url")
+	if proxyURL == "" {
+		if path := c.String("config"); path != "" {
+			cfg, err := loadConfig(path)
+			if err != nil {
+				return nil, err
+			}
+			proxyURL = cfg.Listen.PublicURL
+			if proxyURL == "" {
+				proxyURL = "http://" + cfg.Listen.Proxy
+			}
+		}
+	}
+	if proxyURL == "" {
+		return nil, fail("pass --proxy-url (or set CPROXY_URL, or --config with listen.public_url)", "where do sandboxes reach cproxy?")
+	}
+	if token == "" {
+		admin, err := newAdminClient(c)
+		if err != nil {
+			return nil, err
+		}
+		created, err := admin.createToken(sandbox, c.String("profile"), c.String("ttl"))
+		if err != nil {
+			return nil, err
+		}
+		token = created.Token
+	}
+	env, err := helpers.SandboxEnv(helpers.EnvOptions{
+		ProxyURL:        proxyURL,
+		Token:           token,
+		ClaudeAuth:      c.String("claude-auth"),
+		ClaudeConfigDir: c.String("claude-config-dir"),
+	})
+	if err != nil {
+		return nil, fail("", "%v", err)
+	}
+	return env, nil
+}
+

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// HTTP server limits for both listeners. Headers are small (a token, a few
+// anthropic-* flags); a client that takes longer than this to send them is
+// holding a connection open, not making a request.
+const (
+	readHeaderTimeout = 30 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+func configFlag() cli.Flag {
+	return &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config `FILE` (TOML)", EnvVars: []string{"CPROXY_CONFIG"}}
+}
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "serve",
+		Usage:     "run the proxy: a proxy listener for the sandboxes and an admin listener for the harness",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			configFlag(),
+			&cli.StringFlag{Name: "proxy-addr", Usage: "proxy listener `HOST:PORT` (listen.proxy)", EnvVars: []string{"CPROXY_PROXY_ADDR"}},
+			&cli.StringFlag{Name: "admin-addr", Usage: "admin listener `HOST:PORT` (listen.admin)", EnvVars: []string{"CPROXY_ADMIN_ADDR"}},
+			&cli.StringFlag{Name: "public-url", Usage: "cproxy's `URL` as the sandboxes see it (listen.public_url)", EnvVars: []string{"CPROXY_PUBLIC_URL"}},
+			&cli.StringFlag{Name: "ready-file", Usage: "write the listening addresses to `FILE` once both listen (listen.ready_file)", EnvVars: []string{"CPROXY_READY_FILE"}},
+			&cli.StringFlag{Name: "store", Usage: "token store `PATH` (store.path)", EnvVars: []string{"CPROXY_STORE"}},
+			&cli.StringFlag{Name: "log-format", Usage: "text or json (log.format)", EnvVars: []string{"CPROXY_LOG_FORMAT"}},
+			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error (log.level)", EnvVars: []string{"CPROXY_LOG_LEVEL"}},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fail("options go before nothing: cproxy serve [--config FILE]", "serve takes no arguments, got %q", c.Args().First())
+			}
+			cfg, err := loadConfig(c.String("config"))
+			if err != nil {
+				return err
+			}
+			if err := applyServeFlags(c, cfg); err != nil {
+				return err
+			}
+			return serve(c.Context, cfg, c.App.ErrWriter)
+		},
+	}
+}
+
+// loadConfig loads the config file, or the embedded defaults for "".
+func loadConfig(path string) (*policy.Config, error) {
+	if path == "" {
+		return policy.Default(), nil
+	}
+	cfg, err := policy.LoadConfig(path)
+	if err != nil {
+		return nil, configError(err)
+	}
+	return cfg, nil
+}
+
+// configError prints every problem of a config or policy file, one
+// file:line:col line each.
+func configError(err error) error {
+	var probs policy.Problems
+	if errors.As(err, &probs) {
+		lines := make([]string, len(probs))
+		for i, p := range probs {
+			lines[i] = p.String()
+		}
+		return fail("", "%s", strings.Join(lines, "\ncproxy: "))
+	}
+	return fail("", "%v", err)
+}
+
+func applyServeFlags(c *cli.Context, cfg *policy.Config) error {
+	set := func(flag string, dst *string) {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+		}
+	}
+	set("proxy-addr", &cfg.Listen.Proxy)
+	set("admin-addr", &cfg.Listen.Admin)
+	set("public-url", &cfg.Listen.PublicURL)
+	set("ready-file", &cfg.Listen.ReadyFile)
+	set("store", &cfg.Store.Path)
+	set("log-format", &cfg.Log.Format)
+	set("log-level", &cfg.Log.Level)
+	if err := cfg.Validate(); err != nil {
+		return configError(err)
+	}
+	return nil
+}
+
+func newLogger(cfg policy.Log, w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(cfg.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// loadCredentials reads every upstream credential before a socket opens. A
+// credential the config names explicitly must load; the embedded default
+// (env:ANTHROPIC_API_KEY) may be missing, and then model requests are
+// answered with what to set.
+func loadCredentials(cfg *policy.Config, log *slog.Logger) (routes.Upstream, error) {
+	a := cfg.Upstream.Anthropic
+	u, err := url.Parse(a.URL)
+	if err != nil {
+		return routes.Upstream{}, fail("", "upstream.anthropic.url: %v", err)
+	}
+	up := routes.Upstream{URL: u, Auth: a.Auth, HeaderTimeout: a.HeaderTimeout.Duration}
+	cred, err := secrets.Source(a.Credential).Load()
+	switch {
+	case err == nil:
+		up.Credential = cred
+	case cfg.Explicit("upstream.anthropic.credential"):
+		return routes.Upstream{}, fail("fix the credential or point upstream.anthropic.credential at another source",
+			"upstream.anthropic.credential: %v", err)
+	default:
+		up.Missing = fmt.Sprintf("the operator must set %s (or upstream.anthropic.credential in the config) and restart cproxy", strings.TrimPrefix(a.Credential, "env:"))
+		log.Warn("no Anthropic credential: model requests will be refused until it is set", "source", a.Credential, "err", err)
+	}
+	// The GitHub and npm routes come later; a credential the config names
+	// explicitly is still checked now, so a typo is found at start.
+	for key, src := range map[string]string{
+		"upstream.github.credential": cfg.Upstream.GitHub.Credential,
+		"upstream.npm.credential":    cfg.Upstream.NPM.Credential,
+	} {
+		if !cfg.Explicit(key) || src == "" {
+			continue
+		}
+		if _, err := secrets.Source(src).Load(); err != nil {
+			return routes.Upstream{}, fail("", "%s: %v", key, err)
+		}
+	}
+	return up, nil
+}
+
+func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
+	log := newLogger(cfg.Log, stderr)
+	anthropic, err := loadCredentials(cfg, log)
+	if err != nil {
+		return err
+	}
+	store, err := tokens.OpenBolt(cfg.Store.Path)
+	if err != nil {
+		return fail("", "token store: %v", err)
+	}
+	defer store.Close()
+
+	proxyLn, err := net.Listen("tcp", cfg.Listen.Proxy)
+	if err != nil {
+		return fail("choose a free address with --proxy-addr or listen.proxy (port 0 picks one)", "proxy listener: %v", err)
+	}
+	defer proxyLn.Close()
+	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
+	if err != nil {
+		return fail("choose a free address with --admin-addr or listen.admin (port 0 picks one)", "admin listener: %v", err)
+	}
+	defer adminLn.Close()
+
+	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, Logger: log})
+	defer srv.Close()
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	servers := []*http.Server{
+		{Handler: srv.ProxyHandler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog},
+		{Handler: srv.AdminHandler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog},
+	}
+	listeners := []net.Listener{proxyLn, adminLn}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	served := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { served <- hs.Serve(listeners[i]) }()
+	}
+	log.Info("cproxy listening", "proxy", proxyLn.Addr().String(), "admin", adminLn.Addr().String(),
+		"public_url", publicURL(cfg, proxyLn.Addr()), "store", cfg.Store.Path, "policy", policySource(cfg))
+	if cfg.Listen.ReadyFile != "" {
+		if err := writeReadyFile(cfg.Listen.ReadyFile, proxyLn.Addr(), adminLn.Addr()); err != nil {
+			return fail("", "ready file: %v", err)
+		}
+		defer os.Remove(cfg.Listen.ReadyFile)
+	}
+
+	for {
+		select {
+		case err := <-served:
+			return fail("", "listener failed: %v", err)
+		case <-ctx.Done():
+			return drain(servers, cfg.Listen.Drain.Duration, log)
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				reloadPolicy(cfg, srv, log)
+				continue
+			}
+			log.Info("shutting down: no new connections; open requests may finish", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
+			return drain(servers, cfg.Listen.Drain.Duration, log)
+		}
+	}
+}
+
+// drain stops accepting and gives open requests (SSE streams included) up
+// to d to finish, then closes what is left.
+func drain(servers []*http.Server, d time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	timedOut := false
+	var mu sync.Mutex
+	for _, hs := range servers {
+		wg.Go(func() {
+			if err := hs.Shutdown(ctx); err != nil {
+				mu.Lock()
+				timedOut = true
+				mu.Unlock()
+				hs.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if timedOut {
+		log.Warn("drain time over: closed the requests still open", "drain", d)
+	}
+	log.Info("cproxy stopped")
+	return nil
+}
+
+// reloadPolicy rereads the policy file on SIGHUP. A policy with errors is
+// refused and the one in force stays.
+func reloadPolicy(cfg *policy.Config, srv *routes.Server, log *slog.Logger) {
+	if cfg.Policy == "" {
+		log.Info("SIGHUP: no policy file to reload (embedded default policy)")
+		return
+	}
+	p, err := policy.LoadPolicy(cfg.PolicyPath())
+	if err != nil {
+		log.Error("policy reload refused; the previous policy stays in force", "err", err.Error())
+		return
+	}
+	srv.SetPolicy(p)
+	log.Info("policy reloaded", "policy", cfg.PolicyPath())
+}
+
+func policySource(cfg *policy.Config) string {
+	if cfg.Policy == "" {
+		return "embedded default"
+	}
+	return cfg.PolicyPath()
+}
+
+func publicURL(cfg *policy.Config, proxy net.Addr) string {
+	if cfg.Listen.PublicURL != "" {
+		return cfg.Listen.PublicURL
+	}
+	return "http://" + proxy.String()
+}
+
+// readyInfo is the ready file's content.
+type readyInfo struct {
+	Proxy string `json:"proxy"`
+	Admin string `json:"admin"`
+	PID   int    `json:"pid"`
+}
+
+// writeReadyFile writes the file atomically, so a reader never sees half.
+func writeReadyFile(path string, proxy, admin net.Addr) error {
+	b, _ := json.Marshal(readyInfo{Proxy: proxy.String(), Admin: admin.String(), PID: os.Getpid()})
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".cproxy-ready-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,19 @@
+// Command git-credential-cproxy is a git credential helper for sandboxes:
+// for cproxy's own address (CPROXY_URL) it hands git the sandbox token
+// (CPROXY_TOKEN), and for any other host it stays silent so git asks its
+// next helper. Configure it with
+//
+//	git -c credential.helper=cproxy ...
+//
+// or through the environment cproxy env prints.
+package main
+
+import (
+	"os"
+
+	"github.com/cproxy/cproxy/helpers"
+)
+
+func main() {
+	os.Exit(helpers.GitCredentialMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}

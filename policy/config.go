@@ -1,0 +1,371 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Config is the serve config file. Every field has a default (see Default); a file
+// sets only what it changes.
+type Config struct {
+	// Policy is the policy file. In the file it is relative to the config file's
+	// directory; LoadConfig stores it resolved (joined with that directory), as
+	// PolicyPath returns it. Empty means the built-in DefaultPolicy.
+	Policy   string    `toml:"policy"`
+	Listen   Listen    `toml:"listen"`   // [listen]; every key has a default
+	Store    Store     `toml:"store"`    // [store]; every key has a default
+	Upstream Upstreams `toml:"upstream"` // [upstream.*]; every key has a default
+	Log      Log       `toml:"log"`      // [log]; every key has a default
+
+	// Path is the file the config was loaded from; empty for Default().
+	Path string `toml:"-"`
+	// Rules is the loaded policy: Policy's file, or DefaultPolicy() when Policy is empty. Never nil.
+	Rules *Policy `toml:"-"`
+
+	explicit map[string]bool // dotted keys the file sets
+}
+
+// Listen is where cproxy listens and how it is reached.
+type Listen struct {
+	// Proxy is what sandboxes reach, as host:port. Default "127.0.0.1:8080"; port 0 picks a free port.
+	Proxy string `toml:"proxy"`
+	// Admin is what the harness reaches, never the sandboxes. Default "127.0.0.1:9001"; port 0 picks a free port.
+	Admin string `toml:"admin"`
+	// PublicURL is cproxy as the sandboxes see it (used by `cproxy env`): an absolute
+	// http(s) URL without query or fragment. Empty means "http://" + the proxy listener's address.
+	PublicURL string `toml:"public_url"`
+	// ReadyFile, if set, is written (JSON: the proxy and admin addresses) once both
+	// listeners listen. Relative to the config file's directory; LoadConfig stores it
+	// resolved. Empty: none is written.
+	ReadyFile string `toml:"ready_file"`
+	// Drain is how long open requests may finish after SIGINT or SIGTERM. Default 30s.
+	Drain Duration `toml:"drain"`
+}
+
+// Store is where tokens are kept.
+type Store struct {
+	// Path is the embedded store's file. Default $XDG_STATE_HOME/cproxy/cproxy.db, or
+	// $HOME/.local/state/cproxy/cproxy.db. Relative to the config file's directory;
+	// LoadConfig stores it resolved.
+	Path string `toml:"path"`
+}
+
+// Upstreams are the services cproxy forwards to.
+type Upstreams struct {
+	Anthropic Anthropic `toml:"anthropic"` // the model route's upstream; [upstream.anthropic]
+	GitHub    Upstream  `toml:"github"`    // the github route's upstream; [upstream.github]
+	NPM       Upstream  `toml:"npm"`       // the npm route's upstream; [upstream.npm]
+}
+
+// Auth modes for the Anthropic upstream.
+const (
+	AuthAPIKey = "api-key" // the credential is an API key, sent as x-api-key
+	AuthOAuth  = "oauth"   // the credential is a Claude OAuth (setup-)token, sent as Authorization: Bearer
+)
+
+// Anthropic is the model upstream.
+type Anthropic struct {
+	// URL is the API's base URL. Default "https://api.anthropic.com".
+	URL string `toml:"url"`
+	// Credential says where the real credential comes from: "env:NAME", "file:PATH"
+	// (relative to the config file's directory; LoadConfig stores it resolved),
+	// "keyring:NAME" or "claude-code". Default "env:ANTHROPIC_API_KEY"; never empty.
+	Credential string `toml:"credential"`
+	// Auth is AuthAPIKey (the default) or AuthOAuth.
+	Auth string `toml:"auth"`
+	// HeaderTimeout is how long to wait for the upstream's response headers before
+	// answering 504. Default 10m.
+	HeaderTimeout Duration `toml:"header_timeout"`
+}
+
+// Upstream is the GitHub or the npm upstream.
+type Upstream struct {
+	// URL is the base URL. Default "https://github.com" for GitHub, "https://registry.npmjs.org" for npm.
+	URL string `toml:"url"`
+	// Credential is as for Anthropic, except "claude-code". Default "env:GITHUB_TOKEN"
+	// for GitHub and "" for npm; empty means requests go upstream without a credential.
+	Credential string `toml:"credential"`
+	// HeaderTimeout is as for Anthropic. Default 2m.
+	HeaderTimeout Duration `toml:"header_timeout"`
+}
+
+// Log says how cproxy logs.
+type Log struct {
+	// Format is "text" (the default) or "json".
+	Format string `toml:"format"`
+	// Level is "debug", "info" (the default), "warn" or "error".
+	Level string `toml:"level"`
+}
+
+// Duration is a time.Duration written in TOML as a string such as "30s" or "10m".
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return fmt.Errorf(`%q is not a duration (e.g. "30s", "10m", "1h30m")`, text)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as time.Duration.String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+func (Duration) tomlWant() string { return `a duration string like "30s"` }
+
+// Default returns the embedded defaults: what `cproxy serve` runs on with no config.
+func Default() *Config {
+	return &Config{
+		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}},
+		Store:  Store{Path: defaultStorePath()},
+		Upstream: Upstreams{
+			Anthropic: Anthropic{
+				URL:           "https://api.anthropic.com",
+				Credential:    "env:ANTHROPIC_API_KEY",
+				Auth:          AuthAPIKey,
+				HeaderTimeout: Duration{10 * time.Minute},
+			},
+			GitHub: Upstream{URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: Duration{2 * time.Minute}},
+			NPM:    Upstream{URL: "https://registry.npmjs.org", HeaderTimeout: Duration{2 * time.Minute}},
+		},
+		Log:   Log{Format: "text", Level: "info"},
+		Rules: DefaultPolicy(),
+	}
+}
+
+// defaultStorePath follows the XDG base directory spec; "" when neither variable helps.
+func defaultStorePath() string {
+	if dir := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(dir) {
+		return filepath.Join(dir, "cproxy", "cproxy.db")
+	}
+	if home := os.Getenv("HOME"); filepath.IsAbs(home) {
+		return filepath.Join(home, ".local", "state", "cproxy", "cproxy.db")
+	}
+	return ""
+}
+
+// PolicyPath is the policy file to load (again, on reload): Policy, which LoadConfig
+// has resolved against the config file's directory. Empty means DefaultPolicy.
+func (c *Config) PolicyPath() string { return c.Policy }
+
+// Validate checks the config's values as LoadConfig does, for values changed after
+// loading (flags, environment). It returns nil or a *Problems whose problems have no
+// position, since the values need not come from the file.
+func (c *Config) Validate() error {
+	d := newDecoder("", newIndex(""))
+	c.validate(d)
+	if len(d.probs) == 0 {
+		return nil
+	}
+	for i := range d.probs {
+		d.probs[i].Line, d.probs[i].Col = 0, 0
+	}
+	return &d.probs
+}
+
+// Explicit reports whether the config file set key, a dotted name such as
+// "upstream.anthropic.credential"; false for every key of Default().
+func (c *Config) Explicit(key string) bool { return c.explicit[key] }
+
+// LoadConfig reads the config file at path over the defaults, then the policy file it
+// names. A file that cannot be read gives its os error; a file with problems gives a
+// *Problems listing all of them, the policy file's included.
+func LoadConfig(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, probs := loadConfig(path, data, readFile)
+	if len(probs) > 0 {
+		return nil, &probs
+	}
+	return c, nil
+}
+
+// loadConfig loads a config from data, and its policy file through readPolicy.
+func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error)) (*Config, Problems) {
+	tree, ix, probs := parse(file, data)
+	if probs != nil {
+		return nil, probs
+	}
+	c := Default()
+	d := newDecoder(file, ix)
+	d.hint = configHint
+	d.decode(reflect.ValueOf(c).Elem(), tree, nil)
+	c.Path = file
+	c.explicit = d.named
+	c.validate(d)
+
+	dir := filepath.Dir(file)
+	c.Listen.ReadyFile = resolve(dir, c.Listen.ReadyFile)
+	c.Store.Path = resolve(dir, c.Store.Path)
+	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential} {
+		if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {
+			*cred = "file:" + resolve(dir, name)
+		}
+	}
+
+	var policyProbs Problems
+	if c.Policy != "" {
+		c.Policy = resolve(dir, c.Policy)
+		pdata, err := readPolicy(c.Policy)
+		if err != nil {
+			d.atValue(path{}.key("policy"), "policy: %q: %s", c.Policy, readProblem(err))
+		} else {
+			c.Rules, policyProbs = loadPolicy(c.Policy, pdata)
+		}
+	}
+	sortProblems(d.probs)
+	if probs := append(d.probs, policyProbs...); len(probs) > 0 {
+		return nil, probs
+	}
+	return c, nil
+}
+
+func resolve(dir, name string) string {
+	if name == "" || filepath.IsAbs(name) {
+		return name
+	}
+	return filepath.Join(dir, name)
+}
+
+func configHint(p path, key string) string {
+	if len(p) == 0 && (key == "profile" || key == "sandbox") {
+		return `profiles and [[sandbox]] rules go in the policy file that policy = "…" names`
+	}
+	return ""
+}
+
+func keyPath(keys ...string) path {
+	var p path
+	for _, k := range keys {
+		p = p.key(k)
+	}
+	return p
+}
+
+func (c *Config) validate(d *decoder) {
+	checkHostPort(d, keyPath("listen", "proxy"), c.Listen.Proxy)
+	checkHostPort(d, keyPath("listen", "admin"), c.Listen.Admin)
+	if c.Listen.Proxy == c.Listen.Admin && !strings.HasSuffix(c.Listen.Admin, ":0") {
+		d.atValue(keyPath("listen", "admin"), "listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)")
+	}
+	if c.Listen.PublicURL != "" {
+		checkURL(d, keyPath("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
+	}
+	checkPositive(d, keyPath("listen", "drain"), c.Listen.Drain, "30s")
+	if c.Store.Path == "" {
+		d.atValue(keyPath("store", "path"), "store.path: no default without $XDG_STATE_HOME or $HOME (set store.path)")
+	}
+
+	a := c.Upstream.Anthropic
+	checkURL(d, keyPath("upstream", "anthropic", "url"), a.URL, "https://api.anthropic.com")
+	checkCredential(d, keyPath("upstream", "anthropic", "credential"), a.Credential, true)
+	if a.Auth != AuthAPIKey && a.Auth != AuthOAuth {
+		d.atValue(keyPath("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q is not an auth mode (use "api-key" or "oauth")`, a.Auth)
+	}
+	checkPositive(d, keyPath("upstream", "anthropic", "header_timeout"), a.HeaderTimeout, "10m")
+	for _, u := range []struct {
+		name, example string
+		up            Upstream
+	}{{"github", "https://github.com", c.Upstream.GitHub}, {"npm", "https://registry.npmjs.org", c.Upstream.NPM}} {
+		checkURL(d, keyPath("upstream", u.name, "url"), u.up.URL, u.example)
+		checkCredential(d, keyPath("upstream", u.name, "credential"), u.up.Credential, false)
+		checkPositive(d, keyPath("upstream", u.name, "header_timeout"), u.up.HeaderTimeout, "2m")
+	}
+
+	if f := c.Log.Format; f != "text" && f != "json" {
+		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)
+	}
+	if l := c.Log.Level; l != "debug" && l != "info" && l != "warn" && l != "error" {
+		d.atValue(keyPath("log", "level"), `log.level: %q is not a log level (use "debug", "info", "warn" or "error")`, l)
+	}
+}
+
+func checkHostPort(d *decoder, p path, s string) {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		d.atValue(p, `%s: %q is not host:port (e.g. "127.0.0.1:8080")`, p, s)
+		return
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		d.atValue(p, `%s: port %q is not a number from 0 to 65535 (e.g. "127.0.0.1:8080")`, p, port)
+	}
+}
+
+// checkURL accepts an absolute http or https URL with a host and nothing that would
+// change where requests go or carry a secret: no user info, query or fragment.
+func checkURL(d *decoder, p path, s, example string) {
+	shown := strconv.Quote(s)
+	if strings.Contains(s, "@") { // it may hold a password: never echo it
+		shown = "the URL"
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || !u.IsAbs() || u.Opaque != "" || (u.Scheme != "http" && u.Scheme != "https"):
+		d.atValue(p, "%s: %s is not an absolute http or https URL (e.g. %q)", p, shown, example)
+	case u.User != nil:
+		d.atValue(p, "%s: the URL must not carry user info (put the secret behind credential = …)", p)
+	case u.Host == "" || u.Hostname() == "":
+		d.atValue(p, "%s: %s has no host (e.g. %q)", p, shown, example)
+	case u.RawQuery != "" || u.ForceQuery:
+		d.atValue(p, "%s: %s must not have a query", p, shown)
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		d.atValue(p, "%s: %s must not have a fragment", p, shown)
+	}
+}
+
+func checkPositive(d *decoder, p path, v Duration, example string) {
+	if v.Duration <= 0 {
+		d.atValue(p, "%s: must be more than 0 (e.g. %q)", p, example)
+	}
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkCredential checks the syntax of a credential source; whether it can be read
+// is for serve to find out. No message echoes the value: a user may have pasted the
+// secret itself.
+func checkCredential(d *decoder, p path, s string, anthropic bool) {
+	const sources = `"env:NAME", "file:PATH", "keyring:NAME" or "claude-code"`
+	kind, rest, _ := strings.Cut(s, ":")
+	switch {
+	case s == "":
+		if anthropic {
+			d.atValue(p, `%s: must not be empty: the model route needs a credential (e.g. "env:ANTHROPIC_API_KEY")`, p)
+		}
+	case s == "claude-code":
+		if !anthropic {
+			d.atValue(p, "%s: claude-code is Claude Code's Anthropic login and serves upstream.anthropic only (use %s)", p, `"env:NAME", "file:PATH" or "keyring:NAME"`)
+		}
+	case kind == "env":
+		if !envNameRE.MatchString(rest) {
+			d.atValue(p, "%s: env: needs an environment variable name: letters, digits and _, not starting with a digit (e.g. \"env:GITHUB_TOKEN\")", p)
+		}
+	case kind == "file":
+		if rest == "" {
+			d.atValue(p, `%s: file: needs a path (e.g. "file:/etc/cproxy/anthropic.key")`, p)
+		}
+	case kind == "keyring":
+		if rest == "" || strings.IndexFunc(rest, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+			d.atValue(p, `%s: keyring: needs an entry name without spaces (e.g. "keyring:anthropic")`, p)
+		}
+	default:
+		if anthropic {
+			d.atValue(p, "%s: not a credential source (use %s; never the secret itself)", p, sources)
+		} else {
+			d.atValue(p, `%s: not a credential source (use "env:NAME", "file:PATH", "keyring:NAME" or ""; never the secret itself)`, p)
+		}
+	}
+}

@@ -1,0 +1,412 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func TestDefault(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "/state")
+	t.Setenv("HOME", "/home/u")
+	c := Default()
+	checks := []struct{ name, got, want string }{
+		{"listen.proxy", c.Listen.Proxy, "127.0.0.1:8080"},
+		{"listen.admin", c.Listen.Admin, "127.0.0.1:9001"},
+		{"listen.public_url", c.Listen.PublicURL, ""},
+		{"listen.ready_file", c.Listen.ReadyFile, ""},
+		{"listen.drain", c.Listen.Drain.String(), "30s"},
+		{"store.path", c.Store.Path, "/state/cproxy/cproxy.db"},
+		{"anthropic.url", c.Upstream.Anthropic.URL, "https://api.anthropic.com"},
+		{"anthropic.credential", c.Upstream.Anthropic.Credential, "env:ANTHROPIC_API_KEY"},
+		{"anthropic.auth", c.Upstream.Anthropic.Auth, "api-key"},
+		{"anthropic.header_timeout", c.Upstream.Anthropic.HeaderTimeout.String(), "10m0s"},
+		{"github.url", c.Upstream.GitHub.URL, "https://github.com"},
+		{"github.credential", c.Upstream.GitHub.Credential, "env:GITHUB_TOKEN"},
+		{"github.header_timeout", c.Upstream.GitHub.HeaderTimeout.String(), "2m0s"},
+		{"npm.url", c.Upstream.NPM.URL, "https://registry.npmjs.org"},
+		{"npm.credential", c.Upstream.NPM.Credential, ""},
+		{"npm.header_timeout", c.Upstream.NPM.HeaderTimeout.String(), "2m0s"},
+		{"log.format", c.Log.Format, "text"},
+		{"log.level", c.Log.Level, "info"},
+		{"policy", c.Policy, ""},
+		{"path", c.Path, ""},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %q, want %q", ch.name, ch.got, ch.want)
+		}
+	}
+	if c.Rules == nil || !c.Rules.HasProfile("default") || c.Explicit("upstream.anthropic.credential") {
+		t.Errorf("Rules = %+v, Explicit = %v", c.Rules, c.Explicit("upstream.anthropic.credential"))
+	}
+
+	t.Setenv("XDG_STATE_HOME", "relative/is/ignored")
+	if got, want := Default().Store.Path, "/home/u/.local/state/cproxy/cproxy.db"; got != want {
+		t.Errorf("store.path without XDG_STATE_HOME = %q, want %q", got, want)
+	}
+}
+
+func TestLoadConfigEmptyIsDefault(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "/state")
+	name := writeFile(t, filepath.Join(t.TempDir(), "cproxy.toml"), "# nothing to change\n")
+	c, err := LoadConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Path = name
+	if c.Listen != want.Listen || c.Store != want.Store || c.Upstream != want.Upstream || c.Log != want.Log || c.Path != name {
+		t.Errorf("got %+v\nwant %+v", c, want)
+	}
+	if d := c.Rules.Profiles["default"].Model("claude-opus-4-1"); !d.Allow {
+		t.Errorf("default policy: %+v", d)
+	}
+}
+
+func TestLoadConfigResolvesPaths(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "etc", "policies", "policy.toml"), examplePolicy)
+	name := writeFile(t, filepath.Join(dir, "etc", "cproxy.toml"), `policy = "policies/policy.toml"
+
+[listen]
+proxy = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+public_url = "https://cproxy.internal:8443/base"
+ready_file = "run/ready.json"
+drain = "5s"
+
+[store]
+path = "state/cproxy.db"
+
+[upstream.anthropic]
+credential = "file:keys/anthropic"
+auth = "oauth"
+header_timeout = "1m30s"
+
+[upstream.github]
+credential = "file:/abs/github"
+
+[upstream.npm]
+credential = "keyring:npm"
+
+[log]
+format = "json"
+level = "debug"
+`)
+	c, err := LoadConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etc := filepath.Join(dir, "etc")
+	checks := []struct{ name, got, want string }{
+		{"policy", c.Policy, filepath.Join(etc, "policies", "policy.toml")},
+		{"ready_file", c.Listen.ReadyFile, filepath.Join(etc, "run", "ready.json")},
+		{"store.path", c.Store.Path, filepath.Join(etc, "state", "cproxy.db")},
+		{"anthropic.credential", c.Upstream.Anthropic.Credential, "file:" + filepath.Join(etc, "keys", "anthropic")},
+		{"github.credential", c.Upstream.GitHub.Credential, "file:/abs/github"},
+		{"npm.credential", c.Upstream.NPM.Credential, "keyring:npm"},
+		{"public_url", c.Listen.PublicURL, "https://cproxy.internal:8443/base"},
+		{"auth", c.Upstream.Anthropic.Auth, "oauth"},
+		{"log", c.Log.Format + " " + c.Log.Level, "json debug"},
+		{"rules path", c.Rules.Path, filepath.Join(etc, "policies", "policy.toml")},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %q, want %q", ch.name, ch.got, ch.want)
+		}
+	}
+	if c.Listen.Drain.Duration != 5*time.Second || c.Upstream.Anthropic.HeaderTimeout.Duration != 90*time.Second {
+		t.Errorf("durations: %v %v", c.Listen.Drain, c.Upstream.Anthropic.HeaderTimeout)
+	}
+	if !c.Rules.HasProfile("web") {
+		t.Errorf("policy not loaded: %+v", c.Rules)
+	}
+}
+
+func TestExplicit(t *testing.T) {
+	name := writeFile(t, filepath.Join(t.TempDir(), "cproxy.toml"), `[upstream.anthropic]
+credential = "env:ANTHROPIC_API_KEY"
+[upstream.github]
+url = "https://github.com"
+`)
+	c, err := LoadConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{
+		"upstream.anthropic.credential": true, // set, even if to the default value
+		"upstream.github.url":           true,
+		"upstream.github.credential":    false,
+		"upstream.npm.credential":       false,
+		"listen.proxy":                  false,
+	} {
+		if got := c.Explicit(key); got != want {
+			t.Errorf("Explicit(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+func TestDurationText(t *testing.T) {
+	var d Duration
+	if err := d.UnmarshalText([]byte("1h2m")); err != nil || d.Duration != time.Hour+2*time.Minute {
+		t.Fatalf("UnmarshalText: %v, %v", d, err)
+	}
+	if b, _ := d.MarshalText(); string(b) != "1h2m0s" {
+		t.Errorf("MarshalText = %q", b)
+	}
+	if err := d.UnmarshalText([]byte("10")); err == nil || err.Error() != `"10" is not a duration (e.g. "30s", "10m", "1h30m")` {
+		t.Errorf("UnmarshalText(10) = %v", err)
+	}
+}
+
+func TestConfigProblems(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want []string
+	}{
+		{"not host:port", `# cproxy config
+
+[listen]
+proxy = "localhost"
+`, []string{`cproxy.toml:4:9: listen.proxy: "localhost" is not host:port (e.g. "127.0.0.1:8080")`}},
+
+		{"bad ports, same address", `[listen]
+proxy = "127.0.0.1:http"
+admin = "127.0.0.1:70000"
+`, []string{
+			`cproxy.toml:2:9: listen.proxy: port "http" is not a number from 0 to 65535 (e.g. "127.0.0.1:8080")`,
+			`cproxy.toml:3:9: listen.admin: port "70000" is not a number from 0 to 65535 (e.g. "127.0.0.1:8080")`,
+		}},
+
+		{"admin on the proxy address", `listen.proxy = "0.0.0.0:8080"
+listen.admin = "0.0.0.0:8080"
+`, []string{`cproxy.toml:2:16: listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)`}},
+
+		{"wrong types", `[listen]
+admin = 9001
+drain = 30
+[upstream]
+npm = "https://registry.npmjs.org"
+`, []string{
+			`cproxy.toml:2:9: listen.admin: must be a string, not an integer`,
+			`cproxy.toml:3:9: listen.drain: must be a duration string like "30s", not an integer`,
+			`cproxy.toml:5:7: upstream.npm: must be a table, not a string`,
+		}},
+
+		{"durations", `[listen]
+drain = "10"
+[upstream.anthropic]
+header_timeout = "0s"
+[upstream.github]
+header_timeout = "-1m"
+`, []string{
+			`cproxy.toml:2:9: listen.drain: "10" is not a duration (e.g. "30s", "10m", "1h30m")`,
+			`cproxy.toml:4:18: upstream.anthropic.header_timeout: must be more than 0 (e.g. "10m")`,
+			`cproxy.toml:6:18: upstream.github.header_timeout: must be more than 0 (e.g. "2m")`,
+		}},
+
+		{"urls", `listen.public_url = "cproxy.internal:8080"
+[upstream.anthropic]
+url = "https://api.anthropic.com/?key=1"
+[upstream.github]
+url = "https://github.com/#x"
+[upstream.npm]
+url = "http:///registry"
+`, []string{
+			`cproxy.toml:1:21: listen.public_url: "cproxy.internal:8080" is not an absolute http or https URL (e.g. "http://10.20.30.4:8080")`,
+			`cproxy.toml:3:7: upstream.anthropic.url: "https://api.anthropic.com/?key=1" must not have a query`,
+			`cproxy.toml:5:7: upstream.github.url: "https://github.com/#x" must not have a fragment`,
+			`cproxy.toml:7:7: upstream.npm.url: "http:///registry" has no host (e.g. "https://registry.npmjs.org")`,
+		}},
+
+		{"user info is refused and not echoed", `[upstream.github]
+url = "https://x-access-token:ghp_secret@github.com"
+`, []string{`cproxy.toml:2:7: upstream.github.url: the URL must not carry user info (put the secret behind credential = …)`}},
+
+		{"credentials", `[upstream.anthropic]
+credential = ""
+auth = "bearer"
+[upstream.github]
+credential = "claude-code"
+[upstream.npm]
+credential = "env:1NPM"
+`, []string{
+			`cproxy.toml:2:14: upstream.anthropic.credential: must not be empty: the model route needs a credential (e.g. "env:ANTHROPIC_API_KEY")`,
+			`cproxy.toml:3:8: upstream.anthropic.auth: "bearer" is not an auth mode (use "api-key" or "oauth")`,
+			`cproxy.toml:5:14: upstream.github.credential: claude-code is Claude Code's Anthropic login and serves upstream.anthropic only (use "env:NAME", "file:PATH" or "keyring:NAME")`,
+			`cproxy.toml:7:14: upstream.npm.credential: env: needs an environment variable name: letters, digits and _, not starting with a digit (e.g. "env:GITHUB_TOKEN")`,
+		}},
+
+		{"a pasted secret is refused and not echoed", `[upstream.anthropic]
+credential = "sk-ant-api03-SECRET"
+[upstream.github]
+credential = "ghp_SECRET"
+[upstream.npm]
+credential = "file:"
+`, []string{
+			`cproxy.toml:2:14: upstream.anthropic.credential: not a credential source (use "env:NAME", "file:PATH", "keyring:NAME" or "claude-code"; never the secret itself)`,
+			`cproxy.toml:4:14: upstream.github.credential: not a credential source (use "env:NAME", "file:PATH", "keyring:NAME" or ""; never the secret itself)`,
+			`cproxy.toml:6:14: upstream.npm.credential: file: needs a path (e.g. "file:/etc/cproxy/anthropic.key")`,
+		}},
+
+		{"keyring name", `upstream.anthropic.credential = "keyring:"
+upstream.github.credential = "keyring:a b"
+`, []string{
+			`cproxy.toml:1:33: upstream.anthropic.credential: keyring: needs an entry name without spaces (e.g. "keyring:anthropic")`,
+			`cproxy.toml:2:30: upstream.github.credential: keyring: needs an entry name without spaces (e.g. "keyring:anthropic")`,
+		}},
+
+		{"log enums", `[log]
+format = "logfmt"
+level = "verbose"
+`, []string{
+			`cproxy.toml:2:10: log.format: "logfmt" is not a log format (use "text" or "json")`,
+			`cproxy.toml:3:9: log.level: "verbose" is not a log level (use "debug", "info", "warn" or "error")`,
+		}},
+
+		{"unknown keys", `polcy = "policy.toml"
+[listen]
+addr = "127.0.0.1:8080"
+[upstream.anthropic]
+credentials = "env:X"
+[upstream.gitlab]
+[[sandbox]]
+`, []string{
+			`cproxy.toml:1:1: unknown key "polcy" (did you mean "policy"?)`,
+			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, drain, proxy, public_url, ready_file)`,
+			`cproxy.toml:5:1: unknown key "credentials" in [upstream.anthropic] (did you mean "credential"?)`,
+			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known keys: anthropic, github, npm)`,
+			`cproxy.toml:7:3: unknown key "sandbox" (profiles and [[sandbox]] rules go in the policy file that policy = "…" names)`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, probs := loadConfig("cproxy.toml", []byte(tt.src), readFile)
+			got := make([]string, len(probs))
+			for i, pr := range probs {
+				got[i] = pr.String()
+				if strings.Contains(got[i], "SECRET") || strings.Contains(got[i], "ghp_secret") {
+					t.Errorf("a problem echoes a secret: %s", got[i])
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+			if c != nil {
+				t.Errorf("a config with problems came back")
+			}
+		})
+	}
+}
+
+func TestLoadConfigWithBrokenPolicy(t *testing.T) {
+	dir := t.TempDir()
+	policy := writeFile(t, filepath.Join(dir, "policy.toml"), `[profile.web]
+models = ["claude-*"]
+repos = [
+  { repo = "acme/app", access = "push" },
+]
+`)
+	name := writeFile(t, filepath.Join(dir, "cproxy.toml"), `policy = "policy.toml"
+[log]
+level = "loud"
+`)
+	_, err := LoadConfig(name)
+	var probs *Problems
+	if !errors.As(err, &probs) {
+		t.Fatalf("err = %v, want *Problems", err)
+	}
+	want := name + `:3:9: log.level: "loud" is not a log level (use "debug", "info", "warn" or "error")` + "\n" +
+		policy + `:4:33: profile.web.repos: access = "push" needs refs, the refs a push may update (e.g. refs = ["refs/heads/agent/*"], or ["refs/heads/**"] for every branch)`
+	if err.Error() != want {
+		t.Errorf("err:\n%s\nwant:\n%s", err, want)
+	}
+}
+
+func TestLoadConfigMissingFiles(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := LoadConfig(filepath.Join(dir, "none.toml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing config: err = %v", err)
+	}
+	name := writeFile(t, filepath.Join(dir, "cproxy.toml"), `policy = "nope.toml"`+"\n")
+	_, err := LoadConfig(name)
+	want := name + `:1:10: policy: "` + filepath.Join(dir, "nope.toml") + `": cannot read: no such file or directory`
+	if err == nil || err.Error() != want {
+		t.Errorf("missing policy: err = %v, want %s", err, want)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := []string{"access", "delete", "refs", "repo", "tags", "header_timeout", "github"}
+	for key, want := range map[string]string{
+		"acces":         "access",
+		"acecss":        "access", // a swap is one edit
+		"Access":        "access",
+		"ref":           "refs",
+		"repos":         "repo",
+		"header_timout": "header_timeout",
+		"heder_timeot":  "header_timeout", // two edits in a long key
+		"gitlab":        "",               // two edits in a short key: a different word
+		"budget":        "",
+	} {
+		if got := suggest(key, known); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+func TestValidateAfterOverrides(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	c.Listen.Proxy = "localhost"
+	c.Log.Level = "loud"
+	err := c.Validate()
+	var probs Problems
+	if !errors.As(err, &probs) {
+		t.Fatalf("err = %v, want Problems", err)
+	}
+	want := `listen.proxy: "localhost" is not host:port (e.g. "127.0.0.1:8080")` + "\n" +
+		`log.level: "loud" is not a log level (use "debug", "info", "warn" or "error")`
+	if err.Error() != want {
+		t.Errorf("err:\n%s\nwant:\n%s", err, want)
+	}
+}
+
+func TestPolicyPath(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "conf", "p.toml"), examplePolicy)
+	name := writeFile(t, filepath.Join(dir, "conf", "cproxy.toml"), `policy = "p.toml"`+"\n")
+	c, err := LoadConfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.PolicyPath(), filepath.Join(dir, "conf", "p.toml"); got != want {
+		t.Errorf("PolicyPath = %q, want %q", got, want)
+	}
+	if _, err := LoadPolicy(c.PolicyPath()); err != nil { // what a reload does
+		t.Error(err)
+	}
+	if Default().PolicyPath() != "" {
+		t.Error("Default().PolicyPath() is not empty")
+	}
+}

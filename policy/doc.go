@@ -1,0 +1,62 @@
+// Package policy loads cproxy's two TOML files and answers the questions the routes
+// ask of them.
+//
+// The config file (Config, LoadConfig) says where cproxy listens, where it keeps
+// tokens, which upstreams it forwards to with which credentials, and how it logs;
+// every key has a default, so no file at all is a working config (Default). The
+// policy file (Policy, LoadPolicy) says what each sandbox may do: named profiles,
+// each an allowlist of models, GitHub repositories (read or push, with the refs a
+// push may update) and npm packages, and [[sandbox]] rules that pick a profile by
+// sandbox id. A config names its policy file with policy = "…"; without one,
+// DefaultPolicy applies: every model, no repository, no package.
+//
+// Both files are loaded strictly: an unknown key, a value of the wrong type or a
+// value that cannot mean anything is refused, every problem is reported (not just the
+// first) as "file:line:col: message", and a message names the fix where there is one.
+// Check does the same for `cproxy policy check`.
+//
+// # Policy file
+//
+//	[profile.web]
+//	models = ["claude-sonnet-*", "claude-haiku-*"]
+//	repos = [
+//	  { repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"] },
+//	  { repo = "acme/app", access = "push", refs = ["refs/tags/v*"], tags = true },
+//	  { repo = "acme/*-docs", access = "read" },
+//	]
+//	packages = ["react", "react-dom", "@types/*"]
+//
+//	[[sandbox]]
+//	match = "conv-*"
+//	profile = "web"
+//
+// A profile name has lower-case letters, digits, - and _, and starts with a letter or
+// digit. Every list is an allowlist; an empty or missing list allows nothing.
+//
+// Repository rules add up: fetching is allowed by any rule whose repo glob matches,
+// pushing by any with access = "push", and each ref a push updates must match a refs
+// glob of such a rule. A push rule must list its refs: cproxy refuses a push rule
+// without them rather than guess between "no ref" (a rule that does nothing) and
+// "every ref" (including the default branch). Creating, moving or deleting a tag
+// also needs tags = true, and deleting any ref needs delete = true. Force pushes are
+// not told apart from other updates.
+//
+// A sandbox's profile is the one named when its token was created; else the profile
+// of the first [[sandbox]] rule whose match glob matches its id; else "default".
+//
+// # Globs
+//
+// Models, repositories, refs, packages and sandbox matches are globs:
+//
+//	"*"    any run of characters, possibly empty, except "/"
+//	"**"   any run of characters, possibly empty, including "/"
+//	"?"    exactly one character except "/"
+//
+// Everything else is literal: no classes, braces or escapes. So "refs/heads/agent/*"
+// matches refs/heads/agent/x but not refs/heads/agent/x/y ("refs/heads/agent/**"
+// does), and "@types/*" matches every @types package while "*" matches only
+// unscoped ones. Repositories are matched case-insensitively (owner/name, without
+// ".git"); models, refs and packages exactly. Package globs have npm's shape (an
+// optional lower-case @scope/, then a name; capitals are allowed in the name because
+// old packages such as JSONStream have them).
+package policy

@@ -1,0 +1,458 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Policy is a loaded policy file: named profiles, and rules that pick a profile by
+// sandbox id. It is not modified after loading, so it is safe for concurrent use.
+type Policy struct {
+	// Profiles by name; a profile's Name is its key here. Empty: no profile, so no
+	// request is allowed (LoadPolicy refuses such a file).
+	Profiles map[string]*Profile `toml:"profile"`
+	// Sandboxes pick a profile for sandboxes whose tokens name none; the first match
+	// wins. Empty: every such sandbox gets the profile "default".
+	Sandboxes []SandboxRule `toml:"sandbox"`
+	// Path is the file the policy was loaded from; empty for DefaultPolicy().
+	Path string `toml:"-"`
+}
+
+// Profile is what a sandbox may do. Every list is an allowlist of globs: empty allows nothing.
+type Profile struct {
+	// Name is the profile's name in the policy (profile.NAME).
+	Name string `toml:"-"`
+	// Models are model-id globs, matched exactly (case-sensitive). Empty: no model.
+	Models []string `toml:"models"`
+	// Repos are the GitHub repositories the sandbox may fetch from or push to. Empty: none.
+	Repos []RepoRule `toml:"repos"`
+	// Packages are npm package-name globs ("react", "@types/*"), matched exactly.
+	// Empty: no package.
+	Packages []string `toml:"packages"`
+}
+
+// Access levels of a RepoRule.
+const (
+	AccessRead = "read" // clone and fetch
+	AccessPush = "push" // clone, fetch, and push to the refs the rule names
+)
+
+// RepoRule allows one repository glob. Rules add up: a request is allowed if any rule
+// allows it, so a repository may have one rule for branches and another for tags.
+type RepoRule struct {
+	// Repo is an "owner/name" glob without ".git", matched case-insensitively. Required.
+	Repo string `toml:"repo"`
+	// Access is AccessRead or AccessPush. Required.
+	Access string `toml:"access"`
+	// Refs are full ref-name globs ("refs/heads/agent/*") a push may create or update.
+	// Push only, and required with push: a push rule without refs is refused at load
+	// rather than silently meaning "no ref" or "every ref".
+	Refs []string `toml:"refs"`
+	// Tags lets a push create or move tags (refs/tags/…) matching Refs. Push only; default false.
+	Tags bool `toml:"tags"`
+	// Delete lets a push delete refs matching Refs. Push only; default false.
+	Delete bool `toml:"delete"`
+}
+
+// SandboxRule assigns a profile to sandboxes whose id matches a glob.
+type SandboxRule struct {
+	// Match is a sandbox-id glob ("conv-*"). Required.
+	Match string `toml:"match"`
+	// Profile names a profile of the same policy. Required.
+	Profile string `toml:"profile"`
+}
+
+// Decision is the answer to a policy question. A nil *Profile answers every question
+// with a denial.
+type Decision struct {
+	// Allow is whether the request may go ahead; the zero Decision denies.
+	Allow bool
+	// Rule says which rule decided, for logs and denial messages, e.g.
+	// `profile.web.models["claude-sonnet-*"]` or `profile.web: no models entry matches`.
+	Rule string
+}
+
+// ErrNoProfile is wrapped by ProfileFor's errors.
+var ErrNoProfile = errors.New("no profile")
+
+// DefaultPolicy is the policy of a config that names none: one profile, "default",
+// that allows every model and no repository or package.
+func DefaultPolicy() *Policy {
+	return &Policy{Profiles: map[string]*Profile{
+		"default": {Name: "default", Models: []string{"*"}},
+	}}
+}
+
+// LoadPolicy reads a policy file. A file that cannot be read gives its os error; a
+// file with problems gives a *Problems listing all of them.
+func LoadPolicy(path string) (*Policy, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p, probs := loadPolicy(path, data)
+	if len(probs) > 0 {
+		return nil, &probs
+	}
+	return p, nil
+}
+
+func loadPolicy(file string, data []byte) (*Policy, Problems) {
+	tree, ix, probs := parse(file, data)
+	if probs != nil {
+		return nil, probs
+	}
+	p := &Policy{}
+	d := newDecoder(file, ix)
+	d.hint = policyHint
+	d.decode(reflect.ValueOf(p).Elem(), tree, nil)
+	p.Path = file
+	for name, pr := range p.Profiles {
+		pr.Name = name
+	}
+	p.validate(d)
+	sortProblems(d.probs)
+	if len(d.probs) > 0 {
+		return nil, d.probs
+	}
+	return p, nil
+}
+
+var configKeys = []string{"policy", "listen", "store", "upstream", "log"}
+
+func policyHint(p path, key string) string {
+	if len(p) == 0 && slices.Contains(configKeys, key) {
+		return "that is a config key; a policy file has only [profile.NAME] and [[sandbox]]"
+	}
+	return ""
+}
+
+// HasProfile reports whether the policy defines the named profile.
+func (p *Policy) HasProfile(name string) bool {
+	_, ok := p.Profiles[name]
+	return ok
+}
+
+// ProfileFor picks the profile for a sandbox: the explicit one (named when its token
+// was created) if not empty; else the profile of the first [[sandbox]] rule whose
+// match glob matches the sandbox id; else "default" if the policy has it. Otherwise
+// it returns an error wrapping ErrNoProfile that says how to add one.
+func (p *Policy) ProfileFor(sandbox, explicit string) (*Profile, error) {
+	if explicit != "" {
+		if pr := p.Profiles[explicit]; pr != nil {
+			return pr, nil
+		}
+		return nil, fmt.Errorf("%w %q in %s (it has %s)", ErrNoProfile, explicit, p.name(), strings.Join(sortedKeys(p.Profiles), ", "))
+	}
+	for _, r := range p.Sandboxes {
+		if matchGlob(r.Match, sandbox) {
+			if pr := p.Profiles[r.Profile]; pr != nil {
+				return pr, nil
+			}
+		}
+	}
+	if pr := p.Profiles["default"]; pr != nil {
+		return pr, nil
+	}
+	return nil, fmt.Errorf("%w applies to sandbox %q: no [[sandbox]] match in %s fits it and there is no [profile.default] (add one, or a [[sandbox]] rule, or name a profile when creating the token)",
+		ErrNoProfile, sandbox, p.name())
+}
+
+func (p *Policy) name() string {
+	if p.Path == "" {
+		return "the built-in policy"
+	}
+	return p.Path
+}
+
+func (pr *Profile) rule(format string, args ...any) string {
+	return "profile." + tomlKey(pr.Name) + fmt.Sprintf(format, args...)
+}
+
+// Model decides whether the profile allows a model id.
+func (pr *Profile) Model(model string) Decision {
+	if pr == nil {
+		return Decision{Rule: "no profile"}
+	}
+	if model == "" {
+		return Decision{Rule: pr.rule(": no model named")}
+	}
+	for _, g := range pr.Models {
+		if matchGlob(g, model) {
+			return Decision{Allow: true, Rule: pr.rule(".models[%q]", g)}
+		}
+	}
+	return Decision{Rule: pr.rule(": no models entry matches")}
+}
+
+// Package decides whether the profile allows an npm package, by its full name
+// ("react", "@types/node").
+func (pr *Profile) Package(name string) Decision {
+	if pr == nil {
+		return Decision{Rule: "no profile"}
+	}
+	if name == "" {
+		return Decision{Rule: pr.rule(": no package named")}
+	}
+	for _, g := range pr.Packages {
+		if matchGlob(g, name) {
+			return Decision{Allow: true, Rule: pr.rule(".packages[%q]", g)}
+		}
+	}
+	return Decision{Rule: pr.rule(": no packages entry matches")}
+}
+
+// Repo decides whether the profile allows fetching from (push false) or pushing to
+// (push true) a repository, named "owner/name" (any case; a trailing ".git" is
+// ignored). Fetching needs a rule with access read or push; pushing needs push, and
+// then every ref the push updates needs Ref as well.
+func (pr *Profile) Repo(ownerName string, push bool) Decision {
+	if pr == nil {
+		return Decision{Rule: "no profile"}
+	}
+	name, ok := repoName(ownerName)
+	if !ok {
+		return Decision{Rule: pr.rule(": %q is not an owner/name repository", ownerName)}
+	}
+	readOnly := ""
+	for _, r := range pr.Repos {
+		if !matchGlob(strings.ToLower(r.Repo), name) {
+			continue
+		}
+		if !push || r.Access == AccessPush {
+			return Decision{Allow: true, Rule: pr.rule(".repos[%q]", r.Repo)}
+		}
+		if readOnly == "" {
+			readOnly = r.Repo
+		}
+	}
+	if readOnly != "" {
+		return Decision{Rule: pr.rule(`.repos[%q]: access = "read"`, readOnly)}
+	}
+	return Decision{Rule: pr.rule(": no repos entry matches")}
+}
+
+// Ref decides one ref update of a push to a repository Repo allowed for push: ref is
+// the full ref name ("refs/heads/agent/x"), tag whether it names a tag (any ref under
+// refs/tags/ counts as one regardless), del whether the command deletes it. It is
+// allowed when a push rule for the repository has a refs glob matching ref, and Tags
+// for a tag, and Delete for a deletion.
+func (pr *Profile) Ref(ownerName, ref string, tag, del bool) Decision {
+	if pr == nil {
+		return Decision{Rule: "no profile"}
+	}
+	name, ok := repoName(ownerName)
+	if !ok {
+		return Decision{Rule: pr.rule(": %q is not an owner/name repository", ownerName)}
+	}
+	if !strings.HasPrefix(ref, "refs/") {
+		return Decision{Rule: pr.rule(": %q is not a full ref name (refs/…)", ref)}
+	}
+	tag = tag || strings.HasPrefix(ref, "refs/tags/")
+	blocked, pushRepo := "", ""
+	for _, r := range pr.Repos {
+		if r.Access != AccessPush || !matchGlob(strings.ToLower(r.Repo), name) {
+			continue
+		}
+		if pushRepo == "" {
+			pushRepo = r.Repo
+		}
+		for _, g := range r.Refs {
+			if !matchGlob(g, ref) {
+				continue
+			}
+			rule := pr.rule(".repos[%q].refs[%q]", r.Repo, g)
+			switch {
+			case tag && !r.Tags:
+				blocked = cmpOr(blocked, rule+": tags = false")
+			case del && !r.Delete:
+				blocked = cmpOr(blocked, rule+": delete = false")
+			default:
+				return Decision{Allow: true, Rule: rule}
+			}
+		}
+	}
+	switch {
+	case blocked != "":
+		return Decision{Rule: blocked}
+	case pushRepo != "":
+		return Decision{Rule: pr.rule(".repos[%q]: no refs entry matches", pushRepo)}
+	}
+	return Decision{Rule: pr.rule(": no repos entry allows push")}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// repoName lower-cases an owner/name and drops ".git"; ok is false for anything
+// that is not one GitHub repository.
+func repoName(s string) (string, bool) {
+	s = strings.TrimSuffix(strings.ToLower(s), ".git")
+	owner, name, ok := strings.Cut(s, "/")
+	if !ok || !repoPartRE.MatchString(owner) || !repoPartRE.MatchString(name) || name == "." || name == ".." {
+		return "", false
+	}
+	return s, true
+}
+
+var (
+	repoPartRE      = regexp.MustCompile(`^[a-z0-9._-]+$`)
+	profileNameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	repoGlobPartRE  = regexp.MustCompile(`^[A-Za-z0-9._*?-]+$`)
+	npmGlobPartRE   = regexp.MustCompile(`^[A-Za-z0-9._~*?-]+$`)
+	npmScopeGlobRE  = regexp.MustCompile(`^[a-z0-9._~*?-]+$`)
+	sandboxGlobRE   = regexp.MustCompile(`^[a-z0-9*?-]+$`)
+	maxNpmNameBytes = 214
+)
+
+func (p *Policy) validate(d *decoder) {
+	if len(p.Profiles) == 0 {
+		d.problemAt(1, 1, `no profiles: nothing would be allowed (add one, e.g. [profile.default] with models = ["claude-*"])`)
+	}
+	for _, name := range sortedKeys(p.Profiles) {
+		pp := keyPath("profile", name)
+		if !profileNameRE.MatchString(name) {
+			d.atKey(pp, "profile %q: a profile name has lower-case letters, digits, - and _, starts with a letter or digit, and has at most 63 characters", name)
+		}
+		pr := p.Profiles[name]
+		checkGlobs(d, pp.key("models"), pr.Models, nil)
+		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
+		for i := range pr.Repos {
+			checkRepoRule(d, pp.key("repos"), i, pr.Repos)
+		}
+	}
+	for i, r := range p.Sandboxes {
+		sp := path{}.key("sandbox").elem(i, isTableArray(d, i))
+		switch {
+		case !d.has(sp.key("match")):
+			d.missing(sp.key("match"), sp, `sandbox: missing match, a sandbox-id glob (e.g. match = "conv-*")`)
+		case checkGlob(r.Match) != nil:
+			d.atValue(sp.key("match"), "sandbox.match: %q %v", r.Match, checkGlob(r.Match))
+		case !sandboxGlobRE.MatchString(r.Match):
+			d.atValue(sp.key("match"), "sandbox.match: %q can never match: sandbox ids have only a-z, 0-9 and -", r.Match)
+		}
+		switch {
+		case !d.has(sp.key("profile")):
+			d.missing(sp.key("profile"), sp, `sandbox: missing profile, the profile these sandboxes get (e.g. profile = "default")`)
+		case !p.HasProfile(r.Profile):
+			d.atValue(sp.key("profile"), "sandbox.profile: no profile %q in this file (add [profile.%s] or use one of: %s)",
+				r.Profile, tomlKey(r.Profile), strings.Join(sortedKeys(p.Profiles), ", "))
+		}
+	}
+}
+
+// isTableArray says whether sandbox entry i came from a [[sandbox]] header; only the
+// wording of messages depends on it.
+func isTableArray(d *decoder, i int) bool {
+	l := d.ix.locs[path{}.key("sandbox").elem(i, true).id()]
+	return l != nil && l.val >= 0 && strings.HasPrefix(d.ix.src[l.val:], "[[")
+}
+
+// checkGlobs checks a list of globs, each also with check if not nil, and refuses duplicates.
+func checkGlobs(d *decoder, p path, globs []string, check func(string) error) {
+	seen := map[string]bool{}
+	for i, g := range globs {
+		ep := p.elem(i, false)
+		err := checkGlob(g)
+		if err == nil && check != nil {
+			err = check(g)
+		}
+		switch {
+		case err != nil:
+			d.atValue(ep, "%s: %q %v", p, g, err)
+		case seen[g]:
+			d.atValue(ep, "%s: %q is listed twice (remove one)", p, g)
+		}
+		seen[g] = true
+	}
+}
+
+func checkPackageGlob(g string) error {
+	bad := fmt.Errorf(`is not an npm package name pattern (e.g. "react", "@types/*", "@acme/*")`)
+	if len(g) > maxNpmNameBytes {
+		return fmt.Errorf("is longer than an npm package name can be (%d bytes)", maxNpmNameBytes)
+	}
+	name := g
+	if scoped, ok := strings.CutPrefix(g, "@"); ok {
+		scope, rest, ok := strings.Cut(scoped, "/")
+		if !ok || !npmScopeGlobRE.MatchString(scope) {
+			return bad
+		}
+		name = rest
+	}
+	if !npmGlobPartRE.MatchString(name) || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+		return bad
+	}
+	return nil
+}
+
+func checkRefGlob(g string) error {
+	if !strings.HasPrefix(g, "refs/") {
+		return fmt.Errorf(`is not a full ref name pattern: start it with refs/ (e.g. "refs/heads/agent/*", "refs/tags/v*")`)
+	}
+	if strings.ContainsAny(g, "~^:") || strings.Contains(g, "..") || strings.Contains(g, "@{") {
+		return fmt.Errorf("can never match: git ref names cannot contain ~ ^ : .. or @{")
+	}
+	return nil
+}
+
+func checkRepoGlob(g string) error {
+	if strings.HasSuffix(strings.ToLower(g), ".git") {
+		return fmt.Errorf("ends in .git: write %q", g[:len(g)-4])
+	}
+	owner, name, ok := strings.Cut(g, "/")
+	if !ok || !repoGlobPartRE.MatchString(owner) || !repoGlobPartRE.MatchString(name) {
+		return fmt.Errorf(`is not an owner/name pattern (e.g. "acme/app", "acme/*")`)
+	}
+	return nil
+}
+
+func checkRepoRule(d *decoder, p path, i int, rules []RepoRule) {
+	r := rules[i]
+	ep := p.elem(i, false)
+	if !d.has(ep.key("repo")) {
+		d.missing(ep.key("repo"), ep, `%s: entry needs repo, an owner/name glob (e.g. repo = "acme/app")`, p)
+	} else if err := checkGlob(r.Repo); err != nil {
+		d.atValue(ep.key("repo"), "%s.repo: %q %v", p, r.Repo, err)
+	} else if err := checkRepoGlob(r.Repo); err != nil {
+		d.atValue(ep.key("repo"), "%s.repo: %q %v", p, r.Repo, err)
+	}
+
+	switch {
+	case !d.has(ep.key("access")):
+		d.missing(ep.key("access"), ep, `%s: entry needs access = "read" or "push"`, p)
+	case r.Access == AccessRead:
+		for _, k := range []string{"refs", "tags", "delete"} {
+			if d.has(ep.key(k)) {
+				d.atKey(ep.key(k), `%s.%s: only for access = "push" (this entry has access = "read")`, p, k)
+			}
+		}
+	case r.Access == AccessPush:
+		if len(r.Refs) == 0 {
+			at := ep.key("access")
+			if d.has(ep.key("refs")) {
+				at = ep.key("refs")
+			}
+			d.atValue(at, `%s: access = "push" needs refs, the refs a push may update (e.g. refs = ["refs/heads/agent/*"], or ["refs/heads/**"] for every branch)`, p)
+		}
+		checkGlobs(d, ep.key("refs"), r.Refs, checkRefGlob)
+	default:
+		d.atValue(ep.key("access"), `%s.access: %q is not an access level (use "read" or "push")`, p, r.Access)
+	}
+
+	for j := range i {
+		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && q.Tags == r.Tags && q.Delete == r.Delete {
+			line, _ := d.ix.find(p.elem(j, false), false)
+			d.atValue(ep, "%s: entry for %q is the same as the one on line %d (remove one)", p, r.Repo, line)
+			break
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package routes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// TokenCreated is the answer to POST /tokens. Token is the only place the
+// token ever appears; the other fields are safe to log.
+type TokenCreated struct {
+	Token     string    `json:"token"`
+	ID        string    `json:"id"`
+	Sandbox   string    `json:"sandbox"`
+	Profile   string    `json:"profile,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// TokenInfo is one entry of GET /tokens.
+type TokenInfo struct {
+	tokens.Record
+	State string `json:"state"` // "live", "revoked" or "expired"
+}
+
+// AdminHandler serves the harness: token creation and revocation, health.
+// It must only ever be reachable by the harness; it has no authentication
+// of its own, like the cookbook's contract, because a password on a port
+// the sandboxes can reach would be one leak away from useless.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /tokens", s.createToken)
+	mux.HandleFunc("DELETE /tokens", s.revokeTokens)
+	mux.HandleFunc("GET /tokens", s.listTokens)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.RawPath != "" {
+			adminError(w, http.StatusBadRequest, "only plain paths are served")
+			return
+		}
+		h, pattern := mux.Handler(r)
+		if pattern == "" {
+			// ServeMux would answer 404 or 405 in plain text; the harness
+			// gets JSON like every other answer.
+			adminError(w, http.StatusNotFound, fmt.Sprintf("no such admin endpoint: %s %s (see docs/admin-api.md)", r.Method, r.URL.Path))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+	q, ok := adminQuery(w, r, "sandbox", "profile", "ttl")
+	if !ok {
+		return
+	}
+	sandbox, ok := sandboxParam(w, q)
+	if !ok {
+		return
+	}
+	profile := q.Get("profile")
+	if profile != "" && !s.policy().HasProfile(profile) {
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("profile %q is not defined in the policy", profile))
+		return
+	}
+	ttl := DefaultTokenTTL
+	if v := q.Get("ttl"); v != "" {
+		d, err := ParseTTL(v)
+		if err != nil {
+			adminError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		ttl = d
+	}
+	tok, err := tokens.New()
+	if err != nil {
+		s.log.Error("generating a token failed", "err", err)
+		adminError(w, http.StatusInternalServerError, "generating a token failed")
+		return
+	}
+	now := s.now().UTC()
+	h := tok.Hash()
+	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	if err := s.store.Create(r.Context(), h, rec); err != nil {
+		s.log.Error("storing a token failed", "sandbox", sandbox, "err", err)
+		adminError(w, http.StatusServiceUnavailable, "the token store failed; no token was created")
+		return
+	}
+	s.log.Info("token created", "sandbox", sandbox, "token_id", rec.ID, "profile", profile, "expires_at", rec.ExpiresAt)
+	writeJSON(w, http.StatusCreated, TokenCreated{
+		Token: tok.Reveal(), ID: rec.ID, Sandbox: sandbox, Profile: profile, ExpiresAt: rec.ExpiresAt,
+	})
+}
+
+func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
+	q, ok := adminQuery(w, r, "sandbox")
+	if !ok {
+		return
+	}
+	sandbox, ok := sandboxParam(w, q)
+	if !ok {
+		return
+	}
+	n, err := s.store.RevokeSandbox(r.Context(), sandbox, s.now().UTC())
+	if err != nil {
+		s.log.Error("revoking tokens failed", "sandbox", sandbox, "err", err)
+		adminError(w, http.StatusServiceUnavailable, "the token store failed; the revocation may not have been recorded: retry")
+		return
+	}
+	s.log.Info("tokens revoked", "sandbox", sandbox, "count", n)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+	q, ok := adminQuery(w, r, "sandbox")
+	if !ok {
+		return
+	}
+	sandbox := q.Get("sandbox")
+	if sandbox != "" && !tokens.ValidSandboxID(sandbox) {
+		adminError(w, http.StatusBadRequest, sandboxIDHint(sandbox))
+		return
+	}
+	recs, err := s.store.List(r.Context())
+	if err != nil {
+		s.log.Error("listing tokens failed", "err", err)
+		adminError(w, http.StatusServiceUnavailable, "the token store failed")
+		return
+	}
+	now := s.now()
+	out := []TokenInfo{}
+	for _, rec := range recs {
+		if sandbox != "" && rec.Sandbox != sandbox {
+			continue
+		}
+		state := "live"
+		switch err := rec.Check(now); {
+		case errors.Is(err, tokens.ErrRevoked):
+			state = "revoked"
+		case errors.Is(err, tokens.ErrExpired):
+			state = "expired"
+		}
+		out = append(out, TokenInfo{Record: rec, State: state})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+}
+
+// adminQuery parses the query and refuses parameters the endpoint does not
+// take, so a typo (?sandbox_id=) is an error rather than ignored.
+func adminQuery(w http.ResponseWriter, r *http.Request, allowed ...string) (url.Values, bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		adminError(w, http.StatusBadRequest, "malformed query string")
+		return nil, false
+	}
+	for k, vs := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || k == a
+		}
+		if !known {
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint takes: %s)", clip(k, 64), strings.Join(allowed, ", ")))
+			return nil, false
+		}
+		if len(vs) > 1 {
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("parameter %q given more than once", k))
+			return nil, false
+		}
+	}
+	return q, true
+}
+
+func sandboxParam(w http.ResponseWriter, q url.Values) (string, bool) {
+	id := q.Get("sandbox")
+	if !tokens.ValidSandboxID(id) {
+		adminError(w, http.StatusBadRequest, sandboxIDHint(id))
+		return "", false
+	}
+	return id, true
+}
+
+func sandboxIDHint(id string) string {
+	if id == "" {
+		return "missing sandbox: pass ?sandbox=ID"
+	}
+	return fmt.Sprintf("invalid sandbox id %q: ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", clip(id, 80))
+}
+
+// ParseTTL reads a token lifetime: a Go duration ("90m", "24h") or a number
+// of days ("7d"), between one second and 366 days.
+func ParseTTL(v string) (time.Duration, error) {
+	var d time.Duration
+	var err error
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		var n int
+		n, err = strconv.Atoi(days)
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		d, err = time.ParseDuration(v)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", clip(v, 32))
+	}
+	if d < time.Second || d > maxTokenTTL {
+		return 0, fmt.Errorf("ttl %s is out of range: between 1s and 366d", v)
+	}
+	return d, nil
+}
+
+func adminError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": "cproxy: " + msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"cproxy: internal error"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}

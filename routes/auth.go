@@ -1,0 +1,101 @@
+package routes
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// Session is an authenticated sandbox: what a route may know about the
+// caller. It holds no token.
+type Session struct {
+	TokenID string
+	Sandbox string
+	Profile *policy.Profile
+}
+
+// credentialHeaders can carry the sandbox's token; every forwarded request
+// has them all removed before the real credential is set.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "Proxy-Authorization", "Cookie"}
+
+// presentedToken takes the sandbox token from Authorization (Bearer, or the
+// password of Basic, which git sends) or X-Api-Key. Two different tokens in
+// one request are refused: which one counts would be a guess.
+func presentedToken(r *http.Request) (string, error) {
+	var found []string
+	authz := r.Header.Values("Authorization")
+	if len(authz) > 1 {
+		return "", refuse(ErrUnauthorized, "more than one Authorization header")
+	}
+	if len(authz) == 1 {
+		scheme, rest, _ := strings.Cut(authz[0], " ")
+		rest = strings.TrimSpace(rest)
+		switch {
+		case strings.EqualFold(scheme, "Bearer"):
+			found = append(found, rest)
+		case strings.EqualFold(scheme, "Basic"):
+			raw, err := base64.StdEncoding.DecodeString(rest)
+			if err != nil {
+				return "", refuse(ErrUnauthorized, "malformed Basic authorization")
+			}
+			_, pass, _ := strings.Cut(string(raw), ":")
+			found = append(found, pass)
+		default:
+			return "", refuse(ErrUnauthorized, "unsupported authorization scheme: send the sandbox token as a Bearer token")
+		}
+	}
+	keys := r.Header.Values("X-Api-Key")
+	if len(keys) > 1 {
+		return "", refuse(ErrUnauthorized, "more than one X-Api-Key header")
+	}
+	found = append(found, keys...)
+	switch {
+	case len(found) == 0 || found[0] == "":
+		return "", refuse(ErrUnauthorized, "no sandbox token: send it as Authorization: Bearer or X-Api-Key")
+	case len(found) == 2 && found[0] != found[1]:
+		return "", refuse(ErrUnauthorized, "two different credentials in one request")
+	}
+	return found[0], nil
+}
+
+// authenticate turns the request's token into a Session. It runs before
+// anything reads the body or contacts an upstream. A malformed token is
+// refused on its checksum, without a store look-up.
+func (s *Server) authenticate(r *http.Request) (*Session, error) {
+	raw, err := presentedToken(r)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokens.Parse(raw)
+	if err != nil {
+		return nil, refuse(ErrUnauthorized, "malformed sandbox token: get a new one from the harness")
+	}
+	rec, err := s.store.Lookup(r.Context(), tok.Hash())
+	switch {
+	case errors.Is(err, tokens.ErrNotFound):
+		return nil, refuse(ErrUnauthorized, "unknown sandbox token")
+	case errors.Is(err, context.Canceled):
+		return nil, err
+	case err != nil:
+		s.log.Error("token store look-up failed", "err", err)
+		return nil, refuse(ErrUnavailable, "token store unavailable; try again later")
+	}
+	switch err := rec.Check(s.now()); {
+	case errors.Is(err, tokens.ErrRevoked):
+		return nil, refuse(ErrUnauthorized, "sandbox token %s was revoked", rec.ID)
+	case errors.Is(err, tokens.ErrExpired):
+		return nil, refuse(ErrUnauthorized, "sandbox token %s expired at %s", rec.ID, rec.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+	case err != nil:
+		return nil, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
+	}
+	prof, err := s.policy().ProfileFor(rec.Sandbox, rec.Profile)
+	if err != nil {
+		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, refuse(ErrForbidden, "no policy profile for sandbox %s: %v", rec.Sandbox, err)
+	}
+	return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof}, nil
+}

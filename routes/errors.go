@@ -1,0 +1,114 @@
+package routes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// The kinds of refusal a route returns. One function, status, turns each into
+// an HTTP status; each route's writer renders it in its upstream's own error
+// format, so the client shows the message the way it shows the upstream's.
+var (
+	ErrBadRequest   = errors.New("bad request")
+	ErrUnauthorized = errors.New("unauthorized")
+	ErrForbidden    = errors.New("forbidden")
+	ErrNotFound     = errors.New("not found")
+	ErrTooLarge     = errors.New("request too large")
+	ErrUnavailable  = errors.New("unavailable")
+	ErrUpstream     = errors.New("upstream unreachable")
+	ErrTimeout      = errors.New("upstream timed out")
+)
+
+// refusal is an error with a message meant for the client. The message must
+// never hold a credential or token: it is sent and logged as is.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return e.kind }
+
+// refuse builds a refusal; messages start with "cproxy: " so a user can tell
+// cproxy's words from the upstream's.
+func refuse(kind error, format string, args ...any) error {
+	return &refusal{kind: kind, msg: "cproxy: " + fmt.Sprintf(format, args...)}
+}
+
+// status maps an error to its HTTP status and Anthropic error type.
+func status(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, "authentication_error"
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, "permission_error"
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, "not_found_error"
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, "request_too_large"
+	case errors.Is(err, ErrUnavailable):
+		return http.StatusServiceUnavailable, "api_error"
+	case errors.Is(err, ErrUpstream):
+		return http.StatusBadGateway, "api_error"
+	case errors.Is(err, ErrTimeout):
+		return http.StatusGatewayTimeout, "api_error"
+	}
+	return http.StatusInternalServerError, "api_error"
+}
+
+// message is what the client is told. Errors that are not refusals are
+// internal: their text may hold details that are not the client's business.
+func message(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.msg
+	}
+	return "cproxy: internal error"
+}
+
+// anthropicError is the Anthropic API's error shape, fields in its order.
+type anthropicError struct {
+	Type  string             `json:"type"`
+	Error anthropicErrorBody `json:"error"`
+}
+
+type anthropicErrorBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// writeAnthropicError renders err the way api.anthropic.com renders errors,
+// which Claude Code and the SDKs parse and show.
+func writeAnthropicError(w http.ResponseWriter, err error) int {
+	code, typ := status(err)
+	body, _ := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: message(err)}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	// Claude Code and the SDKs retry 5xx answers up to ten times unless
+	// told not to. cproxy's refusals and time-outs do not get better by
+	// retrying; an upstream that could not be reached may.
+	if code != http.StatusBadGateway {
+		h.Set("X-Should-Retry", "false")
+	}
+	w.WriteHeader(code)
+	w.Write(body)
+	return code
+}
+
+// writePlainError is for routes without an upstream format of their own.
+func writePlainError(w http.ResponseWriter, err error) int {
+	code, _ := status(err)
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, message(err))
+	return code
+}

@@ -1,0 +1,259 @@
+package routes
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// modelEndpoints are the only model API calls a sandbox may make: messages,
+// token counting, and the model list Claude Code reads. Batches, files and
+// everything else would escape the policy (and later the budget).
+var modelEndpoints = map[string]struct {
+	method string
+	query  []string // query parameters that pass; any other is refused
+	body   bool     // a JSON body naming a model, checked against the policy
+}{
+	"/v1/messages":              {http.MethodPost, []string{"beta"}, true},
+	"/v1/messages/count_tokens": {http.MethodPost, []string{"beta"}, true},
+	"/v1/models":                {http.MethodGet, []string{"beta", "limit", "before_id", "after_id"}, false},
+}
+
+// oauthBeta is the beta flag the Anthropic API requires on requests
+// authenticated with a Claude OAuth (setup-token) credential.
+const oauthBeta = "oauth-2025-04-20"
+
+func (s *Server) serveModel(a *audit, r *http.Request) {
+	sess, err := s.authenticate(r)
+	a.session = sess
+	if err != nil {
+		a.fail(writeAnthropicError, err)
+		return
+	}
+	t, err := s.checkModel(a, r)
+	if err != nil {
+		a.fail(writeAnthropicError, err)
+		return
+	}
+	s.model.forward(a, r, t, writeAnthropicError)
+}
+
+// checkModel decides a model request and returns where it goes. It reads
+// (and replaces) the body of a POST to learn the model.
+func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
+	// Paths are checked as sent: an encoded byte anywhere (%2F, %2e) means
+	// the client means something other than the plain path, so refuse it.
+	if r.URL.RawPath != "" {
+		return target{}, refuse(ErrForbidden, "non-canonical path %q", r.URL.EscapedPath())
+	}
+	ep, ok := modelEndpoints[r.URL.Path]
+	if !ok || r.Method != ep.method {
+		return target{}, refuse(ErrForbidden, "%s %s is not a model API call cproxy forwards (allowed: POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models); do not retry", r.Method, r.URL.Path)
+	}
+	query, err := allowQuery(r.URL.RawQuery, ep.query)
+	if err != nil {
+		return target{}, err
+	}
+	if s.model.up.Credential.IsZero() {
+		return target{}, refuse(ErrUnavailable, "no Anthropic credential is configured: %s", s.model.up.Missing)
+	}
+	t := target{path: r.URL.Path, query: query}
+	if !ep.body {
+		if r.ContentLength > 0 {
+			return target{}, refuse(ErrBadRequest, "%s %s takes no body", r.Method, r.URL.Path)
+		}
+		r.Body = http.NoBody
+		r.ContentLength = 0
+		return t, nil
+	}
+	body, err := readBody(r, maxModelBody)
+	if err != nil {
+		return target{}, err
+	}
+	model, err := requestModel(body)
+	if err != nil {
+		return target{}, err
+	}
+	a.target = model
+	d := a.session.Profile.Model(model)
+	a.rule = d.Rule
+	if !d.Allow {
+		return target{}, refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, a.session.Sandbox, d.Rule)
+	}
+	return t, nil
+}
+
+// allowQuery keeps the named parameters, in a canonical encoding, and
+// refuses any other: a parameter cproxy does not know is not forwarded.
+func allowQuery(raw string, allowed []string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", refuse(ErrBadRequest, "malformed query string")
+	}
+	for k, vs := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a
+		}
+		if !ok {
+			return "", refuse(ErrForbidden, "query parameter %q is not allowed", clip(k, 64))
+		}
+		if len(vs) != 1 {
+			return "", refuse(ErrBadRequest, "query parameter %q given more than once", k)
+		}
+	}
+	return q.Encode(), nil
+}
+
+// readBody reads a request body of at most limit bytes. It refuses an
+// encoded body: cproxy checks the bytes it sends and cannot check those.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", clip(ce, 32))
+	}
+	if r.ContentLength > limit {
+		return nil, refuse(ErrTooLarge, "request body of %d bytes is over the %d MiB limit", r.ContentLength, limit>>20)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil, r.Context().Err()
+		}
+		return nil, refuse(ErrBadRequest, "reading the request body failed")
+	}
+	if int64(len(b)) > limit {
+		return nil, refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.ContentLength = int64(len(b))
+	r.Header.Del("Transfer-Encoding")
+	return b, nil
+}
+
+// requestModel finds the top-level "model" of a JSON request body. It
+// matches the key exactly (encoding/json would also take "MODEL") and
+// refuses a body that names it twice, since the upstream's parser, not
+// ours, would choose which one counts.
+func requestModel(body []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", refuse(ErrBadRequest, "the request body is not a JSON object")
+	}
+	var model string
+	seen := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", refuse(ErrBadRequest, "the request body is not valid JSON")
+		}
+		key, _ := tok.(string)
+		if key != "model" {
+			if err := skipValue(dec); err != nil {
+				return "", refuse(ErrBadRequest, "the request body is not valid JSON")
+			}
+			continue
+		}
+		if seen {
+			return "", refuse(ErrBadRequest, "the request body names \"model\" twice")
+		}
+		seen = true
+		if err := dec.Decode(&model); err != nil {
+			return "", refuse(ErrBadRequest, "\"model\" must be a string")
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return "", refuse(ErrBadRequest, "the request body is not valid JSON")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "", refuse(ErrBadRequest, "the request body has data after its JSON object")
+	}
+	if model == "" {
+		return "", refuse(ErrBadRequest, "the request body names no model")
+	}
+	return model, nil
+}
+
+// skipValue consumes one JSON value without keeping it.
+func skipValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// setAnthropicCredential returns the function that puts the real credential
+// on a forwarded request, per the upstream's auth mode.
+func setAnthropicCredential(up Upstream) func(http.Header) {
+	if up.Auth == "oauth" {
+		return func(h http.Header) {
+			h.Set("Authorization", "Bearer "+up.Credential.Reveal())
+			h.Set("Anthropic-Beta", mergeBeta(h.Values("Anthropic-Beta"), oauthBeta))
+		}
+	}
+	return func(h http.Header) {
+		h.Set("X-Api-Key", up.Credential.Reveal())
+		// A client set up for a subscription sends the OAuth beta flag;
+		// with an API key upstream it would be a lie about the credential.
+		if vs := h.Values("Anthropic-Beta"); len(vs) > 0 {
+			if rest := withoutBeta(vs, oauthBeta); rest == "" {
+				h.Del("Anthropic-Beta")
+			} else {
+				h.Set("Anthropic-Beta", rest)
+			}
+		}
+	}
+}
+
+// withoutBeta drops flag from the comma-separated anthropic-beta values.
+func withoutBeta(values []string, flag string) string {
+	var keep []string
+	for _, f := range betaFlags(values) {
+		if f != flag {
+			keep = append(keep, f)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
+func betaFlags(values []string) []string {
+	var flags []string
+	for _, v := range values {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				flags = append(flags, f)
+			}
+		}
+	}
+	return flags
+}
+
+// mergeBeta adds flag to the comma-separated anthropic-beta values unless it
+// is there already, keeping the client's flags and their order.
+func mergeBeta(values []string, flag string) string {
+	flags := betaFlags(values)
+	for _, f := range flags {
+		if f == flag {
+			return strings.Join(flags, ",")
+		}
+	}
+	return strings.Join(append(flags, flag), ",")
+}

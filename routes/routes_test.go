@@ -1,0 +1,563 @@
+package routes
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+const (
+	canaryKey   = "sk-ant-api03-CANARYroutes0123456789abcdefghijklmnopqrstuvwxyz"
+	canaryOAuth = "sk-ant-oat01-CANARYroutes0123456789abcdefghijklmnopqrstuvwxyz"
+)
+
+// syncBuffer collects log output from concurrent handlers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type env struct {
+	t     *testing.T
+	fake  *fakes.Anthropic
+	srv   *Server
+	proxy *httptest.Server
+	admin *httptest.Server
+	logs  *syncBuffer
+}
+
+type envOpt func(*Options)
+
+func newEnv(t *testing.T, opts ...envOpt) *env {
+	t.Helper()
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryKey, OAuthToken: canaryOAuth})
+	t.Cleanup(fake.Close)
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	u, _ := url.Parse(fake.URL)
+	logs := &syncBuffer{}
+	o := Options{
+		Store:     store,
+		Policy:    policy.DefaultPolicy(),
+		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key", HeaderTimeout: 10 * time.Second},
+		Logger:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	srv := New(o)
+	e := &env{t: t, fake: fake, srv: srv, logs: logs}
+	e.proxy = httptest.NewServer(srv.ProxyHandler())
+	e.admin = httptest.NewServer(srv.AdminHandler())
+	t.Cleanup(func() {
+		e.proxy.Close()
+		e.admin.Close()
+		srv.Close()
+		for _, c := range []string{canaryKey, canaryOAuth} {
+			if strings.Contains(logs.String(), c) {
+				t.Errorf("a log line holds the real credential")
+			}
+		}
+		if strings.Contains(logs.String(), "cpx_") {
+			t.Errorf("a log line holds a sandbox token:\n%s", logs.String())
+		}
+	})
+	return e
+}
+
+func (e *env) token(sandbox string, query ...string) string {
+	e.t.Helper()
+	q := "sandbox=" + sandbox
+	for _, x := range query {
+		q += "&" + x
+	}
+	resp, err := http.Post(e.admin.URL+"/tokens?"+q, "", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out TokenCreated
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != http.StatusCreated || out.Token == "" {
+		e.t.Fatalf("POST /tokens?%s: %s", q, resp.Status)
+	}
+	return out.Token
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (e *env) do(method, path string, header map[string]string, body string) reply {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.proxy.URL+path, strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, c := range []string{canaryKey, canaryOAuth} {
+		if strings.Contains(string(b), c) {
+			e.t.Fatalf("a response holds the real credential")
+		}
+	}
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func bearer(tok string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}
+}
+
+const hello = `{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+
+func errorType(t *testing.T, r reply) (string, string) {
+	t.Helper()
+	var e struct {
+		Type  string `json:"type"`
+		Error struct{ Type, Message string }
+	}
+	if err := json.Unmarshal([]byte(r.body), &e); err != nil || e.Type != "error" {
+		t.Fatalf("not an Anthropic error (%d): %q", r.status, r.body)
+	}
+	return e.Error.Type, e.Error.Message
+}
+
+func TestModelRequestSwapsTheCredential(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token("conv-42")
+	for _, h := range []map[string]string{bearer(tok), {"X-Api-Key": tok}} {
+		h["anthropic-version"] = "2023-06-01"
+		h["anthropic-version"] = "2023-06-01"
+		h["anthropic-beta"] = "prompt-caching-2024-07-31"
+		h["X-Forwarded-For"] = "6.6.6.6"
+		r := e.do("POST", "/v1/messages?beta=true", h, hello)
+		if r.status != 200 || !strings.Contains(r.body, fakes.DefaultReply) {
+			t.Fatalf("got %d %s", r.status, r.body)
+		}
+		if r.header.Get("anthropic-ratelimit-requests-limit") == "" {
+			t.Error("anthropic-ratelimit-* response headers did not pass")
+		}
+	}
+	reqs := e.fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("upstream got %d requests", len(reqs))
+	}
+	for _, r := range reqs {
+		if r.Header.Get("X-Api-Key") != canaryKey || r.Header.Get("Authorization") != "" {
+			t.Errorf("upstream credential headers: x-api-key set=%v authorization=%q", r.Header.Get("X-Api-Key") != "", r.Header.Get("Authorization"))
+		}
+		if r.Header.Get("Anthropic-Version") != "2023-06-01" || r.Header.Get("Anthropic-Beta") != "prompt-caching-2024-07-31" {
+			t.Errorf("anthropic headers changed: %v", r.Header)
+		}
+		if r.Header.Get("X-Forwarded-For") != "" {
+			t.Error("X-Forwarded-For from the client was forwarded")
+		}
+		if r.Path != "/v1/messages" || r.RawQuery != "beta=true" || string(r.Body) != hello {
+			t.Errorf("upstream got %s?%s %q", r.Path, r.RawQuery, r.Body)
+		}
+	}
+}
+
+func TestOAuthUpstream(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Anthropic.Credential = secrets.New(canaryOAuth)
+		o.Anthropic.Auth = "oauth"
+	})
+	tok := e.token("conv-1")
+	h := bearer(tok)
+	h["anthropic-beta"] = "claude-code-20250219, interleaved-thinking-2025-05-14"
+	if r := e.do("POST", "/v1/messages", h, hello); r.status != 200 {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	r := e.fake.Requests()[0]
+	if r.Header.Get("Authorization") != "Bearer "+canaryOAuth || r.Header.Get("X-Api-Key") != "" {
+		t.Error("upstream did not get the OAuth bearer alone")
+	}
+	if got := r.Header.Get("Anthropic-Beta"); got != "claude-code-20250219,interleaved-thinking-2025-05-14,oauth-2025-04-20" {
+		t.Errorf("anthropic-beta = %q", got)
+	}
+}
+
+func TestAPIKeyUpstreamDropsOAuthBeta(t *testing.T) {
+	e := newEnv(t)
+	h := bearer(e.token("conv-1"))
+	h["anthropic-beta"] = "oauth-2025-04-20"
+	if r := e.do("POST", "/v1/messages", h, hello); r.status != 200 {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if got := e.fake.Requests()[0].Header.Values("Anthropic-Beta"); len(got) != 0 {
+		t.Errorf("anthropic-beta = %q", got)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token("conv-1")
+	other := e.token("conv-2")
+	fake, _ := tokens.New() // well-formed, never stored
+	bad := tok[:len(tok)-1] + map[bool]string{true: "A", false: "B"}[tok[len(tok)-1] != 'A']
+	tests := []struct {
+		name   string
+		header map[string]string
+		want   string
+	}{
+		{"none", nil, "no sandbox token"},
+		{"bad checksum", bearer(bad), "malformed"},
+		{"unknown", bearer(fake.Reveal()), "unknown sandbox token"},
+		{"real credential is not a token", bearer(canaryKey), "malformed"},
+		{"two different tokens", map[string]string{"Authorization": "Bearer " + tok, "X-Api-Key": other}, "two different"},
+		{"unsupported scheme", map[string]string{"Authorization": "Digest " + tok}, "unsupported"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v1/messages", tc.header, hello)
+			typ, msg := errorType(t, r)
+			if r.status != 401 || typ != "authentication_error" || !strings.Contains(msg, tc.want) {
+				t.Fatalf("got %d %s %q", r.status, typ, msg)
+			}
+			if strings.Contains(r.body, tok) || strings.Contains(r.body, "cpx_") {
+				t.Fatal("the error echoes a token")
+			}
+		})
+	}
+	basic := map[string]string{"Authorization": "Basic " + b64("x-access-token:"+tok), "Anthropic-Version": "2023-06-01"}
+	if r := e.do("POST", "/v1/messages", basic, hello); r.status != 200 {
+		t.Errorf("Basic password: got %d %s", r.status, r.body)
+	}
+	if n := len(e.fake.Requests()); n != 1 {
+		t.Errorf("upstream got %d requests; refused ones must not reach it", n)
+	}
+}
+
+func b64(s string) string {
+	return base64Std(s)
+}
+
+func TestRevocationIsImmediate(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token("conv-1")
+	keep := e.token("conv-2")
+	if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 200 {
+		t.Fatalf("before revocation: %d", r.status)
+	}
+	req, _ := http.NewRequest("DELETE", e.admin.URL+"/tokens?sandbox=conv-1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 204 {
+		t.Fatalf("DELETE: %v %v", err, resp.Status)
+	}
+	r := e.do("POST", "/v1/messages", bearer(tok), hello)
+	if _, msg := errorType(t, r); r.status != 401 || !strings.Contains(msg, "revoked") {
+		t.Fatalf("after revocation: %d %s", r.status, msg)
+	}
+	if r := e.do("POST", "/v1/messages", bearer(keep), hello); r.status != 200 {
+		t.Fatalf("another sandbox's token: %d", r.status)
+	}
+}
+
+func TestExpiredToken(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, func(o *Options) { o.Now = func() time.Time { return now } })
+	tok := e.token("conv-1", "ttl=1m")
+	now = now.Add(2 * time.Minute)
+	r := e.do("POST", "/v1/messages", bearer(tok), hello)
+	if _, msg := errorType(t, r); r.status != 401 || !strings.Contains(msg, "expired") {
+		t.Fatalf("got %d %s", r.status, msg)
+	}
+}
+
+func TestRefusedWithoutForwarding(t *testing.T) {
+	pol := mustPolicy(t, `
+[profile.web]
+models = ["claude-sonnet-*"]
+
+[[sandbox]]
+match = "conv-*"
+profile = "web"
+`)
+	e := newEnv(t, func(o *Options) { o.Policy = pol })
+	h := bearer(e.token("conv-42"))
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"model not allowed", "POST", "/v1/messages", `{"model":"claude-opus-4-1","max_tokens":1,"messages":[]}`, 403, "model claude-opus-4-1 is not allowed for sandbox conv-42"},
+		{"count_tokens checks the model too", "POST", "/v1/messages/count_tokens", `{"model":"claude-opus-4-1","messages":[]}`, 403, "not allowed"},
+		{"batches", "POST", "/v1/messages/batches", hello, 403, "not a model API call"},
+		{"files", "GET", "/v1/files", "", 403, "not a model API call"},
+		{"legacy complete", "POST", "/v1/complete", hello, 403, "not a model API call"},
+		{"wrong method", "GET", "/v1/messages", "", 403, "not a model API call"},
+		{"dot segments", "POST", "/v1/messages/../models", hello, 403, "not a model API call"},
+		{"encoded slash", "POST", "/v1/messages%2fcount_tokens", hello, 403, "non-canonical"},
+		{"encoded dot", "POST", "/v1/%2e%2e/v1/messages", hello, 403, "non-canonical"},
+		{"trailing slash", "POST", "/v1/messages/", hello, 403, "not a model API call"},
+		{"double slash", "POST", "/v1//messages", hello, 403, "not a model API call"},
+		{"case", "POST", "/V1/Messages", hello, 403, "no such route"},
+		{"unknown query", "POST", "/v1/messages?beta=true&evil=1", hello, 403, `query parameter \"evil\"`},
+		{"repeated query", "POST", "/v1/messages?beta=true&beta=false", hello, 400, "more than once"},
+		{"duplicate model key", "POST", "/v1/messages", `{"model":"claude-sonnet-4-5","model":"claude-opus-4-1","max_tokens":1,"messages":[]}`, 400, "twice"},
+		{"model key case", "POST", "/v1/messages", `{"MODEL":"claude-sonnet-4-5","max_tokens":1,"messages":[]}`, 400, "no model"},
+		{"not JSON", "POST", "/v1/messages", `model=claude`, 400, "not a JSON object"},
+		{"trailing data", "POST", "/v1/messages", hello + `{}`, 400, "after its JSON"},
+		{"model not a string", "POST", "/v1/messages", `{"model":["claude-sonnet-4-5"]}`, 400, "must be a string"},
+		{"models with a body", "GET", "/v1/models", "x", 400, "takes no body"},
+		{"other route", "GET", "/tokens", "", 403, "no such route"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, h, tc.body)
+			if r.status != tc.status || !strings.Contains(r.body, tc.want) {
+				t.Fatalf("got %d %s", r.status, r.body)
+			}
+		})
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("upstream got %d requests", n)
+	}
+	if r := e.do("POST", "/v1/messages", h, hello); r.status != 200 {
+		t.Fatalf("allowed model: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/v1/models?limit=5", h, ""); r.status != 200 {
+		t.Fatalf("models: %d %s", r.status, r.body)
+	}
+}
+
+func TestCompressedBodyRefused(t *testing.T) {
+	e := newEnv(t)
+	h := bearer(e.token("conv-1"))
+	h["Content-Encoding"] = "gzip"
+	r := e.do("POST", "/v1/messages", h, hello)
+	if r.status != 400 || !strings.Contains(r.body, "Content-Encoding") {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	e := newEnv(t)
+	h := bearer(e.token("conv-1"))
+	big := `{"model":"claude-sonnet-4-5","pad":"` + strings.Repeat("x", maxModelBody) + `"}`
+	r := e.do("POST", "/v1/messages", h, big)
+	if typ, _ := errorType(t, r); r.status != 413 || typ != "request_too_large" {
+		t.Fatalf("got %d %s", r.status, typ)
+	}
+	// Without a Content-Length the limit holds too.
+	pr, pw := io.Pipe()
+	go func() { pw.Write([]byte(big)); pw.Close() }()
+	req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", pr)
+	req.Header.Set("Authorization", h["Authorization"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 || resp.Request.ContentLength != -1 && resp.Request.ContentLength != 0 {
+		t.Fatalf("chunked: got %d", resp.StatusCode)
+	}
+}
+
+func TestUnauthenticatedBodyIsNotRead(t *testing.T) {
+	e := newEnv(t)
+	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Expect: 100-continue with a bad token: the answer is 401 and no
+	// 100 Continue, so a client never sends the body.
+	fmt.Fprintf(conn, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cpx_bad\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 401 {
+		t.Fatalf("got %d, want 401 before any 100 Continue", resp.StatusCode)
+	}
+}
+
+func TestAbsoluteFormRefused(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token("conv-1")
+	conn, err := net.Dial("tcp", e.proxy.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST http://evil.example/v1/messages HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", tok, len(hello), hello)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 403 {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("forwarded")
+	}
+}
+
+func TestStreamingPassesEventByEvent(t *testing.T) {
+	e := newEnv(t)
+	gate := e.fake.StallStreams(3)
+	defer gate.Release()
+	body := strings.Replace(hello, `"max_tokens":64`, `"max_tokens":64,"stream":true`, 1)
+	req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.token("conv-1"))
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" && ct != "text/event-stream" {
+		t.Fatalf("content-type %q", ct)
+	}
+	// The first events arrive while the upstream is still holding the rest:
+	// nothing is buffered.
+	sc := bufio.NewScanner(resp.Body)
+	if !sc.Scan() || sc.Text() != "event: message_start" {
+		t.Fatalf("first line %q", sc.Text())
+	}
+	gate.Release()
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), "event: message_stop") {
+		t.Fatalf("stream did not finish: %s", rest)
+	}
+}
+
+func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	e := newEnv(t)
+	gate := e.fake.HoldHeaders()
+	defer gate.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.proxy.URL+"/v1/messages", strings.NewReader(hello))
+	req.Header.Set("Authorization", "Bearer "+e.token("conv-1"))
+	done := make(chan error)
+	go func() {
+		_, err := http.DefaultClient.Do(req)
+		done <- err
+	}()
+	<-gate.Reached()
+	cancel()
+	<-done
+	// The fake's handler sees its request context end once cproxy cancels
+	// the upstream request; Close waits for every handler.
+	closed := make(chan struct{})
+	go func() { e.fake.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	t.Run("no headers in time", func(t *testing.T) {
+		e := newEnv(t, func(o *Options) { o.Anthropic.HeaderTimeout = 200 * time.Millisecond })
+		gate := e.fake.HoldHeaders()
+		defer gate.Release()
+		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
+		if _, msg := errorType(t, r); r.status != 504 || !strings.Contains(msg, "no response within") {
+			t.Fatalf("got %d %s", r.status, msg)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		addr := ln.Addr().String()
+		ln.Close()
+		e := newEnv(t, func(o *Options) { o.Anthropic.URL = &url.URL{Scheme: "http", Host: addr} })
+		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
+		if _, msg := errorType(t, r); r.status != 502 || !strings.Contains(msg, "could not be reached") {
+			t.Fatalf("got %d %s", r.status, msg)
+		}
+	})
+	t.Run("upstream errors pass unchanged", func(t *testing.T) {
+		e := newEnv(t, func(o *Options) { o.Anthropic.Credential = secrets.New("sk-ant-wrong") })
+		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
+		if _, msg := errorType(t, r); r.status != 401 || strings.Contains(msg, "cproxy") {
+			t.Fatalf("got %d %s", r.status, msg)
+		}
+	})
+	t.Run("no credential configured", func(t *testing.T) {
+		e := newEnv(t, func(o *Options) {
+			o.Anthropic.Credential = secrets.Secret{}
+			o.Anthropic.Missing = "set ANTHROPIC_API_KEY and restart cproxy"
+		})
+		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
+		if _, msg := errorType(t, r); r.status != 503 || !strings.Contains(msg, "ANTHROPIC_API_KEY") {
+			t.Fatalf("got %d %s", r.status, msg)
+		}
+	})
+}
+
+func TestAuditLine(t *testing.T) {
+	e := newEnv(t)
+	h := bearer(e.token("conv-7"))
+	h["X-Claude-Code-Session-Id"] = "sess-123"
+	e.do("POST", "/v1/messages", h, hello)
+	var line map[string]any
+	for l := range strings.SplitSeq(strings.TrimSpace(e.logs.String()), "\n") {
+		line = nil
+		json.Unmarshal([]byte(l), &line)
+	}
+	want := map[string]any{"msg": "request", "route": "model", "sandbox": "conv-7", "session_id": "sess-123", "target": "claude-sonnet-4-5", "status": float64(200)}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("%s = %v, want %v (line %v)", k, line[k], v, line)
+		}
+	}
+	if id, _ := line["token_id"].(string); !strings.HasPrefix(id, "tok_") {
+		t.Errorf("token_id = %v", line["token_id"])
+	}
+}
+
+func mustPolicy(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.toml")
+	if err := writeFile(path, src); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.LoadPolicy(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

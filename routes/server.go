@@ -1,0 +1,111 @@
+// Package routes is cproxy's HTTP surface: the proxy listener's mux and
+// routes (authenticate, decide, forward, audit) and the admin API.
+package routes
+
+import (
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// Limits. A model request carries the whole conversation, so the body limit
+// is large; it matches the Anthropic API's own request size limit.
+const (
+	maxModelBody = 32 << 20
+	// DefaultTokenTTL is how long a token lives when the harness names no ttl.
+	DefaultTokenTTL = 24 * time.Hour
+	// maxTokenTTL bounds ttl=: a token is meant to die with its sandbox.
+	maxTokenTTL = 366 * 24 * time.Hour
+)
+
+// Upstream is one real service cproxy forwards to.
+type Upstream struct {
+	// URL is the base URL; request paths are appended to its path.
+	URL *url.URL
+	// Credential is the real credential; zero means none is configured.
+	Credential secrets.Secret
+	// Missing, when Credential is zero, says what to set; requests that need
+	// the credential are answered with it instead of being forwarded.
+	Missing string
+	// Auth is how the credential is sent: "api-key" or "oauth" (Anthropic).
+	Auth string
+	// HeaderTimeout bounds the wait for response headers; zero means none.
+	HeaderTimeout time.Duration
+}
+
+// Options configure a Server. Store, Policy and Anthropic are required.
+type Options struct {
+	Store     tokens.Store
+	Policy    *policy.Policy
+	Anthropic Upstream
+	// Logger receives one audit line per request; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server holds what the listeners share.
+type Server struct {
+	store tokens.Store
+	pol   atomic.Pointer[policy.Policy]
+	log   *slog.Logger
+	now   func() time.Time
+	model *forwarder
+}
+
+// New builds a Server.
+func New(o Options) *Server {
+	s := &Server{store: o.Store, log: o.Logger, now: o.Now}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.pol.Store(o.Policy)
+	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic))
+	return s
+}
+
+// SetPolicy replaces the policy; requests already past their decision keep
+// the profile they were decided with.
+func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
+
+func (s *Server) policy() *policy.Policy { return s.pol.Load() }
+
+// Close releases idle upstream connections.
+func (s *Server) Close() { s.model.transport.CloseIdleConnections() }
+
+// ProxyHandler serves the sandboxes. It knows a fixed set of route prefixes;
+// anything else is refused without being forwarded.
+func (s *Server) ProxyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := s.startAudit(w, r)
+		defer rec.finish()
+		// Only origin-form request targets: an absolute URI naming another
+		// host, or "*", is not a request for one of cproxy's routes.
+		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.Host != "" {
+			rec.route = "none"
+			rec.fail(writePlainError, refuse(ErrForbidden, "only requests for cproxy's own routes are served"))
+			return
+		}
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/v1/"):
+			rec.route = "model"
+			s.serveModel(rec, r)
+		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
+			rec.route = strings.Split(r.URL.Path, "/")[1]
+			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route is not available in this version of cproxy", rec.route))
+		default:
+			rec.route = "none"
+			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/"))
+		}
+	})
+}
