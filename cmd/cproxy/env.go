@@ -120,4 +120,3 @@ func sandboxEnv(c *cli.Context) (helpers.Env, error) {
 	}
 	return env, nil
 }
-

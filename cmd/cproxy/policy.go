@@ -58,4 +58,3 @@ func policyCommand() *cli.Command {
 		}},
 	}
 }
-
