@@ -32,6 +32,7 @@ type Config struct {
 	Rules *Policy `toml:"-"`
 
 	explicit map[string]bool // dotted keys the file sets
+	ix       *index          // where each key is in the file, for ProblemAt
 }
 
 // Listen is where cproxy listens and how it is reached.
@@ -174,6 +175,19 @@ func (c *Config) Validate() error {
 	return &d.probs
 }
 
+// ProblemAt makes a Problem about key's value (a dotted name such as
+// "upstream.anthropic.credential"), placed where the file sets it; without a
+// position when the value is a default or came from a flag. For problems found
+// after loading, such as a credential that cannot be read.
+func (c *Config) ProblemAt(key, format string, args ...any) Problem {
+	p := Problem{Message: key + ": " + fmt.Sprintf(format, args...)}
+	if c.ix != nil && c.Explicit(key) {
+		p.File = c.Path
+		p.Line, p.Col = c.ix.find(keyPath(strings.Split(key, ".")...), false)
+	}
+	return p
+}
+
 // Explicit reports whether the config file set key, a dotted name such as
 // "upstream.anthropic.credential"; false for every key of Default().
 func (c *Config) Explicit(key string) bool { return c.explicit[key] }
@@ -205,6 +219,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	d.decode(reflect.ValueOf(c).Elem(), tree, nil)
 	c.Path = file
 	c.explicit = d.named
+	c.ix = ix
 	c.validate(d)
 
 	dir := filepath.Dir(file)

@@ -141,8 +141,7 @@ func loadCredentials(cfg *policy.Config, log *slog.Logger) (routes.Upstream, err
 	case err == nil:
 		up.Credential = cred
 	case cfg.Explicit("upstream.anthropic.credential"):
-		return routes.Upstream{}, fail("fix the credential or point upstream.anthropic.credential at another source",
-			"upstream.anthropic.credential: %v", err)
+		return routes.Upstream{}, credentialError(cfg, "upstream.anthropic.credential", err)
 	default:
 		up.Missing = fmt.Sprintf("the operator must set %s (or upstream.anthropic.credential in the config) and restart cproxy", strings.TrimPrefix(a.Credential, "env:"))
 		log.Warn("no Anthropic credential: model requests will be refused until it is set", "source", a.Credential, "err", err)
@@ -157,10 +156,17 @@ func loadCredentials(cfg *policy.Config, log *slog.Logger) (routes.Upstream, err
 			continue
 		}
 		if _, err := secrets.Source(src).Load(); err != nil {
-			return routes.Upstream{}, fail("", "%s: %v", key, err)
+			return routes.Upstream{}, credentialError(cfg, key, err)
 		}
 	}
 	return up, nil
+}
+
+// credentialError reports a credential that cannot be loaded at the config
+// line that names it.
+func credentialError(cfg *policy.Config, key string, err error) error {
+	p := cfg.ProblemAt(key, "%v", err)
+	return &userError{msg: p.String(), hint: "fix the credential, or point " + key + " at another source", code: 1}
 }
 
 func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
