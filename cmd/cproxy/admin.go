@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 )
 
@@ -20,6 +22,28 @@ const adminResponseLimit = 16 << 20
 
 func adminFlag() cli.Flag {
 	return &cli.StringFlag{Name: "admin", Usage: "admin API `URL` (default: from --config, else http://127.0.0.1:9001)", EnvVars: []string{"CPROXY_ADMIN_URL"}}
+}
+
+// listening returns the addresses a config's cproxy serve listens on: the
+// configured ones, or for port 0 the ones it wrote to its ready file.
+func listening(cfg *policy.Config) (proxy, admin string, err error) {
+	proxy, admin = cfg.Listen.Proxy, cfg.Listen.Admin
+	if !strings.HasSuffix(proxy, ":0") && !strings.HasSuffix(admin, ":0") {
+		return proxy, admin, nil
+	}
+	if cfg.Listen.ReadyFile == "" {
+		return "", "", fail("set listen.ready_file so cproxy can read the ports serve picked, or pass --admin and --proxy-url",
+			"%s: a listener on port 0 has no fixed address", cfg.Path)
+	}
+	b, err := os.ReadFile(cfg.Listen.ReadyFile)
+	if err != nil {
+		return "", "", fail("is cproxy serve running with this config?", "%s: listener addresses: %v", cfg.Path, err)
+	}
+	var r readyInfo
+	if err := json.Unmarshal(b, &r); err != nil || r.Proxy == "" || r.Admin == "" {
+		return "", "", fail("", "%s: not a cproxy ready file", cfg.Listen.ReadyFile)
+	}
+	return r.Proxy, r.Admin, nil
 }
 
 // adminClient talks to a running cproxy's admin listener.
@@ -39,7 +63,9 @@ func newAdminClient(c *cli.Context) (*adminClient, error) {
 			if err != nil {
 				return nil, err
 			}
-			addr = cfg.Listen.Admin
+			if _, addr, err = listening(cfg); err != nil {
+				return nil, err
+			}
 		}
 		base = "http://" + addr
 	}

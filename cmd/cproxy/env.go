@@ -91,7 +91,11 @@ func sandboxEnv(c *cli.Context) (helpers.Env, error) {
 			}
 			proxyURL = cfg.Listen.PublicURL
 			if proxyURL == "" {
-				proxyURL = "http://" + cfg.Listen.Proxy
+				addr, _, err := listening(cfg)
+				if err != nil {
+					return nil, err
+				}
+				proxyURL = "http://" + addr
 			}
 		}
 	}
