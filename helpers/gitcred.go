@@ -32,7 +32,10 @@ func GitCredential(op string, in io.Reader, out io.Writer, getenv func(string) s
 		_, _ = io.Copy(io.Discard, io.LimitReader(in, credentialInputLimit))
 		return nil
 	default:
-		return fmt.Errorf("unknown operation %q: git calls this helper with get, store or erase", op)
+		// gitcredentials(7): a helper silently ignores operations it does
+		// not know, so a newer git can add some.
+		_, _ = io.Copy(io.Discard, io.LimitReader(in, credentialInputLimit))
+		return nil
 	}
 	attrs, err := readCredentialAttrs(io.LimitReader(in, credentialInputLimit))
 	if err != nil {

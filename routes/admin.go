@@ -47,6 +47,15 @@ func (s *Server) AdminHandler() http.Handler {
 			return
 		}
 		h, pattern := mux.Handler(r)
+		if pattern == "" && (r.URL.Path == "/tokens" || r.URL.Path == "/healthz") {
+			allow := "GET"
+			if r.URL.Path == "/tokens" {
+				allow = "GET, POST, DELETE"
+			}
+			w.Header().Set("Allow", allow)
+			adminError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
+			return
+		}
 		if pattern == "" {
 			// ServeMux would answer 404 or 405 in plain text; the harness
 			// gets JSON like every other answer.

@@ -65,7 +65,9 @@ func presentedToken(r *http.Request) (string, error) {
 
 // authenticate turns the request's token into a Session. It runs before
 // anything reads the body or contacts an upstream. A malformed token is
-// refused on its checksum, without a store look-up.
+// refused on its checksum, without a store look-up. A refusal may still come
+// with a Session (a revoked token's sandbox) for the audit line; it grants
+// nothing.
 func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	raw, err := presentedToken(r)
 	if err != nil {
@@ -85,13 +87,16 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 		s.log.Error("token store look-up failed", "err", err)
 		return nil, refuse(ErrUnavailable, "token store unavailable; try again later")
 	}
+	// A revoked or expired token still names its sandbox: the audit line of
+	// the refused request says whose it was.
+	known := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}
 	switch err := rec.Check(s.now()); {
 	case errors.Is(err, tokens.ErrRevoked):
-		return nil, refuse(ErrUnauthorized, "sandbox token %s was revoked", rec.ID)
+		return known, refuse(ErrUnauthorized, "sandbox token %s was revoked", rec.ID)
 	case errors.Is(err, tokens.ErrExpired):
-		return nil, refuse(ErrUnauthorized, "sandbox token %s expired at %s", rec.ID, rec.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+		return known, refuse(ErrUnauthorized, "sandbox token %s expired at %s", rec.ID, rec.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
 	case err != nil:
-		return nil, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
+		return known, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
 	}
 	prof, err := s.policy().ProfileFor(rec.Sandbox, rec.Profile)
 	if err != nil {

@@ -38,4 +38,3 @@ func BenchmarkRequestModel(b *testing.B) {
 		}
 	}
 }
-

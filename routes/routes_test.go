@@ -533,10 +533,14 @@ func TestAuditLine(t *testing.T) {
 	h := bearer(e.token("conv-7"))
 	h["X-Claude-Code-Session-Id"] = "sess-123"
 	e.do("POST", "/v1/messages", h, hello)
+	// The audit line is written once the handler returns, which may be just
+	// after the client has the whole response.
 	var line map[string]any
-	for l := range strings.SplitSeq(strings.TrimSpace(e.logs.String()), "\n") {
-		line = nil
-		json.Unmarshal([]byte(l), &line)
+	for deadline := time.Now().Add(10 * time.Second); line["msg"] != "request" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for l := range strings.SplitSeq(strings.TrimSpace(e.logs.String()), "\n") {
+			line = nil
+			json.Unmarshal([]byte(l), &line)
+		}
 	}
 	want := map[string]any{"msg": "request", "route": "model", "sandbox": "conv-7", "session_id": "sess-123", "target": "claude-sonnet-4-5", "status": float64(200)}
 	for k, v := range want {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // adminResponseLimit bounds what cproxy reads back from the admin API.
@@ -141,8 +142,26 @@ func (a *adminClient) list(sandbox string) ([]routes.TokenInfo, error) {
 	return out.Tokens, err
 }
 
-func sandboxFlag(required bool) cli.Flag {
-	return &cli.StringFlag{Name: "sandbox", Aliases: []string{"s"}, Usage: "sandbox `ID`", Required: required}
+func sandboxFlag() cli.Flag {
+	return &cli.StringFlag{Name: "sandbox", Aliases: []string{"s"}, Usage: "sandbox `ID`"}
+}
+
+// sandboxIDRule is the hint for an invalid sandbox id.
+const sandboxIDRule = "ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit"
+
+// sandboxArg returns --sandbox, checked here rather than by the admin API
+// so a typo is refused even when serve is down. The flag is not marked
+// Required: urfave/cli would print the command's help on stdout, which is
+// for data.
+func sandboxArg(c *cli.Context, required bool) (string, error) {
+	id := c.String("sandbox")
+	switch {
+	case id == "" && required:
+		return "", fail("pass --sandbox ID", "no sandbox")
+	case id != "" && !tokens.ValidSandboxID(id):
+		return "", fail(sandboxIDRule, "invalid sandbox id %q", id)
+	}
+	return id, nil
 }
 
 func noArgs(c *cli.Context) error {

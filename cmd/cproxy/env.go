@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"net/url"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/helpers"
@@ -11,7 +14,7 @@ import (
 // and how the sandbox reaches cproxy.
 func sandboxEnvFlags() []cli.Flag {
 	return []cli.Flag{
-		sandboxFlag(false),
+		sandboxFlag(),
 		&cli.StringFlag{Name: "token", Usage: "use this sandbox `TOKEN` instead of minting one"},
 		&cli.StringFlag{Name: "profile", Usage: "policy `PROFILE` for a minted token"},
 		&cli.StringFlag{Name: "ttl", Usage: "lifetime of a minted token, e.g. 90m, 24h, 7d (default 24h)"},
@@ -80,7 +83,7 @@ func sandboxEnv(c *cli.Context) (helpers.Env, error) {
 			return nil, fail("copy the whole token, as POST /tokens or cproxy token create printed it", "--token is not a cproxy sandbox token")
 		}
 	case !tokens.ValidSandboxID(sandbox):
-		return nil, fail("ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", "invalid sandbox id %q", sandbox)
+		return nil, fail(sandboxIDRule, "invalid sandbox id %q", sandbox)
 	}
 	proxyURL := c.String("proxy-url")
 	if proxyURL == "" {
@@ -101,6 +104,16 @@ func sandboxEnv(c *cli.Context) (helpers.Env, error) {
 	}
 	if proxyURL == "" {
 		return nil, fail("pass --proxy-url (or set CPROXY_URL, or --config with listen.public_url)", "where do sandboxes reach cproxy?")
+	}
+	// Check what the sandbox will get before minting: a token minted for
+	// output that is then refused would stay live, unused, for its ttl.
+	if u, err := url.Parse(proxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fail("use cproxy's address as the sandbox reaches it, such as http://10.20.30.4:8080", "invalid proxy URL %q", proxyURL)
+	}
+	if auth := c.String("claude-auth"); auth != helpers.ClaudeAuthToken && auth != helpers.ClaudeAuthOAuth {
+		return nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", helpers.ClaudeAuthToken, helpers.ClaudeAuthOAuth),
+			"unknown --claude-auth %q", auth)
 	}
 	if token == "" {
 		admin, err := newAdminClient(c)

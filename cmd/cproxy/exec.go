@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,13 +23,14 @@ func execCommand() *cli.Command {
 			if len(args) == 0 {
 				return fail("cproxy exec --sandbox ID -- CMD ARGS...", "no command to run")
 			}
+			// Find the command before minting a token it would never use.
+			path, err := exec.LookPath(args[0])
+			if err != nil {
+				return lookPathError(args[0], err)
+			}
 			env, err := sandboxEnv(c)
 			if err != nil {
 				return err
-			}
-			path, err := exec.LookPath(args[0])
-			if err != nil {
-				return fail("", "%s: command not found", args[0])
 			}
 			cmd := exec.Command(path, args[1:]...)
 			cmd.Args[0] = args[0]
@@ -67,4 +70,18 @@ func execCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// lookPathError reports a command that cannot be run with the shell's exit
+// codes, so a harness can tell it from the command's own failure: 127 when
+// there is no such command, 126 when it is there but cannot be executed.
+func lookPathError(name string, err error) error {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return &userError{msg: fmt.Sprintf("%s: command not found", name), code: 127}
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	return &userError{msg: fmt.Sprintf("%s: cannot run: %v", name, err), code: 126}
 }

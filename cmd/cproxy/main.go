@@ -39,11 +39,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// Errors are printed once, by run, in cproxy's own words.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
+	quietUsage(app.Name, nil, app)
 	err := app.Run(args)
 	if err == nil {
 		return 0
 	}
 	return report(stderr, err)
+}
+
+// quietUsage makes a usage error (an unknown flag or command) one line on
+// stderr with a pointer to --help, as every other error is. urfave/cli would
+// print "Incorrect Usage" and the whole help on stdout, which is for data,
+// or "No help topic for …" for a mistyped subcommand.
+func quietUsage(name string, cmd *cli.Command, app *cli.App) {
+	onUsage := func(_ *cli.Context, err error, _ bool) error {
+		return &userError{msg: err.Error(), hint: "see " + name + " --help", code: 2}
+	}
+	unknown := func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return &userError{msg: fmt.Sprintf("unknown command %q", c.Args().First()), hint: "see " + name + " --help", code: 2}
+		}
+		return cli.ShowSubcommandHelp(c)
+	}
+	subs := app.Commands
+	if cmd != nil {
+		subs = cmd.Subcommands
+		cmd.OnUsageError = onUsage
+		if len(subs) > 0 && cmd.Action == nil {
+			cmd.Action = unknown
+		}
+	} else {
+		app.OnUsageError = onUsage
+		app.Action = func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return unknown(c)
+			}
+			return cli.ShowAppHelp(c)
+		}
+	}
+	for _, sub := range subs {
+		quietUsage(name+" "+sub.Name, sub, app)
+	}
 }
 
 // userError is a failure to tell the user about: a message, an optional

@@ -10,7 +10,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,12 +80,17 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"holdheaders": func(ts *testscript.TestScript, neg bool, args []string) {
 				ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
 			},
+			"capture":  cmdCapture,
+			"sighup":   cmdSighup,
+			"waitlog":  cmdWaitLog,
+			"bigbody":  cmdBigBody,
+			"envsubst": cmdEnvsubst,
 		},
 	}
 }
 
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
-// ADMIN to its listeners' URLs.
+// ADMIN to its listeners' URLs and SERVE_PID to its process id.
 func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: waitready FILE")
@@ -92,12 +100,16 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	for {
 		b, err := os.ReadFile(path)
 		if err == nil {
-			var ready struct{ Proxy, Admin string }
+			var ready struct {
+				Proxy, Admin string
+				PID          int
+			}
 			if err := json.Unmarshal(b, &ready); err != nil {
 				ts.Fatalf("ready file: %v", err)
 			}
 			ts.Setenv("PROXY", "http://"+ready.Proxy)
 			ts.Setenv("ADMIN", "http://"+ready.Admin)
+			ts.Setenv("SERVE_PID", strconv.Itoa(ready.PID))
 			return
 		}
 		if time.Now().After(deadline) {
@@ -160,11 +172,13 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Stdout().Write(out.Bytes())
 }
 
-// upstream: print every request the fake Anthropic API received, one line
-// each: method, path and query, and the credential headers it carried. It
-// fails if any request carried a sandbox token.
+// upstream [HEADER...]: print every request the fake Anthropic API
+// received, one line each: method, path and query, the credential and
+// version headers it carried, and the named extra headers. It fails if any
+// request carried a sandbox token.
 func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
 	fake := ts.Value("anthropic").(*fakes.Anthropic)
+	out := ts.Stdout() // even with no request: stdout is then empty, not the last command's
 	for _, r := range fake.Requests() {
 		for k, vs := range r.Header {
 			for _, v := range vs {
@@ -177,12 +191,12 @@ func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
 		if r.RawQuery != "" {
 			line += "?" + r.RawQuery
 		}
-		for _, k := range []string{"X-Api-Key", "Authorization", "Anthropic-Beta", "Anthropic-Version"} {
+		for _, k := range append([]string{"X-Api-Key", "Authorization", "Anthropic-Beta", "Anthropic-Version"}, args...) {
 			if v := r.Header.Get(k); v != "" {
 				line += fmt.Sprintf(" %s=%s", strings.ToLower(k), v)
 			}
 		}
-		fmt.Fprintln(ts.Stdout(), line)
+		fmt.Fprintln(out, line)
 	}
 }
 
@@ -230,4 +244,88 @@ func condition(cond string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
+}
+
+// capture VAR [REGEXP]: set VAR to the last command's stdout, trimmed, or
+// to the first group of REGEXP in it. Scripts use it to hold a token.
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: capture VAR [REGEXP]")
+	}
+	out := ts.ReadFile("stdout")
+	if len(args) == 1 {
+		ts.Setenv(args[0], strings.TrimSpace(out))
+		return
+	}
+	m := regexp.MustCompile(args[1]).FindStringSubmatch(out)
+	if len(m) < 2 {
+		ts.Fatalf("capture: no match for %s in stdout", args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
+// sighup PID: send SIGHUP to a process, e.g. $SERVE_PID. testscript's kill
+// knows only INT and KILL.
+func cmdSighup(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sighup PID")
+	}
+	pid, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	ts.Check(syscall.Kill(pid, syscall.SIGHUP))
+}
+
+// waitlog [-count=N] FILE REGEXP: wait until FILE (a log a background
+// command writes) matches REGEXP at least N times (default 1), so a script
+// acts once a server has done something rather than after a sleep.
+func cmdWaitLog(ts *testscript.TestScript, neg bool, args []string) {
+	want := 1
+	if len(args) > 0 && strings.HasPrefix(args[0], "-count=") {
+		n, err := strconv.Atoi(strings.TrimPrefix(args[0], "-count="))
+		ts.Check(err)
+		want, args = n, args[1:]
+	}
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitlog [-count=N] FILE REGEXP")
+	}
+	re := regexp.MustCompile(args[1])
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(ts.MkAbs(args[0])); err == nil && len(re.FindAll(b, -1)) >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s does not match %s %d times after 30s", args[0], args[1], want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// bigbody FILE MIB: write a Messages API request of MIB MiB and one byte
+// more, for the body limit.
+func cmdBigBody(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: bigbody FILE MIB")
+	}
+	mib, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	head := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"`
+	tail := `"}]}`
+	pad := (mib<<20 + 1) - len(head) - len(tail)
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(head+strings.Repeat("x", pad)+tail), 0o644))
+}
+
+// envsubst FILE...: replace $NAME and ${NAME} in each file with the
+// script's variables, so an inline config can name $FAKE_ANTHROPIC and a
+// credential file can hold $CANARY_API_KEY.
+func cmdEnvsubst(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: envsubst FILE...")
+	}
+	for _, f := range args {
+		path := ts.MkAbs(f)
+		st, err := os.Stat(path)
+		ts.Check(err)
+		ts.Check(os.WriteFile(path, []byte(os.Expand(ts.ReadFile(f), ts.Getenv)), st.Mode().Perm()))
+	}
 }

@@ -56,7 +56,7 @@ func serveCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return fail("options go before nothing: cproxy serve [--config FILE]", "serve takes no arguments, got %q", c.Args().First())
+				return fail("usage: cproxy serve [--config FILE] [options]", "serve takes no arguments, got %q", c.Args().First())
 			}
 			cfg, err := loadConfig(c.String("config"))
 			if err != nil {
@@ -177,7 +177,7 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	}
 	store, err := tokens.OpenBolt(cfg.Store.Path)
 	if err != nil {
-		return fail("", "token store: %v", err)
+		return fail("", "%v", err)
 	}
 	defer store.Close()
 

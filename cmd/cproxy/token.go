@@ -18,7 +18,7 @@ func tokenCommand() *cli.Command {
 				Name:  "create",
 				Usage: "mint a token for a sandbox and print it",
 				Flags: []cli.Flag{
-					adminFlag(), configFlag(), sandboxFlag(true),
+					adminFlag(), configFlag(), sandboxFlag(),
 					&cli.StringFlag{Name: "profile", Usage: "policy `PROFILE` (default: chosen by the policy's sandbox rules)"},
 					&cli.StringFlag{Name: "ttl", Usage: "lifetime, e.g. 90m, 24h, 7d (default 24h)"},
 					&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"},
@@ -27,11 +27,15 @@ func tokenCommand() *cli.Command {
 					if err := noArgs(c); err != nil {
 						return err
 					}
+					sandbox, err := sandboxArg(c, true)
+					if err != nil {
+						return err
+					}
 					admin, err := newAdminClient(c)
 					if err != nil {
 						return err
 					}
-					tok, err := admin.createToken(c.String("sandbox"), c.String("profile"), c.String("ttl"))
+					tok, err := admin.createToken(sandbox, c.String("profile"), c.String("ttl"))
 					if err != nil {
 						return err
 					}
@@ -45,32 +49,40 @@ func tokenCommand() *cli.Command {
 			{
 				Name:  "revoke",
 				Usage: "revoke every token of a sandbox",
-				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(true)},
+				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag()},
 				Action: func(c *cli.Context) error {
 					if err := noArgs(c); err != nil {
+						return err
+					}
+					sandbox, err := sandboxArg(c, true)
+					if err != nil {
 						return err
 					}
 					admin, err := newAdminClient(c)
 					if err != nil {
 						return err
 					}
-					return admin.revoke(c.String("sandbox"))
+					return admin.revoke(sandbox)
 				},
 			},
 			{
 				Name:  "list",
 				Usage: "list tokens (never their values)",
-				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(false),
+				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(),
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: func(c *cli.Context) error {
 					if err := noArgs(c); err != nil {
+						return err
+					}
+					sandbox, err := sandboxArg(c, false)
+					if err != nil {
 						return err
 					}
 					admin, err := newAdminClient(c)
 					if err != nil {
 						return err
 					}
-					toks, err := admin.list(c.String("sandbox"))
+					toks, err := admin.list(sandbox)
 					if err != nil {
 						return err
 					}
