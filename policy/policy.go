@@ -178,15 +178,7 @@ func (pr *Profile) Model(model string) Decision {
 	if pr == nil {
 		return Decision{Rule: "no profile"}
 	}
-	if model == "" {
-		return Decision{Rule: pr.rule(": no model named")}
-	}
-	for _, g := range pr.Models {
-		if matchGlob(g, model) {
-			return Decision{Allow: true, Rule: pr.rule(".models[%q]", g)}
-		}
-	}
-	return Decision{Rule: pr.rule(": no models entry matches")}
+	return pr.firstMatch("models", "model", pr.Models, model)
 }
 
 // Package decides whether the profile allows an npm package, by its full name
@@ -195,15 +187,20 @@ func (pr *Profile) Package(name string) Decision {
 	if pr == nil {
 		return Decision{Rule: "no profile"}
 	}
+	return pr.firstMatch("packages", "package", pr.Packages, name)
+}
+
+// firstMatch allows name if one of the globs under key matches it exactly.
+func (pr *Profile) firstMatch(key, what string, globs []string, name string) Decision {
 	if name == "" {
-		return Decision{Rule: pr.rule(": no package named")}
+		return Decision{Rule: pr.rule(": no %s named", what)}
 	}
-	for _, g := range pr.Packages {
+	for _, g := range globs {
 		if matchGlob(g, name) {
-			return Decision{Allow: true, Rule: pr.rule(".packages[%q]", g)}
+			return Decision{Allow: true, Rule: pr.rule(".%s[%q]", key, g)}
 		}
 	}
-	return Decision{Rule: pr.rule(": no packages entry matches")}
+	return Decision{Rule: pr.rule(": no %s entry matches", key)}
 }
 
 // Repo decides whether the profile allows fetching from (push false) or pushing to

@@ -23,18 +23,7 @@ func tokenCommand() *cli.Command {
 					&cli.StringFlag{Name: "ttl", Usage: "lifetime, e.g. 90m, 24h, 7d (default 24h)"},
 					&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"},
 				},
-				Action: func(c *cli.Context) error {
-					if err := noArgs(c); err != nil {
-						return err
-					}
-					sandbox, err := sandboxArg(c, true)
-					if err != nil {
-						return err
-					}
-					admin, err := newAdminClient(c)
-					if err != nil {
-						return err
-					}
+				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
 					tok, err := admin.createToken(sandbox, c.String("profile"), c.String("ttl"))
 					if err != nil {
 						return err
@@ -44,44 +33,22 @@ func tokenCommand() *cli.Command {
 					}
 					_, err = fmt.Fprintln(c.App.Writer, tok.Token)
 					return err
-				},
+				}),
 			},
 			{
 				Name:  "revoke",
 				Usage: "revoke every token of a sandbox",
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag()},
-				Action: func(c *cli.Context) error {
-					if err := noArgs(c); err != nil {
-						return err
-					}
-					sandbox, err := sandboxArg(c, true)
-					if err != nil {
-						return err
-					}
-					admin, err := newAdminClient(c)
-					if err != nil {
-						return err
-					}
+				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
 					return admin.revoke(sandbox)
-				},
+				}),
 			},
 			{
 				Name:  "list",
 				Usage: "list tokens (never their values)",
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(),
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
-				Action: func(c *cli.Context) error {
-					if err := noArgs(c); err != nil {
-						return err
-					}
-					sandbox, err := sandboxArg(c, false)
-					if err != nil {
-						return err
-					}
-					admin, err := newAdminClient(c)
-					if err != nil {
-						return err
-					}
+				Action: adminAction(false, func(c *cli.Context, admin *adminClient, sandbox string) error {
 					toks, err := admin.list(sandbox)
 					if err != nil {
 						return err
@@ -100,9 +67,29 @@ func tokenCommand() *cli.Command {
 							t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
 					}
 					return tw.Flush()
-				},
+				}),
 			},
 		},
+	}
+}
+
+// adminAction checks the arguments common to the token subcommands, then
+// runs fn with an admin API client and the --sandbox id ("" when optional
+// and not given).
+func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClient, sandbox string) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if err := noArgs(c); err != nil {
+			return err
+		}
+		sandbox, err := sandboxArg(c, sandboxRequired)
+		if err != nil {
+			return err
+		}
+		admin, err := newAdminClient(c)
+		if err != nil {
+			return err
+		}
+		return fn(c, admin, sandbox)
 	}
 }
 
