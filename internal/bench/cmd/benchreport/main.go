@@ -1,0 +1,50 @@
+// Command benchreport runs the side-by-side comparison of internal/bench and
+// prints its table in Markdown on stdout, progress on stderr. .ci/bench runs
+// it; docs/benchmarks.md says what each row means.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cproxy/cproxy/internal/bench"
+)
+
+func main() {
+	bench.RunRoleIfAsked()
+
+	var o bench.Options
+	p := bench.DefaultPlan
+	flag.StringVar(&o.Cproxy, "cproxy", "", "the cproxy `binary` to measure (default: go build it)")
+	flag.StringVar(&o.Nginx, "nginx", "", "the nginx `binary` (default: nginx on PATH, else /usr/sbin/nginx)")
+	flag.StringVar(&o.Dir, "dir", "", "keep configs and logs in `DIR` (default: a temporary directory, removed)")
+	flag.StringVar(&o.Profile, "profile", "", "write CPU profiles of the Go proxy, the upstream and routes.Server (an extra target) into `DIR`")
+	flag.BoolVar(&o.NoNginx, "no-nginx", false, "leave nginx out")
+	flag.IntVar(&p.Reps, "reps", p.Reps, "repetitions of the whole comparison, each on new processes")
+	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "turns per target and measure in one repetition")
+	flag.DurationVar(&p.Slice, "slice", p.Slice, "length of one turn")
+	flag.IntVar(&p.MaxOps, "max-ops", p.MaxOps, "most requests in one turn")
+	flag.IntVar(&p.Streams, "streams", p.Streams, "streams held open for the memory measure")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "benchreport: takes no arguments, got %q\n", flag.Arg(0))
+		os.Exit(2)
+	}
+	// Under CI a missing nginx is a broken setup, not a reason to print a
+	// table without it.
+	o.RequireNginx = os.Getenv("CI") == "true"
+	p.Progress = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, o, p)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
+		os.Exit(1)
+	}
+	res.Markdown(os.Stdout)
+}

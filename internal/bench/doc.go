@@ -1,0 +1,18 @@
+// Package bench measures what cproxy costs on the request path, side by side
+// with the floor for "a proxy that does nothing" on the same machine: a direct
+// connection to a local upstream, a do-nothing httputil.ReverseProxy, and nginx
+// as a plain reverse proxy, all in front of the same lean loopback upstream.
+//
+// Every proxy runs as its own process, so each one's CPU and memory are its
+// own: the upstream and the do-nothing proxy are this package's code, started
+// by re-executing the current binary with CPROXY_BENCH_ROLE set (see
+// RunRoleIfAsked); cproxy is the real `cproxy serve` binary with a minted
+// sandbox token, so its whole path (authentication, store look-up, policy,
+// the body's model check, forwarding) is measured.
+//
+// Two entry points use it: `go test -bench . ./internal/bench` (Go benchmarks,
+// including in-process ones for profiling routes.Server) and
+// `go run ./internal/bench/cmd/benchreport`, which .ci/bench calls to print the
+// comparison table of docs/benchmarks.md. Nothing here runs in the normal test
+// suite beyond a few fast checks of the harness itself.
+package bench

@@ -1,0 +1,614 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Bounds on waiting for a process to come up or go away.
+const (
+	startTimeout = 20 * time.Second
+	stopTimeout  = 5 * time.Second
+)
+
+// Target is one way for the client to reach the upstream: directly or through
+// one of the proxies.
+type Target struct {
+	// Name is "direct", "goproxy", "nginx" or "cproxy".
+	Name string
+	// URL is the base URL the client sends /v1/messages to.
+	URL string
+	// Header is the credential the client sends: the real API key for direct,
+	// a sandbox token (as Claude Code sends it) for the proxies.
+	Header http.Header
+	// proc is the proxy's process; nil for direct.
+	proc *proc
+}
+
+// PIDs are the proxy's processes (nginx: the master and its workers); none
+// for direct.
+func (t *Target) PIDs() []int {
+	if t.proc == nil {
+		return nil
+	}
+	return t.proc.pids()
+}
+
+// Options say what Start starts.
+type Options struct {
+	// Cproxy is the cproxy binary. Empty: Start builds it with `go build`,
+	// which needs the go command and a working directory inside the module.
+	Cproxy string
+	// Nginx is the nginx binary. Empty: nginx on PATH, else /usr/sbin/nginx;
+	// when there is none the nginx target is left out and NginxMissing says so.
+	Nginx string
+	// NoNginx leaves nginx out even when it is installed.
+	NoNginx bool
+	// RequireNginx makes a missing nginx an error (under CI) rather than a
+	// column left out.
+	RequireNginx bool
+	// Dir holds configs, stores and logs. Empty: a new temporary directory,
+	// removed by Close.
+	Dir string
+	// Streams is the most streams the caller will hold open at once, for the
+	// file-descriptor limit. Zero means DefaultPlan.Streams.
+	Streams int
+	// Profile, if set, is a directory where the do-nothing proxy and the
+	// upstream write CPU profiles when they stop, and it adds the target
+	// "routes": routes.Server served as `cproxy serve` serves it, in a
+	// process that writes a CPU profile too. Empty: no profiles, no routes.
+	Profile string
+}
+
+// Env is a running comparison: the upstream and every target in front of it.
+type Env struct {
+	// UpstreamURL is the upstream's base URL, for direct requests and for
+	// ReleasePath.
+	UpstreamURL string
+	// Targets are direct, goproxy, nginx (when there is one) and cproxy, in
+	// that order.
+	Targets []*Target
+	// NginxMissing, when nginx was left out, says why.
+	NginxMissing string
+	// NginxVersion is what `nginx -v` printed, when nginx runs.
+	NginxVersion string
+
+	dir     string
+	ownDir  bool
+	profile string
+	procs   []*proc
+}
+
+// Start starts the upstream and the proxies in front of it, each as its own
+// process on a loopback port, and mints a sandbox token for cproxy. Close
+// stops them.
+func Start(o Options) (_ *Env, err error) {
+	if o.Streams == 0 {
+		o.Streams = DefaultPlan.Streams
+	}
+	if err := raiseFileLimit(uint64(3*o.Streams + 256)); err != nil {
+		return nil, err
+	}
+	e := &Env{dir: o.Dir}
+	if e.dir == "" {
+		if e.dir, err = os.MkdirTemp("", "cproxy-bench-"); err != nil {
+			return nil, err
+		}
+		e.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	key := "sk-ant-api03-bench-" + randomHex(16)
+
+	e.profile = o.Profile
+	_, addr, err := e.startRole("upstream", map[string]string{keyEnv: key})
+	if err != nil {
+		return nil, err
+	}
+	e.UpstreamURL = "http://" + addr
+	e.Targets = append(e.Targets, &Target{Name: "direct", URL: e.UpstreamURL, Header: http.Header{"X-Api-Key": {key}}})
+
+	// The proxies all receive what Claude Code sends them with
+	// ANTHROPIC_AUTH_TOKEN set: the sandbox token as a bearer token. Only
+	// cproxy checks it; the others overwrite x-api-key with the real key.
+	gp, addr, err := e.startRole("goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
+	if err != nil {
+		return nil, err
+	}
+	e.Targets = append(e.Targets, &Target{Name: "goproxy", URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: gp})
+
+	if !o.NoNginx {
+		nginx := o.Nginx
+		if nginx == "" {
+			nginx = findNginx()
+		}
+		switch {
+		case nginx == "" && o.RequireNginx:
+			return nil, errors.New("nginx is not installed: apt-get install nginx (.ci/bench does)")
+		case nginx == "":
+			e.NginxMissing = "nginx is not installed (apt-get install nginx)"
+		default:
+			t, err := e.startNginx(nginx, key)
+			if err != nil {
+				return nil, err
+			}
+			e.Targets = append(e.Targets, t)
+		}
+	} else {
+		e.NginxMissing = "left out on request"
+	}
+
+	t, err := e.startCproxy(o.Cproxy, key)
+	if err != nil {
+		return nil, err
+	}
+	e.Targets = append(e.Targets, t)
+	if o.Profile != "" {
+		t, err := e.startRoutes(key)
+		if err != nil {
+			return nil, err
+		}
+		e.Targets = append(e.Targets, t)
+	}
+	return e, nil
+}
+
+// Close stops every process Start started and removes its directory.
+func (e *Env) Close() {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		e.procs[i].stop()
+	}
+	e.procs = nil
+	if e.ownDir {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// Target returns the named target, or nil.
+func (e *Env) Target(name string) *Target {
+	for _, t := range e.Targets {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+func bearer(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// proc is a process Start started. Its stderr goes to a log file in the
+// environment's directory, quoted when it fails.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	log    string
+	exited chan struct{}
+	err    error
+}
+
+func (e *Env) start(name string, cmd *exec.Cmd) (*proc, error) {
+	p := &proc{name: name, cmd: cmd, log: filepath.Join(e.dir, name+".log"), exited: make(chan struct{})}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	if cmd.Stdout == nil {
+		cmd.Stdout = logf
+	}
+	// A role exits when its stdin closes, so it dies with this process even
+	// on SIGKILL; Pdeathsig does the same for nginx and cproxy.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	p.stdin = stdin
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	e.procs = append(e.procs, p)
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// failed describes a process that did not come up, with the end of its log.
+func (p *proc) failed(what string) error {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s: %s (exited: %v); its log:\n%s", p.name, what, p.err, b)
+	default:
+		return fmt.Errorf("%s: %s; its log:\n%s", p.name, what, b)
+	}
+}
+
+func (p *proc) stop() {
+	p.stdin.Close()
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(stopTimeout):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// pids is the process and its children (nginx's workers).
+func (p *proc) pids() []int {
+	pid := p.cmd.Process.Pid
+	pids := []int{pid}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, c)
+		}
+	}
+	return pids
+}
+
+// startRole re-executes the current binary as a role and reads the address
+// it listens on from its first line of output.
+func (e *Env) startRole(role string, env map[string]string) (*proc, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	if e.profile != "" {
+		cmd.Env = append(cmd.Env, profileEnv+"="+filepath.Join(e.profile, role+".cpu.pprof"))
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := e.start(role, cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		s.Scan()
+		line <- s.Text()
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case addr := <-line:
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, "", p.failed("printed no address")
+		}
+		return p, addr, nil
+	case <-time.After(startTimeout):
+		return nil, "", p.failed("no address within " + startTimeout.String())
+	}
+}
+
+func findNginx() string {
+	if p, err := exec.LookPath("nginx"); err == nil {
+		return p
+	}
+	for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// nginxConf is nginx as a plain reverse proxy, as an operator would set it up
+// in front of an SSE API: upstream keep-alive, no response buffering (each
+// event passes as it comes), request bodies streamed rather than spooled to a
+// temporary file, and the one credential header set, like the do-nothing Go
+// proxy. worker_processes auto is one worker per core, Debian's default.
+const nginxConf = `# written by the cproxy benchmark
+daemon off;
+{{user}}
+worker_processes auto;
+worker_rlimit_nofile 16384;
+pid {{dir}}/nginx.pid;
+error_log {{dir}}/nginx-error.log warn;
+events {
+	worker_connections 8192;
+}
+http {
+	access_log off;
+	client_body_temp_path {{dir}}/client_body;
+	proxy_temp_path {{dir}}/proxy;
+	fastcgi_temp_path {{dir}}/fastcgi;
+	uwsgi_temp_path {{dir}}/uwsgi;
+	scgi_temp_path {{dir}}/scgi;
+	upstream anthropic {
+		server {{upstream}};
+		keepalive 64;
+	}
+	server {
+		listen 127.0.0.1:{{port}} backlog=4096;
+		client_max_body_size 32m;
+		client_body_buffer_size 64k;
+		location / {
+			proxy_pass http://anthropic;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_set_header X-Api-Key "{{key}}";
+			proxy_buffering off;
+			proxy_request_buffering off;
+			proxy_read_timeout 1h;
+		}
+	}
+}
+`
+
+func (e *Env) startNginx(bin, key string) (*Target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	// Run as the current user: as root nginx would otherwise switch its
+	// workers to nobody, who cannot use this directory.
+	userLine := ""
+	if os.Geteuid() == 0 {
+		if u, err := user.Current(); err == nil {
+			userLine = "user " + u.Username + ";"
+		}
+	}
+	conf := strings.NewReplacer("{{user}}", userLine, "{{dir}}", e.dir, "{{port}}", strconv.Itoa(port),
+		"{{upstream}}", strings.TrimPrefix(e.UpstreamURL, "http://"), "{{key}}", key).Replace(nginxConf)
+	confPath := filepath.Join(e.dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	if v, err := exec.Command(bin, "-v").CombinedOutput(); err == nil {
+		e.NginxVersion = strings.TrimSpace(strings.TrimPrefix(string(v), "nginx version: "))
+	}
+	p, err := e.start("nginx", exec.Command(bin, "-p", e.dir, "-e", filepath.Join(e.dir, "nginx-error.log"), "-c", confPath))
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-p.exited:
+			return nil, p.failed("exited at start")
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, p.failed("not listening within " + startTimeout.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return &Target{Name: "nginx", URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: p}, nil
+}
+
+// freePort picks a loopback port for nginx, which cannot report the one it
+// got: the kernel hands out a free one, which is closed and passed on.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// cproxyPolicy is a policy a platform engineer would write: models by glob.
+const cproxyPolicy = `[profile.default]
+models = ["claude-*"]
+`
+
+// cproxyConfig runs cproxy on ephemeral loopback ports with its store, key
+// and ready file in the benchmark's directory. Logging stays at its default
+// (text, info: one audit line per request) and goes to a file.
+const cproxyConfig = `policy = "policy.toml"
+
+[listen]
+proxy = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+ready_file = "ready.json"
+drain = "2s"
+
+[store]
+path = "cproxy.db"
+
+[upstream.anthropic]
+url = "{{upstream}}"
+credential = "file:anthropic-key"
+`
+
+func (e *Env) startCproxy(bin, key string) (*Target, error) {
+	if bin == "" {
+		bin = filepath.Join(e.dir, "cproxy")
+		build := exec.Command("go", "build", "-o", bin, "github.com/cproxy/cproxy/cmd/cproxy")
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build cproxy: %v\n%s", err, out)
+		}
+	}
+	files := map[string]string{
+		"anthropic-key": key + "\n",
+		"policy.toml":   cproxyPolicy,
+		"cproxy.toml":   strings.ReplaceAll(cproxyConfig, "{{upstream}}", e.UpstreamURL),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	ready := filepath.Join(e.dir, "ready.json")
+	p, err := e.start("cproxy", exec.Command(bin, "serve", "--config", filepath.Join(e.dir, "cproxy.toml")))
+	if err != nil {
+		return nil, err
+	}
+	var addrs struct{ Proxy, Admin string }
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-p.exited:
+			return nil, p.failed("exited at start")
+		default:
+		}
+		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, p.failed("wrote no ready file within " + startTimeout.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	token, err := mintToken("http://"+addrs.Admin, "bench-1")
+	if err != nil {
+		return nil, p.failed(err.Error())
+	}
+	return &Target{Name: "cproxy", URL: "http://" + addrs.Proxy, Header: bearer(token), proc: p}, nil
+}
+
+// mintToken asks cproxy's admin API for a sandbox token.
+func mintToken(admin, sandbox string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/tokens?sandbox="+sandbox, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("mint token: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var created struct{ Token string }
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &created) != nil || created.Token == "" {
+		return "", fmt.Errorf("mint token: %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return created.Token, nil
+}
+
+// CPU is the processor time the target's processes have used so far, user
+// and system, from /proc/PID/stat (in clock ticks of 10 ms); zero for direct.
+func (t *Target) CPU() (time.Duration, error) {
+	var ticks int64
+	for _, pid := range t.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, err
+		}
+		// The command name, in parentheses, may hold spaces; the fields
+		// after it are numbers. utime and stime are fields 14 and 15.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+		}
+		for _, s := range f[11:13] {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+			}
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// Mem is a process's memory, from /proc/PID/status, in bytes: summed over
+// the target's processes (for nginx, pages shared between the master and its
+// workers count once per process).
+type Mem struct {
+	RSS  int64 // VmRSS: resident now
+	Peak int64 // VmHWM: the most resident since the process started
+}
+
+// Memory reads the target's memory; zero for direct.
+func (t *Target) Memory() (Mem, error) {
+	var m Mem
+	for _, pid := range t.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return Mem{}, err
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "VmRSS" && k != "VmHWM") {
+				continue
+			}
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return Mem{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, line, err)
+			}
+			if k == "VmRSS" {
+				m.RSS += kb << 10
+			} else {
+				m.Peak += kb << 10
+			}
+		}
+	}
+	if m.Peak == 0 && t.proc != nil {
+		return Mem{}, errors.New("no VmHWM in /proc/PID/status")
+	}
+	return m, nil
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one, so the
+// held streams fit: each costs the driver one descriptor, the upstream one,
+// and a proxy two. Go raises its own soft limit at start but gives child
+// processes the original one back unless the limit was set explicitly, as
+// here; so nginx and cproxy inherit the raised limit too.
+func raiseFileLimit(need uint64) error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	if l.Cur < l.Max {
+		l.Cur = l.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+			return err
+		}
+	}
+	if l.Cur < need {
+		return fmt.Errorf("open files are limited to %d and the benchmark needs about %d: raise the hard limit (ulimit -Hn, as root)", l.Cur, need)
+	}
+	return nil
+}

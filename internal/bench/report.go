@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Plan bounds a comparison run in count and time. Zero fields take the
+// defaults of DefaultPlan.
+type Plan struct {
+	// Reps is how many times the whole comparison runs, each time on newly
+	// started processes, to show how much the numbers move between runs.
+	Reps int
+	// Rounds is how many turns each target gets per measure. Turns rotate
+	// through the targets, so a burst of load from elsewhere on the machine
+	// falls on all of them rather than on one.
+	Rounds int
+	// Slice is how long one turn lasts.
+	Slice time.Duration
+	// MaxOps bounds the operations of one turn.
+	MaxOps int
+	// Streams is how many streams are held open for the memory measure.
+	Streams int
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+}
+
+// DefaultPlan takes about a minute per repetition on a 2-core machine.
+var DefaultPlan = Plan{Reps: 3, Rounds: 6, Slice: 400 * time.Millisecond, MaxOps: 20000, Streams: 1000}
+
+func (p Plan) withDefaults() Plan {
+	d := DefaultPlan
+	if p.Reps > 0 {
+		d.Reps = p.Reps
+	}
+	if p.Rounds > 0 {
+		d.Rounds = p.Rounds
+	}
+	if p.Slice > 0 {
+		d.Slice = p.Slice
+	}
+	if p.MaxOps > 0 {
+		d.MaxOps = p.MaxOps
+	}
+	if p.Streams > 0 {
+		d.Streams = p.Streams
+	}
+	d.Progress = p.Progress
+	if d.Progress == nil {
+		d.Progress = io.Discard
+	}
+	return d
+}
+
+// Measures, each timed at a concurrency.
+const (
+	Latency1  = "latency, 1 client"
+	Latency16 = "latency, 16 clients"
+	First1    = "first SSE event, 1 client"
+	First16   = "first SSE event, 16 clients"
+)
+
+var measures = []struct {
+	name   string
+	conc   int
+	stream bool
+}{
+	{Latency1, 1, false},
+	{Latency16, 16, false},
+	{First1, 1, true},
+	{First16, 16, true},
+}
+
+// Stats summarise one measure of one target in one repetition.
+type Stats struct {
+	P50, P99 time.Duration
+	Ops      int
+	PerSec   float64 // operations per second of wall time, all clients together
+	// CPU is the proxy's processor time per operation (zero for direct):
+	// less disturbed by other load on the machine than latency is.
+	CPU time.Duration
+}
+
+// Rep is one repetition's numbers: Stats[measure][target], and the memory
+// of each proxy before (Idle) and while (Held) Plan.Streams streams are open.
+type Rep struct {
+	Stats map[string]map[string]Stats
+	Idle  map[string]Mem
+	Held  map[string]Mem
+}
+
+// Result is a whole comparison run.
+type Result struct {
+	Plan         Plan
+	Targets      []string
+	Reps         []Rep
+	NginxMissing string
+	NginxVersion string
+	Machine      string
+	LoadBefore   string // /proc/loadavg when the run started
+	LoadAfter    string // and when it ended
+	Took         time.Duration
+}
+
+// Run measures every target, Plan.Reps times over, each time on newly
+// started processes.
+func Run(ctx context.Context, o Options, p Plan) (*Result, error) {
+	p = p.withDefaults()
+	o.Streams = p.Streams
+	res := &Result{Plan: p, Machine: machine(), LoadBefore: loadavg()}
+	start := time.Now()
+	for i := range p.Reps {
+		fmt.Fprintf(p.Progress, "bench: repetition %d of %d: starting the upstream and the proxies\n", i+1, p.Reps)
+		env, err := Start(o)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			for _, t := range env.Targets {
+				res.Targets = append(res.Targets, t.Name)
+			}
+			res.NginxMissing, res.NginxVersion = env.NginxMissing, env.NginxVersion
+		}
+		rep, err := measure(ctx, env, p)
+		env.Close()
+		if err != nil {
+			return nil, err
+		}
+		res.Reps = append(res.Reps, rep)
+	}
+	res.Took = time.Since(start)
+	res.LoadAfter = loadavg()
+	return res, nil
+}
+
+func measure(ctx context.Context, env *Env, p Plan) (Rep, error) {
+	rep := Rep{Stats: map[string]map[string]Stats{}, Idle: map[string]Mem{}, Held: map[string]Mem{}}
+	hc := NewClient(32)
+	defer hc.CloseIdleConnections()
+	bodies := map[bool][]byte{false: Body(false), true: Body(true)}
+	opFor := func(t *Target, stream bool) op {
+		body := bodies[stream]
+		if stream {
+			return func(ctx context.Context) (time.Duration, error) { return t.FirstEvent(ctx, hc, body) }
+		}
+		return func(ctx context.Context) (time.Duration, error) { return t.Message(ctx, hc, body) }
+	}
+	for _, m := range measures {
+		fmt.Fprintf(p.Progress, "bench:   %s\n", m.name)
+		// Warm up: connections open, code paged in, pools filled.
+		for _, t := range env.Targets {
+			if _, _, err := loop(ctx, m.conc, p.Slice/4, p.MaxOps/10, opFor(t, m.stream)); err != nil {
+				return rep, fmt.Errorf("%s, warming up: %w", m.name, err)
+			}
+		}
+		lats := map[string][]time.Duration{}
+		walls := map[string]time.Duration{}
+		cpus := map[string]time.Duration{}
+		for round := range p.Rounds {
+			for j := range env.Targets {
+				t := env.Targets[(j+round)%len(env.Targets)]
+				cpu0, err := t.CPU()
+				if err != nil {
+					return rep, err
+				}
+				l, wall, err := loop(ctx, m.conc, p.Slice, p.MaxOps, opFor(t, m.stream))
+				if err != nil {
+					return rep, fmt.Errorf("%s: %w", m.name, err)
+				}
+				cpu1, err := t.CPU()
+				if err != nil {
+					return rep, err
+				}
+				lats[t.Name] = append(lats[t.Name], l...)
+				walls[t.Name] += wall
+				cpus[t.Name] += cpu1 - cpu0
+			}
+		}
+		rep.Stats[m.name] = map[string]Stats{}
+		for name, l := range lats {
+			slices.Sort(l)
+			rep.Stats[m.name][name] = Stats{
+				P50: percentile(l, 50), P99: percentile(l, 99), Ops: len(l),
+				PerSec: float64(len(l)) / walls[name].Seconds(),
+				CPU:    cpus[name] / time.Duration(max(1, len(l))),
+			}
+		}
+	}
+	for _, t := range env.Targets {
+		if t.proc == nil {
+			continue
+		}
+		fmt.Fprintf(p.Progress, "bench:   %d streams through %s\n", p.Streams, t.Name)
+		idle, err := t.Memory()
+		if err != nil {
+			return rep, err
+		}
+		held, err := t.HoldStreams(ctx, env.UpstreamURL, p.Streams, bodies[true])
+		if err != nil {
+			return rep, err
+		}
+		rep.Idle[t.Name], rep.Held[t.Name] = idle, held
+	}
+	return rep, nil
+}
+
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return fmt.Sprintf("%d × %s, Linux %s, %s", runtime.NumCPU(), model, strings.TrimSpace(string(kernel)), runtime.Version())
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
