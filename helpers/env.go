@@ -27,17 +27,50 @@ const (
 	ClaudeAuthOAuth = "oauth"
 )
 
+// GitAuth says how git hands cproxy the sandbox token on the GitHub route.
+const (
+	// GitAuthHelper: credential.<proxy URL>.helper=cproxy, so git asks
+	// git-credential-cproxy, which must be on the sandbox's PATH and reads
+	// the token (or CPROXY_TOKEN_FILE) at each call.
+	GitAuthHelper = "helper"
+	// GitAuthHeader: http.<proxy URL>/github/.extraHeader carries the token
+	// in git's configuration; no helper binary is needed, but a rotated
+	// token is not picked up until the environment is made again.
+	GitAuthHeader = "header"
+)
+
 // EnvOptions are the inputs of SandboxEnv. The zero ClaudeAuth means
-// ClaudeAuthToken; an empty ClaudeConfigDir leaves CLAUDE_CONFIG_DIR unset.
+// ClaudeAuthToken; an empty ClaudeConfigDir leaves CLAUDE_CONFIG_DIR unset;
+// the zero GitAuth means GitAuthHelper; NoGit false means git settings are
+// included.
 type EnvOptions struct {
 	ProxyURL        string // cproxy as the sandbox reaches it, e.g. http://10.20.30.4:8080
 	Token           string // the sandbox token
 	ClaudeAuth      string
 	ClaudeConfigDir string
+	GitAuth         string
+	NoGit           bool
 }
 
-// SandboxEnv returns the environment one sandbox command needs.
-func SandboxEnv(o EnvOptions) (Env, error) {
+// SandboxEnv returns the environment one sandbox command needs, and the git
+// settings it needs, which are numbered only once it is known how many
+// GIT_CONFIG_COUNT entries the command already has (see GitConfigs).
+func SandboxEnv(o EnvOptions) (Env, GitConfigs, error) {
+	e, err := sandboxVars(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.NoGit {
+		return e, nil, nil
+	}
+	git, err := sandboxGit(strings.TrimRight(o.ProxyURL, "/"), o.Token, o.GitAuth)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, git, nil
+}
+
+func sandboxVars(o EnvOptions) (Env, error) {
 	base := strings.TrimRight(o.ProxyURL, "/")
 	if base == "" {
 		return nil, fmt.Errorf("no proxy URL: pass --proxy-url or set listen.public_url in the config")

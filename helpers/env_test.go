@@ -88,7 +88,7 @@ func TestRefusesBadNamesAndNUL(t *testing.T) {
 }
 
 func TestSandboxEnv(t *testing.T) {
-	e, err := SandboxEnv(EnvOptions{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", ClaudeConfigDir: "/w/.claude"})
+	e, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", ClaudeConfigDir: "/w/.claude"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +105,11 @@ func TestSandboxEnv(t *testing.T) {
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
-	e, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth})
+	e, _, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth})
 	if e[1].Name != "CLAUDE_CODE_OAUTH_TOKEN" {
 		t.Errorf("oauth: got %v", e[1])
 	}
-	if _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "t", ClaudeAuth: "bogus"}); err == nil {
+	if _, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "t", ClaudeAuth: "bogus"}); err == nil {
 		t.Error("unknown claude auth accepted")
 	}
 }

@@ -21,6 +21,8 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
 		&cli.StringFlag{Name: "claude-auth", Value: helpers.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
 		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
+		&cli.BoolFlag{Name: "git", Value: true, Usage: "send GitHub remotes through cproxy with GIT_CONFIG_* settings (--git=false leaves git alone)"},
+		&cli.StringFlag{Name: "git-auth", Value: helpers.GitAuthHelper, Usage: "how git gets the token: helper (git-credential-cproxy, which must be on the sandbox's PATH) or header (an Authorization header in git's settings)"},
 		adminFlag(),
 		configFlag(),
 	}
@@ -41,26 +43,36 @@ func envCommand() *cli.Command {
 			if format != "sh" && format != "json" && format != "env" {
 				return fail("use --format sh, json or env", "unknown format %q", format)
 			}
-			env, err := sandboxEnv(c)
+			env, git, err := sandboxEnv(c)
 			if err != nil {
 				return err
 			}
 			var out []byte
 			switch format {
 			case "sh":
+				// The shell numbers git's settings when it evaluates them,
+				// after the GIT_CONFIG_COUNT it already has.
 				s, err := env.Shell()
 				if err != nil {
 					return fail("", "%v", err)
 				}
-				out = []byte(s)
+				g, err := git.Shell()
+				if err != nil {
+					return fail("", "%v", err)
+				}
+				out = []byte(s + g)
 			case "env":
-				s, err := env.EnvFile()
+				// No shell to merge with: numbered from 0, for a sandbox
+				// that has no GIT_CONFIG_COUNT of its own (the harness
+				// merges otherwise). The count in cproxy's own
+				// environment is no guide: it runs outside the sandbox.
+				s, err := append(env, git.Env(0)...).EnvFile()
 				if err != nil {
 					return fail("", "%v", err)
 				}
 				out = []byte(s)
 			case "json":
-				if out, err = env.JSON(); err != nil {
+				if out, err = append(env, git.Env(0)...).JSON(); err != nil {
 					return fail("", "%v", err)
 				}
 			}
@@ -70,70 +82,91 @@ func envCommand() *cli.Command {
 	}
 }
 
-// sandboxEnv mints a token (or takes --token) and builds the environment.
-func sandboxEnv(c *cli.Context) (helpers.Env, error) {
+// sandboxEnv mints a token (or takes --token) and builds the environment
+// and the git settings (none with --git=false).
+func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	sandbox, token := c.String("sandbox"), c.String("token")
 	switch {
 	case sandbox == "" && token == "":
-		return nil, fail("pass --sandbox ID to mint a token, or --token TOKEN", "no sandbox")
+		return nil, nil, fail("pass --sandbox ID to mint a token, or --token TOKEN", "no sandbox")
 	case token != "" && (c.IsSet("profile") || c.IsSet("ttl")):
-		return nil, fail("--profile and --ttl apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile or --ttl")
+		return nil, nil, fail("--profile and --ttl apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile or --ttl")
 	case token != "":
 		if _, err := tokens.Parse(token); err != nil {
-			return nil, fail("copy the whole token, as POST /tokens or cproxy token create printed it", "--token is not a cproxy sandbox token")
+			return nil, nil, fail("copy the whole token, as POST /tokens or cproxy token create printed it", "--token is not a cproxy sandbox token")
 		}
 	case !tokens.ValidSandboxID(sandbox):
-		return nil, fail(sandboxIDRule, "invalid sandbox id %q", sandbox)
+		return nil, nil, fail(sandboxIDRule, "invalid sandbox id %q", sandbox)
 	}
 	proxyURL := c.String("proxy-url")
 	if proxyURL == "" {
 		if path := c.String("config"); path != "" {
 			cfg, err := loadConfig(path)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			proxyURL = cfg.Listen.PublicURL
 			if proxyURL == "" {
 				addr, _, err := listening(cfg)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				proxyURL = "http://" + addr
 			}
 		}
 	}
 	if proxyURL == "" {
-		return nil, fail("pass --proxy-url (or set CPROXY_URL, or --config with listen.public_url)", "where do sandboxes reach cproxy?")
+		return nil, nil, fail("pass --proxy-url (or set CPROXY_URL, or --config with listen.public_url)", "where do sandboxes reach cproxy?")
 	}
 	// Check what the sandbox will get before minting: a token minted for
 	// output that is then refused would stay live, unused, for its ttl.
 	if u, err := url.Parse(proxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fail("use cproxy's address as the sandbox reaches it, such as http://10.20.30.4:8080", "invalid proxy URL %q", proxyURL)
+		return nil, nil, fail("use cproxy's address as the sandbox reaches it, such as http://10.20.30.4:8080", "invalid proxy URL %q", proxyURL)
 	}
 	if auth := c.String("claude-auth"); auth != helpers.ClaudeAuthToken && auth != helpers.ClaudeAuthOAuth {
-		return nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", helpers.ClaudeAuthToken, helpers.ClaudeAuthOAuth),
+		return nil, nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", helpers.ClaudeAuthToken, helpers.ClaudeAuthOAuth),
 			"unknown --claude-auth %q", auth)
+	}
+	if err := checkGitFlags(c); err != nil {
+		return nil, nil, err
 	}
 	if token == "" {
 		admin, err := newAdminClient(c)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		created, err := admin.createToken(sandbox, c.String("profile"), c.String("ttl"))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		token = created.Token
 	}
-	env, err := helpers.SandboxEnv(helpers.EnvOptions{
+	env, git, err := helpers.SandboxEnv(helpers.EnvOptions{
 		ProxyURL:        proxyURL,
 		Token:           token,
 		ClaudeAuth:      c.String("claude-auth"),
 		ClaudeConfigDir: c.String("claude-config-dir"),
+		GitAuth:         c.String("git-auth"),
+		NoGit:           !c.Bool("git"),
 	})
 	if err != nil {
-		return nil, fail("", "%v", err)
+		return nil, nil, fail("", "%v", err)
 	}
-	return env, nil
+	return env, git, nil
+}
+
+// checkGitFlags validates --git and --git-auth.
+func checkGitFlags(c *cli.Context) error {
+	if !c.Bool("git") {
+		if c.IsSet("git-auth") {
+			return fail("--git-auth says how git gets the token; drop it or drop --git=false", "--git-auth cannot be combined with --git=false")
+		}
+		return nil
+	}
+	if auth := c.String("git-auth"); auth != helpers.GitAuthHelper && auth != helpers.GitAuthHeader {
+		return fail(fmt.Sprintf("use --git-auth %s (git-credential-cproxy) or %s (an Authorization header in git's settings)", helpers.GitAuthHelper, helpers.GitAuthHeader),
+			"unknown --git-auth %q", auth)
+	}
+	return nil
 }

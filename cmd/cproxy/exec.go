@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/helpers"
 )
 
 func execCommand() *cli.Command {
@@ -28,13 +30,22 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return lookPathError(args[0], err)
 			}
-			env, err := sandboxEnv(c)
+			// git's settings go after the ones the command already has.
+			// A count git would refuse is refused here, before a token is
+			// minted.
+			count, set := os.LookupEnv("GIT_CONFIG_COUNT")
+			base, err := helpers.ParseGitConfigCount(count, set)
+			if err != nil && c.Bool("git") {
+				return fail("git refuses it too: fix or unset GIT_CONFIG_COUNT, or pass --git=false", "%v", err)
+			}
+			env, git, err := sandboxEnv(c)
 			if err != nil {
 				return err
 			}
 			cmd := exec.Command(path, args[1:]...)
 			cmd.Args[0] = args[0]
-			cmd.Env = append(os.Environ(), env.Environ()...)
+			// Later entries win: exec.Cmd keeps the last of a name.
+			cmd.Env = append(append(os.Environ(), env.Environ()...), git.Env(base).Environ()...)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.App.Writer, c.App.ErrWriter
 			// The child shares the terminal and gets Ctrl-C itself; a
 			// signal sent to cproxy alone is passed on.

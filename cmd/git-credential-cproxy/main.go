@@ -1,11 +1,10 @@
 // Command git-credential-cproxy is a git credential helper for sandboxes:
 // for cproxy's own address (CPROXY_URL) it hands git the sandbox token
-// (CPROXY_TOKEN), and for any other host it stays silent so git asks its
-// next helper. Configure it with
+// (CPROXY_TOKEN_FILE, read at each call, or CPROXY_TOKEN), and for any
+// other host it stays silent so git asks its next helper. cproxy env and
+// cproxy exec configure git to use it for cproxy's URL only; by hand:
 //
 //	git -c credential.helper=cproxy ...
-//
-// or through the environment cproxy env prints.
 package main
 
 import (
