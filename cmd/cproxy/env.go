@@ -60,7 +60,9 @@ func envCommand() *cli.Command {
 				if err != nil {
 					return fail("", "%v", err)
 				}
-				out = []byte(s + g)
+				// Real credentials in the shell that evals this must not
+				// reach the sandbox command beside its token.
+				out = []byte(env.UnsetShell() + s + g)
 			case "env":
 				// No shell to merge with: numbered from 0, for a sandbox
 				// that has no GIT_CONFIG_COUNT of its own (the harness

@@ -45,7 +45,9 @@ func execCommand() *cli.Command {
 			cmd := exec.Command(path, args[1:]...)
 			cmd.Args[0] = args[0]
 			// Later entries win: exec.Cmd keeps the last of a name.
-			cmd.Env = append(append(os.Environ(), env.Environ()...), git.Env(base).Environ()...)
+			// The command gets its token and never a real credential
+			// from cproxy's own environment.
+			cmd.Env = append(append(env.Scrub(os.Environ()), env.Environ()...), git.Env(base).Environ()...)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.App.Writer, c.App.ErrWriter
 			// The child shares the terminal and gets Ctrl-C itself; a
 			// signal sent to cproxy alone is passed on.
