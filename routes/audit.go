@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -54,10 +55,33 @@ type audit struct {
 	target  string // the model (later: repository and refs, package)
 	rule    string // the policy rule that decided
 	reason  string // why cproxy refused, when it did
+	body    *countingBody
 }
 
-func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) *audit {
-	return &audit{log: s.log, w: &auditWriter{ResponseWriter: w}, r: r, start: s.now()}
+// startAudit begins the audit of r and returns the request routes work on:
+// a shallow copy whose body counts what is read of it. Counting what is
+// read, not what Content-Length claims, matters because a refused request's
+// body is never read. The copy leaves net/http's own request untouched: the
+// server decides from its Body whether an unread body (after an Expect:
+// 100-continue that was never answered) may be skipped or must be drained.
+func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *http.Request) {
+	body := &countingBody{ReadCloser: r.Body}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.Body = body
+	return &audit{log: s.audit, w: &auditWriter{ResponseWriter: w}, r: r2, start: s.now(), body: body}, r2
+}
+
+// countingBody counts the request body bytes read.
+type countingBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // fail answers the request with err in the route's format.
@@ -96,7 +120,7 @@ func (a *audit) finish() {
 	attrs = append(attrs,
 		slog.Int("status", status),
 		slog.Duration("duration", time.Since(a.start)),
-		slog.Int64("bytes_in", max(a.r.ContentLength, 0)),
+		slog.Int64("bytes_in", a.body.n),
 		slog.Int64("bytes_out", a.w.bytes),
 	)
 	if a.reason != "" {

@@ -3,10 +3,12 @@ package routes
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 )
 
@@ -24,6 +26,15 @@ type targetKey struct{}
 // a 504 from a 502.
 var errHeaderTimeout = errors.New("no response headers in time")
 
+// copyBuffers lends ReverseProxy its response copy buffers, so each
+// response does not allocate (and the collector reclaim) a fresh 32 KiB.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+
 // forwarder sends validated requests to one upstream.
 type forwarder struct {
 	up        Upstream
@@ -32,8 +43,10 @@ type forwarder struct {
 }
 
 // newForwarder builds the reverse proxy for up. setCredential runs after
-// every client credential header has been deleted.
-func newForwarder(up Upstream, setCredential func(http.Header)) *forwarder {
+// every client credential header has been deleted. checkResponse, if not
+// nil, sees each upstream response before it is passed on; an error (a
+// refusal) replaces the response with cproxy's answer in the route's format.
+func newForwarder(up Upstream, setCredential func(http.Header), checkResponse func(*http.Response) error) *forwarder {
 	f := &forwarder{up: up}
 	f.transport = &http.Transport{
 		Proxy: nil, // never through an environment proxy: credentials go to the upstream alone
@@ -71,6 +84,7 @@ func newForwarder(up Upstream, setCredential func(http.Header)) *forwarder {
 		},
 		Transport:     f.transport,
 		FlushInterval: -1,
+		BufferPool:    copyBuffers,
 		ErrorLog:      nil,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// Filled in per request by forward, which knows the route's
@@ -78,8 +92,11 @@ func newForwarder(up Upstream, setCredential func(http.Header)) *forwarder {
 			r.Context().Value(errorHandlerKey{}).(func(error))(err)
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			if stop, ok := resp.Request.Context().Value(stopTimerKey{}).(func() bool); ok {
-				stop()
+			if t, ok := resp.Request.Context().Value(headerTimerKey{}).(*headerTimer); ok {
+				t.stop()
+			}
+			if checkResponse != nil {
+				return checkResponse(resp)
 			}
 			return nil
 		},
@@ -88,7 +105,55 @@ func newForwarder(up Upstream, setCredential func(http.Header)) *forwarder {
 }
 
 type errorHandlerKey struct{}
-type stopTimerKey struct{}
+type headerTimerKey struct{}
+
+// headerTimer bounds the wait for response headers. It starts once the
+// request body has been sent: a large push may take minutes to upload, and
+// only then does the upstream owe an answer. A response that comes earlier
+// stops it for good.
+type headerTimer struct {
+	mu      sync.Mutex
+	d       time.Duration
+	fire    func()
+	t       *time.Timer
+	stopped bool
+}
+
+func (h *headerTimer) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped && h.t == nil {
+		h.t = time.AfterFunc(h.d, h.fire)
+	}
+}
+
+func (h *headerTimer) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	if h.t != nil {
+		h.t.Stop()
+	}
+}
+
+// timedBody starts the header timer when the transport has read the whole
+// body: at EOF, or at the declared length (the transport may stop there).
+type timedBody struct {
+	io.ReadCloser
+	timer *headerTimer
+	left  int64 // bytes until the declared length; -1: unknown
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.left >= 0 {
+		b.left -= int64(n)
+	}
+	if err != nil || b.left == 0 {
+		b.timer.start()
+	}
+	return n, err
+}
 
 // forward sends r to the upstream at t, streaming both ways. Failures are
 // written with writeErr, in the route's format.
@@ -97,14 +162,22 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 	defer cancel(nil)
 	ctx = context.WithValue(ctx, targetKey{}, t)
 	if f.up.HeaderTimeout > 0 {
-		timer := time.AfterFunc(f.up.HeaderTimeout, func() { cancel(errHeaderTimeout) })
-		defer timer.Stop()
-		ctx = context.WithValue(ctx, stopTimerKey{}, timer.Stop)
+		timer := &headerTimer{d: f.up.HeaderTimeout, fire: func() { cancel(errHeaderTimeout) }}
+		defer timer.stop()
+		ctx = context.WithValue(ctx, headerTimerKey{}, timer)
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			timer.start()
+		} else {
+			r.Body = &timedBody{ReadCloser: r.Body, timer: timer, left: r.ContentLength}
+		}
 	}
 	ctx = context.WithValue(ctx, errorHandlerKey{}, func(err error) {
+		var ref *refusal
 		switch {
+		case errors.As(err, &ref):
+			a.fail(writeErr, err)
 		case context.Cause(ctx) == errHeaderTimeout:
-			a.fail(writeErr, refuse(ErrTimeout, "the upstream sent no response within %s; try again later", f.up.HeaderTimeout))
+			a.fail(writeErr, refuse(ErrTimeout, "the upstream sent no response within %s (header_timeout)", f.up.HeaderTimeout))
 		case r.Context().Err() != nil:
 			// The client went away; there is no one to answer.
 			a.reason = "client disconnected"

@@ -45,32 +45,47 @@ type Options struct {
 	Store     tokens.Store
 	Policy    *policy.Policy
 	Anthropic Upstream
-	// Logger receives one audit line per request; nil discards them.
+	// GitHub is the github route's upstream (github.com's git smart HTTP).
+	// A nil URL means the route has none: github requests are refused.
+	GitHub Upstream
+	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Audit receives one line per proxied request; nil means Logger. It is
+	// separate so an operator can quiet diagnostics without losing the
+	// audit trail.
+	Audit *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
 // Server holds what the listeners share.
 type Server struct {
-	store tokens.Store
-	pol   atomic.Pointer[policy.Policy]
-	log   *slog.Logger
-	now   func() time.Time
-	model *forwarder
+	store  tokens.Store
+	pol    atomic.Pointer[policy.Policy]
+	log    *slog.Logger
+	audit  *slog.Logger
+	now    func() time.Time
+	model  *forwarder
+	github *forwarder // nil when Options.GitHub has no URL
 }
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, now: o.Now}
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, now: o.Now}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.audit == nil {
+		s.audit = s.log
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	s.pol.Store(o.Policy)
-	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic))
+	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), nil)
+	if o.GitHub.URL != nil {
+		s.github = newForwarder(o.GitHub, setGitHubCredential(o.GitHub), gitHubResponse)
+	}
 	return s
 }
 
@@ -81,14 +96,29 @@ func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
 func (s *Server) policy() *policy.Policy { return s.pol.Load() }
 
 // Close releases idle upstream connections.
-func (s *Server) Close() { s.model.transport.CloseIdleConnections() }
+func (s *Server) Close() {
+	s.model.transport.CloseIdleConnections()
+	if s.github != nil {
+		s.github.transport.CloseIdleConnections()
+	}
+}
 
 // ProxyHandler serves the sandboxes. It knows a fixed set of route prefixes;
 // anything else is refused without being forwarded.
 func (s *Server) ProxyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := s.startAudit(w, r)
-		defer rec.finish()
+		rec, r := s.startAudit(w, r)
+		defer func() {
+			// ReverseProxy aborts a response it cannot finish (the upstream
+			// or the client broke off mid-stream) with a panic that tells
+			// net/http to cut the connection; the audit line says so too.
+			if p := recover(); p != nil {
+				rec.reason = "response cut off before its end"
+				rec.finish()
+				panic(p)
+			}
+			rec.finish()
+		}()
 		// Only origin-form request targets: an absolute URI naming another
 		// host, or "*", is not a request for one of cproxy's routes.
 		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.Host != "" {
@@ -100,12 +130,15 @@ func (s *Server) ProxyHandler() http.Handler {
 		case strings.HasPrefix(r.URL.Path, "/v1/"):
 			rec.route = "model"
 			s.serveModel(rec, r)
+		case strings.HasPrefix(r.URL.Path, "/github/") && s.github != nil:
+			rec.route = "github"
+			s.serveGitHub(rec, r)
 		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
 			rec.route = strings.Split(r.URL.Path, "/")[1]
 			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route is not available in this version of cproxy", rec.route))
 		default:
 			rec.route = "none"
-			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/"))
+			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/ and git under /github/"))
 		}
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -28,6 +30,8 @@ import (
 const (
 	canaryAPIKey = "sk-ant-api03-CANARYapikey0123456789abcdefghijklmnopqrstuvwxyz"
 	canaryOAuth  = "sk-ant-oat01-CANARYoauth0123456789abcdefghijklmnopqrstuvwxyz"
+	// canaryGitHub is the only token the fake GitHub git server accepts.
+	canaryGitHub = "ghs_CANARYgithub0123456789abcdefghijklmnop"
 )
 
 func TestMain(m *testing.M) {
@@ -53,11 +57,28 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey, OAuthToken: canaryOAuth})
 			env.Defer(fake.Close)
 			env.Values["anthropic"] = fake
+			// The git server needs git; scripts that use it skip without.
+			fakeGitHub := ""
+			if _, err := exec.LookPath("git"); err == nil {
+				gs, err := fakes.NewGitServer(env.WorkDir, fakes.GitServerOptions{Token: canaryGitHub})
+				if err != nil {
+					return err
+				}
+				env.Defer(gs.Close)
+				env.Values["github"] = gs
+				env.Values["githubseen"] = new(int)
+				fakeGitHub = gs.URL
+			}
 			home := filepath.Join(env.WorkDir, "home")
 			for k, v := range map[string]string{
-				"FAKE_ANTHROPIC":      fake.URL,
-				"CANARY_API_KEY":      canaryAPIKey,
-				"CANARY_OAUTH":        canaryOAuth,
+				"FAKE_ANTHROPIC": fake.URL,
+				"CANARY_API_KEY": canaryAPIKey,
+				"CANARY_OAUTH":   canaryOAuth,
+				"FAKE_GITHUB":    fakeGitHub,
+				"CANARY_GITHUB":  canaryGitHub,
+				// The embedded default credential of [upstream.github], as an
+				// operator sets it; serve_defaults.txt clears it.
+				"GITHUB_TOKEN":        canaryGitHub,
 				"HOME":                home,
 				"XDG_STATE_HOME":      filepath.Join(env.WorkDir, "state"),
 				"XDG_CONFIG_HOME":     filepath.Join(home, ".config"),
@@ -80,11 +101,16 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"holdheaders": func(ts *testscript.TestScript, neg bool, args []string) {
 				ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
 			},
-			"capture":  cmdCapture,
-			"sighup":   cmdSighup,
-			"waitlog":  cmdWaitLog,
-			"bigbody":  cmdBigBody,
-			"envsubst": cmdEnvsubst,
+			"capture":     cmdCapture,
+			"sighup":      cmdSighup,
+			"waitlog":     cmdWaitLog,
+			"bigbody":     cmdBigBody,
+			"envsubst":    cmdEnvsubst,
+			"gitrepo":     cmdGitRepo,
+			"gitref":      cmdGitRef,
+			"gitcommit":   cmdGitCommit,
+			"gitrequests": cmdGitRequests,
+			"randfile":    cmdRandFile,
 		},
 	}
 }
@@ -161,7 +187,7 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "HTTP %d\n", resp.StatusCode)
-	for _, k := range []string{"Content-Type", "Retry-After", "Anthropic-Ratelimit-Requests-Limit", "Request-Id"} {
+	for _, k := range []string{"Content-Type", "Retry-After", "Anthropic-Ratelimit-Requests-Limit", "Request-Id", "WWW-Authenticate"} {
 		if v := resp.Header.Get(k); v != "" {
 			fmt.Fprintf(&out, "%s: %s\n", k, v)
 		}
@@ -211,7 +237,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	for _, c := range []string{canaryAPIKey, canaryOAuth} {
+	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryGitHub} {
 		for _, form := range []string{c, base64.StdEncoding.EncodeToString([]byte(c)), url.QueryEscape(c), c[len(c)-24:]} {
 			if strings.Contains(s, form) {
 				ts.Fatalf("%s holds a canary credential", where)
@@ -328,4 +354,120 @@ func cmdEnvsubst(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 		ts.Check(os.WriteFile(path, []byte(os.Expand(ts.ReadFile(f), ts.Getenv)), st.Mode().Perm()))
 	}
+}
+
+func gitServer(ts *testscript.TestScript) *fakes.GitServer {
+	gs, ok := ts.Value("github").(*fakes.GitServer)
+	if !ok {
+		ts.Fatalf("no fake GitHub: git is not installed (guard the script with [!exec:git] skip)")
+	}
+	return gs
+}
+
+// gitrepo OWNER/NAME [BRANCH...]: create a repository on the fake GitHub,
+// main with one commit, and a branch with a commit of its own per name.
+func cmdGitRepo(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: gitrepo OWNER/NAME [BRANCH...]")
+	}
+	ts.Check(gitServer(ts).CreateRepo(args[0], args[1:]...))
+}
+
+// gitcommit OWNER/NAME BRANCH MESSAGE: add a commit to BRANCH on the fake
+// GitHub, as if someone else had pushed it, and print its object id.
+func cmdGitCommit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: gitcommit OWNER/NAME BRANCH MESSAGE")
+	}
+	id, err := gitServer(ts).Commit(args[0], args[1], args[2])
+	ts.Check(err)
+	fmt.Fprintln(ts.Stdout(), id)
+}
+
+// gitref OWNER/NAME REF: print the object id REF names on the fake GitHub;
+// nothing if there is no such ref.
+func cmdGitRef(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: gitref OWNER/NAME REF")
+	}
+	if id := gitServer(ts).Ref(args[0], args[1]); id != "" {
+		fmt.Fprintln(ts.Stdout(), id)
+	}
+}
+
+// gitrequests [-body] [HEADER...]: print the requests the fake GitHub received
+// since the last gitrequests, one line each: method, path and query;
+// auth=real when the request carried the real token as GitHub takes it
+// (Basic x-access-token), auth=none or auth=other otherwise; git-protocol
+// and content-encoding and the named headers when present; "chunked" for a
+// streamed body; with -body, body=N, the bytes read, for a POST (sizes vary
+// with git's version, so only scripts that need them ask). It fails if any
+// request carried a sandbox token anywhere in its headers.
+func cmdGitRequests(ts *testscript.TestScript, neg bool, args []string) {
+	gs := gitServer(ts)
+	seen := ts.Value("githubseen").(*int)
+	body := len(args) > 0 && args[0] == "-body"
+	if body {
+		args = args[1:]
+	}
+	reqs := gs.Requests()
+	out := ts.Stdout()
+	real := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+canaryGitHub))
+	for _, r := range reqs[*seen:] {
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, "cpx_") || strings.Contains(decodeBasic(v), "cpx_") {
+					ts.Fatalf("the git server received a sandbox token in %s", k)
+				}
+			}
+		}
+		line := r.Method + " " + r.Path
+		if r.RawQuery != "" {
+			line += "?" + r.RawQuery
+		}
+		switch a := r.Header.Get("Authorization"); a {
+		case real:
+			line += " auth=real"
+		case "":
+			line += " auth=none"
+		default:
+			line += " auth=other"
+		}
+		for _, k := range append([]string{"Git-Protocol", "Content-Encoding"}, args...) {
+			if v := r.Header.Get(k); v != "" {
+				line += fmt.Sprintf(" %s=%s", strings.ToLower(k), v)
+			}
+		}
+		if len(r.TransferEncoding) > 0 {
+			line += " " + strings.Join(r.TransferEncoding, ",")
+		}
+		if body && r.Method == http.MethodPost {
+			line += fmt.Sprintf(" body=%d", r.BodyBytes)
+		}
+		fmt.Fprintln(out, line)
+	}
+	*seen = len(reqs)
+}
+
+// decodeBasic returns the user:password of a Basic authorization, or "".
+func decodeBasic(v string) string {
+	scheme, rest, _ := strings.Cut(v, " ")
+	if !strings.EqualFold(scheme, "Basic") {
+		return ""
+	}
+	b, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	return string(b)
+}
+
+// randfile FILE BYTES: write BYTES random bytes (which no compression
+// shrinks, so a pack holding them is as large).
+func cmdRandFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: randfile FILE BYTES")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	b := make([]byte, n)
+	rand.Read(b)
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o644))
 }

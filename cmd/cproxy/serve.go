@@ -115,49 +115,75 @@ func applyServeFlags(c *cli.Context, cfg *policy.Config) error {
 	return nil
 }
 
-func newLogger(cfg policy.Log, w io.Writer) *slog.Logger {
+// newLoggers returns the diagnostic log, at the configured level, and the
+// audit log, which writes every request whatever that level is.
+func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(cfg.Level))
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+	handler := func(level slog.Level) slog.Handler {
+		opts := &slog.HandlerOptions{Level: level}
+		if cfg.Format == "json" {
+			return slog.NewJSONHandler(w, opts)
+		}
+		return slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(handler(level)), slog.New(handler(slog.LevelInfo))
 }
 
 // loadCredentials reads every upstream credential before a socket opens. A
-// credential the config names explicitly must load; the embedded default
-// (env:ANTHROPIC_API_KEY) may be missing, and then model requests are
-// answered with what to set.
-func loadCredentials(cfg *policy.Config, log *slog.Logger) (routes.Upstream, error) {
+// credential the config names explicitly must load; an embedded default
+// (env:ANTHROPIC_API_KEY, env:GITHUB_TOKEN) may be missing, and then that
+// route's requests are answered with what to set.
+func loadCredentials(cfg *policy.Config, log *slog.Logger) (anthropic, github routes.Upstream, err error) {
 	a := cfg.Upstream.Anthropic
-	u, err := url.Parse(a.URL)
+	anthropic, err = loadUpstream(cfg, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
 	if err != nil {
-		return routes.Upstream{}, fail("", "upstream.anthropic.url: %v", err)
+		return routes.Upstream{}, routes.Upstream{}, err
 	}
-	up := routes.Upstream{URL: u, Auth: a.Auth, HeaderTimeout: a.HeaderTimeout.Duration}
-	cred, err := secrets.Source(a.Credential).Load()
+	anthropic.Auth = a.Auth
+	g := cfg.Upstream.GitHub
+	github, err = loadUpstream(cfg, log, "github", g.URL, g.Credential, g.HeaderTimeout.Duration)
+	if err != nil {
+		return routes.Upstream{}, routes.Upstream{}, err
+	}
+	// The npm route comes later; a credential the config names explicitly
+	// is still checked now, so a typo is found at start.
+	if src := cfg.Upstream.NPM.Credential; cfg.Explicit("upstream.npm.credential") && src != "" {
+		if _, err := secrets.Source(src).Load(); err != nil {
+			return routes.Upstream{}, routes.Upstream{}, credentialError(cfg, "upstream.npm.credential", err)
+		}
+	}
+	return anthropic, github, nil
+}
+
+// missingCredential is the start-up warning for each upstream whose default
+// credential is not set.
+var missingCredential = map[string]string{
+	"anthropic": "no Anthropic credential: model requests will be refused until it is set",
+	"github":    "no GitHub credential: git requests will be refused until it is set",
+}
+
+// loadUpstream parses one [upstream.NAME] and loads its credential. An
+// empty credential source means none: requests go upstream without one.
+func loadUpstream(cfg *policy.Config, log *slog.Logger, name, rawURL, source string, timeout time.Duration) (routes.Upstream, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return routes.Upstream{}, fail("", "upstream.%s.url: %v", name, err)
+	}
+	up := routes.Upstream{URL: u, HeaderTimeout: timeout}
+	if source == "" {
+		return up, nil
+	}
+	key := "upstream." + name + ".credential"
+	cred, err := secrets.Source(source).Load()
 	switch {
 	case err == nil:
 		up.Credential = cred
-	case cfg.Explicit("upstream.anthropic.credential"):
-		return routes.Upstream{}, credentialError(cfg, "upstream.anthropic.credential", err)
+	case cfg.Explicit(key):
+		return routes.Upstream{}, credentialError(cfg, key, err)
 	default:
-		up.Missing = fmt.Sprintf("the operator must set %s (or upstream.anthropic.credential in the config) and restart cproxy", strings.TrimPrefix(a.Credential, "env:"))
-		log.Warn("no Anthropic credential: model requests will be refused until it is set", "source", a.Credential, "err", err)
-	}
-	// The GitHub and npm routes come later; a credential the config names
-	// explicitly is still checked now, so a typo is found at start.
-	for key, src := range map[string]string{
-		"upstream.github.credential": cfg.Upstream.GitHub.Credential,
-		"upstream.npm.credential":    cfg.Upstream.NPM.Credential,
-	} {
-		if !cfg.Explicit(key) || src == "" {
-			continue
-		}
-		if _, err := secrets.Source(src).Load(); err != nil {
-			return routes.Upstream{}, credentialError(cfg, key, err)
-		}
+		up.Missing = fmt.Sprintf("the operator must set %s (or %s in the config) and restart cproxy", strings.TrimPrefix(source, "env:"), key)
+		log.Warn(missingCredential[name], "source", source, "err", err)
 	}
 	return up, nil
 }
@@ -170,8 +196,8 @@ func credentialError(cfg *policy.Config, key string, err error) error {
 }
 
 func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
-	log := newLogger(cfg.Log, stderr)
-	anthropic, err := loadCredentials(cfg, log)
+	log, auditLog := newLoggers(cfg.Log, stderr)
+	anthropic, github, err := loadCredentials(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -192,7 +218,7 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	}
 	defer adminLn.Close()
 
-	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, Logger: log})
+	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, Logger: log, Audit: auditLog})
 	defer srv.Close()
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	servers := []*http.Server{

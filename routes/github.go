@@ -1,0 +1,512 @@
+package routes
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/pktline"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
+
+	"github.com/cproxy/cproxy/policy"
+)
+
+// Limits of the github route. The ref-update commands are the only part of
+// a request body cproxy keeps in memory: each is ~100 bytes, so this allows
+// a push of tens of thousands of refs. A refused push is read to its end
+// before the answer (git is still sending its pack and would otherwise see
+// a broken pipe instead of cproxy's reasons), up to GitHub's own push limit.
+const (
+	maxPushCommands = 4 << 20
+	maxRefusedDrain = 2 << 30
+)
+
+// The two git services of smart HTTP.
+const (
+	uploadPack  = "git-upload-pack"  // clone, fetch, pull, ls-remote
+	receivePack = "git-receive-pack" // push
+)
+
+// gitRequest is a github route request, parsed from the path as sent.
+type gitRequest struct {
+	owner, name string // as sent; name without ".git"
+	service     string // uploadPack or receivePack
+	advertise   bool   // GET …/info/refs?service=…, else POST …/<service>
+}
+
+// repo is "owner/name" for the policy and for messages.
+func (g gitRequest) repo() string { return g.owner + "/" + g.name }
+
+func (g gitRequest) push() bool { return g.service == receivePack }
+
+// target is where the request goes upstream, rebuilt from the parsed parts:
+// always with ".git", whatever the client sent.
+func (g gitRequest) target() target {
+	base := "/" + g.owner + "/" + g.name + ".git/"
+	if g.advertise {
+		return target{path: base + "info/refs", query: "service=" + g.service}
+	}
+	return target{path: base + g.service}
+}
+
+// GitHub's name rules: an account (user or organization) name has letters,
+// digits and hyphens, starts with a letter or digit, and has at most 39
+// characters (older accounts may have doubled or trailing hyphens, so those
+// pass); a repository name has letters, digits, '.', '-' and '_', at most
+// 100 characters, and is not "." or "..".
+var (
+	gitOwnerRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,38}$`)
+	gitRepoRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+)
+
+// parseGitPath accepts git's smart-HTTP requests and nothing else:
+// GET /github/OWNER/REPO[.git]/info/refs?service=git-upload-pack|git-receive-pack
+// and POST /github/OWNER/REPO[.git]/git-upload-pack|git-receive-pack, with
+// exactly that query. path is the path as sent (the caller has checked that
+// it holds no percent-encoding).
+func parseGitPath(method, path, rawQuery string) (gitRequest, error) {
+	rest, ok := strings.CutPrefix(path, "/github/")
+	if !ok {
+		return gitRequest{}, refuse(ErrForbidden, "not a github route path")
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	if len(parts) < 3 {
+		return gitRequest{}, refuse(ErrForbidden, "%s is not a git smart-HTTP request (want /github/OWNER/REPO.git/info/refs, /git-upload-pack or /git-receive-pack); do not retry", clip(path, 128))
+	}
+	owner, repo, tail := parts[0], parts[1], parts[2]
+	if !gitOwnerRE.MatchString(owner) {
+		return gitRequest{}, refuse(ErrForbidden, "%q is not a GitHub account name", clip(owner, 64))
+	}
+	name := repo
+	if len(name) >= 4 && strings.EqualFold(name[len(name)-4:], ".git") {
+		name = name[:len(name)-4]
+	}
+	// "app.git.git" would be "app.git" upstream but "app" to the policy.
+	if !gitRepoRE.MatchString(name) || name == "." || name == ".." || strings.HasSuffix(strings.ToLower(name), ".git") {
+		return gitRequest{}, refuse(ErrForbidden, "%q is not a GitHub repository name", clip(repo, 128))
+	}
+	g := gitRequest{owner: owner, name: name}
+	switch {
+	case tail == "info/refs" && method == http.MethodGet:
+		svc, ok := strings.CutPrefix(rawQuery, "service=")
+		if !ok || (svc != uploadPack && svc != receivePack) {
+			return gitRequest{}, refuse(ErrForbidden, "info/refs is served only to git's smart HTTP (?service=git-upload-pack or git-receive-pack); do not retry")
+		}
+		g.service, g.advertise = svc, true
+	case (tail == uploadPack || tail == receivePack) && method == http.MethodPost:
+		if rawQuery != "" {
+			return gitRequest{}, refuse(ErrForbidden, "POST %s takes no query", tail)
+		}
+		g.service = tail
+	default:
+		return gitRequest{}, refuse(ErrForbidden, "%s %s is not a git smart-HTTP request cproxy forwards (only clone, fetch and push; no dumb HTTP, LFS, archives or web pages); do not retry", method, clip(path, 128))
+	}
+	return g, nil
+}
+
+func (s *Server) serveGitHub(a *audit, r *http.Request) {
+	sess, err := s.authenticate(r)
+	a.session = sess
+	if err != nil {
+		a.fail(writeGitError, err)
+		return
+	}
+	// Paths are checked as sent: any percent-encoding (%2F, %2e, %61)
+	// means the client means something other than the plain path.
+	sent, _, _ := strings.Cut(r.RequestURI, "?")
+	if r.URL.RawPath != "" || sent != r.URL.Path {
+		a.fail(writeGitError, refuse(ErrForbidden, "non-canonical path %q", clip(sent, 128)))
+		return
+	}
+	g, err := parseGitPath(r.Method, r.URL.Path, r.URL.RawQuery)
+	if err != nil {
+		a.fail(writeGitError, err)
+		return
+	}
+	a.target = g.repo()
+	if err := checkGitBody(r, g); err != nil {
+		a.fail(writeGitError, err)
+		return
+	}
+	if up := s.github.up; up.Credential.IsZero() && up.Missing != "" {
+		a.fail(writeGitError, refuse(ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
+		return
+	}
+	d := a.session.Profile.Repo(g.repo(), g.push())
+	a.rule = d.Rule
+	if !d.Allow {
+		verb := "repository %s is not allowed for sandbox %s"
+		if g.push() {
+			verb = "push to repository %s is not allowed for sandbox %s"
+		}
+		err := refuse(ErrForbidden, verb, g.repo(), a.session.Sandbox)
+		if g.advertise {
+			a.fail(gitAdvertisementError(g.service), err)
+		} else {
+			a.fail(writeGitError, err)
+		}
+		return
+	}
+	if g.push() && !g.advertise {
+		if !s.checkPush(a, r, g) {
+			return
+		}
+	}
+	if !g.advertise {
+		// The body streams to the upstream while its answer may already be
+		// streaming back; without full duplex net/http closes the request
+		// body at the first response write and the rest of a pack is lost.
+		_ = http.NewResponseController(a.w).EnableFullDuplex()
+	}
+	s.github.forward(a, r, g.target(), writeGitError)
+}
+
+// checkGitBody checks the body's shape before anything reads it: none for
+// info/refs; git's request content type for a POST; gzip only for
+// upload-pack (git compresses large fetch requests; cproxy does not need to
+// read those), never for receive-pack, whose commands cproxy must read.
+func checkGitBody(r *http.Request, g gitRequest) error {
+	if g.advertise {
+		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
+			return refuse(ErrBadRequest, "GET info/refs takes no body")
+		}
+		r.Body = http.NoBody
+		r.ContentLength = 0
+		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/x-"+g.service+"-request" {
+		return refuse(ErrBadRequest, "POST %s needs Content-Type application/x-%s-request, got %q", g.service, g.service, clip(ct, 64))
+	}
+	ce := r.Header.Values("Content-Encoding")
+	switch {
+	case len(ce) == 0:
+	case len(ce) == 1 && (strings.EqualFold(ce[0], "identity") || strings.EqualFold(ce[0], "gzip") && !g.push()):
+	default:
+		return refuse(ErrBadRequest, "Content-Encoding %q is not accepted for %s", clip(strings.Join(ce, ","), 32), g.service)
+	}
+	return nil
+}
+
+// checkPush decides a push: it reads the ref-update commands at the start
+// of the body, asks the policy about every one, and either puts the body
+// back together for forwarding (true) or answers with git's push report,
+// every command rejected (false).
+func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) bool {
+	p, err := readPush(r.Body)
+	r.Body = readCloser{p.body, r.Body}
+	if err != nil {
+		a.fail(writeGitError, err)
+		return false
+	}
+	if p.probe {
+		// git's probe before a large push: no commands, nothing to decide.
+		return true
+	}
+	refs := make([]string, len(p.commands))
+	for i, c := range p.commands {
+		refs[i] = c.Name.String()
+	}
+	a.target = g.repo() + " " + strings.Join(refs, ",")
+	denials, rule := decidePush(a.session.Profile, g.repo(), p.commands)
+	if denials == nil {
+		a.rule = rule
+		return true
+	}
+	a.rule = rule
+	// Read what is left (the pack) before answering, so git reads the
+	// report instead of failing to send.
+	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
+	a.reason = firstDenial(denials)
+	if !p.report {
+		writeGitError(a.w, refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
+		return false
+	}
+	writePushReport(a.w, p.sideband, p.commands, denials)
+	return false
+}
+
+// readCloser is a forwarded body: the bytes of r, closing the original.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// push is the start of a receive-pack request body, decoded.
+type push struct {
+	// body yields exactly the bytes of the original body: those the
+	// decoder consumed, then the rest, unread (the pack streams through).
+	body     io.Reader
+	probe    bool // the body is a lone flush-pkt, git's probe before a large push
+	commands []*packp.Command
+	report   bool // the client asked for report-status (or -v2)
+	sideband bool // … and for side-band or side-band-64k
+}
+
+// readPush decodes the ref-update commands at the start of a receive-pack
+// body with go-git's decoder, reading through a tee that records exactly
+// what it consumed. The returned body is always set, even with an error, so
+// the caller can close it.
+func readPush(body io.Reader) (push, error) {
+	var seen bytes.Buffer
+	lim := &io.LimitedReader{R: body, N: maxPushCommands}
+	tee := io.TeeReader(lim, &seen)
+	rest := func() io.Reader { return io.MultiReader(bytes.NewReader(seen.Bytes()), body) }
+	bad := func(format string, args ...any) (push, error) {
+		return push{body: rest()}, refuse(ErrBadRequest, "the push cannot be read: "+format, args...)
+	}
+
+	var head [4]byte
+	if _, err := io.ReadFull(tee, head[:]); err != nil {
+		return bad("it is shorter than one pkt-line")
+	}
+	if bytes.Equal(head[:], pktline.FlushPkt) {
+		var one [1]byte
+		if n, _ := io.ReadFull(tee, one[:]); n == 0 {
+			return push{body: rest(), probe: true}, nil
+		}
+		return bad("it starts with a flush-pkt")
+	}
+	req := packp.NewReferenceUpdateRequest()
+	if err := req.Decode(io.MultiReader(bytes.NewReader(head[:]), tee)); err != nil {
+		if lim.N == 0 {
+			return bad("its ref updates are over %d MiB", maxPushCommands>>20)
+		}
+		return bad("%v", err)
+	}
+	// The decoder and git's receive-pack must agree on what each command
+	// names: go-git splits a command line at any white space, receive-pack
+	// takes the rest of the line as the ref name. Read the recorded lines
+	// again and accept only "old new ref" exactly as decoded.
+	if err := sameCommands(seen.Bytes(), req); err != nil {
+		if lim.N == 0 {
+			return bad("its ref updates are over %d MiB", maxPushCommands>>20)
+		}
+		return bad("%v", err)
+	}
+	p := push{body: rest(), commands: req.Commands}
+	caps := req.Capabilities
+	p.report = caps.Supports(capability.ReportStatus) || caps.Supports(capability.Capability("report-status-v2"))
+	p.sideband = caps.Supports(capability.Sideband64k) || caps.Supports(capability.Sideband)
+	return p, nil
+}
+
+// sameCommands checks the command lines recorded in raw against the
+// decoded request, byte for byte.
+func sameCommands(raw []byte, req *packp.ReferenceUpdateRequest) error {
+	sc := pktline.NewScanner(bytes.NewReader(raw))
+	i, flushed := 0, false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			flushed = true // the flush-pkt after the commands
+			break
+		}
+		if i == 0 && req.Shallow != nil && bytes.HasPrefix(line, []byte("shallow ")) {
+			continue
+		}
+		if i == 0 {
+			line, _, _ = bytes.Cut(line, []byte{0})
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		if i >= len(req.Commands) {
+			return fmt.Errorf("more command lines than commands")
+		}
+		c := req.Commands[i]
+		if string(line) != c.Old.String()+" "+c.New.String()+" "+c.Name.String() {
+			return fmt.Errorf("command %d is not \"OLD NEW REF\"", i+1)
+		}
+		if !validRefName(c.Name.String()) {
+			return fmt.Errorf("%q is not a valid ref name", clip(c.Name.String(), 128))
+		}
+		i++
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if !flushed {
+		// go-git takes the end of the body for one; receive-pack does not.
+		return fmt.Errorf("no flush-pkt after the commands")
+	}
+	if i != len(req.Commands) {
+		return fmt.Errorf("fewer command lines than commands")
+	}
+	return nil
+}
+
+// validRefName follows git check-ref-format for the full names a push
+// updates: under refs/, no control characters, space, ~ ^ : ? * [ \, no
+// "..", "@{", "//", no component starting with '.' or ending in ".lock",
+// not ending in '/' or '.'. receive-pack refuses such names anyway; cproxy
+// refuses them before a glob could match one.
+func validRefName(ref string) bool {
+	if !strings.HasPrefix(ref, "refs/") || strings.HasSuffix(ref, "/") || strings.HasSuffix(ref, ".") ||
+		strings.Contains(ref, "..") || strings.Contains(ref, "@{") || ref == "@" {
+		return false
+	}
+	for _, c := range []byte(ref) {
+		if c < 0x20 || c == 0x7f || strings.IndexByte(" ~^:?*[\\", c) >= 0 {
+			return false
+		}
+	}
+	for comp := range strings.SplitSeq(ref, "/") {
+		if comp == "" || comp[0] == '.' || strings.HasSuffix(comp, ".lock") {
+			return false
+		}
+	}
+	return true
+}
+
+// decidePush asks the policy about every command. It returns nil when all
+// are allowed (and the rule that allowed the first); otherwise a reason for
+// every command, the refused ones first in the report's wording, and the
+// rule that refused the first refused command.
+//
+// Force pushes are not told apart. A command carries the ref's old and new
+// object ids, not whether new descends from old: that needs the commit graph
+// between them, part of it in the pack (unresolved deltas) and part only on
+// GitHub. GitHub has the whole graph and enforces "block force pushes"
+// (rulesets, branch protection) for the token cproxy pushes with, and a
+// profile's refs already keep a sandbox to branches such as agent/*, where
+// rewriting its own history (a rebase) is usually wanted. So the policy has
+// no force-push key: protect branches on GitHub.
+func decidePush(prof *policy.Profile, repo string, cmds []*packp.Command) ([]string, string) {
+	reasons := make([]string, len(cmds))
+	refused, rule := "", ""
+	for i, c := range cmds {
+		ref := c.Name.String()
+		del := c.New == plumbing.ZeroHash
+		d := prof.Ref(repo, ref, strings.HasPrefix(ref, "refs/tags/"), del)
+		if d.Allow {
+			if rule == "" {
+				rule = d.Rule
+			}
+			continue
+		}
+		if refused == "" {
+			refused, rule = ref, d.Rule
+		}
+		switch {
+		case del && strings.HasSuffix(d.Rule, ": delete = false"):
+			reasons[i] = fmt.Sprintf("cproxy: deleting %s is not allowed", ref)
+		case strings.HasSuffix(d.Rule, ": tags = false"):
+			reasons[i] = fmt.Sprintf("cproxy: push of tag %s is not allowed", ref)
+		default:
+			reasons[i] = fmt.Sprintf("cproxy: push to %s is not allowed", ref)
+		}
+	}
+	if refused == "" {
+		return nil, rule
+	}
+	for i := range reasons {
+		if reasons[i] == "" {
+			reasons[i] = fmt.Sprintf("cproxy: not pushed: %s in the same push is not allowed", refused)
+		}
+	}
+	return reasons, rule
+}
+
+func firstDenial(reasons []string) string {
+	for _, r := range reasons {
+		if !strings.HasPrefix(r, "cproxy: not pushed:") {
+			return r
+		}
+	}
+	return reasons[0]
+}
+
+// writePushReport answers a refused push the way receive-pack answers one
+// whose commands all fail: "unpack ok", then "ng REF REASON" per command, in
+// a report-status git prints as "! [remote rejected] … (REASON)". With side
+// band the report travels in band 1, as receive-pack sends it.
+func writePushReport(w http.ResponseWriter, sb bool, cmds []*packp.Command, reasons []string) {
+	var report bytes.Buffer
+	e := pktline.NewEncoder(&report)
+	e.EncodeString("unpack ok\n")
+	for i, c := range cmds {
+		// A reason is one line of printable text; ref names were checked.
+		e.EncodeString("ng " + c.Name.String() + " " + oneLine(reasons[i]) + "\n")
+	}
+	e.Flush()
+	h := w.Header()
+	h.Set("Content-Type", "application/x-git-receive-pack-result")
+	h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+	w.WriteHeader(http.StatusOK)
+	if !sb {
+		w.Write(report.Bytes())
+		return
+	}
+	var out bytes.Buffer
+	sideband.NewMuxer(sideband.Sideband64k, &out).Write(report.Bytes())
+	out.Write(pktline.FlushPkt)
+	w.Write(out.Bytes())
+}
+
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// gitAdvertisementError answers info/refs with a smart-HTTP advertisement
+// that holds only an error packet: git 2.39 prints it as
+// "fatal: remote error: MESSAGE". A 403 would show as "The requested URL
+// returned error: 403", which tells an agent nothing.
+func gitAdvertisementError(service string) func(http.ResponseWriter, error) int {
+	return func(w http.ResponseWriter, err error) int {
+		var b bytes.Buffer
+		e := pktline.NewEncoder(&b)
+		e.EncodeString("# service=" + service + "\n")
+		e.Flush()
+		e.EncodeString("ERR " + oneLine(message(err)) + "\n")
+		h := w.Header()
+		h.Set("Content-Type", "application/x-"+service+"-advertisement")
+		h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
+		w.WriteHeader(http.StatusOK)
+		w.Write(b.Bytes())
+		return http.StatusOK
+	}
+}
+
+// writeGitError answers in plain text, which git prints with "remote: " in
+// front for info/refs. A 401 asks for Basic credentials: that is what makes
+// git ask its credential helper (git-credential-cproxy) and try again.
+func writeGitError(w http.ResponseWriter, err error) int {
+	if errors.Is(err, ErrUnauthorized) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="cproxy"`)
+	}
+	return writePlainError(w, err)
+}
+
+// setGitHubCredential returns the function that puts the real token on a
+// forwarded request: Basic x-access-token:TOKEN, the form github.com takes
+// on its git endpoints for every kind of token. With no credential (the
+// config's credential = "") requests go without one.
+func setGitHubCredential(up Upstream) func(http.Header) {
+	if up.Credential.IsZero() {
+		return func(http.Header) {}
+	}
+	return func(h http.Header) {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+up.Credential.Reveal())))
+	}
+}
+
+// gitHubResponse turns the upstream refusing cproxy's own credential into a
+// 502 for the operator: passed through, git would take the 401 for the
+// sandbox token's fault and ask its credential helper again.
+func gitHubResponse(resp *http.Response) error {
+	if resp.StatusCode == http.StatusUnauthorized {
+		return refuse(ErrUpstream, "the upstream %s refused cproxy's GitHub credential; the operator must fix upstream.github.credential", resp.Request.URL.Host)
+	}
+	return nil
+}
