@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -234,11 +235,21 @@ func skipSpace(b []byte, i int) int {
 // scanString returns the index just past the string that starts at b[i]
 // (a '"'), and whether it holds an escape; -1 if it does not end.
 func scanString(b []byte, i int) (end int, escaped bool) {
+	end = skipString(b, i)
+	if end < 0 {
+		return -1, false
+	}
+	return end, bytes.IndexByte(b[i+1:end-1], '\\') >= 0
+}
+
+// skipString returns the index just past the string that starts at b[i]
+// (a '"'), or -1 if it does not end.
+func skipString(b []byte, i int) int {
 	j := i + 1
 	for {
 		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
-			return -1, false
+			return -1
 		}
 		q := j + k
 		// The quote is escaped if an odd number of backslashes precede it.
@@ -246,18 +257,15 @@ func scanString(b []byte, i int) (end int, escaped bool) {
 		for q-1-n > i && b[q-1-n] == '\\' {
 			n++
 		}
-		if n > 0 {
-			escaped = true
-		}
 		if n%2 == 0 {
-			if !escaped {
-				escaped = bytes.IndexByte(b[i+1:q], '\\') >= 0
-			}
-			return q + 1, escaped
+			return q + 1
 		}
 		j = q + 1
 	}
 }
+
+// structural marks the bytes that matter while skipping an object or array.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
 
 // skipJSONValue returns the index just past the value at b[i], or -1.
 func skipJSONValue(b []byte, i int) int {
@@ -266,22 +274,24 @@ func skipJSONValue(b []byte, i int) int {
 	}
 	switch b[i] {
 	case '"':
-		end, _ := scanString(b, i)
-		return end
+		return skipString(b, i)
 	case '{', '[':
 		depth := 0
 		for i < len(b) {
-			switch b[i] {
+			c := b[i]
+			if !structural[c] {
+				i++
+				continue
+			}
+			switch c {
 			case '"':
-				end, _ := scanString(b, i)
-				if end < 0 {
+				if i = skipString(b, i); i < 0 {
 					return -1
 				}
-				i = end
 				continue
 			case '{', '[':
 				depth++
-			case '}', ']':
+			default: // '}', ']'
 				depth--
 				if depth == 0 {
 					return i + 1
@@ -318,7 +328,7 @@ func setAnthropicCredential(up Upstream) func(http.Header) {
 		h.Set("X-Api-Key", up.Credential.Reveal())
 		// A client set up for a subscription sends the OAuth beta flag;
 		// with an API key upstream it would be a lie about the credential.
-		if vs := h.Values("Anthropic-Beta"); len(vs) > 0 {
+		if vs := h.Values("Anthropic-Beta"); len(vs) > 0 && slices.ContainsFunc(vs, func(v string) bool { return strings.Contains(v, oauthBeta) }) {
 			if rest := withoutBeta(vs, oauthBeta); rest == "" {
 				h.Del("Anthropic-Beta")
 			} else {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,9 +41,22 @@ var (
 )
 
 // BoltStore is the single-machine Store: one bbolt file, held exclusively by one process.
+//
+// It keeps the records it has read in memory, because a look-up runs on every proxied request and reading and
+// decoding the file cost more than the rest of cproxy's checks together. The cache cannot go stale: the file is
+// locked to this process, so every change to it goes through Create or RevokeSandbox, and RevokeSandbox drops the
+// records it revoked from the cache before it returns. A look-up that read the file before a revocation committed
+// does not cache what it read (gen tells it so).
 type BoltStore struct {
 	db *bolt.DB
+
+	mu    sync.RWMutex
+	cache map[Hash]Record
+	gen   uint64 // bumped by every revocation
 }
+
+// cacheLimit bounds the records kept in memory; past it the cache starts again empty.
+const cacheLimit = 1 << 16
 
 var _ Store = (*BoltStore)(nil)
 
@@ -87,7 +101,7 @@ func OpenBolt(path string) (*BoltStore, error) {
 		}
 		return nil, err
 	}
-	return &BoltStore{db: db}, nil
+	return &BoltStore{db: db, cache: make(map[Hash]Record)}, nil
 }
 
 // panicError carries a panic from bbolt, which panics rather than returning an error on some damaged files (a
@@ -182,7 +196,13 @@ func (s *BoltStore) Lookup(ctx context.Context, h Hash) (Record, error) {
 	if err := ctx.Err(); err != nil {
 		return Record{}, err
 	}
-	var r Record
+	s.mu.RLock()
+	r, ok := s.cache[h]
+	gen := s.gen
+	s.mu.RUnlock()
+	if ok {
+		return r, nil
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketTokens).Get(h[:])
 		if v == nil {
@@ -190,7 +210,18 @@ func (s *BoltStore) Lookup(ctx context.Context, h Hash) (Record, error) {
 		}
 		return decodeRecord(v, &r)
 	})
-	return r, err
+	if err != nil {
+		return Record{}, err
+	}
+	s.mu.Lock()
+	if s.gen == gen {
+		if len(s.cache) >= cacheLimit {
+			s.cache = make(map[Hash]Record)
+		}
+		s.cache[h] = r
+	}
+	s.mu.Unlock()
+	return r, nil
 }
 
 func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error) {
@@ -206,6 +237,7 @@ func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.T
 	}
 	at = at.UTC()
 	n := 0
+	var revoked []Hash
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		toks := tx.Bucket(bucketTokens)
 		prefix := indexKey(sandbox, Hash{})[:len(sandbox)+1]
@@ -231,10 +263,19 @@ func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.T
 			if err := toks.Put(h, nv); err != nil {
 				return err
 			}
+			revoked = append(revoked, Hash(h))
 			n++
 		}
 		return nil
 	})
+	// Whatever happened to the transaction, forget what it may have
+	// changed: the next look-up of these tokens reads the file.
+	s.mu.Lock()
+	s.gen++
+	for _, h := range revoked {
+		delete(s.cache, h)
+	}
+	s.mu.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("revoke tokens of sandbox %s: %w", sandbox, err)
 	}
