@@ -274,18 +274,22 @@ func readPush(body io.Reader) (push, error) {
 		}
 		return bad("it starts with a flush-pkt")
 	}
-	req := packp.NewReferenceUpdateRequest()
-	if err := req.Decode(io.MultiReader(bytes.NewReader(head[:]), tee)); err != nil {
+	commands, err := commandSection(io.MultiReader(bytes.NewReader(head[:]), tee))
+	if err != nil {
 		if lim.N == 0 {
 			return bad("its ref updates are over %d MiB", maxPushCommands>>20)
 		}
 		return bad("%v", err)
 	}
+	req := packp.NewReferenceUpdateRequest()
+	if err := req.Decode(bytes.NewReader(commands)); err != nil {
+		return bad("%v", err)
+	}
 	// The decoder and git's receive-pack must agree on what each command
 	// names: go-git splits a command line at any white space, receive-pack
-	// takes the rest of the line as the ref name. Read the recorded lines
-	// again and accept only "old new ref" exactly as decoded.
-	if err := sameCommands(seen.Bytes(), req); err != nil {
+	// takes the rest of the line as the ref name. Read the lines again and
+	// accept only "old new ref" exactly as decoded.
+	if err := sameCommands(commands, req); err != nil {
 		if lim.N == 0 {
 			return bad("its ref updates are over %d MiB", maxPushCommands>>20)
 		}
@@ -298,6 +302,38 @@ func readPush(body io.Reader) (push, error) {
 	return p, nil
 }
 
+// commandSection reads a push's pkt-lines up to and including the flush-pkt
+// that ends its commands, and returns them without its "shallow" lines. A
+// push from a shallow clone starts with one such line per shallow commit,
+// newline-terminated; go-git's decoder takes at most one, and only without
+// the newline. They say which commits the client lacks, nothing the policy
+// asks about, and what is forwarded is the original body, so they are left
+// out of what is decoded only.
+func commandSection(r io.Reader) ([]byte, error) {
+	var out bytes.Buffer
+	enc := pktline.NewEncoder(&out)
+	sc := pktline.NewScanner(r)
+	commands := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			out.Write(pktline.FlushPkt)
+			return out.Bytes(), nil
+		}
+		if commands == 0 && bytes.HasPrefix(line, []byte("shallow ")) {
+			continue
+		}
+		commands++
+		if err := enc.Encode(line); err != nil {
+			return nil, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("no flush-pkt after the commands")
+}
+
 // sameCommands checks the command lines recorded in raw against the
 // decoded request, byte for byte.
 func sameCommands(raw []byte, req *packp.ReferenceUpdateRequest) error {
@@ -308,9 +344,6 @@ func sameCommands(raw []byte, req *packp.ReferenceUpdateRequest) error {
 		if len(line) == 0 {
 			flushed = true // the flush-pkt after the commands
 			break
-		}
-		if i == 0 && req.Shallow != nil && bytes.HasPrefix(line, []byte("shallow ")) {
-			continue
 		}
 		if i == 0 {
 			line, _, _ = bytes.Cut(line, []byte{0})

@@ -495,23 +495,22 @@ func TestReadPushProbe(t *testing.T) {
 
 func TestReadPushRefusesWhatReceivePackWouldReadDifferently(t *testing.T) {
 	for name, body := range map[string][]byte{
-		"trailing word":     pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x refs/heads/main"),
-		"tab":               pushBody("report-status", nil, oldID+"\t"+newID+"\trefs/heads/agent/x"),
-		"two spaces":        pushBody("report-status", nil, oldID+"  "+newID+" refs/heads/agent/x"),
-		"nbsp in ref":       pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x\u00a0main"),
-		"no caps NUL":       []byte(pkt(oldID+" "+newID+" refs/heads/agent/x") + "0000"),
-		"not refs/":         pushBody("report-status", nil, oldID+" "+newID+" heads/agent/x"),
-		"dot dot":           pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/../../main"),
-		"lock":              pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x.lock"),
-		"upper hex":         pushBody("report-status", nil, strings.ToUpper("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")+" "+newID+" refs/heads/agent/x"),
-		"both zero":         pushBody("report-status", nil, zeroID+" "+zeroID+" refs/heads/agent/x"),
-		"short id":          pushBody("report-status", nil, "1111 "+newID+" refs/heads/agent/x"),
-		"sha256 ids":        pushBody("report-status object-format=sha256", nil, strings.Repeat("1", 64)+" "+strings.Repeat("2", 64)+" refs/heads/agent/x"),
-		"ERR line":          []byte(pkt("ERR nope") + "0000"),
-		"no flush":          []byte(pkt(oldID + " " + newID + " refs/heads/agent/x\x00report-status")),
-		"push-cert":         []byte(pkt("push-cert\x00report-status") + "0000"),
-		"EOF for a flush":   []byte(pkt(oldID+" "+newID+" refs/heads/agent/x\x00report-status") + pkt(oldID+" "+newID+" refs/heads/agent/y")),
-		"two shallow lines": []byte(pkt("shallow "+oldID) + pkt("shallow "+newID) + string(pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x"))),
+		"trailing word":   pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x refs/heads/main"),
+		"tab":             pushBody("report-status", nil, oldID+"\t"+newID+"\trefs/heads/agent/x"),
+		"two spaces":      pushBody("report-status", nil, oldID+"  "+newID+" refs/heads/agent/x"),
+		"nbsp in ref":     pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x\u00a0main"),
+		"no caps NUL":     []byte(pkt(oldID+" "+newID+" refs/heads/agent/x") + "0000"),
+		"not refs/":       pushBody("report-status", nil, oldID+" "+newID+" heads/agent/x"),
+		"dot dot":         pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/../../main"),
+		"lock":            pushBody("report-status", nil, oldID+" "+newID+" refs/heads/agent/x.lock"),
+		"upper hex":       pushBody("report-status", nil, strings.ToUpper("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")+" "+newID+" refs/heads/agent/x"),
+		"both zero":       pushBody("report-status", nil, zeroID+" "+zeroID+" refs/heads/agent/x"),
+		"short id":        pushBody("report-status", nil, "1111 "+newID+" refs/heads/agent/x"),
+		"sha256 ids":      pushBody("report-status object-format=sha256", nil, strings.Repeat("1", 64)+" "+strings.Repeat("2", 64)+" refs/heads/agent/x"),
+		"ERR line":        []byte(pkt("ERR nope") + "0000"),
+		"no flush":        []byte(pkt(oldID + " " + newID + " refs/heads/agent/x\x00report-status")),
+		"push-cert":       []byte(pkt("push-cert\x00report-status") + "0000"),
+		"EOF for a flush": []byte(pkt(oldID+" "+newID+" refs/heads/agent/x\x00report-status") + pkt(oldID+" "+newID+" refs/heads/agent/y")),
 	} {
 		if p, err := readPush(bytes.NewReader(body)); err == nil {
 			t.Errorf("%s: accepted %v", name, p.commands)
@@ -779,5 +778,24 @@ func TestHeaderTimeoutStartsAfterTheBody(t *testing.T) {
 	hold = time.Second
 	if code := push(); code != 504 {
 		t.Fatalf("slow answer: %d, want 504", code)
+	}
+}
+
+// A push from a shallow clone starts with newline-terminated "shallow" lines,
+// one per shallow commit; they are forwarded as sent and do not hide the
+// commands from the policy.
+func TestReadPushFromShallowClone(t *testing.T) {
+	body := []byte(pkt("shallow "+oldID+"\n") + pkt("shallow "+newID+"\n") +
+		string(pushBody("report-status side-band-64k", []byte("PACK-bytes"), zeroID+" "+newID+" refs/heads/agent/x", oldID+" "+newID+" refs/heads/main")))
+	p, err := readPush(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.commands) != 2 || p.commands[0].Name != "refs/heads/agent/x" || p.commands[1].Name != "refs/heads/main" || !p.report || !p.sideband {
+		t.Fatalf("decoded %+v", p)
+	}
+	got, _ := io.ReadAll(p.body)
+	if !bytes.Equal(got, body) {
+		t.Fatalf("forwarded body differs from the one received")
 	}
 }
