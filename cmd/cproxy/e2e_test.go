@@ -345,3 +345,47 @@ func TestRevocationSurvivesKill(t *testing.T) {
 		t.Fatalf("live token after restart: %v", err)
 	}
 }
+
+// A second SIGTERM during the drain stops serve at once, open stream or not.
+func TestSecondSignalEndsTheDrain(t *testing.T) {
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	defer fake.Close()
+	dir := t.TempDir()
+	writeServeConfig(t, dir, fake.URL)
+	s := startServe(t, dir)
+	tok := s.mint("conv-1")
+	gate := fake.StallStreams(3)
+	defer gate.Release()
+
+	streamErr := make(chan error, 1)
+	go func() {
+		stream := sdkClient(s.proxy, option.WithAuthToken(tok)).Messages.NewStreaming(t.Context(), helloParams())
+		defer stream.Close()
+		for stream.Next() {
+		}
+		streamErr <- stream.Err()
+	}()
+	<-gate.Reached()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.stderr.String(), "shutting down"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no shutdown after SIGTERM")
+		}
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatalf("serve exited with %v, want 0", err)
+		}
+		s.done <- nil
+	case <-time.After(15 * time.Second): // far below the config's 20s drain
+		t.Fatal("a second SIGTERM did not end the drain")
+	}
+	if err := <-streamErr; err == nil {
+		t.Fatal("the held stream ended as if complete")
+	}
+	if !strings.Contains(s.stderr.String(), "second signal") {
+		t.Fatalf("no word of the second signal in the log:\n%s", s.stderr.String())
+	}
+}

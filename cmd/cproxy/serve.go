@@ -249,23 +249,34 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 		case err := <-served:
 			return fail("", "listener failed: %v", err)
 		case <-ctx.Done():
-			return drain(servers, cfg.Listen.Drain.Duration, log)
+			return drain(servers, cfg.Listen.Drain.Duration, sigs, log)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				reloadPolicy(cfg, srv, log)
 				continue
 			}
-			log.Info("shutting down: no new connections; open requests may finish", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
-			return drain(servers, cfg.Listen.Drain.Duration, log)
+			log.Info("shutting down: no new connections; open requests may finish (signal again to stop at once)", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
+			return drain(servers, cfg.Listen.Drain.Duration, sigs, log)
 		}
 	}
 }
 
 // drain stops accepting and gives open requests (SSE streams included) up
 // to d to finish, then closes what is left.
-func drain(servers []*http.Server, d time.Duration, log *slog.Logger) error {
+func drain(servers []*http.Server, d time.Duration, sigs <-chan os.Signal, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
+	// A second SIGINT or SIGTERM ends the drain at once, as an operator
+	// pressing Ctrl-C twice expects; SIGHUP is not a reason to stop.
+	go func() {
+		for sig := range sigs {
+			if sig != syscall.SIGHUP {
+				log.Warn("second signal: closing the requests still open", "signal", sig.String())
+				cancel()
+				return
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	timedOut := false
 	var mu sync.Mutex
@@ -281,7 +292,7 @@ func drain(servers []*http.Server, d time.Duration, log *slog.Logger) error {
 	}
 	wg.Wait()
 	if timedOut {
-		log.Warn("drain time over: closed the requests still open", "drain", d)
+		log.Warn("drain over: closed the requests still open", "drain", d)
 	}
 	log.Info("cproxy stopped")
 	return nil
