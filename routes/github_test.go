@@ -799,3 +799,25 @@ func TestReadPushFromShallowClone(t *testing.T) {
 		t.Fatalf("forwarded body differs from the one received")
 	}
 }
+
+// With no credential configured (anonymous access), a 401 from the upstream
+// says that one is needed, not that cproxy's was refused.
+func TestGitHubUpstreamWantsACredential(t *testing.T) {
+	up := newGitUpstream(t)
+	up.onRequest = func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			t.Errorf("an anonymous upstream got Authorization")
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="GitHub"`)
+		w.WriteHeader(401)
+	}
+	u, _ := url.Parse(up.srv.URL)
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, gitPolicy)
+		o.GitHub = Upstream{URL: u, HeaderTimeout: 10 * time.Second}
+	})
+	r := e.do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.token("conv-42")), "")
+	if r.status != 502 || !strings.Contains(r.body, "asks for a credential and cproxy has none") {
+		t.Fatalf("got %d %q", r.status, r.body)
+	}
+}
