@@ -1,6 +1,7 @@
 // Command benchreport runs the side-by-side comparison of internal/bench and
 // prints its table in Markdown on stdout, progress on stderr. .ci/bench runs
-// it; docs/benchmarks.md says what each row means.
+// it; docs/benchmarks.md says what each row means. With -git it runs the git
+// clone benchmark instead (.ci/bench-git).
 package main
 
 import (
@@ -29,6 +30,12 @@ func main() {
 	flag.DurationVar(&p.Slice, "slice", p.Slice, "length of one turn")
 	flag.IntVar(&p.MaxOps, "max-ops", p.MaxOps, "most requests in one turn")
 	flag.IntVar(&p.Streams, "streams", p.Streams, "streams held open for the memory measure")
+	gitMode := flag.Bool("git", false, "run the git clone benchmark instead (.ci/bench-git): -cproxy, -helper, -dir and the -git-* flags apply")
+	g := bench.DefaultGitOptions
+	flag.StringVar(&g.Helper, "helper", "", "with -git: the git-credential-cproxy `binary` (default: go build it)")
+	flag.IntVar(&g.BigMiB, "git-big", g.BigMiB, "with -git: MiB of random content in the big repository")
+	flag.IntVar(&g.SmallMiB, "git-small", g.SmallMiB, "with -git: MiB of random content in the small repository")
+	flag.IntVar(&g.Reps, "git-reps", g.Reps, "with -git: clones per repository and way")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "benchreport: takes no arguments, got %q\n", flag.Arg(0))
@@ -41,6 +48,16 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *gitMode {
+		g.Cproxy, g.Dir, g.Progress = o.Cproxy, o.Dir, os.Stderr
+		res, err := bench.RunGit(ctx, g)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
+			os.Exit(1)
+		}
+		res.Markdown(os.Stdout)
+		return
+	}
 	res, err := bench.Run(ctx, o, p)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)

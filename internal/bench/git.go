@@ -1,0 +1,494 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+)
+
+// The git clone benchmark: the real git clones a repository from a local
+// fake GitHub (internal/fakes.GitServer: `git http-backend` behind
+// net/http/cgi on loopback), directly with the real token and through the
+// real `cproxy serve` with a sandbox token handed over by
+// git-credential-cproxy, alternated, for a big repository and a small one.
+// It reports wall time and MiB/s per clone, the ratio of cproxy's throughput
+// to direct's, and cproxy's peak RSS (VmHWM) with each repository, each size
+// on a fresh cproxy process, so the two peaks compare.
+
+// GitOptions say what RunGit does.
+type GitOptions struct {
+	// Cproxy is the cproxy binary; empty: go build it.
+	Cproxy string
+	// Helper is the git-credential-cproxy binary; empty: go build it.
+	Helper string
+	// Dir is where the repositories, clones, configs and logs go. Empty: a
+	// new temporary directory, removed at the end.
+	Dir string
+	// BigMiB and SmallMiB are the sizes of random (incompressible) content
+	// in the big and the small repository.
+	BigMiB, SmallMiB int
+	// Files is how many files the content is split into.
+	Files int
+	// Reps is how many clones per repository and way (direct, cproxy).
+	Reps int
+	// Progress, if set, gets a line per step.
+	Progress io.Writer
+}
+
+// DefaultGitOptions clone a 220 MiB and a 20 MiB repository three times
+// each way.
+var DefaultGitOptions = GitOptions{BigMiB: 220, SmallMiB: 20, Files: 5, Reps: 3}
+
+// GitClone is one timed clone.
+type GitClone struct {
+	Way  string // "direct" or "cproxy"
+	Time time.Duration
+}
+
+// GitRepoResult is what was measured for one repository.
+type GitRepoResult struct {
+	Repo      string
+	PackBytes int64
+	Clones    []GitClone // in the order run, alternated
+	// RSSStart is cproxy's VmRSS once started and its token minted, before
+	// any clone; Peak is its VmHWM after the clones through it.
+	RSSStart, Peak int64
+	// CPU is the processor time cproxy used over its clones, in all.
+	CPU time.Duration
+}
+
+// GitResult is a whole run.
+type GitResult struct {
+	Repos      []GitRepoResult // big, then small
+	GitVersion string
+	Started    time.Time
+	Took       time.Duration
+}
+
+// RunGit runs the git clone benchmark.
+func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
+	if o.BigMiB == 0 {
+		o.BigMiB = DefaultGitOptions.BigMiB
+	}
+	if o.SmallMiB == 0 {
+		o.SmallMiB = DefaultGitOptions.SmallMiB
+	}
+	if o.Files == 0 {
+		o.Files = DefaultGitOptions.Files
+	}
+	if o.Reps == 0 {
+		o.Reps = DefaultGitOptions.Reps
+	}
+	progress := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "bench-git: "+format+"\n", args...)
+		}
+	}
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return nil, fmt.Errorf("git is not installed: %w", err)
+	}
+	res := &GitResult{Started: time.Now()}
+	if v, err := exec.Command(git, "--version").Output(); err == nil {
+		res.GitVersion = strings.TrimSpace(strings.TrimPrefix(string(v), "git version "))
+	}
+	dir := o.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "cproxy-bench-git-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, err
+	}
+	if o.Cproxy == "" {
+		o.Cproxy = filepath.Join(bin, "cproxy")
+		if err := goBuild(o.Cproxy, "github.com/cproxy/cproxy/cmd/cproxy"); err != nil {
+			return nil, err
+		}
+	}
+	// git finds the helper as git-credential-cproxy on PATH.
+	helper := filepath.Join(bin, "git-credential-cproxy")
+	if o.Helper == "" {
+		if err := goBuild(helper, "github.com/cproxy/cproxy/cmd/git-credential-cproxy"); err != nil {
+			return nil, err
+		}
+	} else if abs, err := filepath.Abs(o.Helper); err != nil {
+		return nil, err
+	} else if err := os.Symlink(abs, helper); err != nil {
+		return nil, err
+	}
+
+	realToken := "ghs_bench" + randomHex(16)
+	gs, err := fakes.NewGitServer(dir, fakes.GitServerOptions{Token: realToken})
+	if err != nil {
+		return nil, err
+	}
+	defer gs.Close()
+
+	repos := []struct {
+		name string
+		mib  int
+	}{{"acme/big", o.BigMiB}, {"acme/small", o.SmallMiB}}
+	for _, r := range repos {
+		t0 := time.Now()
+		pack, err := makeRandomRepo(ctx, git, filepath.Join(gs.Root, r.name+".git"), filepath.Join(dir, "work"), r.mib, o.Files)
+		if err != nil {
+			return nil, err
+		}
+		progress("%s: %.1f MiB pack, made in %s", r.name, mib(pack), time.Since(t0).Round(100*time.Millisecond))
+		res.Repos = append(res.Repos, GitRepoResult{Repo: r.name, PackBytes: pack})
+	}
+
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return nil, err
+	}
+	baseEnv := []string{
+		"HOME=" + home,
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0",
+		"LANG=C",
+	}
+	for i := range res.Repos {
+		rr := &res.Repos[i]
+		// A fresh cproxy per repository, so its VmHWM is this repository's.
+		e := &Env{dir: filepath.Join(dir, fmt.Sprintf("cproxy-%d", i))}
+		if err := os.MkdirAll(e.dir, 0o755); err != nil {
+			return nil, err
+		}
+		err := func() error {
+			defer e.Close()
+			t, token, err := e.startCproxyGit(o.Cproxy, gs.URL, realToken)
+			if err != nil {
+				return err
+			}
+			m, err := t.Memory()
+			if err != nil {
+				return err
+			}
+			rr.RSSStart = m.RSS
+			cpu0, err := t.CPU()
+			if err != nil {
+				return err
+			}
+			// Both ways get their credential from a helper, after the
+			// server's 401: the same round trips.
+			direct := append(slices.Clone(baseEnv),
+				"GIT_CONFIG_COUNT=1",
+				"GIT_CONFIG_KEY_0=credential.helper",
+				"GIT_CONFIG_VALUE_0=!f() { echo username=x-access-token; echo password=$BENCH_REAL_TOKEN; }; f",
+				"BENCH_REAL_TOKEN="+realToken,
+			)
+			through := append(slices.Clone(baseEnv),
+				"GIT_CONFIG_COUNT=2",
+				"GIT_CONFIG_KEY_0=url."+t.URL+"/github/.insteadOf",
+				"GIT_CONFIG_VALUE_0=https://github.com/",
+				"GIT_CONFIG_KEY_1=credential.helper",
+				"GIT_CONFIG_VALUE_1=cproxy",
+				"CPROXY_URL="+t.URL,
+				"CPROXY_TOKEN="+token,
+			)
+			for rep := 0; rep < o.Reps; rep++ {
+				ways := []string{"direct", "cproxy"}
+				if rep%2 == 1 {
+					ways = []string{"cproxy", "direct"}
+				}
+				for _, way := range ways {
+					url, env := gs.URL+"/"+rr.Repo+".git", direct
+					if way == "cproxy" {
+						url, env = "https://github.com/"+rr.Repo, through
+					}
+					d, err := timeClone(ctx, git, url, filepath.Join(dir, "clone"), env)
+					if err != nil {
+						return fmt.Errorf("%s clone of %s: %w", way, rr.Repo, err)
+					}
+					rr.Clones = append(rr.Clones, GitClone{Way: way, Time: d})
+					progress("%s %s #%d: %s, %.0f MiB/s", rr.Repo, way, rep+1, d.Round(time.Millisecond), mib(rr.PackBytes)/d.Seconds())
+				}
+			}
+			if m, err = t.Memory(); err != nil {
+				return err
+			}
+			rr.Peak = m.Peak
+			cpu1, err := t.CPU()
+			if err != nil {
+				return err
+			}
+			rr.CPU = cpu1 - cpu0
+			progress("%s: cproxy RSS %.1f MiB at start, peak %.1f MiB", rr.Repo, mib(rr.RSSStart), mib(rr.Peak))
+			return nil
+		}()
+		if err != nil {
+			return nil, err
+		}
+		// The repository is not needed any more: free the disk.
+		os.RemoveAll(filepath.Join(gs.Root, rr.Repo+".git"))
+	}
+	res.Took = time.Since(res.Started)
+	return res, nil
+}
+
+func goBuild(out, pkg string) error {
+	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// makeRandomRepo makes the bare repository bare with one commit of files
+// holding mibs MiB of random bytes in all, packed into one pack, and returns
+// the pack's size. Random content does not compress or delta, so the pack
+// is the content's size; compression is off to save the time of trying.
+func makeRandomRepo(ctx context.Context, git, bare, work string, mibs, files int) (int64, error) {
+	if err := os.RemoveAll(work); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(work)
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return 0, err
+	}
+	gitCmd := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, git, append([]string{
+			"-c", "core.compression=0", "-c", "core.looseCompression=0", "-c", "pack.compression=0",
+			"--git-dir", bare, "--work-tree", work}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+			"GIT_AUTHOR_NAME=Bench", "GIT_AUTHOR_EMAIL=bench@example.com",
+			"GIT_COMMITTER_NAME=Bench", "GIT_COMMITTER_EMAIL=bench@example.com")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if out, err := exec.CommandContext(ctx, git, "init", "--quiet", "--bare", "--initial-branch=main", bare).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("git init %s: %v: %s", bare, err, out)
+	}
+	buf := make([]byte, 1<<20)
+	for i := 0; i < files; i++ {
+		n := mibs / files
+		if i < mibs%files {
+			n++
+		}
+		f, err := os.Create(filepath.Join(work, fmt.Sprintf("blob-%d.bin", i)))
+		if err != nil {
+			return 0, err
+		}
+		for j := 0; j < n; j++ {
+			rand.Read(buf)
+			if _, err := f.Write(buf); err != nil {
+				f.Close()
+				return 0, err
+			}
+		}
+		if err := f.Close(); err != nil {
+			return 0, err
+		}
+	}
+	for _, args := range [][]string{
+		{"add", "-A"},
+		{"commit", "--quiet", "-m", "random blobs"},
+		{"repack", "-a", "-d", "-q"},
+	} {
+		if err := gitCmd(args...); err != nil {
+			return 0, err
+		}
+	}
+	packs, _ := filepath.Glob(filepath.Join(bare, "objects", "pack", "*.pack"))
+	if len(packs) != 1 {
+		return 0, fmt.Errorf("%s: %d packs after repack, want 1", bare, len(packs))
+	}
+	fi, err := os.Stat(packs[0])
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// timeClone clones url into dest (removed before and after) and returns the
+// wall time of `git clone --no-checkout`: the transfer and git's indexing of
+// the pack, without writing the work tree, which costs the same either way.
+func timeClone(ctx context.Context, git, url, dest string, env []string) (time.Duration, error) {
+	os.RemoveAll(dest)
+	defer os.RemoveAll(dest)
+	cmd := exec.CommandContext(ctx, git, "clone", "--quiet", "--no-checkout", url, dest)
+	cmd.Env = env
+	t0 := time.Now()
+	out, err := cmd.CombinedOutput()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, out)
+	}
+	return d, nil
+}
+
+// cproxyGitPolicy lets the sandbox read the two benchmark repositories.
+const cproxyGitPolicy = `[profile.default]
+models = ["claude-*"]
+repos = [{ repo = "acme/big", access = "read" }, { repo = "acme/small", access = "read" }]
+`
+
+const cproxyGitConfig = `policy = "policy.toml"
+
+[listen]
+proxy = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+ready_file = "ready.json"
+drain = "2s"
+
+[store]
+path = "cproxy.db"
+
+[upstream.anthropic]
+url = "http://127.0.0.1:9"
+credential = "file:anthropic-key"
+
+[upstream.github]
+url = "{{github}}"
+credential = "file:github-token"
+`
+
+// startCproxyGit starts `cproxy serve` in front of the git server and mints
+// a sandbox token; it returns the target and the token.
+func (e *Env) startCproxyGit(bin, github, realToken string) (*Target, string, error) {
+	files := map[string]string{
+		"anthropic-key": "sk-ant-api03-bench-unused\n",
+		"github-token":  realToken + "\n",
+		"policy.toml":   cproxyGitPolicy,
+		"cproxy.toml":   strings.ReplaceAll(cproxyGitConfig, "{{github}}", github),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
+			return nil, "", err
+		}
+	}
+	ready := filepath.Join(e.dir, "ready.json")
+	cmd := exec.Command(bin, "serve", "--config", filepath.Join(e.dir, "cproxy.toml"))
+	cmd.Dir = e.dir
+	p, err := e.start("cproxy", cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	var addrs struct{ Proxy, Admin string }
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-p.exited:
+			return nil, "", p.failed("exited at start")
+		default:
+		}
+		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.Proxy != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, "", p.failed("wrote no ready file within " + startTimeout.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	token, err := mintToken("http://"+addrs.Admin, "bench-git")
+	if err != nil {
+		return nil, "", p.failed(err.Error())
+	}
+	return &Target{Name: "cproxy", URL: "http://" + addrs.Proxy, proc: p}, token, nil
+}
+
+// Markdown writes the result as tables.
+func (r *GitResult) Markdown(w io.Writer) {
+	if len(r.Repos) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "git %s, %s, %s in all.\n\n", r.GitVersion, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second))
+	fmt.Fprintln(w, "| repository | pack | clone | way | wall time | MiB/s |")
+	fmt.Fprintln(w, "|---|--:|--:|---|--:|--:|")
+	for _, rr := range r.Repos {
+		n := map[string]int{}
+		for _, c := range rr.Clones {
+			n[c.Way]++
+			fmt.Fprintf(w, "| %s | %.1f MiB | %d | %s | %.2f s | %.0f |\n", rr.Repo, mib(rr.PackBytes), n[c.Way], c.Way,
+				c.Time.Seconds(), mib(rr.PackBytes)/c.Time.Seconds())
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| repository | direct, median | cproxy, median | cproxy ÷ direct throughput, median (range of pairs) | target | met |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|---|---|")
+	for _, rr := range r.Repos {
+		d, c := rr.times("direct"), rr.times("cproxy")
+		md, mc := median(d), median(c)
+		ratio := md.Seconds() / mc.Seconds()
+		lo, hi := 0.0, 0.0
+		for i := range min(len(d), len(c)) {
+			x := d[i].Seconds() / c[i].Seconds()
+			if i == 0 || x < lo {
+				lo = x
+			}
+			if i == 0 || x > hi {
+				hi = x
+			}
+		}
+		target, met := "", ""
+		if rr.Repo == r.Repos[0].Repo {
+			target, met = "≥ 0.95", yesNo(ratio >= 0.95)
+		}
+		fmt.Fprintf(w, "| %s | %.2f s (%.0f MiB/s) | %.2f s (%.0f MiB/s) | %.3f (%.3f–%.3f) | %s | %s |\n", rr.Repo,
+			md.Seconds(), mib(rr.PackBytes)/md.Seconds(), mc.Seconds(), mib(rr.PackBytes)/mc.Seconds(), ratio, lo, hi, target, met)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| repository | pack | cproxy RSS at start | cproxy peak RSS (VmHWM) over its clones | cproxy CPU per clone | per GiB |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
+	for _, rr := range r.Repos {
+		n := len(rr.times("cproxy"))
+		per := rr.CPU / time.Duration(max(n, 1))
+		fmt.Fprintf(w, "| %s | %.1f MiB | %.1f MiB | %.1f MiB | %.2f s | %.2f s |\n", rr.Repo, mib(rr.PackBytes), mib(rr.RSSStart), mib(rr.Peak),
+			per.Seconds(), per.Seconds()/(mib(rr.PackBytes)/1024))
+	}
+	if len(r.Repos) >= 2 {
+		big, small := r.Repos[0], r.Repos[len(r.Repos)-1]
+		flat := big.Peak-small.Peak < 16<<20 && big.Peak < 2*small.Peak
+		fmt.Fprintf(w, "\nPeak RSS, %s ÷ %s: %.2f for a pack %.1f× the size (flat: under +16 MiB and under 2×: %s).\n",
+			big.Repo, small.Repo, float64(big.Peak)/float64(small.Peak), float64(big.PackBytes)/float64(small.PackBytes), yesNo(flat))
+	}
+}
+
+func (rr GitRepoResult) times(way string) []time.Duration {
+	var ts []time.Duration
+	for _, c := range rr.Clones {
+		if c.Way == way {
+			ts = append(ts, c.Time)
+		}
+	}
+	return ts
+}
+
+func median(ts []time.Duration) time.Duration {
+	if len(ts) == 0 {
+		return 0
+	}
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "**no**"
+}
