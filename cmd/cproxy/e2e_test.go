@@ -120,6 +120,17 @@ func startServe(t *testing.T, dir string) *served {
 	}
 }
 
+// serveWithFake starts cproxy serve in a new directory, in front of a new
+// fake Anthropic API that takes the canary key.
+func serveWithFake(t *testing.T) (*served, *fakes.Anthropic, string) {
+	t.Helper()
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	writeServeConfig(t, dir, fake.URL)
+	return startServe(t, dir), fake, dir
+}
+
 // checkLogs fails the test if serve's log holds a credential or a token.
 func checkLogs(t *testing.T, logs string) {
 	for _, c := range []string{canaryAPIKey, canaryOAuth, "cpx_"} {
@@ -187,11 +198,7 @@ func checkUpstreamGotCredential(t *testing.T, fake *fakes.Anthropic) {
 }
 
 func TestSDKThroughCproxy(t *testing.T) {
-	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
-	defer fake.Close()
-	dir := t.TempDir()
-	writeServeConfig(t, dir, fake.URL)
-	s := startServe(t, dir)
+	s, fake, _ := serveWithFake(t)
 	tok := s.mint("conv-42")
 
 	for name, auth := range map[string]option.RequestOption{
@@ -254,11 +261,7 @@ func TestSDKThroughCproxy(t *testing.T) {
 }
 
 func TestSIGTERMDrainsOpenStream(t *testing.T) {
-	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
-	defer fake.Close()
-	dir := t.TempDir()
-	writeServeConfig(t, dir, fake.URL)
-	s := startServe(t, dir)
+	s, fake, _ := serveWithFake(t)
 	tok := s.mint("conv-1")
 	gate := fake.StallStreams(3)
 	defer gate.Release()
@@ -322,11 +325,7 @@ func TestSIGTERMDrainsOpenStream(t *testing.T) {
 }
 
 func TestRevocationSurvivesKill(t *testing.T) {
-	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
-	defer fake.Close()
-	dir := t.TempDir()
-	writeServeConfig(t, dir, fake.URL)
-	s := startServe(t, dir)
+	s, _, dir := serveWithFake(t)
 	revoked, kept := s.mint("conv-1"), s.mint("conv-2")
 	s.revoke("conv-1")
 	// SIGKILL: no chance to flush anything. The revocation was durable
@@ -348,11 +347,7 @@ func TestRevocationSurvivesKill(t *testing.T) {
 
 // A second SIGTERM during the drain stops serve at once, open stream or not.
 func TestSecondSignalEndsTheDrain(t *testing.T) {
-	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
-	defer fake.Close()
-	dir := t.TempDir()
-	writeServeConfig(t, dir, fake.URL)
-	s := startServe(t, dir)
+	s, fake, _ := serveWithFake(t)
 	tok := s.mint("conv-1")
 	gate := fake.StallStreams(3)
 	defer gate.Release()
