@@ -85,7 +85,6 @@ func newForwarder(up Upstream, setCredential func(http.Header), checkResponse fu
 		Transport:     f.transport,
 		FlushInterval: -1,
 		BufferPool:    copyBuffers,
-		ErrorLog:      nil,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// Filled in per request by forward, which knows the route's
 			// error format.

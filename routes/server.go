@@ -86,6 +86,14 @@ func New(o Options) *Server {
 	if o.GitHub.URL != nil {
 		s.github = newForwarder(o.GitHub, setGitHubCredential(o.GitHub), gitHubResponse)
 	}
+	// ReverseProxy reports what it cannot tell a client (a response cut
+	// mid-copy) to its ErrorLog, which by default is the standard logger.
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	for _, f := range []*forwarder{s.model, s.github} {
+		if f != nil {
+			f.proxy.ErrorLog = errLog
+		}
+	}
 	return s
 }
 
