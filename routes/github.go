@@ -427,7 +427,9 @@ func decidePush(prof *policy.Profile, repo string, cmds []*packp.Command) ([]str
 			refused, rule = ref, d.Rule
 		}
 		switch {
-		case del && strings.HasSuffix(d.Rule, ": delete = false"):
+		case del && (strings.HasSuffix(d.Rule, ": delete = false") || strings.HasSuffix(d.Rule, ": tags = false")):
+			// A tag that may not be pushed may not be deleted either;
+			// say what the client asked for.
 			reasons[i] = fmt.Sprintf("cproxy: deleting %s is not allowed", ref)
 		case strings.HasSuffix(d.Rule, ": tags = false"):
 			reasons[i] = fmt.Sprintf("cproxy: push of tag %s is not allowed", ref)

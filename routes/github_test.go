@@ -556,6 +556,7 @@ func TestDecidePush(t *testing.T) {
 		{"create", []*packp.Command{cmd(zeroID, newID, "refs/heads/agent/x")}, nil},
 		{"update", []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x")}, nil},
 		{"tag allowed by no rule with tags", []*packp.Command{cmd(zeroID, newID, "refs/tags/v1")}, []string{"cproxy: push of tag refs/tags/v1 is not allowed"}},
+		{"tag delete where tags may not be pushed", []*packp.Command{cmd(oldID, zeroID, "refs/tags/v1")}, []string{"cproxy: deleting refs/tags/v1 is not allowed"}},
 		{"tag outside refs", []*packp.Command{cmd(zeroID, newID, "refs/tags/release")}, []string{"cproxy: push to refs/tags/release is not allowed"}},
 		{"main", []*packp.Command{cmd(oldID, newID, "refs/heads/main")}, []string{"cproxy: push to refs/heads/main is not allowed"}},
 		{"delete", []*packp.Command{cmd(oldID, zeroID, "refs/heads/agent/x")}, []string{"cproxy: deleting refs/heads/agent/x is not allowed"}},
