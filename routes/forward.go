@@ -17,6 +17,8 @@ import (
 type target struct {
 	path  string
 	query string
+	// rawPath, when set, is path's encoded form (npm's "@scope%2fname").
+	rawPath string
 }
 
 type targetKey struct{}
@@ -75,6 +77,9 @@ func newForwarder(up Upstream, setCredential func(http.Header), checkResponse fu
 				Host:     base.Host,
 				Path:     joinPath(base.Path, t.path),
 				RawQuery: t.query,
+			}
+			if t.rawPath != "" {
+				pr.Out.URL.RawPath = joinPath(base.EscapedPath(), t.rawPath)
 			}
 			pr.Out.Host = ""
 			for _, h := range credentialHeaders {

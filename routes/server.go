@@ -48,6 +48,12 @@ type Options struct {
 	// GitHub is the github route's upstream (github.com's git smart HTTP).
 	// A nil URL means the route has none: github requests are refused.
 	GitHub Upstream
+	// NPM is the npm route's upstream registry. A nil URL means the route
+	// has none: npm requests are refused.
+	NPM Upstream
+	// PublicURL is cproxy's proxy URL as the sandboxes reach it; rewritten
+	// packuments point their tarballs at it. Empty means the request's Host.
+	PublicURL string
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Audit receives one line per proxied request; nil means Logger. It is
@@ -60,18 +66,20 @@ type Options struct {
 
 // Server holds what the listeners share.
 type Server struct {
-	store  tokens.Store
-	pol    atomic.Pointer[policy.Policy]
-	log    *slog.Logger
-	audit  *slog.Logger
-	now    func() time.Time
-	model  *forwarder
-	github *forwarder // nil when Options.GitHub has no URL
+	store     tokens.Store
+	pol       atomic.Pointer[policy.Policy]
+	log       *slog.Logger
+	audit     *slog.Logger
+	now       func() time.Time
+	model     *forwarder
+	github    *forwarder // nil when Options.GitHub has no URL
+	npm       *forwarder // nil when Options.NPM has no URL
+	publicURL string
 }
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, now: o.Now}
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, now: o.Now, publicURL: o.PublicURL}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -86,10 +94,13 @@ func New(o Options) *Server {
 	if o.GitHub.URL != nil {
 		s.github = newForwarder(o.GitHub, setGitHubCredential(o.GitHub), gitHubResponse)
 	}
+	if o.NPM.URL != nil {
+		s.npm = newForwarder(o.NPM, setNPMCredential(o.NPM), npmResponse(o.NPM.URL))
+	}
 	// ReverseProxy reports what it cannot tell a client (a response cut
 	// mid-copy) to its ErrorLog, which by default is the standard logger.
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
-	for _, f := range []*forwarder{s.model, s.github} {
+	for _, f := range []*forwarder{s.model, s.github, s.npm} {
 		if f != nil {
 			f.proxy.ErrorLog = errLog
 		}
@@ -108,6 +119,9 @@ func (s *Server) Close() {
 	s.model.transport.CloseIdleConnections()
 	if s.github != nil {
 		s.github.transport.CloseIdleConnections()
+	}
+	if s.npm != nil {
+		s.npm.transport.CloseIdleConnections()
 	}
 }
 
@@ -141,12 +155,15 @@ func (s *Server) ProxyHandler() http.Handler {
 		case strings.HasPrefix(r.URL.Path, "/github/") && s.github != nil:
 			rec.route = "github"
 			s.serveGitHub(rec, r)
+		case strings.HasPrefix(r.URL.Path, "/npm/") && s.npm != nil:
+			rec.route = "npm"
+			s.serveNPM(rec, r)
 		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
 			rec.route = strings.Split(r.URL.Path, "/")[1]
 			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route is not available in this version of cproxy", rec.route))
 		default:
 			rec.route = "none"
-			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/ and git under /github/"))
+			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/, git under /github/ and npm under /npm/"))
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +33,8 @@ const (
 	canaryOAuth  = "sk-ant-oat01-CANARYoauth0123456789abcdefghijklmnopqrstuvwxyz"
 	// canaryGitHub is the only token the fake GitHub git server accepts.
 	canaryGitHub = "ghs_CANARYgithub0123456789abcdefghijklmnop"
+	// canaryNPM is the only token the fake npm registry accepts.
+	canaryNPM = "npm_CANARYnpm0123456789abcdefghijklmnopqrs"
 )
 
 func TestMain(m *testing.M) {
@@ -69,6 +72,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				env.Values["githubseen"] = new(int)
 				fakeGitHub = gs.URL
 			}
+			npmReg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: true})
+			env.Defer(npmReg.Close)
+			env.Values["npm"] = npmReg
+			env.Values["npmseen"] = new(int)
 			home := filepath.Join(env.WorkDir, "home")
 			for k, v := range map[string]string{
 				"FAKE_ANTHROPIC": fake.URL,
@@ -76,6 +83,8 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"CANARY_OAUTH":   canaryOAuth,
 				"FAKE_GITHUB":    fakeGitHub,
 				"CANARY_GITHUB":  canaryGitHub,
+				"FAKE_NPM":       npmReg.URL,
+				"CANARY_NPM":     canaryNPM,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -111,12 +120,15 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"gitcommit":   cmdGitCommit,
 			"gitrequests": cmdGitRequests,
 			"randfile":    cmdRandFile,
+			"npmpkg":      cmdNPMPkg,
+			"npmforeign":  cmdNPMForeign,
+			"npmrequests": cmdNPMRequests,
 		},
 	}
 }
 
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
-// ADMIN to its listeners' URLs and SERVE_PID to its process id.
+// ADMIN to its listeners' URLs, PROXY_ADDR to the proxy's host:port and SERVE_PID to its process id.
 func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: waitready FILE")
@@ -134,6 +146,7 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 				ts.Fatalf("ready file: %v", err)
 			}
 			ts.Setenv("PROXY", "http://"+ready.Proxy)
+			ts.Setenv("PROXY_ADDR", ready.Proxy)
 			ts.Setenv("ADMIN", "http://"+ready.Admin)
 			ts.Setenv("SERVE_PID", strconv.Itoa(ready.PID))
 			return
@@ -237,7 +250,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryGitHub} {
+	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryGitHub, canaryNPM} {
 		for _, form := range []string{c, base64.StdEncoding.EncodeToString([]byte(c)), url.QueryEscape(c), c[len(c)-24:]} {
 			if strings.Contains(s, form) {
 				ts.Fatalf("%s holds a canary credential", where)
@@ -256,20 +269,23 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("CLAUDE", path)
 }
 
-// condition answers [claude]: whether Claude Code is installed. In CI a
-// missing client is an error, not a reason to skip.
+// condition answers [claude], [git] and [npm]: whether that client is
+// installed. In CI a missing client is an error, not a reason to skip.
 func condition(cond string) (bool, error) {
+	found, install := false, ""
 	switch cond {
 	case "claude":
-		if fakes.ClaudeBinary() != "" {
-			return true, nil
-		}
-		if os.Getenv("CI") == "true" {
-			return false, fmt.Errorf("Claude Code is not installed: .ci/test installs it and sets CPROXY_TEST_CLAUDE")
-		}
-		return false, nil
+		found, install = fakes.ClaudeBinary() != "", ".ci/test installs it and sets CPROXY_TEST_CLAUDE"
+	case "git", "npm":
+		_, err := exec.LookPath(cond)
+		found, install = err == nil, ".ci/run installs it from Debian's packages"
+	default:
+		return false, fmt.Errorf("unknown condition %q", cond)
 	}
-	return false, fmt.Errorf("unknown condition %q", cond)
+	if !found && os.Getenv("CI") == "true" {
+		return false, fmt.Errorf("%s is not installed: %s", cond, install)
+	}
+	return found, nil
 }
 
 // capture VAR [REGEXP]: set VAR to the last command's stdout, trimmed, or
@@ -470,4 +486,55 @@ func cmdRandFile(ts *testscript.TestScript, neg bool, args []string) {
 	b := make([]byte, n)
 	rand.Read(b)
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o644))
+}
+
+// npmpkg NAME VERSION...: publish versions of NAME on the fake registry.
+func cmdNPMPkg(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: npmpkg NAME VERSION...")
+	}
+	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).AddPackage(args[0], args[1:]...))
+}
+
+// npmforeign NAME VERSION URL: point the packument's tarball of
+// NAME@VERSION at URL, another host.
+func cmdNPMForeign(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: npmforeign NAME VERSION URL")
+	}
+	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetTarballURL(args[0], args[1], args[2]))
+}
+
+// npmrequests: print the fake registry's requests since the last call, one
+// "METHOD PATH auth=real|none|other" line each, sorted (npm fetches in
+// parallel); fail on any request that carries a sandbox token.
+func cmdNPMRequests(ts *testscript.TestScript, neg bool, args []string) {
+	reg := ts.Value("npm").(*fakes.NPMRegistry)
+	seen := ts.Value("npmseen").(*int)
+	reqs := reg.Requests()
+	var lines []string
+	for _, r := range reqs[*seen:] {
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, "cpx_") {
+					ts.Fatalf("the npm registry received a sandbox token in %s", k)
+				}
+			}
+		}
+		line := r.Method + " " + r.Path
+		switch a := r.Header.Get("Authorization"); a {
+		case "Bearer " + canaryNPM:
+			line += " auth=real"
+		case "":
+			line += " auth=none"
+		default:
+			line += " auth=other"
+		}
+		lines = append(lines, line)
+	}
+	*seen = len(reqs)
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Fprintln(ts.Stdout(), l)
+	}
 }

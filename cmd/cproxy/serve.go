@@ -134,26 +134,24 @@ func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
 // credential the config names explicitly must load; an embedded default
 // (env:ANTHROPIC_API_KEY, env:GITHUB_TOKEN) may be missing, and then that
 // route's requests are answered with what to set.
-func loadCredentials(cfg *policy.Config, log *slog.Logger) (anthropic, github routes.Upstream, err error) {
+func loadCredentials(cfg *policy.Config, log *slog.Logger) (anthropic, github, npm routes.Upstream, err error) {
 	a := cfg.Upstream.Anthropic
 	anthropic, err = loadUpstream(cfg, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
 	if err != nil {
-		return routes.Upstream{}, routes.Upstream{}, err
+		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
 	anthropic.Auth = a.Auth
 	g := cfg.Upstream.GitHub
 	github, err = loadUpstream(cfg, log, "github", g.URL, g.Credential, g.HeaderTimeout.Duration)
 	if err != nil {
-		return routes.Upstream{}, routes.Upstream{}, err
+		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
-	// The npm route comes later; a credential the config names explicitly
-	// is still checked now, so a typo is found at start.
-	if src := cfg.Upstream.NPM.Credential; cfg.Explicit("upstream.npm.credential") && src != "" {
-		if _, err := secrets.Source(src).Load(); err != nil {
-			return routes.Upstream{}, routes.Upstream{}, credentialError(cfg, "upstream.npm.credential", err)
-		}
+	n := cfg.Upstream.NPM
+	npm, err = loadUpstream(cfg, log, "npm", n.URL, n.Credential, n.HeaderTimeout.Duration)
+	if err != nil {
+		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
-	return anthropic, github, nil
+	return anthropic, github, npm, nil
 }
 
 // missingCredential is the start-up warning for each upstream whose default
@@ -161,6 +159,7 @@ func loadCredentials(cfg *policy.Config, log *slog.Logger) (anthropic, github ro
 var missingCredential = map[string]string{
 	"anthropic": "no Anthropic credential: model requests will be refused until it is set",
 	"github":    "no GitHub credential: git requests will be refused until it is set",
+	"npm":       "no npm credential: npm requests will be refused until it is set",
 }
 
 // loadUpstream parses one [upstream.NAME] and loads its credential. An
@@ -197,7 +196,7 @@ func credentialError(cfg *policy.Config, key string, err error) error {
 
 func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	log, auditLog := newLoggers(cfg.Log, stderr)
-	anthropic, github, err := loadCredentials(cfg, log)
+	anthropic, github, npm, err := loadCredentials(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -218,7 +217,8 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	}
 	defer adminLn.Close()
 
-	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, Logger: log, Audit: auditLog})
+	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
+		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog})
 	defer srv.Close()
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	servers := []*http.Server{
@@ -324,6 +324,20 @@ func policySource(cfg *policy.Config) string {
 func publicURL(cfg *policy.Config, proxy net.Addr) string {
 	if cfg.Listen.PublicURL != "" {
 		return cfg.Listen.PublicURL
+	}
+	return "http://" + proxy.String()
+}
+
+// tarballBase is the URL rewritten packuments point their tarballs at:
+// listen.public_url, or the proxy address when it is one a sandbox can
+// dial. For a wildcard address (0.0.0.0, [::]) it is "", and the npm route
+// uses the Host each request came with: the address that sandbox reached.
+func tarballBase(cfg *policy.Config, proxy net.Addr) string {
+	if cfg.Listen.PublicURL != "" {
+		return cfg.Listen.PublicURL
+	}
+	if a, ok := proxy.(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+		return ""
 	}
 	return "http://" + proxy.String()
 }

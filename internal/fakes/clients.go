@@ -18,3 +18,20 @@ func ClaudeBinary() string {
 	}
 	return ""
 }
+
+// NeedClient skips a test when the named client (git, npm) is not
+// installed, except under CI=true, where that is a failure.
+func NeedClient(t interface {
+	Helper()
+	Skip(...any)
+	Fatal(...any)
+}, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(name + " is not installed: .ci/run installs it")
+	}
+	t.Skip(name + " is not installed")
+}

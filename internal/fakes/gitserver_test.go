@@ -14,9 +14,7 @@ const gitToken = "ghs_CANARYfakegitserver0123456789abcdefgh"
 
 func newGitServer(t *testing.T) *GitServer {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	NeedClient(t, "git")
 	g, err := NewGitServer(t.TempDir(), GitServerOptions{Token: gitToken})
 	if err != nil {
 		t.Fatal(err)

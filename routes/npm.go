@@ -1,0 +1,434 @@
+package routes
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// maxPackument bounds the packument cproxy reads, decompresses and rewrites
+// in memory. The largest packuments on registry.npmjs.org are some tens of
+// MiB; a larger one is refused with a 502 that says so.
+const maxPackument = 64 << 20
+
+// The kinds of npm request cproxy forwards.
+const (
+	npmPackument = iota + 1
+	npmTarball
+	npmPing
+)
+
+// npmRequest is an npm route request, parsed from the path as sent.
+type npmRequest struct {
+	kind int
+	name string // the package's full name, decoded: "react", "@types/node"
+	file string // the tarball's file name: "react-18.2.0.tgz"
+}
+
+// npm's naming rule for names cproxy serves (validate-npm-package-name):
+// URL-safe characters, not starting with '.' or '_', an optional @scope/
+// prefix, at most 214 characters in all. A scope is lowercase; a name may
+// hold capitals, which npm allows for packages published before the rule
+// (JSONStream is a common dependency), as the policy's globs do.
+var (
+	npmScopeRE   = regexp.MustCompile(`^[a-z0-9~-][a-z0-9._~-]*$`)
+	npmPartRE    = regexp.MustCompile(`^[A-Za-z0-9~-][A-Za-z0-9._~-]*$`)
+	npmVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(?:[-+][0-9A-Za-z.+-]*)?$`)
+)
+
+// validNPMName reports whether name is a package name by npm's rules.
+func validNPMName(name string) bool {
+	if name == "" || len(name) > 214 {
+		return false
+	}
+	rest := name
+	if scope, pkg, ok := strings.Cut(name, "/"); ok {
+		if !strings.HasPrefix(scope, "@") || !npmScopeRE.MatchString(scope[1:]) {
+			return false
+		}
+		rest = pkg
+	} else if strings.HasPrefix(name, "@") {
+		return false
+	}
+	return npmPartRE.MatchString(rest) && rest != "node_modules" && rest != "favicon.ico"
+}
+
+// baseName is the name without its scope: the tarball file name's prefix.
+func (n npmRequest) baseName() string {
+	if i := strings.IndexByte(n.name, '/'); i >= 0 {
+		return n.name[i+1:]
+	}
+	return n.name
+}
+
+// encodedName is the name as the upstream takes it in a packument path:
+// the scope's slash encoded.
+func (n npmRequest) encodedName() string {
+	return strings.Replace(n.name, "/", "%2f", 1)
+}
+
+// target is where the request goes upstream, rebuilt from the parsed parts.
+func (n npmRequest) target() target {
+	switch n.kind {
+	case npmPing:
+		return target{path: "/-/ping"}
+	case npmTarball:
+		return target{path: "/" + n.name + "/-/" + n.file}
+	}
+	return target{path: "/" + n.name, rawPath: "/" + n.encodedName()}
+}
+
+// proxyPath is the request's path on cproxy, for rewritten tarball URLs.
+func (n npmRequest) proxyPath() string { return "/npm" + n.target().path }
+
+// parseNPMPath accepts the npm requests cproxy forwards: GET of a packument,
+// a tarball or the ping. escaped is the path as sent (still percent-encoded);
+// each segment is decoded exactly once. Everything else is refused, with a
+// message naming what it is.
+func parseNPMPath(method, escaped string) (npmRequest, error) {
+	rest, ok := strings.CutPrefix(escaped, "/npm/")
+	if !ok {
+		return npmRequest{}, refuse(ErrForbidden, "not an npm route path")
+	}
+	if strings.HasPrefix(rest, "-/") || rest == "-" {
+		return parseNPMSpecial(method, rest)
+	}
+	segs := strings.Split(rest, "/")
+	var dec []string
+	for _, s := range segs {
+		d, err := url.PathUnescape(s)
+		if err != nil {
+			return npmRequest{}, refuse(ErrBadRequest, "malformed percent-encoding in %q", clip(escaped, 128))
+		}
+		dec = append(dec, d)
+	}
+	var n npmRequest
+	switch {
+	case strings.HasPrefix(dec[0], "@") && strings.Contains(dec[0], "/"):
+		// @scope%2fname: the encoded slash is the only one allowed.
+		n.name, dec = dec[0], dec[1:]
+	case strings.HasPrefix(dec[0], "@") && len(dec) >= 2:
+		if strings.Contains(dec[1], "/") {
+			return npmRequest{}, refuse(ErrForbidden, "%q is not an npm package name", clip(dec[0]+"/"+dec[1], 128))
+		}
+		n.name, dec = dec[0]+"/"+dec[1], dec[2:]
+	default:
+		n.name, dec = dec[0], dec[1:]
+	}
+	if !validNPMName(n.name) {
+		return npmRequest{}, refuse(ErrForbidden, "%q is not an npm package name (URL-safe characters, optional lowercase @scope/, at most 214 characters)", clip(n.name, 128))
+	}
+	switch {
+	case len(dec) == 0:
+		n.kind = npmPackument
+		switch method {
+		case http.MethodGet:
+		case http.MethodPut:
+			return npmRequest{}, refuse(ErrForbidden, "publishing %s is not allowed through cproxy", n.name)
+		case http.MethodDelete:
+			return npmRequest{}, refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+		default:
+			return npmRequest{}, refuse(ErrForbidden, "%s of a packument is not allowed through cproxy (only GET)", method)
+		}
+	case len(dec) == 2 && dec[0] == "-":
+		n.kind, n.file = npmTarball, dec[1]
+		if method != http.MethodGet {
+			if method == http.MethodDelete {
+				return npmRequest{}, refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+			}
+			return npmRequest{}, refuse(ErrForbidden, "%s of a tarball is not allowed through cproxy (only GET)", method)
+		}
+		v, ok := strings.CutPrefix(n.file, n.baseName()+"-")
+		if !ok || !strings.HasSuffix(v, ".tgz") || !npmVersionRE.MatchString(strings.TrimSuffix(v, ".tgz")) {
+			return npmRequest{}, refuse(ErrForbidden, "%q is not a tarball of %s (want %s-VERSION.tgz)", clip(n.file, 128), n.name, n.baseName())
+		}
+	case len(dec) == 2 && dec[0] == "-rev":
+		return npmRequest{}, refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+	default:
+		return npmRequest{}, refuse(ErrForbidden, "%s %s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, clip(escaped, 128))
+	}
+	return n, nil
+}
+
+// parseNPMSpecial decides the registry's /-/ endpoints: the ping passes;
+// the rest are refused, each with its own reason.
+func parseNPMSpecial(method, rest string) (npmRequest, error) {
+	switch {
+	case rest == "-/ping" && method == http.MethodGet:
+		return npmRequest{kind: npmPing}, nil
+	case rest == "-/v1/search":
+		return npmRequest{}, refuse(ErrForbidden, "npm search is not available through cproxy yet")
+	case strings.HasPrefix(rest, "-/npm/v1/security/"):
+		return npmRequest{}, refuse(ErrForbidden, "npm audit is not available through cproxy yet; use --no-audit")
+	case strings.HasPrefix(rest, "-/npm/v1/tokens"):
+		return npmRequest{}, refuse(ErrForbidden, "registry token endpoints are not allowed through cproxy")
+	case strings.HasPrefix(rest, "-/user/") || rest == "-/whoami" || strings.HasPrefix(rest, "-/v1/login"):
+		return npmRequest{}, refuse(ErrForbidden, "registry user endpoints (login, whoami) are not allowed through cproxy")
+	case strings.HasPrefix(rest, "-/package/") && strings.Contains(rest, "/dist-tags"):
+		return npmRequest{}, refuse(ErrForbidden, "dist-tag endpoints are not allowed through cproxy")
+	}
+	return npmRequest{}, refuse(ErrForbidden, "%s /npm/%s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, clip(rest, 128))
+}
+
+type npmRewriteKey struct{}
+
+// npmRewrite is what the response hook needs to rewrite one packument.
+type npmRewrite struct {
+	req    npmRequest
+	public string // cproxy's public URL, no trailing slash
+}
+
+func (s *Server) serveNPM(a *audit, r *http.Request) {
+	sess, err := s.authenticate(r)
+	a.session = sess
+	if err != nil {
+		a.fail(writeNPMError, err)
+		return
+	}
+	n, err := parseNPMPath(r.Method, r.URL.EscapedPath())
+	if err != nil {
+		a.fail(writeNPMError, err)
+		return
+	}
+	if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
+		a.fail(writeNPMError, refuse(ErrBadRequest, "GET takes no body"))
+		return
+	}
+	r.Body = http.NoBody
+	r.ContentLength = 0
+	if up := s.npm.up; up.Credential.IsZero() && up.Missing != "" {
+		a.fail(writeNPMError, refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
+		return
+	}
+	if n.kind != npmPing {
+		a.target = n.name
+		d := a.session.Profile.Package(n.name)
+		a.rule = d.Rule
+		if !d.Allow {
+			a.fail(writeNPMError, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, a.session.Sandbox))
+			return
+		}
+	}
+	if n.kind == npmPackument {
+		public := strings.TrimSuffix(s.publicURL, "/")
+		if public == "" {
+			public = "http://" + r.Host
+		}
+		// cproxy must read what it rewrites: gzip or nothing.
+		r.Header = r.Header.Clone()
+		r.Header.Set("Accept-Encoding", "gzip")
+		r = r.WithContext(context.WithValue(r.Context(), npmRewriteKey{}, &npmRewrite{req: n, public: public}))
+	}
+	s.npm.forward(a, r, n.target(), writeNPMError)
+}
+
+// npmError is the registry's error shape, which npm prints after the status.
+type npmError struct {
+	Error string `json:"error"`
+}
+
+// writeNPMError renders err as the registry does: {"error": "..."}.
+func writeNPMError(w http.ResponseWriter, err error) int {
+	code, _ := status(err)
+	body, _ := json.Marshal(npmError{Error: message(err)})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	if errors.Is(err, ErrUnauthorized) {
+		h.Set("WWW-Authenticate", `Bearer realm="cproxy"`)
+	}
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+	return code
+}
+
+// setNPMCredential puts the registry token on a forwarded request, when
+// one is configured; the public registry needs none.
+func setNPMCredential(up Upstream) func(http.Header) {
+	if up.Credential.IsZero() {
+		return func(http.Header) {}
+	}
+	return func(h http.Header) {
+		h.Set("Authorization", "Bearer "+up.Credential.Reveal())
+	}
+}
+
+// npmResponse checks each upstream answer: the registry refusing cproxy's
+// own token is the operator's problem (502), and a packument is rewritten.
+func npmResponse(base *url.URL) func(*http.Response) error {
+	return func(resp *http.Response) error {
+		if resp.StatusCode == http.StatusUnauthorized {
+			if resp.Request.Header.Get("Authorization") == "" {
+				return refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.npm.credential", resp.Request.URL.Host)
+			}
+			return refuse(ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
+		}
+		rw, ok := resp.Request.Context().Value(npmRewriteKey{}).(*npmRewrite)
+		if !ok {
+			return nil
+		}
+		if resp.StatusCode == http.StatusNotModified {
+			weakenETag(resp.Header)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		return rewritePackumentResponse(resp, base, rw)
+	}
+}
+
+// rewritePackumentResponse replaces resp's body with the rewritten
+// packument, decoded (identity), with its length.
+func rewritePackumentResponse(resp *http.Response, base *url.URL, rw *npmRewrite) error {
+	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	switch ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(io.LimitReader(resp.Body, maxPackument+1))
+		if err != nil {
+			return refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", rw.req.name, base.Host)
+		}
+		defer zr.Close()
+		body = zr
+	default:
+		return refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", rw.req.name, base.Host, clip(ce, 32))
+	}
+	raw, err := io.ReadAll(io.LimitReader(body, maxPackument+1))
+	if err != nil {
+		return refuse(ErrUpstream, "reading the packument of %s from %s failed", rw.req.name, base.Host)
+	}
+	if len(raw) > maxPackument {
+		return refuse(ErrUpstream, "the packument of %s is larger than %d MiB, the most cproxy rewrites", rw.req.name, maxPackument>>20)
+	}
+	out, err := rewritePackument(raw, base, rw)
+	if err != nil {
+		return err
+	}
+	h := resp.Header
+	h.Del("Content-Encoding")
+	h.Del("Content-Md5")
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	// The rewrite is a deterministic function of the upstream's bytes and
+	// cproxy's public URL, so the upstream's validators still identify the
+	// answer; only the bytes differ, so a strong ETag becomes weak.
+	weakenETag(h)
+	resp.ContentLength = int64(len(out))
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.Uncompressed = false
+	return nil
+}
+
+// weakenETag marks the upstream's ETag weak: it still names the same
+// packument, which cproxy sends rewritten and decoded, so not the same bytes.
+// A conditional request with it matches upstream (If-None-Match compares
+// weakly) and gets a 304.
+func weakenETag(h http.Header) {
+	if et := h.Get("Etag"); et != "" && !strings.HasPrefix(et, "W/") {
+		h.Set("Etag", "W/"+et)
+	}
+}
+
+// rewritePackument points every tarball on the upstream at cproxy and drops
+// every version whose tarball is anywhere else (and the dist-tags naming
+// them). Keys are re-sorted and whitespace removed; values (integrity,
+// shasum, everything else) keep their bytes.
+func rewritePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, refuse(ErrUpstream, "the packument of %s from %s is not a JSON object", rw.req.name, base.Host)
+	}
+	bad := func() error {
+		return refuse(ErrUpstream, "the packument of %s from %s has malformed versions", rw.req.name, base.Host)
+	}
+	var versions map[string]json.RawMessage
+	if v, ok := doc["versions"]; ok {
+		if err := json.Unmarshal(v, &versions); err != nil {
+			return nil, bad()
+		}
+	}
+	removed := map[string]bool{}
+	for ver, vraw := range versions {
+		var vdoc map[string]json.RawMessage
+		if err := json.Unmarshal(vraw, &vdoc); err != nil {
+			return nil, bad()
+		}
+		var dist map[string]json.RawMessage
+		var tarball string
+		if err := json.Unmarshal(vdoc["dist"], &dist); err != nil || json.Unmarshal(dist["tarball"], &tarball) != nil {
+			removed[ver] = true
+			delete(versions, ver)
+			continue
+		}
+		p, ok := proxyTarballPath(tarball, base, rw.req.name)
+		if !ok {
+			removed[ver] = true
+			delete(versions, ver)
+			continue
+		}
+		dist["tarball"] = mustJSON(rw.public + p)
+		vdoc["dist"] = mustJSON(dist)
+		versions[ver] = mustJSON(vdoc)
+	}
+	if versions != nil {
+		doc["versions"] = mustJSON(versions)
+	}
+	if len(removed) > 0 {
+		if t, ok := doc["dist-tags"]; ok {
+			var tags map[string]json.RawMessage
+			if err := json.Unmarshal(t, &tags); err == nil {
+				for tag, v := range tags {
+					var s string
+					if json.Unmarshal(v, &s) == nil && removed[s] {
+						delete(tags, tag)
+					}
+				}
+				doc["dist-tags"] = mustJSON(tags)
+			}
+		}
+	}
+	return mustJSON(doc), nil
+}
+
+// proxyTarballPath is cproxy's path for a tarball URL on the upstream, or
+// false for a URL elsewhere (another scheme, host or path, or not a tarball
+// of the package).
+func proxyTarballPath(tarball string, base *url.URL, name string) (string, bool) {
+	u, err := url.Parse(tarball)
+	if err != nil || !strings.EqualFold(u.Scheme, base.Scheme) || !strings.EqualFold(u.Host, base.Host) ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", false
+	}
+	prefix := strings.TrimSuffix(base.EscapedPath(), "/")
+	rest, ok := strings.CutPrefix(u.EscapedPath(), prefix+"/")
+	if !ok {
+		return "", false
+	}
+	n, err := parseNPMPath(http.MethodGet, "/npm/"+rest)
+	if err != nil || n.kind != npmTarball || n.name != name {
+		return "", false
+	}
+	return n.proxyPath(), true
+}
+
+// mustJSON encodes v without HTML escaping; the values are maps of
+// RawMessage and strings, which always encode.
+func mustJSON(v any) json.RawMessage {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(fmt.Sprintf("cproxy: encoding a packument: %v", err))
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}

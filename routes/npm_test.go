@@ -1,0 +1,404 @@
+package routes
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+const canaryNPM = "npm_CANARYnpm0123456789abcdefghijklmnopqrs"
+
+const npmPolicy = `
+[profile.default]
+models = ["claude-*"]
+packages = ["is-*", "@acme/*"]
+`
+
+func newNPMEnv(t *testing.T, reg *fakes.NPMRegistry, public string) *env {
+	u, _ := url.Parse(reg.URL)
+	return newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, npmPolicy)
+		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
+		o.PublicURL = public
+	})
+}
+
+func newNPMRegistry(t *testing.T, gz bool) *fakes.NPMRegistry {
+	reg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: gz})
+	t.Cleanup(reg.Close)
+	for name, vs := range map[string][]string{"is-thing": {"1.0.0", "1.1.0"}, "@acme/util": {"2.0.0"}, "left-pad": {"1.3.0"}} {
+		if err := reg.AddPackage(name, vs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reg
+}
+
+func npmAuth(tok string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + tok}
+}
+
+func TestParseNPMPath(t *testing.T) {
+	ok := []struct {
+		method, path string
+		want         npmRequest
+		upstream     string
+	}{
+		{"GET", "/npm/react", npmRequest{kind: npmPackument, name: "react"}, "/react"},
+		{"GET", "/npm/@types%2fnode", npmRequest{kind: npmPackument, name: "@types/node"}, "/@types%2fnode"},
+		{"GET", "/npm/@types%2Fnode", npmRequest{kind: npmPackument, name: "@types/node"}, "/@types%2fnode"},
+		{"GET", "/npm/@types/node", npmRequest{kind: npmPackument, name: "@types/node"}, "/@types%2fnode"},
+		{"GET", "/npm/%72eact", npmRequest{kind: npmPackument, name: "react"}, "/react"},
+		{"GET", "/npm/lodash.merge", npmRequest{kind: npmPackument, name: "lodash.merge"}, "/lodash.merge"},
+		{"GET", "/npm/react/-/react-18.2.0.tgz", npmRequest{kind: npmTarball, name: "react", file: "react-18.2.0.tgz"}, "/react/-/react-18.2.0.tgz"},
+		{"GET", "/npm/@types/node/-/node-20.1.0-beta.1.tgz", npmRequest{kind: npmTarball, name: "@types/node", file: "node-20.1.0-beta.1.tgz"}, "/@types/node/-/node-20.1.0-beta.1.tgz"},
+		{"GET", "/npm/@types%2fnode/-/node-20.1.0.tgz", npmRequest{kind: npmTarball, name: "@types/node", file: "node-20.1.0.tgz"}, "/@types/node/-/node-20.1.0.tgz"},
+		{"GET", "/npm/-/ping", npmRequest{kind: npmPing}, "/-/ping"},
+	}
+	for _, c := range ok {
+		got, err := parseNPMPath(c.method, c.path)
+		if err != nil || got != c.want {
+			t.Errorf("%s %s = %+v, %v; want %+v", c.method, c.path, got, err, c.want)
+			continue
+		}
+		tg := got.target()
+		up := tg.path
+		if tg.rawPath != "" {
+			up = tg.rawPath
+		}
+		if up != c.upstream {
+			t.Errorf("%s: upstream path %q, want %q", c.path, up, c.upstream)
+		}
+	}
+	bad := []struct{ method, path, msg string }{
+		{"PUT", "/npm/react", "publishing react is not allowed"},
+		{"PUT", "/npm/@acme%2futil", "publishing @acme/util is not allowed"},
+		{"DELETE", "/npm/react/-rev/3-abc", "unpublishing react"},
+		{"DELETE", "/npm/react/-/react-1.0.0.tgz", "unpublishing react"},
+		{"POST", "/npm/react", "only GET"},
+		{"GET", "/npm/-/package/react/dist-tags", "dist-tag"},
+		{"PUT", "/npm/-/package/react/dist-tags/latest", "dist-tag"},
+		{"GET", "/npm/-/npm/v1/tokens", "token endpoints"},
+		{"PUT", "/npm/-/user/org.couchdb.user:bob", "user endpoints"},
+		{"GET", "/npm/-/whoami", "user endpoints"},
+		{"GET", "/npm/-/v1/search", "search is not available"},
+		{"POST", "/npm/-/npm/v1/security/advisories/bulk", "audit is not available"},
+		{"POST", "/npm/-/npm/v1/security/audits/quick", "audit is not available"},
+		{"POST", "/npm/-/ping", "not an npm request"},
+		{"GET", "/npm/@Types/node", "not an npm package name"},
+		{"GET", "/npm/..", "not an npm package name"},
+		{"GET", "/npm/%2e%2e", "not an npm package name"},
+		{"GET", "/npm/%2e%2e%2fetc", "not an npm package name"},
+		{"GET", "/npm/.hidden", "not an npm package name"},
+		{"GET", "/npm/_private", "not an npm package name"},
+		{"GET", "/npm/a%252fb", "not an npm package name"},
+		{"GET", "/npm/a%2fb", "not an npm package name"},
+		{"GET", "/npm/@scope", "not an npm package name"},
+		{"GET", "/npm/@scope/", "not an npm package name"},
+		{"GET", "/npm/@scope%2f..", "not an npm package name"},
+		{"GET", "/npm/@scope/a%2fb", "not an npm package name"},
+		{"GET", "/npm/@a%2fb/c", "not an npm request"},
+		{"GET", "/npm/@a%2fb%2fc", "not an npm package name"},
+		{"GET", "/npm/%40types%2fnode%00", "not an npm package name"},
+		{"GET", "/npm/" + strings.Repeat("a", 215), "not an npm package name"},
+		{"GET", "/npm/node_modules", "not an npm package name"},
+		{"GET", "/npm/react/", "not an npm request"},
+		{"GET", "/npm/react/-/", "not a tarball of react"},
+		{"GET", "/npm/react/-/lodash-1.0.0.tgz", "not a tarball of react"},
+		{"GET", "/npm/react/-/react-1.0.0.tgz.sig", "not a tarball of react"},
+		{"GET", "/npm/react/-/react-..%2f..%2fx.tgz", "not a tarball of react"},
+		{"GET", "/npm/react/-/react-1.0.0%2f..%2f..%2fx.tgz", "not a tarball of react"},
+		{"GET", "/npm/react/-/../x", "not an npm request"},
+		{"GET", "/npm/@types/node/-/@types-node-1.0.0.tgz", "not a tarball of @types/node"},
+		{"GET", "/npm/react/1.0.0", "not an npm request"},
+		{"GET", "/npm/react/latest", "not an npm request"},
+		{"GET", "/npm/%zz", "malformed percent-encoding"},
+		{"GET", "/npm/", "not an npm package name"},
+		{"GET", "/npm/-/anything", "not an npm request"},
+	}
+	for _, c := range bad {
+		got, err := parseNPMPath(c.method, c.path)
+		if err == nil {
+			t.Errorf("%s %s accepted: %+v", c.method, c.path, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.msg) || !strings.HasPrefix(err.Error(), "cproxy: ") {
+			t.Errorf("%s %s: %q, want it to say %q", c.method, c.path, err, c.msg)
+		}
+	}
+}
+
+func TestNPMValidName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"react": true, "@types/node": true, "a": true, "a-b.c_d~e": true, "123": true, "-": true,
+		"JSONStream": true, "@types/JSONStream": true, "@Types/node": false,
+		"": false, "@types": false, "@/a": false, "@a/": false, "a/b": false, "@a/b/c": false,
+		".a": false, "_a": false, "@.a/b": false, "a b": false, "a%20b": false, "a:b": false, "é": false,
+		strings.Repeat("a", 214): true, strings.Repeat("a", 215): false,
+	} {
+		if got := validNPMName(name); got != want {
+			t.Errorf("validNPMName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func (e *env) npmRefused(method, path string, hdr map[string]string, wantStatus int, want string) {
+	e.t.Helper()
+	r := e.do(method, path, hdr, "")
+	var body struct{ Error string }
+	if err := json.Unmarshal([]byte(r.body), &body); err != nil {
+		e.t.Errorf("%s %s: not npm's error shape: %q", method, path, r.body)
+		return
+	}
+	if r.status != wantStatus || !strings.Contains(body.Error, want) || !strings.HasPrefix(body.Error, "cproxy: ") {
+		e.t.Errorf("%s %s = %d %q, want %d %q", method, path, r.status, body.Error, wantStatus, want)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		e.t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+}
+
+func TestNPMRefusals(t *testing.T) {
+	reg := newNPMRegistry(t, false)
+	e := newNPMEnv(t, reg, "http://proxy.example:8080")
+	tok := e.token("conv-42")
+	auth := npmAuth(tok)
+	e.npmRefused("GET", "/npm/left-pad", auth, 403, "cproxy: package left-pad is not allowed for sandbox conv-42")
+	e.npmRefused("GET", "/npm/left-pad/-/left-pad-1.3.0.tgz", auth, 403, "package left-pad is not allowed for sandbox conv-42")
+	e.npmRefused("GET", "/npm/@other%2fpkg", auth, 403, "package @other/pkg is not allowed")
+	e.npmRefused("PUT", "/npm/is-thing", auth, 403, "publishing is-thing is not allowed")
+	e.npmRefused("DELETE", "/npm/is-thing/-rev/1-a", auth, 403, "unpublishing is-thing")
+	e.npmRefused("PUT", "/npm/-/package/is-thing/dist-tags/latest", auth, 403, "dist-tag")
+	e.npmRefused("GET", "/npm/-/whoami", auth, 403, "user endpoints")
+	e.npmRefused("GET", "/npm/-/npm/v1/tokens", auth, 403, "token endpoints")
+	e.npmRefused("GET", "/npm/-/v1/search?text=x", auth, 403, "search is not available")
+	e.npmRefused("POST", "/npm/-/npm/v1/security/advisories/bulk", auth, 403, "audit is not available")
+	e.npmRefused("GET", "/npm/..%2f..%2fetc%2fpasswd", auth, 403, "not an npm package name")
+	e.npmRefused("GET", "/npm/is-thing/-/is-other-1.0.0.tgz", auth, 403, "not a tarball of is-thing")
+	// Authentication comes first: nothing is decided without a token.
+	e.npmRefused("GET", "/npm/is-thing", nil, 401, "no sandbox token")
+	e.npmRefused("PUT", "/npm/is-thing", nil, 401, "no sandbox token")
+	e.npmRefused("GET", "/npm/is-thing", npmAuth("cpx_nonsense"), 401, "malformed sandbox token")
+	if r := reg.Requests(); len(r) != 0 {
+		t.Errorf("the registry received %d requests, want none: %+v", len(r), r[0])
+	}
+}
+
+func TestNPMForwards(t *testing.T) {
+	for _, gz := range []bool{false, true} {
+		reg := newNPMRegistry(t, gz)
+		if err := reg.AddPackage("is-other", "1.0.0", "1.1.0", "1.2.0"); err != nil {
+			t.Fatal(err)
+		}
+		reg.SetTarballURL("is-other", "1.2.0", "https://evil.example/is-other/-/is-other-1.2.0.tgz")
+		reg.SetTarballURL("is-other", "1.1.0", reg.URL+"/is-thing/-/is-thing-1.1.0.tgz")
+		e := newNPMEnv(t, reg, "http://proxy.example:8080/")
+		tok := e.token("conv-42")
+		hdr := with(npmAuth(tok), "Accept-Encoding", "gzip, deflate, br")
+
+		// A packument: tarballs point at cproxy, integrity as the registry
+		// sent it, the real token upstream, identity to the client.
+		for _, path := range []string{"/npm/@acme%2futil", "/npm/@acme/util"} {
+			r := e.do("GET", path, hdr, "")
+			if r.status != 200 || r.header.Get("Content-Encoding") != "" || r.header.Get("Content-Length") != fmt.Sprint(len(r.body)) {
+				t.Fatalf("gzip=%v %s: %d %v %q", gz, path, r.status, r.header, r.body)
+			}
+			if !strings.Contains(r.body, `"tarball":"http://proxy.example:8080/npm/@acme/util/-/util-2.0.0.tgz"`) {
+				t.Errorf("gzip=%v: tarball not rewritten: %s", gz, r.body)
+			}
+			tgz, _ := fakes.NPMTarball("@acme/util", "2.0.0")
+			if !strings.Contains(r.body, integrityOf(tgz)) {
+				t.Errorf("integrity changed: %s", r.body)
+			}
+			if et := r.header.Get("Etag"); !strings.HasPrefix(et, `W/"`) {
+				t.Errorf("ETag %q, want a weak one", et)
+			}
+		}
+		// Abbreviated metadata passes Accept.
+		r := e.do("GET", "/npm/is-thing", with(hdr, "Accept", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8"), "")
+		if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "application/vnd.npm.install-v1+json") || !strings.Contains(r.body, `"modified"`) {
+			t.Errorf("abbreviated: %d %v %s", r.status, r.header, r.body)
+		}
+		// A foreign tarball host, and a tarball of another package on the
+		// registry: both versions gone, and the latest tag with them.
+		r = e.do("GET", "/npm/is-other", hdr, "")
+		var doc struct {
+			DistTags map[string]string          `json:"dist-tags"`
+			Versions map[string]json.RawMessage `json:"versions"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Versions) != 1 || doc.Versions["1.0.0"] == nil || len(doc.DistTags) != 0 || strings.Contains(r.body, "evil.example") {
+			t.Errorf("foreign tarballs kept: %s", r.body)
+		}
+		// The tarball, byte for byte.
+		r = e.do("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", hdr, "")
+		want, _ := fakes.NPMTarball("is-thing", "1.1.0")
+		if r.status != 200 || r.body != string(want) {
+			t.Errorf("tarball: %d, %d bytes", r.status, len(r.body))
+		}
+		r = e.do("GET", "/npm/-/ping", hdr, "")
+		if r.status != 200 {
+			t.Errorf("ping: %d %s", r.status, r.body)
+		}
+		r = e.do("GET", "/npm/is-nothing", hdr, "")
+		if r.status != 404 {
+			t.Errorf("missing package: %d %s", r.status, r.body)
+		}
+		for _, q := range reg.Requests() {
+			if a := q.Header.Get("Authorization"); a != "Bearer "+canaryNPM {
+				t.Errorf("%s %s: Authorization %q", q.Method, q.Path, a)
+			}
+			for k, vs := range q.Header {
+				for _, v := range vs {
+					if strings.Contains(v, "cpx_") {
+						t.Errorf("%s %s: sandbox token in %s", q.Method, q.Path, k)
+					}
+				}
+			}
+			if q.Path == "/@acme/util" || strings.Contains(q.Path, "..") {
+				t.Errorf("upstream path %q", q.Path)
+			}
+		}
+	}
+}
+
+func integrityOf(b []byte) string {
+	sum := sha512.Sum512(b)
+	return "sha512-" + base64.StdEncoding.EncodeToString(sum[:])
+}
+
+func TestNPMNoCredentialUpstream(t *testing.T) {
+	reg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{})
+	t.Cleanup(reg.Close)
+	reg.AddPackage("is-thing", "1.0.0")
+	u, _ := url.Parse(reg.URL)
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, npmPolicy)
+		o.NPM = Upstream{URL: u}
+	})
+	tok := e.token("conv-42")
+	r := e.do("GET", "/npm/is-thing", npmAuth(tok), "")
+	if r.status != 200 || !strings.Contains(r.body, e.proxy.URL+"/npm/is-thing/-/is-thing-1.0.0.tgz") {
+		t.Errorf("%d %s", r.status, r.body)
+	}
+	for _, q := range reg.Requests() {
+		if a := q.Header.Get("Authorization"); a != "" {
+			t.Errorf("Authorization %q sent to a registry with no credential", a)
+		}
+	}
+}
+
+func TestNPMUpstreamRefusesCredential(t *testing.T) {
+	reg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: "something-else"})
+	t.Cleanup(reg.Close)
+	e := newNPMEnv(t, reg, "")
+	r := e.do("GET", "/npm/is-thing", npmAuth(e.token("conv-42")), "")
+	if r.status != 502 || !strings.Contains(r.body, "refused cproxy's npm credential") {
+		t.Errorf("%d %s", r.status, r.body)
+	}
+}
+
+func TestRewritePackument(t *testing.T) {
+	base, _ := url.Parse("https://registry.example/sub/")
+	rw := &npmRewrite{req: npmRequest{kind: npmPackument, name: "@a/b"}, public: "http://p:1"}
+	in := `{"name":"@a/b","dist-tags":{"latest":"2.0.0","old":"1.0.0","beta":"3.0.0"},
+"versions":{
+ "1.0.0":{"dist":{"integrity":"sha512-AAA\u002b==","shasum":"abc","tarball":"https://registry.example/sub/@a/b/-/b-1.0.0.tgz"},"x":[1, 2]},
+ "2.0.0":{"dist":{"integrity":"sha512-BBB","tarball":"https://other.example/sub/@a/b/-/b-2.0.0.tgz"}},
+ "3.0.0":{"dist":{"tarball":"http://registry.example/sub/@a/b/-/b-3.0.0.tgz"}},
+ "4.0.0":{"dist":{"tarball":"https://registry.example/@a/b/-/b-4.0.0.tgz"}},
+ "5.0.0":{"dist":{"tarball":"https://registry.example/sub/@a/b/-/b-5.0.0.tgz?x=1"}},
+ "6.0.0":{"dist":{"tarball":"https://registry.example/sub/@a/b/-/../../../c/-/c-6.0.0.tgz"}},
+ "7.0.0":{"nodist":true}
+},"time":{"1.0.0":"t"}}`
+	out, err := rewritePackument([]byte(in), base, rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"dist-tags":{"old":"1.0.0"},"name":"@a/b","time":{"1.0.0":"t"},"versions":{"1.0.0":{"dist":{"integrity":"sha512-AAA\u002b==","shasum":"abc","tarball":"http://p:1/npm/@a/b/-/b-1.0.0.tgz"},"x":[1,2]}}}`
+	if string(out) != want {
+		t.Errorf("got  %s\nwant %s", out, want)
+	}
+	if _, err := rewritePackument([]byte(`[1]`), base, rw); err == nil {
+		t.Error("a JSON array was rewritten")
+	}
+}
+
+func TestNPMPackumentLimits(t *testing.T) {
+	// A gzip upstream answer that is not gzip, an encoding cproxy cannot
+	// read, and one too large: 502, in npm's shape.
+	for _, c := range []struct {
+		name, ce string
+		body     []byte
+		want     string
+	}{
+		{"bad gzip", "gzip", []byte("not gzip"), "not valid gzip"},
+		{"br", "br", []byte("x"), "cannot read"},
+		{"too large", "", bytes.Repeat([]byte(" "), maxPackument+1), "larger than 64 MiB"},
+	} {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if ae := r.Header.Get("Accept-Encoding"); ae != "gzip" {
+				t.Errorf("Accept-Encoding upstream %q", ae)
+			}
+			if c.ce != "" {
+				w.Header().Set("Content-Encoding", c.ce)
+			}
+			w.Write(c.body)
+		}))
+		u, _ := url.Parse(up.URL)
+		e := newEnv(t, func(o *Options) {
+			o.Policy = mustPolicy(t, npmPolicy)
+			o.NPM = Upstream{URL: u}
+		})
+		r := e.do("GET", "/npm/is-thing", with(npmAuth(e.token("conv-42")), "Accept-Encoding", "br"), "")
+		if r.status != 502 || !strings.Contains(r.body, c.want) {
+			t.Errorf("%s: %d %q", c.name, r.status, clip(r.body, 200))
+		}
+		up.Close()
+	}
+	// gzip round trip of a valid packument through a plain upstream.
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte(`{"name":"is-thing","versions":{}}`))
+	zw.Close()
+	zr, _ := gzip.NewReader(bytes.NewReader(buf.Bytes()))
+	b, _ := io.ReadAll(zr)
+	if string(b) == "" {
+		t.Fatal("gzip")
+	}
+}
+
+func TestNPMNotModified(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("If-None-Match") != `W/"abc"` {
+			t.Errorf("If-None-Match %q", r.Header.Get("If-None-Match"))
+		}
+		w.Header().Set("Etag", `"abc"`)
+		w.WriteHeader(http.StatusNotModified)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, npmPolicy)
+		o.NPM = Upstream{URL: u}
+	})
+	r := e.do("GET", "/npm/is-thing", with(npmAuth(e.token("conv-42")), "If-None-Match", `W/"abc"`), "")
+	if r.status != 304 || r.header.Get("Etag") != `W/"abc"` {
+		t.Errorf("%d %v", r.status, r.header)
+	}
+}
