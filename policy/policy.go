@@ -33,6 +33,9 @@ type Profile struct {
 	// Packages are npm package-name globs ("react", "@types/*"), matched exactly.
 	// Empty: no package.
 	Packages []string `toml:"packages"`
+	// NPM is the version policy for the allowed packages: a deny list of semver
+	// ranges and a minimum release age. Zero: every version.
+	NPM NPMPolicy `toml:"npm"`
 }
 
 // Access levels of a RepoRule.
@@ -322,6 +325,7 @@ func (p *Policy) validate(d *decoder) {
 		pr := p.Profiles[name]
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
+		pr.validateNPM(d, pp)
 		for i := range pr.Repos {
 			checkRepoRule(d, pp.key("repos"), i, pr.Repos)
 		}

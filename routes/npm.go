@@ -13,6 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+
+	"github.com/cproxy/cproxy/policy"
 )
 
 // maxPackument bounds the packument cproxy reads, decompresses and rewrites
@@ -85,6 +90,11 @@ func (n npmRequest) target() target {
 		return target{path: "/" + n.name + "/-/" + n.file}
 	}
 	return target{path: "/" + n.name, rawPath: "/" + n.encodedName()}
+}
+
+// version is a tarball's version, from its file name (checked by parseNPMPath).
+func (n npmRequest) version() string {
+	return strings.TrimSuffix(strings.TrimPrefix(n.file, n.baseName()+"-"), ".tgz")
 }
 
 // proxyPath is the request's path on cproxy, for rewritten tarball URLs.
@@ -185,6 +195,10 @@ type npmRewriteKey struct{}
 type npmRewrite struct {
 	req    npmRequest
 	public string // cproxy's public URL, no trailing slash
+	// profile, if it has an npm version policy, filters the versions
+	// (Profile.NPMVersion) as of now.
+	profile *policy.Profile
+	now     time.Time
 }
 
 func (s *Server) serveNPM(a *audit, r *http.Request) {
@@ -218,6 +232,25 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 			return
 		}
 	}
+	if n.kind == npmTarball {
+		v := n.version()
+		pr := a.session.Profile
+		d := pr.NPMDeny(n.name, v)
+		if d.Allow && pr.HasNPMVersionPolicy() && pr.NPM.MinReleaseAge.Duration > 0 {
+			// The age is in the packument: read its time[version] first.
+			published, err := s.npmPublished(r.Context(), n, v)
+			if err != nil {
+				a.fail(writeNPMError, err)
+				return
+			}
+			d = pr.NPMVersion(n.name, v, published, s.now())
+		}
+		if !d.Allow {
+			a.rule = d.Rule
+			a.fail(writeNPMError, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, v, a.session.Sandbox, d.Reason))
+			return
+		}
+	}
 	if n.kind == npmPackument {
 		public := strings.TrimSuffix(s.publicURL, "/")
 		if public == "" {
@@ -226,9 +259,80 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 		// cproxy must read what it rewrites: gzip or nothing.
 		r.Header = r.Header.Clone()
 		r.Header.Set("Accept-Encoding", "gzip")
-		r = r.WithContext(context.WithValue(r.Context(), npmRewriteKey{}, &npmRewrite{req: n, public: public}))
+		rw := &npmRewrite{req: n, public: public}
+		if pr := a.session.Profile; pr.HasNPMVersionPolicy() {
+			rw.profile, rw.now = pr, s.now()
+			// What is hidden depends on the clock and the policy, not only on
+			// the upstream's bytes: no validators, so no stale 304s.
+			r.Header.Del("If-None-Match")
+			r.Header.Del("If-Modified-Since")
+			if pr.NPM.MinReleaseAge.Duration > 0 {
+				// The abbreviated packument has no time: ask for the full one,
+				// which npm takes as well.
+				r.Header.Set("Accept", "application/json")
+			}
+		}
+		r = r.WithContext(context.WithValue(r.Context(), npmRewriteKey{}, rw))
 	}
 	s.npm.forward(a, r, n.target(), writeNPMError)
+}
+
+// npmPublished reads the publish time of a version from the upstream's full
+// packument (time[version]); zero when the packument has none for it. It is
+// what a tarball request costs under a min_release_age: one more packument
+// fetch, read as rewritePackumentResponse reads one (bounded, gzip or not).
+func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
+	base := s.npm.up.URL
+	pn := npmRequest{kind: npmPackument, name: n.name}
+	t := pn.target()
+	u := &url.URL{Scheme: base.Scheme, Host: base.Host, Path: joinPath(base.Path, t.path), RawPath: joinPath(base.EscapedPath(), t.rawPath)}
+	if s.npm.up.HeaderTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.npm.up.HeaderTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return time.Time{}, refuse(ErrUpstream, "cannot build the packument request for %s", n.name)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept-Encoding", "gzip")
+	setNPMCredential(s.npm.up)(req.Header)
+	resp, err := s.npm.transport.RoundTrip(req)
+	if err != nil {
+		return time.Time{}, refuse(ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
+	}
+	defer resp.Body.Close()
+	if err := npmResponse(base)(resp); err != nil {
+		return time.Time{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return time.Time{}, refuse(ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
+	}
+	var body io.Reader = io.LimitReader(resp.Body, maxPackument+1)
+	if ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce == "gzip" || ce == "x-gzip" {
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
+		}
+		defer zr.Close()
+		body = io.LimitReader(zr, maxPackument+1)
+	} else if ce != "" && ce != "identity" {
+		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, clip(ce, 32))
+	}
+	var doc struct {
+		Time map[string]json.RawMessage `json:"time"`
+	}
+	if err := json.NewDecoder(body).Decode(&doc); err != nil {
+		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
+	}
+	var ts string
+	if json.Unmarshal(doc.Time[version], &ts) == nil {
+		if t, err := time.Parse(time.RFC3339, ts); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, nil
 }
 
 // npmError is the registry's error shape, which npm prints after the status.
@@ -323,6 +427,10 @@ func rewritePackumentResponse(resp *http.Response, base *url.URL, rw *npmRewrite
 	// cproxy's public URL, so the upstream's validators still identify the
 	// answer; only the bytes differ, so a strong ETag becomes weak.
 	weakenETag(h)
+	if rw.profile != nil {
+		h.Del("Etag")
+		h.Del("Last-Modified")
+	}
 	resp.ContentLength = int64(len(out))
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.Uncompressed = false
@@ -341,7 +449,9 @@ func weakenETag(h http.Header) {
 
 // rewritePackument points every tarball on the upstream at cproxy and drops
 // every version whose tarball is anywhere else (and the dist-tags naming
-// them). Keys are re-sorted and whitespace removed; values (integrity,
+// them). With rw.profile set it also drops the versions the profile's npm
+// version policy denies (and their time entries); a latest tag it drops is
+// moved to the highest release left. Keys are re-sorted and whitespace removed; values (integrity,
 // shasum, everything else) keep their bytes.
 func rewritePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) {
 	var doc map[string]json.RawMessage
@@ -380,6 +490,13 @@ func rewritePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error)
 		vdoc["dist"] = mustJSON(dist)
 		versions[ver] = mustJSON(vdoc)
 	}
+	denied := map[string]bool{}
+	if rw.profile != nil && versions != nil {
+		filterVersions(doc, versions, denied, rw)
+		for v := range denied {
+			removed[v] = true
+		}
+	}
 	if versions != nil {
 		doc["versions"] = mustJSON(versions)
 	}
@@ -387,10 +504,19 @@ func rewritePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error)
 		if t, ok := doc["dist-tags"]; ok {
 			var tags map[string]json.RawMessage
 			if err := json.Unmarshal(t, &tags); err == nil {
+				latestDenied := false
 				for tag, v := range tags {
 					var s string
 					if json.Unmarshal(v, &s) == nil && removed[s] {
 						delete(tags, tag)
+						latestDenied = latestDenied || tag == "latest" && denied[s]
+					}
+				}
+				// A latest the version policy removed moves to the highest
+				// release left, so "npm install pkg" gets the newest allowed one.
+				if latestDenied {
+					if v := highestRelease(versions); v != "" {
+						tags["latest"] = mustJSON(v)
 					}
 				}
 				doc["dist-tags"] = mustJSON(tags)
@@ -398,6 +524,52 @@ func rewritePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error)
 		}
 	}
 	return mustJSON(doc), nil
+}
+
+// filterVersions removes from versions (and from the packument's time) every
+// version the profile's npm version policy does not allow, by its publish time
+// in time[version], recording each in removed.
+func filterVersions(doc map[string]json.RawMessage, versions map[string]json.RawMessage, removed map[string]bool, rw *npmRewrite) {
+	var times map[string]json.RawMessage
+	if t, ok := doc["time"]; ok && json.Unmarshal(t, &times) != nil {
+		times = nil // not an object: no version has a known time
+	}
+	for ver := range versions {
+		var published time.Time
+		var ts string
+		if json.Unmarshal(times[ver], &ts) == nil {
+			if t, err := time.Parse(time.RFC3339, ts); err == nil {
+				published = t
+			}
+		}
+		if !rw.profile.NPMVersion(rw.req.name, ver, published, rw.now).Allow {
+			removed[ver] = true
+			delete(versions, ver)
+		}
+	}
+	if times != nil {
+		for ver := range removed {
+			delete(times, ver)
+		}
+		doc["time"] = mustJSON(times)
+	}
+}
+
+// highestRelease is the highest version in versions that is semver and not a
+// pre-release, or "".
+func highestRelease(versions map[string]json.RawMessage) string {
+	var best *semver.Version
+	name := ""
+	for ver := range versions {
+		v, err := semver.StrictNewVersion(ver)
+		if err != nil || v.Prerelease() != "" {
+			continue
+		}
+		if best == nil || v.GreaterThan(best) {
+			best, name = v, ver
+		}
+	}
+	return name
 }
 
 // proxyTarballPath is cproxy's path for a tarball URL on the upstream, or

@@ -553,7 +553,7 @@ func TestAuditLine(t *testing.T) {
 	}
 }
 
-func mustPolicy(t *testing.T, src string) *policy.Policy {
+func mustPolicy(t testing.TB, src string) *policy.Policy {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.toml")
 	if err := writeFile(path, src); err != nil {

@@ -122,6 +122,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"randfile":    cmdRandFile,
 			"npmpkg":      cmdNPMPkg,
 			"npmforeign":  cmdNPMForeign,
+			"npmtime":     cmdNPMTime,
 			"npmrequests": cmdNPMRequests,
 		},
 	}
@@ -494,6 +495,24 @@ func cmdNPMPkg(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: npmpkg NAME VERSION...")
 	}
 	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).AddPackage(args[0], args[1:]...))
+}
+
+// npmtime NAME VERSION AGO|RFC3339|none: set NAME@VERSION's publish time in
+// the packument's time: a duration ago ("1h", "30m"), an RFC 3339 time, or
+// none to leave it out.
+func cmdNPMTime(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: npmtime NAME VERSION AGO|RFC3339|none")
+	}
+	var t time.Time
+	if args[2] != "none" {
+		if d, err := time.ParseDuration(args[2]); err == nil {
+			t = time.Now().Add(-d)
+		} else if t, err = time.Parse(time.RFC3339, args[2]); err != nil {
+			ts.Fatalf("npmtime: %q is neither a duration nor an RFC 3339 time", args[2])
+		}
+	}
+	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetPublishTime(args[0], args[1], t))
 }
 
 // npmforeign NAME VERSION URL: point the packument's tarball of

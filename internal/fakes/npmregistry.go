@@ -56,7 +56,9 @@ type npmVersion struct {
 	tarball   []byte
 	shasum    string
 	integrity string
-	url       string // the dist.tarball URL; "" means the registry's own
+	url       string    // the dist.tarball URL; "" means the registry's own
+	published time.Time // time[version]; zero means 2020-01-01
+	noTime    bool      // leave the version out of time
 }
 
 // NewNPMRegistry starts a fake registry.
@@ -103,6 +105,19 @@ func (g *NPMRegistry) SetTarballURL(name, version, url string) error {
 		return fmt.Errorf("no package %s@%s", name, version)
 	}
 	p.versions[version].url = url
+	return nil
+}
+
+// SetPublishTime sets version's publish time in the packument's time; a
+// zero t leaves the version out of time altogether.
+func (g *NPMRegistry) SetPublishTime(name, version string, t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pkgs[name]
+	if p == nil || p.versions[version] == nil {
+		return fmt.Errorf("no package %s@%s", name, version)
+	}
+	p.versions[version].published, p.versions[version].noTime = t, t.IsZero()
 	return nil
 }
 
@@ -229,7 +244,13 @@ func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []
 			doc["description"] = "a <fake> package & more"
 		}
 		versions[v] = doc
-		times[v] = "2020-01-01T00:00:00.000Z"
+		switch {
+		case pv.noTime:
+		case !pv.published.IsZero():
+			times[v] = pv.published.UTC().Format("2006-01-02T15:04:05.000Z")
+		default:
+			times[v] = "2020-01-01T00:00:00.000Z"
+		}
 	}
 	doc := map[string]any{"name": name, "dist-tags": map[string]string{"latest": p.latest}, "versions": versions}
 	if abbreviated {

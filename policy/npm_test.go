@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const npmPolicy = `[profile.web]
+packages = ["react", "@types/*", "event-stream", "@acme/*"]
+npm = { min_release_age = "72h", deny = [ { package = "event-stream", versions = "3.3.6", reason = "compromised" }, { package = "@acme/*", versions = ">=2.0.0 <2.0.3" } ] }
+
+[profile.ci]
+packages = ["*"]
+
+[profile.ci.npm]
+min_release_age = "3d"
+
+[[profile.ci.npm.deny]]
+package = "left-pad"
+versions = "1.x || 2.1.0"
+`
+
+func TestNPMPolicyLoads(t *testing.T) {
+	p := mustPolicy(t, npmPolicy)
+	web, ci := p.Profiles["web"], p.Profiles["ci"]
+	if web.NPM.MinReleaseAge.Duration != 72*time.Hour || len(web.NPM.Deny) != 2 || web.NPM.Deny[0].Reason != "compromised" {
+		t.Errorf("web.npm = %+v", web.NPM)
+	}
+	if ci.NPM.MinReleaseAge.Duration != 72*time.Hour || len(ci.NPM.Deny) != 1 || ci.NPM.Deny[0].Package != "left-pad" {
+		t.Errorf("ci.npm = %+v", ci.NPM)
+	}
+	if !web.HasNPMVersionPolicy() || p.Profiles["web"] == nil {
+		t.Error("web has no version policy")
+	}
+}
+
+func TestNPMVersionDecisions(t *testing.T) {
+	p := mustPolicy(t, npmPolicy)
+	web, ci := p.Profiles["web"], p.Profiles["ci"]
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-30 * 24 * time.Hour)
+	for _, c := range []struct {
+		pr        *Profile
+		name, ver string
+		published time.Time
+		allow     bool
+		rule      string
+		reason    string
+	}{
+		{web, "event-stream", "3.3.6", old, false, "profile.web.npm.deny[0]", `versions "3.3.6"): compromised`},
+		{web, "event-stream", "3.3.5", old, true, "profile.web.npm", ""},
+		{web, "@acme/util", "2.0.2", old, false, "profile.web.npm.deny[1]", `">=2.0.0 <2.0.3"`},
+		{web, "@acme/util", "2.0.3", old, true, "profile.web.npm", ""},
+		{web, "@acme/util", "2.0.1-beta.1", old, false, "profile.web.npm.deny[1]", ""},
+		{web, "@acme/util", "1.9.9", old, true, "profile.web.npm", ""},
+		{web, "@acme/util", "not-semver", old, false, `profile.web.npm.deny[1]: version "not-semver" is not semver`, "not a semver version"},
+		{web, "react", "not-semver", old, true, "profile.web.npm", ""},
+		{web, "react", "18.0.0", now.Add(-71 * time.Hour), false, "profile.web.npm.min_release_age", "less than 72h ago"},
+		{web, "react", "18.0.0", now.Add(-72 * time.Hour), true, "profile.web.npm", ""},
+		{web, "react", "18.0.0", time.Time{}, false, "profile.web.npm.min_release_age", "no publish time"},
+		{ci, "left-pad", "1.3.0", old, false, "profile.ci.npm.deny[0]", ""},
+		{ci, "left-pad", "2.1.0", old, false, "profile.ci.npm.deny[0]", ""},
+		{ci, "left-pad", "2.0.0", old, true, "profile.ci.npm", ""},
+		{ci, "left-pad", "2.0.0", now.Add(-47 * time.Hour), false, "profile.ci.npm.min_release_age", "less than 3d ago"},
+		{nil, "left-pad", "2.0.0", old, false, "no profile", ""},
+	} {
+		d := c.pr.NPMVersion(c.name, c.ver, c.published, now)
+		if d.Allow != c.allow || d.Rule != c.rule || !strings.Contains(d.Reason, c.reason) {
+			t.Errorf("NPMVersion(%s, %s) = %+v, want allow %v rule %q reason ~%q", c.name, c.ver, d, c.allow, c.rule, c.reason)
+		}
+	}
+	// Without a minimum, an unknown publish time is fine.
+	nomin := mustPolicy(t, "[profile.x]\npackages = [\"a\"]\n").Profiles["x"]
+	if d := nomin.NPMVersion("a", "1.0.0", time.Time{}, now); !d.Allow || nomin.HasNPMVersionPolicy() {
+		t.Errorf("no policy: %+v", d)
+	}
+}
+
+func TestNPMPolicyProblems(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { min_release_age = \"3 days\" }\n",
+			`policy.toml:3:27: profile.w.npm.min_release_age: "3 days" is not an age (e.g. "3d", "72h", "36h30m")`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { min_release_age = 3 }\n",
+			`policy.toml:3:27: profile.w.npm.min_release_age: must be an age string like "3d" or "72h", not an integer`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { min_release_age = \"0h\" }\n",
+			`policy.toml:3:27: profile.w.npm.min_release_age: must be more than 0 (e.g. "3d"; leave it out for no minimum)`},
+		{"[profile.w]\npackages = [\"a\"]\n[profile.w.npm]\nmin_age = \"3d\"\n",
+			`policy.toml:4:1: unknown key "min_age"`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { deny = [ { package = \"a\", versions = \">=1.0.0 <<2\" } ] }\n",
+			`policy.toml:3:46: profile.w.npm.deny.versions: ">=1.0.0 <<2" is not a semver range`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { deny = [ { package = \"a\" } ] }\n",
+			`policy.toml:3:18: profile.w.npm.deny: entry needs versions, a semver range`},
+		{"[profile.w]\npackages = [\"a\"]\n\n[[profile.w.npm.deny]]\nversions = \"1.0.0\"\n",
+			`policy.toml:4:1: profile.w.npm.deny: entry needs package, a package-name glob`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { deny = [ { package = \"A!B\", versions = \"1.0.0\" } ] }\n",
+			`policy.toml:3:30: profile.w.npm.deny.package: "A!B" is not an npm package name pattern`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { deny = [ { package = \"b\", versions = \"1.0.0\" } ] }\n",
+			`policy.toml:3:30: profile.w.npm.deny.package: "b" is not in this profile's packages, so the rule can never apply`},
+		{"[profile.w]\npackages = [\"a\"]\nnpm = { deny = { package = \"a\", versions = \"1.0.0\" } }\n",
+			`policy.toml:3:16: profile.w.npm.deny: must be an array of tables, not a table`},
+	} {
+		_, probs := loadPolicy("policy.toml", []byte(c.src))
+		got := (&probs).Error()
+		if len(probs) != 1 || !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s\ngot  %s\nwant %s", c.src, got, c.want)
+		}
+	}
+}
