@@ -50,6 +50,8 @@ type EnvOptions struct {
 	ClaudeConfigDir string
 	GitAuth         string
 	NoGit           bool
+	NoNPM           bool   // leave npm's settings out
+	NPMUserConfig   string // set NPM_CONFIG_USERCONFIG to this file (see NPMRC)
 }
 
 // SandboxEnv returns the environment one sandbox command needs, and the git
@@ -96,6 +98,15 @@ func sandboxVars(o EnvOptions) (Env, error) {
 	if o.ClaudeConfigDir != "" {
 		e = append(e, Var{"CLAUDE_CONFIG_DIR", o.ClaudeConfigDir})
 	}
+	if !o.NoNPM {
+		npm, err := sandboxNPM(base, o.Token, o.NPMUserConfig)
+		if err != nil {
+			return nil, err
+		}
+		e = append(e, npm...)
+	} else if o.NPMUserConfig != "" {
+		return nil, fmt.Errorf("an npm userconfig cannot be combined with leaving npm out")
+	}
 	return e, nil
 }
 
@@ -111,9 +122,17 @@ func (e Env) Environ() []string {
 // Shell renders `export NAME='value'` lines that are safe under eval in any
 // POSIX shell whatever the value holds: single quotes leave every byte
 // literal, and a single quote itself is closed, escaped and reopened.
+// npm's per-registry token variable, which no shell can export, is left
+// out: a shell gives npm the token through the file NPMRC prints.
 func (e Env) Shell() (string, error) {
 	var b strings.Builder
 	for _, v := range e {
+		if isNPMAuthName(v.Name) {
+			if strings.IndexByte(v.Value, 0) >= 0 {
+				return "", fmt.Errorf("%s: a value cannot hold a NUL byte", v.Name)
+			}
+			continue
+		}
 		if err := v.check(); err != nil {
 			return "", err
 		}
@@ -171,7 +190,7 @@ func (e Env) JSON() ([]byte, error) {
 }
 
 func (v Var) check() error {
-	if !validEnvName(v.Name) {
+	if !validEnvName(v.Name) && !isNPMAuthName(v.Name) {
 		return fmt.Errorf("%q is not a valid environment variable name", v.Name)
 	}
 	if strings.IndexByte(v.Value, 0) >= 0 {

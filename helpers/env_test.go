@@ -101,6 +101,8 @@ func TestSandboxEnv(t *testing.T) {
 		"CPROXY_URL=http://10.0.0.1:8080",
 		"CPROXY_TOKEN=cpx_x",
 		"CLAUDE_CONFIG_DIR=/w/.claude",
+		"npm_config_registry=http://10.0.0.1:8080/npm/",
+		"npm_config_//10.0.0.1:8080/npm/:_authToken=cpx_x",
 	}, "\n")
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

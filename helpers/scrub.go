@@ -17,12 +17,16 @@ var CredentialVars = []string{
 }
 
 // Scrub returns environ (NAME=value strings) without the credential
-// variables that e does not itself set.
+// variables that e does not itself set and, when e sets npm's registry,
+// without inherited npm settings (in any case) for the registry, the
+// userconfig file, per-registry or scope registries and tokens, which could
+// otherwise send npm elsewhere or beside cproxy's own.
 func (e Env) Scrub(environ []string) []string {
+	npm := e.setsNPM()
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if e.scrubs(name) {
+		if e.scrubs(name) || (npm && npmOwned(name)) {
 			continue
 		}
 		out = append(out, kv)
@@ -39,11 +43,31 @@ func (e Env) UnsetShell() string {
 			names = append(names, n)
 		}
 	}
+	if e.setsNPM() {
+		// A shell cannot unset npm_config_//… names, but can these,
+		// which npm reads in any case beside cproxy's lower-case ones.
+		for _, n := range []string{"NPM_CONFIG_REGISTRY", "NPM_CONFIG_USERCONFIG", "NPM_CONFIG__AUTH", "NPM_CONFIG__AUTHTOKEN"} {
+			if !e.has(n) {
+				names = append(names, n)
+			}
+		}
+	}
 	if len(names) == 0 {
 		return ""
 	}
 	return "unset " + strings.Join(names, " ") + "\n"
 }
+
+func (e Env) has(name string) bool {
+	for _, v := range e {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (e Env) setsNPM() bool { return e.has("npm_config_registry") }
 
 func (e Env) scrubs(name string) bool {
 	isCred := false

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/url"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -23,6 +25,8 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
 		&cli.BoolFlag{Name: "git", Value: true, Usage: "send GitHub remotes through cproxy with GIT_CONFIG_* settings (--git=false leaves git alone)"},
 		&cli.StringFlag{Name: "git-auth", Value: helpers.GitAuthHelper, Usage: "how git gets the token: helper (git-credential-cproxy, which must be on the sandbox's PATH) or header (an Authorization header in git's settings)"},
+		&cli.BoolFlag{Name: "npm", Value: true, Usage: "send npm to cproxy's npm route with npm_config_* variables (--npm=false leaves npm alone)"},
+		&cli.StringFlag{Name: "npmrc", Usage: "set NPM_CONFIG_USERCONFIG to `PATH` (inside the sandbox), a file `cproxy npmrc` printed: how npm gets the token with --format sh, as a shell cannot export npm's token variable"},
 		adminFlag(),
 		configFlag(),
 	}
@@ -100,31 +104,11 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	case !tokens.ValidSandboxID(sandbox):
 		return nil, nil, fail(sandboxIDRule, "invalid sandbox id %q", sandbox)
 	}
-	proxyURL := c.String("proxy-url")
-	if proxyURL == "" {
-		if path := c.String("config"); path != "" {
-			cfg, err := loadConfig(path)
-			if err != nil {
-				return nil, nil, err
-			}
-			proxyURL = cfg.Listen.PublicURL
-			if proxyURL == "" {
-				addr, _, err := listening(cfg)
-				if err != nil {
-					return nil, nil, err
-				}
-				proxyURL = "http://" + addr
-			}
-		}
-	}
-	if proxyURL == "" {
-		return nil, nil, fail("pass --proxy-url (or set CPROXY_URL, or --config with listen.public_url)", "where do sandboxes reach cproxy?")
-	}
 	// Check what the sandbox will get before minting: a token minted for
 	// output that is then refused would stay live, unused, for its ttl.
-	if u, err := url.Parse(proxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, nil, fail("use cproxy's address as the sandbox reaches it, such as http://10.20.30.4:8080", "invalid proxy URL %q", proxyURL)
+	proxyURL, err := sandboxProxyURL(c)
+	if err != nil {
+		return nil, nil, err
 	}
 	if auth := c.String("claude-auth"); auth != helpers.ClaudeAuthToken && auth != helpers.ClaudeAuthOAuth {
 		return nil, nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", helpers.ClaudeAuthToken, helpers.ClaudeAuthOAuth),
@@ -132,6 +116,12 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	}
 	if err := checkGitFlags(c); err != nil {
 		return nil, nil, err
+	}
+	if !c.Bool("npm") && c.IsSet("npmrc") {
+		return nil, nil, fail("--npmrc says where npm's settings file is; drop it or drop --npm=false", "--npmrc cannot be combined with --npm=false")
+	}
+	if p := c.String("npmrc"); c.IsSet("npmrc") && (p == "" || strings.IndexByte(p, 0) >= 0) {
+		return nil, nil, fail("pass the path of the file cproxy npmrc printed, as the sandbox sees it", "invalid --npmrc %q", p)
 	}
 	if token == "" {
 		admin, err := newAdminClient(c)
@@ -151,11 +141,73 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 		ClaudeConfigDir: c.String("claude-config-dir"),
 		GitAuth:         c.String("git-auth"),
 		NoGit:           !c.Bool("git"),
+		NoNPM:           !c.Bool("npm"),
+		NPMUserConfig:   c.String("npmrc"),
 	})
 	if err != nil {
 		return nil, nil, fail("", "%v", err)
 	}
 	return env, git, nil
+}
+
+// sandboxProxyURL is cproxy's URL as the sandbox reaches it: --proxy-url
+// (or CPROXY_URL), else listen.public_url or the proxy listener from
+// --config; checked to be a plain http(s) URL.
+func sandboxProxyURL(c *cli.Context) (string, error) {
+	proxyURL := c.String("proxy-url")
+	if proxyURL == "" {
+		if path := c.String("config"); path != "" {
+			cfg, err := loadConfig(path)
+			if err != nil {
+				return "", err
+			}
+			proxyURL = cfg.Listen.PublicURL
+			if proxyURL == "" {
+				addr, _, err := listening(cfg)
+				if err != nil {
+					return "", err
+				}
+				proxyURL = "http://" + addr
+			}
+		}
+	}
+	if proxyURL == "" {
+		return "", fail("pass --proxy-url (or set CPROXY_URL, or --config with listen.public_url)", "where do sandboxes reach cproxy?")
+	}
+	if u, err := url.Parse(proxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fail("use cproxy's address as the sandbox reaches it, such as http://10.20.30.4:8080", "invalid proxy URL %q", proxyURL)
+	}
+	return proxyURL, nil
+}
+
+// npmrcCommand prints an npm userconfig file for the sandbox image: cproxy's
+// registry and a token line that names ${CPROXY_TOKEN}, which npm reads
+// from the environment, so the file holds no secret.
+func npmrcCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "npmrc",
+		Usage: "print an npm userconfig file, holding no secret, for the sandbox image (use with cproxy env --npmrc PATH)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
+			configFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			proxyURL, err := sandboxProxyURL(c)
+			if err != nil {
+				return err
+			}
+			s, err := helpers.NPMRC(proxyURL)
+			if err != nil {
+				return fail("", "%v", err)
+			}
+			_, err = io.WriteString(c.App.Writer, s)
+			return err
+		},
+	}
 }
 
 // checkGitFlags validates --git and --git-auth.

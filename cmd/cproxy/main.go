@@ -33,6 +33,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			tokenCommand(),
 			envCommand(),
 			execCommand(),
+			npmrcCommand(),
 			policyCommand(),
 			versionCommand(),
 		},
