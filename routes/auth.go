@@ -63,6 +63,18 @@ func presentedToken(r *http.Request) (string, error) {
 	return found[0], nil
 }
 
+// admit authenticates r for a route and records the session on its audit
+// line; a refusal is written in the route's format and admit reports false.
+func (s *Server) admit(a *audit, r *http.Request, writeErr func(http.ResponseWriter, error) int) bool {
+	sess, err := s.authenticate(r)
+	a.session = sess
+	if err != nil {
+		a.fail(writeErr, err)
+		return false
+	}
+	return true
+}
+
 // authenticate turns the request's token into a Session. It runs before
 // anything reads the body or contacts an upstream. A malformed token is
 // refused on its checksum, without a store look-up. A refusal may still come

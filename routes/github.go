@@ -113,10 +113,7 @@ func parseGitPath(method, path, rawQuery string) (gitRequest, error) {
 }
 
 func (s *Server) serveGitHub(a *audit, r *http.Request) {
-	sess, err := s.authenticate(r)
-	a.session = sess
-	if err != nil {
-		a.fail(writeGitError, err)
+	if !s.admit(a, r, writeGitError) {
 		return
 	}
 	// Paths are checked as sent: any percent-encoding (%2F, %2e, %61)

@@ -28,10 +28,7 @@ var modelEndpoints = map[string]struct {
 const oauthBeta = "oauth-2025-04-20"
 
 func (s *Server) serveModel(a *audit, r *http.Request) {
-	sess, err := s.authenticate(r)
-	a.session = sess
-	if err != nil {
-		a.fail(writeAnthropicError, err)
+	if !s.admit(a, r, writeAnthropicError) {
 		return
 	}
 	t, err := s.checkModel(a, r)

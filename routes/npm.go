@@ -202,10 +202,7 @@ type npmRewrite struct {
 }
 
 func (s *Server) serveNPM(a *audit, r *http.Request) {
-	sess, err := s.authenticate(r)
-	a.session = sess
-	if err != nil {
-		a.fail(writeNPMError, err)
+	if !s.admit(a, r, writeNPMError) {
 		return
 	}
 	n, err := parseNPMPath(r.Method, r.URL.EscapedPath())
