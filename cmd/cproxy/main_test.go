@@ -121,6 +121,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"gitrequests": cmdGitRequests,
 			"randfile":    cmdRandFile,
 			"npmpkg":      cmdNPMPkg,
+			"npmdeps":     cmdNPMDeps,
 			"npmforeign":  cmdNPMForeign,
 			"npmtime":     cmdNPMTime,
 			"npmrequests": cmdNPMRequests,
@@ -513,6 +514,23 @@ func cmdNPMTime(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetPublishTime(args[0], args[1], t))
+}
+
+// npmdeps NAME VERSION DEP=RANGE...: make NAME@VERSION on the fake
+// registry depend on each DEP (a package name) at RANGE.
+func cmdNPMDeps(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: npmdeps NAME VERSION DEP=RANGE...")
+	}
+	deps := map[string]string{}
+	for _, a := range args[2:] {
+		dep, rng, ok := strings.Cut(a, "=")
+		if !ok {
+			ts.Fatalf("npmdeps: %q is not DEP=RANGE", a)
+		}
+		deps[dep] = rng
+	}
+	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetDependencies(args[0], args[1], deps))
 }
 
 // npmforeign NAME VERSION URL: point the packument's tarball of

@@ -53,6 +53,7 @@ type npmPackage struct {
 }
 
 type npmVersion struct {
+	deps      map[string]string // dependencies: name -> range
 	tarball   []byte
 	shasum    string
 	integrity string
@@ -83,15 +84,39 @@ func (g *NPMRegistry) AddPackage(name string, versions ...string) error {
 		g.pkgs[name] = p
 	}
 	for _, v := range versions {
-		tgz, err := NPMTarball(name, v)
-		if err != nil {
+		pv := &npmVersion{}
+		if err := pv.pack(name, v); err != nil {
 			return err
 		}
-		sum1 := sha1.Sum(tgz)
-		sum512 := sha512.Sum512(tgz)
-		p.versions[v] = &npmVersion{tarball: tgz, shasum: hex.EncodeToString(sum1[:]), integrity: "sha512-" + base64.StdEncoding.EncodeToString(sum512[:])}
+		p.versions[v] = pv
 		p.latest = v
 	}
+	return nil
+}
+
+// SetDependencies makes name@version depend on deps (name -> semver
+// range), in its packument and in its tarball's package.json.
+func (g *NPMRegistry) SetDependencies(name, version string, deps map[string]string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pkgs[name]
+	if p == nil || p.versions[version] == nil {
+		return fmt.Errorf("no package %s@%s", name, version)
+	}
+	pv := p.versions[version]
+	pv.deps = deps
+	return pv.pack(name, version)
+}
+
+// pack builds the version's tarball and its checksums.
+func (pv *npmVersion) pack(name, version string) error {
+	tgz, err := npmTarball(name, version, pv.deps)
+	if err != nil {
+		return err
+	}
+	sum1 := sha1.Sum(tgz)
+	sum512 := sha512.Sum512(tgz)
+	pv.tarball, pv.shasum, pv.integrity = tgz, hex.EncodeToString(sum1[:]), "sha512-"+base64.StdEncoding.EncodeToString(sum512[:])
 	return nil
 }
 
@@ -131,10 +156,18 @@ func (g *NPMRegistry) Requests() []NPMRequest {
 // NPMTarball builds a package tarball as npm pack would: a gzipped tar
 // with package/package.json and package/index.js.
 func NPMTarball(name, version string) ([]byte, error) {
+	return npmTarball(name, version, nil)
+}
+
+func npmTarball(name, version string, deps map[string]string) ([]byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
-	pj, _ := json.MarshalIndent(map[string]string{"name": name, "version": version, "main": "index.js"}, "", "  ")
+	manifest := map[string]any{"name": name, "version": version, "main": "index.js"}
+	if len(deps) > 0 {
+		manifest["dependencies"] = deps
+	}
+	pj, _ := json.MarshalIndent(manifest, "", "  ")
 	files := []struct {
 		name string
 		body []byte
@@ -238,6 +271,9 @@ func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []
 			"name":    name,
 			"version": v,
 			"dist":    map[string]string{"tarball": url, "shasum": pv.shasum, "integrity": pv.integrity},
+		}
+		if len(pv.deps) > 0 {
+			doc["dependencies"] = pv.deps
 		}
 		if !abbreviated {
 			doc["main"] = "index.js"
