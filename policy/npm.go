@@ -9,8 +9,10 @@ import (
 	"github.com/Masterminds/semver/v3"
 )
 
-// NPMPolicy is a profile's npm version policy ([profile.NAME.npm]). The zero
-// value hides nothing: every version of an allowed package may be installed.
+// NPMPolicy is a profile's npm settings beyond its packages
+// ([profile.NAME.npm]): the version policy, and the registry endpoints that
+// are not packages. The zero value hides no version and allows neither
+// search nor audit.
 type NPMPolicy struct {
 	// MinReleaseAge hides versions published less than this long ago, by the
 	// packument's time[version]; a version with no time is hidden too (fail
@@ -18,6 +20,11 @@ type NPMPolicy struct {
 	MinReleaseAge Age `toml:"min_release_age"`
 	// Deny lists version ranges that are never served, per package glob.
 	Deny []NPMDenyRule `toml:"deny"`
+	// Search lets the sandbox run npm search (GET /-/v1/search). Default false.
+	Search bool `toml:"search"`
+	// Audit lets the sandbox run npm audit (the bulk advisory endpoint) for
+	// the packages it may install. Default false.
+	Audit bool `toml:"audit"`
 }
 
 // NPMDenyRule denies the versions of the packages matching a glob that fall in
@@ -180,6 +187,28 @@ func (pr *Profile) NPMVersion(name, version string, published, now time.Time) NP
 		return NPMDecision{Decision: Decision{Rule: pr.rule(".npm.min_release_age")}, Reason: fmt.Sprintf("it was published %s, less than %s ago (the sandbox's minimum release age)", published.UTC().Format(time.RFC3339), text)}
 	}
 	return d
+}
+
+// NPMSearch decides npm search: allowed only when the profile sets
+// npm.search = true.
+func (pr *Profile) NPMSearch() Decision {
+	return pr.npmSwitch("search", pr != nil && pr.NPM.Search)
+}
+
+// NPMAudit decides npm audit: allowed only when the profile sets
+// npm.audit = true (each package it names must then be allowed as well).
+func (pr *Profile) NPMAudit() Decision {
+	return pr.npmSwitch("audit", pr != nil && pr.NPM.Audit)
+}
+
+func (pr *Profile) npmSwitch(key string, on bool) Decision {
+	switch {
+	case pr == nil:
+		return Decision{Rule: "no profile"}
+	case on:
+		return Decision{Allow: true, Rule: pr.rule(".npm.%s", key)}
+	}
+	return Decision{Rule: pr.rule(".npm.%s is off (the default)", key)}
 }
 
 // HasNPMVersionPolicy reports whether the profile filters npm versions at all.

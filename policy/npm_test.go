@@ -107,3 +107,41 @@ func TestNPMPolicyProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestNPMSearchAndAudit(t *testing.T) {
+	p := mustPolicy(t, `[profile.web]
+packages = ["react"]
+
+[profile.web.npm]
+search = true
+audit = true
+
+[profile.ci]
+packages = ["*"]
+`)
+	web, ci := p.Profiles["web"], p.Profiles["ci"]
+	for _, c := range []struct {
+		name  string
+		d     Decision
+		allow bool
+		rule  string
+	}{
+		{"web search", web.NPMSearch(), true, "profile.web.npm.search"},
+		{"web audit", web.NPMAudit(), true, "profile.web.npm.audit"},
+		{"ci search", ci.NPMSearch(), false, "profile.ci.npm.search is off (the default)"},
+		{"ci audit", ci.NPMAudit(), false, "profile.ci.npm.audit is off (the default)"},
+	} {
+		if c.d.Allow != c.allow || c.d.Rule != c.rule {
+			t.Errorf("%s = %+v, want allow %v rule %q", c.name, c.d, c.allow, c.rule)
+		}
+	}
+	if web.HasNPMVersionPolicy() {
+		t.Error("search and audit are not a version policy")
+	}
+	if (*Profile)(nil).NPMAudit().Allow {
+		t.Error("no profile allows audit")
+	}
+	if _, probs := loadPolicy("policy.toml", []byte("[profile.web.npm]\nsearch = \"yes\"\n")); len(probs) == 0 || !strings.Contains((&probs).Error(), "policy.toml:2:10: profile.web.npm.search") {
+		t.Errorf("search = \"yes\": %v", (&probs).Error())
+	}
+}

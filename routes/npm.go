@@ -22,6 +22,8 @@ const (
 	npmPackument = iota + 1
 	npmTarball
 	npmPing
+	npmSearch // GET /-/v1/search, if the profile has npm.search
+	npmAudit  // POST /-/npm/v1/security/advisories/bulk, if the profile has npm.audit
 )
 
 // npmRequest is an npm route request, parsed from the path as sent.
@@ -29,6 +31,8 @@ type npmRequest struct {
 	kind int
 	name string // the package's full name, decoded: "react", "@types/node"
 	file string // the tarball's file name: "react-18.2.0.tgz"
+	// query is a search's query, rebuilt from the parameters cproxy checked.
+	query string
 }
 
 // npm's naming rule for names cproxy serves (validate-npm-package-name):
@@ -78,6 +82,10 @@ func (n npmRequest) target() target {
 	switch n.kind {
 	case npmPing:
 		return target{path: "/-/ping"}
+	case npmSearch:
+		return target{path: "/-/v1/search", query: n.query}
+	case npmAudit:
+		return target{path: "/-/npm/v1/security/advisories/bulk"}
 	case npmTarball:
 		return target{path: "/" + n.name + "/-/" + n.file}
 	}
@@ -96,13 +104,17 @@ func (n npmRequest) proxyPath() string { return "/npm" + n.target().path }
 // a tarball or the ping. escaped is the path as sent (still percent-encoded);
 // each segment is decoded exactly once. Everything else is refused, with a
 // message naming what it is.
-func parseNPMPath(method, escaped string) (npmRequest, error) {
+func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 	rest, ok := strings.CutPrefix(escaped, "/npm/")
 	if !ok {
 		return npmRequest{}, refuse(ErrForbidden, "not an npm route path")
 	}
 	if strings.HasPrefix(rest, "-/") || rest == "-" {
-		return parseNPMSpecial(method, rest)
+		return parseNPMSpecial(method, rest, rawQuery)
+	}
+	if rawQuery != "" {
+		// npm sends none; one the upstream might act on is not forwarded.
+		return npmRequest{}, refuse(ErrForbidden, "a query string on %s is not something npm sends; cproxy does not forward it", clip(escaped, 128))
 	}
 	segs := strings.Split(rest, "/")
 	var dec []string
@@ -161,16 +173,26 @@ func parseNPMPath(method, escaped string) (npmRequest, error) {
 	return n, nil
 }
 
-// parseNPMSpecial decides the registry's /-/ endpoints: the ping passes;
-// the rest are refused, each with its own reason.
-func parseNPMSpecial(method, rest string) (npmRequest, error) {
+// parseNPMSpecial decides the registry's /-/ endpoints: the ping passes,
+// search and the bulk audit go on to the policy; the rest are refused, each
+// with its own reason.
+func parseNPMSpecial(method, rest, rawQuery string) (npmRequest, error) {
+	if rawQuery != "" && rest != "-/v1/search" {
+		return npmRequest{}, refuse(ErrForbidden, "a query string on /npm/%s is not something npm sends; cproxy does not forward it", clip(rest, 128))
+	}
 	switch {
 	case rest == "-/ping" && method == http.MethodGet:
 		return npmRequest{kind: npmPing}, nil
-	case rest == "-/v1/search":
-		return npmRequest{}, refuse(ErrForbidden, "npm search is not available through cproxy yet")
+	case rest == "-/v1/search" && method == http.MethodGet:
+		q, err := searchQuery(rawQuery)
+		if err != nil {
+			return npmRequest{}, err
+		}
+		return npmRequest{kind: npmSearch, query: q}, nil
+	case rest == "-/npm/v1/security/advisories/bulk" && method == http.MethodPost:
+		return npmRequest{kind: npmAudit}, nil
 	case strings.HasPrefix(rest, "-/npm/v1/security/"):
-		return npmRequest{}, refuse(ErrForbidden, "npm audit is not available through cproxy yet; use --no-audit")
+		return npmRequest{}, refuse(ErrForbidden, "%s /npm/%s is not forwarded: cproxy takes npm audit only as npm 7 and later send it (POST /-/npm/v1/security/advisories/bulk)", method, clip(rest, 128))
 	case strings.HasPrefix(rest, "-/npm/v1/tokens"):
 		return npmRequest{}, refuse(ErrForbidden, "registry token endpoints are not allowed through cproxy")
 	case strings.HasPrefix(rest, "-/user/") || rest == "-/whoami" || strings.HasPrefix(rest, "-/v1/login"):
@@ -197,22 +219,41 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 	if !s.admit(a, r, writeNPMError) {
 		return
 	}
-	n, err := parseNPMPath(r.Method, r.URL.EscapedPath())
+	n, err := parseNPMPath(r.Method, r.URL.EscapedPath(), r.URL.RawQuery)
 	if err != nil {
 		a.fail(writeNPMError, err)
 		return
 	}
-	if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
-		a.fail(writeNPMError, refuse(ErrBadRequest, "GET takes no body"))
-		return
+	if n.kind != npmAudit {
+		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
+			a.fail(writeNPMError, refuse(ErrBadRequest, "GET takes no body"))
+			return
+		}
+		r.Body = http.NoBody
+		r.ContentLength = 0
 	}
-	r.Body = http.NoBody
-	r.ContentLength = 0
 	if up := s.npm.up; up.Credential.IsZero() && up.Missing != "" {
 		a.fail(writeNPMError, refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
 		return
 	}
-	if n.kind != npmPing {
+	if n.kind == npmSearch || n.kind == npmAudit {
+		what, d, hint := "search", a.session.Profile.NPMSearch(), ""
+		if n.kind == npmAudit {
+			what, d, hint = "audit", a.session.Profile.NPMAudit(), "; run npm with --no-audit"
+		}
+		a.target, a.rule = what, d.Rule
+		if !d.Allow {
+			a.fail(writeNPMError, refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, a.session.Sandbox, what, hint))
+			return
+		}
+		if n.kind == npmAudit {
+			if err := readAudit(r, a.session); err != nil {
+				a.fail(writeNPMError, err)
+				return
+			}
+		}
+	}
+	if n.kind == npmPackument || n.kind == npmTarball {
 		a.target = n.name
 		d := a.session.Profile.Package(n.name)
 		a.rule = d.Rule
@@ -264,6 +305,144 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), npmRewriteKey{}, rw))
 	}
 	s.npm.forward(a, r, n.target(), writeNPMError)
+}
+
+// The search parameters npm sends, and the most each may hold.
+var searchParams = map[string]int{"text": 512, "size": 3, "from": 6, "quality": 8, "popularity": 8, "maintenance": 8}
+
+// searchQuery checks a search's query and rebuilds it from the parameters
+// npm sends, each once: text is required, the rest are numbers.
+func searchQuery(raw string) (string, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", refuse(ErrBadRequest, "the search query is malformed")
+	}
+	out := url.Values{}
+	for k, vs := range q {
+		max, ok := searchParams[k]
+		if !ok {
+			return "", refuse(ErrForbidden, "search parameter %q is not one npm sends (text, size, from, quality, popularity, maintenance)", clip(k, 32))
+		}
+		if len(vs) != 1 || len(vs[0]) > max || k != "text" && !isDecimal(vs[0]) {
+			return "", refuse(ErrBadRequest, "search parameter %s must be given once, as %s", k, map[bool]string{true: "text of at most 512 bytes", false: "a number"}[k == "text"])
+		}
+		out.Set(k, vs[0])
+	}
+	if strings.TrimSpace(out.Get("text")) == "" {
+		return "", refuse(ErrBadRequest, "a search needs text")
+	}
+	return out.Encode(), nil
+}
+
+// isDecimal reports whether s is a non-negative decimal number, as npm
+// writes its search weights ("0.65") and sizes ("20").
+func isDecimal(s string) bool {
+	dot := false
+	for i, c := range s {
+		switch {
+		case c >= '0' && c <= '9':
+		case c == '.' && !dot && i > 0:
+			dot = true
+		default:
+			return false
+		}
+	}
+	return s != "" && !strings.HasSuffix(s, ".")
+}
+
+// The most an audit body may hold: npm sends package names and versions,
+// some tens of bytes each, gzip-compressed.
+const (
+	maxAuditBody    = 4 << 20
+	maxAuditDecoded = 32 << 20
+)
+
+// readAudit reads and checks an npm audit body before it goes upstream: a
+// JSON object of package name to an array of versions, each name a package
+// the sandbox may install and each version a version, gzip-compressed or
+// not. What is forwarded is exactly the bytes read (still compressed).
+func readAudit(r *http.Request, sess *Session) error {
+	ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	if ce != "" && ce != "identity" && ce != "gzip" {
+		return refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", clip(ce, 32))
+	}
+	if r.ContentLength > maxAuditBody {
+		return refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxAuditBody+1))
+	if err != nil {
+		if r.Context().Err() != nil {
+			return r.Context().Err()
+		}
+		return refuse(ErrBadRequest, "reading the audit body failed")
+	}
+	if len(raw) > maxAuditBody {
+		return refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
+	}
+	var body io.Reader = bytes.NewReader(raw)
+	if ce == "gzip" {
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return refuse(ErrBadRequest, "the audit body is not valid gzip")
+		}
+		body = zr
+	}
+	if err := checkAudit(io.LimitReader(body, maxAuditDecoded+1), sess); err != nil {
+		return err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	r.ContentLength = int64(len(raw))
+	r.TransferEncoding = nil
+	r.Header.Del("Transfer-Encoding")
+	return nil
+}
+
+// checkAudit walks an audit body token by token, so that a name given
+// twice is checked both times, and nothing may follow the object.
+func checkAudit(body io.Reader, sess *Session) error {
+	bad := func(what string) error {
+		return refuse(ErrBadRequest, "the audit body is not what npm sends (an object of package name to an array of versions): %s", what)
+	}
+	dec := json.NewDecoder(body)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return bad("not a JSON object")
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return bad("malformed JSON")
+		}
+		name := t.(string)
+		if !validNPMName(name) {
+			return refuse(ErrForbidden, "the audit names %q, which is not an npm package name", clip(name, 128))
+		}
+		if d := sess.Profile.Package(name); !d.Allow {
+			return refuse(ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sess.Sandbox)
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+			return bad("the versions of " + name + " are not an array")
+		}
+		for dec.More() {
+			t, err := dec.Token()
+			v, ok := t.(string)
+			if err != nil || !ok || len(v) > 256 || !npmVersionRE.MatchString(v) {
+				return bad("a version of " + name + " is not a version")
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return bad("malformed JSON")
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return bad("malformed JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			return bad("data after the object")
+		}
+		return bad("malformed JSON or over the size limit")
+	}
+	return nil
 }
 
 // npmPublished reads the publish time of a version from the upstream's full
@@ -394,7 +573,7 @@ func proxyTarballPath(tarball string, base *url.URL, name string) (string, bool)
 	if !ok {
 		return "", false
 	}
-	n, err := parseNPMPath(http.MethodGet, "/npm/"+rest)
+	n, err := parseNPMPath(http.MethodGet, "/npm/"+rest, "")
 	if err != nil || n.kind != npmTarball || n.name != name {
 		return "", false
 	}

@@ -22,7 +22,7 @@ func FuzzParseNPMPath(f *testing.F) {
 	}
 	f.Add("PUT", "/npm/react")
 	f.Fuzz(func(t *testing.T, method, path string) {
-		n, err := parseNPMPath(method, path)
+		n, err := parseNPMPath(method, path, "")
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "cproxy: ") {
 				t.Fatalf("refusal without cproxy's prefix: %q", err)
@@ -52,7 +52,7 @@ func FuzzParseNPMPath(f *testing.F) {
 				t.Fatalf("%s: raw path %q is not path %q encoded", path, tg.rawPath, tg.path)
 			}
 		}
-		again, err := parseNPMPath(http.MethodGet, n.proxyPath())
+		again, err := parseNPMPath(http.MethodGet, n.proxyPath(), "")
 		if err != nil || again != n {
 			t.Fatalf("%s: own path %q parses to %+v, %v; want %+v", path, n.proxyPath(), again, err, n)
 		}

@@ -67,9 +67,10 @@ func TestParseNPMPath(t *testing.T) {
 		{"GET", "/npm/@types/node/-/node-20.1.0-beta.1.tgz", npmRequest{kind: npmTarball, name: "@types/node", file: "node-20.1.0-beta.1.tgz"}, "/@types/node/-/node-20.1.0-beta.1.tgz"},
 		{"GET", "/npm/@types%2fnode/-/node-20.1.0.tgz", npmRequest{kind: npmTarball, name: "@types/node", file: "node-20.1.0.tgz"}, "/@types/node/-/node-20.1.0.tgz"},
 		{"GET", "/npm/-/ping", npmRequest{kind: npmPing}, "/-/ping"},
+		{"POST", "/npm/-/npm/v1/security/advisories/bulk", npmRequest{kind: npmAudit}, "/-/npm/v1/security/advisories/bulk"},
 	}
 	for _, c := range ok {
-		got, err := parseNPMPath(c.method, c.path)
+		got, err := parseNPMPath(c.method, c.path, "")
 		if err != nil || got != c.want {
 			t.Errorf("%s %s = %+v, %v; want %+v", c.method, c.path, got, err, c.want)
 			continue
@@ -94,9 +95,10 @@ func TestParseNPMPath(t *testing.T) {
 		{"GET", "/npm/-/npm/v1/tokens", "token endpoints"},
 		{"PUT", "/npm/-/user/org.couchdb.user:bob", "user endpoints"},
 		{"GET", "/npm/-/whoami", "user endpoints"},
-		{"GET", "/npm/-/v1/search", "search is not available"},
-		{"POST", "/npm/-/npm/v1/security/advisories/bulk", "audit is not available"},
-		{"POST", "/npm/-/npm/v1/security/audits/quick", "audit is not available"},
+		{"GET", "/npm/-/v1/search", "a search needs text"},
+		{"POST", "/npm/-/v1/search", "not an npm request"},
+		{"GET", "/npm/-/npm/v1/security/advisories/bulk", "cproxy takes npm audit only as npm 7 and later send it"},
+		{"POST", "/npm/-/npm/v1/security/audits/quick", "cproxy takes npm audit only as npm 7 and later send it"},
 		{"POST", "/npm/-/ping", "not an npm request"},
 		{"GET", "/npm/@Types/node", "not an npm package name"},
 		{"GET", "/npm/..", "not an npm package name"},
@@ -130,13 +132,41 @@ func TestParseNPMPath(t *testing.T) {
 		{"GET", "/npm/-/anything", "not an npm request"},
 	}
 	for _, c := range bad {
-		got, err := parseNPMPath(c.method, c.path)
+		got, err := parseNPMPath(c.method, c.path, "")
 		if err == nil {
 			t.Errorf("%s %s accepted: %+v", c.method, c.path, got)
 			continue
 		}
 		if !strings.Contains(err.Error(), c.msg) || !strings.HasPrefix(err.Error(), "cproxy: ") {
 			t.Errorf("%s %s: %q, want it to say %q", c.method, c.path, err, c.msg)
+		}
+	}
+}
+
+func TestNPMSearchQuery(t *testing.T) {
+	for raw, want := range map[string]string{
+		"text=left&size=20": "size=20&text=left",
+		"text=a+b&from=0&quality=0.65&popularity=0.98&maintenance=0.5": "from=0&maintenance=0.5&popularity=0.98&quality=0.65&text=a+b",
+		"text=%40types%2Fnode": "text=%40types%2Fnode",
+	} {
+		if got, err := searchQuery(raw); err != nil || got != want {
+			t.Errorf("searchQuery(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for raw, msg := range map[string]string{
+		"":                                 "a search needs text",
+		"text=+":                           "a search needs text",
+		"text=a&text=b":                    "must be given once",
+		"text=a&size=-1":                   "size must be given once, as a number",
+		"text=a&size=1e3":                  "as a number",
+		"text=a&quality=1.":                "as a number",
+		"text=a&size=1000":                 "as a number",
+		"text=a&access_token=x":            `search parameter "access_token" is not one npm sends`,
+		"text=%zz":                         "malformed",
+		"text=" + strings.Repeat("a", 513): "text of at most 512 bytes",
+	} {
+		if _, err := searchQuery(raw); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("searchQuery(%q) = %v, want an error saying %q", raw, err, msg)
 		}
 	}
 }
@@ -184,8 +214,10 @@ func TestNPMRefusals(t *testing.T) {
 	e.npmRefused("PUT", "/npm/-/package/is-thing/dist-tags/latest", auth, 403, "dist-tag")
 	e.npmRefused("GET", "/npm/-/whoami", auth, 403, "user endpoints")
 	e.npmRefused("GET", "/npm/-/npm/v1/tokens", auth, 403, "token endpoints")
-	e.npmRefused("GET", "/npm/-/v1/search?text=x", auth, 403, "search is not available")
-	e.npmRefused("POST", "/npm/-/npm/v1/security/advisories/bulk", auth, 403, "audit is not available")
+	e.npmRefused("GET", "/npm/-/v1/search?text=x", auth, 403, "npm search is not allowed for sandbox conv-42 (the policy's npm.search is off)")
+	e.npmRefused("POST", "/npm/-/npm/v1/security/advisories/bulk", auth, 403, "npm audit is not allowed for sandbox conv-42 (the policy's npm.audit is off); run npm with --no-audit")
+	e.npmRefused("GET", "/npm/is-thing?write=true", auth, 403, "a query string on /npm/is-thing is not something npm sends")
+	e.npmRefused("GET", "/npm/-/ping?x=1", auth, 403, "a query string on /npm/-/ping")
 	e.npmRefused("GET", "/npm/..%2f..%2fetc%2fpasswd", auth, 403, "not an npm package name")
 	e.npmRefused("GET", "/npm/is-thing/-/is-other-1.0.0.tgz", auth, 403, "not a tarball of is-thing")
 	// Authentication comes first: nothing is decided without a token.
@@ -400,5 +432,90 @@ func TestNPMNotModified(t *testing.T) {
 	r := e.do("GET", "/npm/is-thing", with(npmAuth(e.token("conv-42")), "If-None-Match", `W/"abc"`), "")
 	if r.status != 304 || r.header.Get("Etag") != `W/"abc"` {
 		t.Errorf("%d %v", r.status, r.header)
+	}
+}
+
+const npmAuditPolicy = `
+[profile.default]
+packages = ["is-*", "@acme/*"]
+npm = { search = true, audit = true }
+`
+
+func gz(s string) string {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(s))
+	zw.Close()
+	return b.String()
+}
+
+// With npm.search and npm.audit on, search goes upstream with its query
+// rebuilt, and an audit body goes byte for byte once every package it
+// names is allowed; anything else is refused before the registry sees it.
+func TestNPMSearchAndAudit(t *testing.T) {
+	reg := newNPMRegistry(t, false)
+	reg.AddAdvisory("is-thing", "<1.1.0", "high", "ReDoS in is-thing")
+	u, _ := url.Parse(reg.URL)
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, npmAuditPolicy)
+		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
+	})
+	auth := npmAuth(e.token("conv-42"))
+
+	r := e.do("GET", "/npm/-/v1/search?text=is-&size=20&quality=0.65", auth, "")
+	if r.status != 200 || !strings.Contains(r.body, `"name":"is-thing"`) {
+		t.Fatalf("search = %d %s", r.status, r.body)
+	}
+	reqs := reg.Requests()
+	if got := reqs[len(reqs)-1]; got.Path != "/-/v1/search" || got.Header.Get("Authorization") != "Bearer "+canaryNPM {
+		t.Errorf("search upstream: %s %v", got.Path, got.Header)
+	}
+
+	body := gz(`{"is-thing":["1.0.0"],"@acme/util":["2.0.0","2.0.0-rc.1"]}`)
+	hdr := map[string]string{"Authorization": auth["Authorization"], "Content-Encoding": "gzip", "Content-Type": "application/json"}
+	r = e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", hdr, body)
+	if r.status != 200 || !strings.Contains(r.body, `"title":"ReDoS in is-thing"`) {
+		t.Fatalf("audit = %d %s", r.status, r.body)
+	}
+	reqs = reg.Requests()
+	if got := reqs[len(reqs)-1]; string(got.Body) != body || got.Header.Get("Content-Encoding") != "gzip" || got.Header.Get("Authorization") != "Bearer "+canaryNPM {
+		t.Errorf("audit upstream got %q (%v), want the exact gzip bytes sent", got.Body, got.Header)
+	}
+	plain := map[string]string{"Authorization": auth["Authorization"], "Content-Type": "application/json"}
+	if r := e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", plain, `{"is-thing":["1.0.0"]}`); r.status != 200 {
+		t.Errorf("uncompressed audit = %d %s", r.status, r.body)
+	}
+
+	n := len(reg.Requests())
+	for _, c := range []struct {
+		hdr    map[string]string
+		body   string
+		status int
+		msg    string
+	}{
+		{hdr, gz(`{"is-thing":["1.0.0"],"left-pad":["1.3.0"]}`), 403, "the audit names package left-pad, which is not allowed for sandbox conv-42"},
+		{hdr, gz(`{"is-thing":["1.0.0"],"is-thing":["1.0.0"],"left-pad":[]}`), 403, "left-pad"},
+		{hdr, gz(`{"../x":["1.0.0"]}`), 403, `the audit names "../x", which is not an npm package name`},
+		{hdr, gz(`{"is-thing":"1.0.0"}`), 400, "the versions of is-thing are not an array"},
+		{hdr, gz(`{"is-thing":["1.0.0; rm -rf"]}`), 400, "a version of is-thing is not a version"},
+		{hdr, gz(`{"is-thing":[1]}`), 400, "a version of is-thing is not a version"},
+		{hdr, gz(`{"is-thing":["1.0.0"]} {"left-pad":["1.3.0"]}`), 400, "data after the object"},
+		{hdr, gz(`{"is-thing":["1.0.0"]}`) + gz(`{"left-pad":["1.3.0"]}`), 400, "data after the object"},
+		{hdr, gz(`["is-thing"]`), 400, "not a JSON object"},
+		{hdr, "not gzip", 400, "not valid gzip"},
+		{hdr, gz(`{"is-thing":["1.0.0"]`), 400, "malformed JSON"},
+		{map[string]string{"Authorization": auth["Authorization"], "Content-Encoding": "br"}, "x", 400, `Content-Encoding "br" is not accepted`},
+		{hdr, strings.Repeat("x", maxAuditBody+1), 413, "over the 4 MiB limit"},
+		{map[string]string{"Content-Encoding": "gzip"}, gz(`{"is-thing":["1.0.0"]}`), 401, "no sandbox token"},
+	} {
+		r := e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", c.hdr, c.body)
+		var got npmError
+		json.Unmarshal([]byte(r.body), &got)
+		if r.status != c.status || !strings.Contains(got.Error, c.msg) {
+			t.Errorf("audit of %q = %d %s, want %d %q", clip(c.body, 60), r.status, r.body, c.status, c.msg)
+		}
+	}
+	if got := reg.Requests(); len(got) != n {
+		t.Errorf("refused audits reached the registry: %+v", got[n:])
 	}
 }

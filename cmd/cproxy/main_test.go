@@ -122,6 +122,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"randfile":    cmdRandFile,
 			"npmpkg":      cmdNPMPkg,
 			"npmdeps":     cmdNPMDeps,
+			"npmadvisory": cmdNPMAdvisory,
 			"npmforeign":  cmdNPMForeign,
 			"npmtime":     cmdNPMTime,
 			"npmrequests": cmdNPMRequests,
@@ -531,6 +532,15 @@ func cmdNPMDeps(ts *testscript.TestScript, neg bool, args []string) {
 		deps[dep] = rng
 	}
 	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetDependencies(args[0], args[1], deps))
+}
+
+// npmadvisory NAME RANGE SEVERITY TITLE: the fake registry's audit
+// endpoint reports TITLE for the versions of NAME in RANGE.
+func cmdNPMAdvisory(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 4 {
+		ts.Fatalf("usage: npmadvisory NAME RANGE SEVERITY TITLE")
+	}
+	ts.Value("npm").(*fakes.NPMRegistry).AddAdvisory(args[0], args[1], args[2], args[3])
 }
 
 // npmforeign NAME VERSION URL: point the packument's tarball of

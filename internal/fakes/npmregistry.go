@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -32,6 +33,7 @@ type NPMRequest struct {
 	Method string
 	Path   string // as sent, still percent-encoded
 	Header http.Header
+	Body   []byte // as received (still compressed), for POST
 }
 
 // NPMRegistry is an npm registry on loopback serving real packuments and
@@ -42,9 +44,25 @@ type NPMRegistry struct {
 	opts NPMRegistryOptions
 	srv  *httptest.Server
 
-	mu   sync.Mutex
-	pkgs map[string]*npmPackage
-	reqs []NPMRequest
+	mu         sync.Mutex
+	pkgs       map[string]*npmPackage
+	advisories map[string][]NPMAdvisory
+	reqs       []NPMRequest
+}
+
+// NPMAdvisory is a vulnerability the registry's audit endpoint reports, in
+// the shape of registry.npmjs.org's bulk advisory answer.
+type NPMAdvisory struct {
+	ID                 int      `json:"id"`
+	URL                string   `json:"url"`
+	Title              string   `json:"title"`
+	Severity           string   `json:"severity"` // low, moderate, high, critical
+	VulnerableVersions string   `json:"vulnerable_versions"`
+	CWE                []string `json:"cwe"`
+	CVSS               struct {
+		Score        float64 `json:"score"`
+		VectorString *string `json:"vectorString"`
+	} `json:"cvss"`
 }
 
 type npmPackage struct {
@@ -64,7 +82,7 @@ type npmVersion struct {
 
 // NewNPMRegistry starts a fake registry.
 func NewNPMRegistry(o NPMRegistryOptions) *NPMRegistry {
-	g := &NPMRegistry{opts: o, pkgs: map[string]*npmPackage{}}
+	g := &NPMRegistry{opts: o, pkgs: map[string]*npmPackage{}, advisories: map[string][]NPMAdvisory{}}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
 	g.URL = g.srv.URL
 	return g
@@ -92,6 +110,17 @@ func (g *NPMRegistry) AddPackage(name string, versions ...string) error {
 		p.latest = v
 	}
 	return nil
+}
+
+// AddAdvisory makes the audit endpoint report a vulnerability of name in
+// the versions the semver range vulnerable covers.
+func (g *NPMRegistry) AddAdvisory(name, vulnerable, severity, title string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	id := 1000 + len(g.advisories)
+	a := NPMAdvisory{ID: id, URL: fmt.Sprintf("https://github.com/advisories/GHSA-fake-%d", id), Title: title, Severity: severity, VulnerableVersions: vulnerable, CWE: []string{"CWE-1333"}}
+	a.CVSS.Score = 7.5
+	g.advisories[name] = append(g.advisories[name], a)
 }
 
 // SetDependencies makes name@version depend on deps (name -> semver
@@ -194,11 +223,23 @@ func npmTarball(name, version string, deps map[string]string) ([]byte, error) {
 }
 
 func (g *NPMRegistry) serve(w http.ResponseWriter, r *http.Request) {
+	var body []byte
+	if r.Method == http.MethodPost {
+		body, _ = io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	}
 	g.mu.Lock()
-	g.reqs = append(g.reqs, NPMRequest{Method: r.Method, Path: r.URL.EscapedPath(), Header: r.Header.Clone()})
+	g.reqs = append(g.reqs, NPMRequest{Method: r.Method, Path: r.URL.EscapedPath(), Header: r.Header.Clone(), Body: body})
 	g.mu.Unlock()
 	if g.opts.Token != "" && r.Header.Get("Authorization") != "Bearer "+g.opts.Token {
 		npmFakeError(w, http.StatusUnauthorized, "authentication required")
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/-/npm/v1/security/advisories/bulk":
+		g.audit(w, r, body)
+		return
+	case r.Method == http.MethodGet && r.URL.Path == "/-/v1/search":
+		g.search(w, r)
 		return
 	}
 	if r.Method != http.MethodGet {
@@ -233,7 +274,7 @@ func (g *NPMRegistry) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	abbreviated := strings.Contains(r.Header.Get("Accept"), "application/vnd.npm.install-v1+json")
-	body := g.packument(path, p, abbreviated)
+	body = g.packument(path, p, abbreviated)
 	ct := "application/json"
 	if abbreviated {
 		ct = "application/vnd.npm.install-v1+json"
@@ -297,6 +338,83 @@ func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return b
+}
+
+// audit answers the bulk advisory endpoint as registry.npmjs.org does: the
+// body is {name: [versions]} (gzip when Content-Encoding says so); the
+// answer lists, per package named, every advisory the registry knows for it.
+func (g *NPMRegistry) audit(w http.ResponseWriter, r *http.Request, body []byte) {
+	var in io.Reader = bytes.NewReader(body)
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(in)
+		if err != nil {
+			npmFakeError(w, http.StatusBadRequest, "invalid gzip")
+			return
+		}
+		in = zr
+	}
+	var req map[string][]string
+	if err := json.NewDecoder(in).Decode(&req); err != nil {
+		npmFakeError(w, http.StatusBadRequest, "invalid JSON")
+		return
+	}
+	out := map[string][]NPMAdvisory{}
+	g.mu.Lock()
+	for name := range req {
+		if as := g.advisories[name]; len(as) > 0 {
+			out[name] = as
+		}
+	}
+	g.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// search answers /-/v1/search: every package whose name contains text.
+func (g *NPMRegistry) search(w http.ResponseWriter, r *http.Request) {
+	text := r.URL.Query().Get("text")
+	type pkg struct {
+		Name        string              `json:"name"`
+		Version     string              `json:"version"`
+		Description string              `json:"description"`
+		Date        string              `json:"date"`
+		Links       map[string]string   `json:"links"`
+		Publisher   map[string]string   `json:"publisher"`
+		Maintainers []map[string]string `json:"maintainers"`
+		Keywords    []string            `json:"keywords"`
+		Scope       string              `json:"scope"`
+	}
+	type object struct {
+		Package     pkg            `json:"package"`
+		Score       map[string]any `json:"score"`
+		SearchScore float64        `json:"searchScore"`
+	}
+	res := struct {
+		Objects []object `json:"objects"`
+		Total   int      `json:"total"`
+		Time    string   `json:"time"`
+	}{Objects: []object{}, Time: "Mon Nov 30 2026 06:00:00 GMT+0000 (Coordinated Universal Time)"}
+	g.mu.Lock()
+	var names []string
+	for name := range g.pkgs {
+		if strings.Contains(name, text) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		res.Objects = append(res.Objects, object{
+			Package: pkg{Name: name, Version: g.pkgs[name].latest, Description: "a fake package", Date: "2020-01-01T00:00:00.000Z",
+				Links: map[string]string{"npm": "https://www.npmjs.com/package/" + name}, Publisher: map[string]string{"username": "fake", "email": "fake@example.com"},
+				Maintainers: []map[string]string{{"username": "fake", "email": "fake@example.com"}}, Keywords: []string{"fake"}, Scope: "unscoped"},
+			Score:       map[string]any{"final": 0.5, "detail": map[string]float64{"quality": 0.5, "popularity": 0.5, "maintenance": 0.5}},
+			SearchScore: 1,
+		})
+	}
+	g.mu.Unlock()
+	res.Total = len(res.Objects)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(res)
 }
 
 func npmFakeError(w http.ResponseWriter, code int, msg string) {
