@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -29,10 +30,10 @@ func FuzzParseNPMPath(f *testing.F) {
 			}
 			return
 		}
-		if method != http.MethodGet {
-			t.Fatalf("%s %s accepted", method, path)
+		if want := map[bool]string{true: http.MethodPost, false: http.MethodGet}[n.kind == npmAudit]; method != want {
+			t.Fatalf("%s %s accepted as %+v", method, path, n)
 		}
-		if n.kind == npmPing {
+		if n.kind == npmPing || n.kind == npmAudit || n.kind == npmSearch {
 			return
 		}
 		if !validNPMName(n.name) {
@@ -58,6 +59,51 @@ func FuzzParseNPMPath(f *testing.F) {
 		}
 		if n.kind == npmTarball && !strings.HasPrefix(n.file, n.baseName()+"-") {
 			t.Fatalf("%s: tarball %q not of %s", path, n.file, n.name)
+		}
+	})
+}
+
+// FuzzNPMAudit checks the audit body check and the search query check on
+// any input: an accepted body is what the registry will read as npm's shape
+// (an object of valid, allowed package names to arrays of versions), and an
+// accepted query is rebuilt from the parameters npm sends.
+func FuzzNPMAudit(f *testing.F) {
+	f.Add(`{"is-thing":["1.0.0"],"@acme/util":["2.0.0-rc.1"]}`, "text=is-&size=20")
+	f.Add(`{"is-thing":["1.0.0"],"is-thing":["1.0.0"]}`, "text=a&quality=0.65")
+	f.Add(`{"left-pad":["1.3.0"]} {}`, "text=a&text=b")
+	f.Add(`{"is-a":[]}`, "")
+	sess := &Session{Sandbox: "conv-1", Profile: mustPolicy(f, npmAuditPolicy).Profiles["default"]}
+	f.Fuzz(func(t *testing.T, body, query string) {
+		if err := checkAudit(strings.NewReader(body), sess); err == nil {
+			var doc map[string][]string
+			if err := json.Unmarshal([]byte(body), &doc); err != nil {
+				t.Fatalf("accepted %q, which is not npm's shape: %v", body, err)
+			}
+			for name, vs := range doc {
+				if !validNPMName(name) || !sess.Profile.Package(name).Allow {
+					t.Fatalf("accepted %q naming %q", body, name)
+				}
+				for _, v := range vs {
+					if !npmVersionRE.MatchString(v) {
+						t.Fatalf("accepted %q with version %q", body, v)
+					}
+				}
+			}
+		} else if !strings.HasPrefix(err.Error(), "cproxy: ") {
+			t.Fatalf("refusal without cproxy's prefix: %q", err)
+		}
+		q, err := searchQuery(query)
+		if err != nil {
+			return
+		}
+		vals, err := url.ParseQuery(q)
+		if err != nil || strings.TrimSpace(vals.Get("text")) == "" {
+			t.Fatalf("searchQuery(%q) = %q, not a query with text", query, q)
+		}
+		for k, vs := range vals {
+			if _, ok := searchParams[k]; !ok || len(vs) != 1 {
+				t.Fatalf("searchQuery(%q) = %q passes %q", query, q, k)
+			}
 		}
 	})
 }
