@@ -103,6 +103,10 @@ func TestSandboxEnv(t *testing.T) {
 		"CLAUDE_CONFIG_DIR=/w/.claude",
 		"npm_config_registry=http://10.0.0.1:8080/npm/",
 		"npm_config_//10.0.0.1:8080/npm/:_authToken=cpx_x",
+		"YARN_NPM_REGISTRY_SERVER=http://10.0.0.1:8080/npm",
+		"YARN_NPM_AUTH_TOKEN=cpx_x",
+		"YARN_NPM_ALWAYS_AUTH=true",
+		"YARN_UNSAFE_HTTP_WHITELIST=10.0.0.1",
 	}, "\n")
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

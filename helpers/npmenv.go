@@ -41,7 +41,9 @@ func NPMNerfDart(registry string) (string, error) {
 // sandboxNPM returns the variables that send npm to cproxy's npm route with
 // the sandbox token: the registry, the token for that registry's URL, and,
 // when userconfig is set, NPM_CONFIG_USERCONFIG naming the file `cproxy
-// npmrc` printed (for a shell, which cannot export the token's name).
+// npmrc` printed (for a shell, which cannot export the token's name); then
+// yarn's (see sandboxYarn). pnpm reads the registry and the userconfig
+// file, not the per-registry token variable (docs/npm.md).
 func sandboxNPM(base, token, userconfig string) (Env, error) {
 	reg := NPMRegistry(base)
 	nerf, err := NPMNerfDart(reg)
@@ -52,7 +54,26 @@ func sandboxNPM(base, token, userconfig string) (Env, error) {
 	if userconfig != "" {
 		e = append(e, Var{"NPM_CONFIG_USERCONFIG", userconfig})
 	}
-	return append(e, Var{"npm_config_" + nerf + ":_authToken", token}), nil
+	e = append(e, Var{"npm_config_" + nerf + ":_authToken", token})
+	return append(e, sandboxYarn(reg, token)...), nil
+}
+
+// sandboxYarn returns the variables that send yarn berry (2 and later) to
+// the npm route reg with the sandbox token. Yarn sends its token only to
+// its registry, and by default only for scoped packages: npmAlwaysAuth
+// makes it send the token for every package, which cproxy needs. An
+// http:// registry must be on unsafeHttpWhitelist, or yarn refuses it.
+// The names are plain ones, so a shell exports them too.
+func sandboxYarn(reg, token string) Env {
+	e := Env{
+		{"YARN_NPM_REGISTRY_SERVER", strings.TrimSuffix(reg, "/")},
+		{"YARN_NPM_AUTH_TOKEN", token},
+		{"YARN_NPM_ALWAYS_AUTH", "true"},
+	}
+	if u, err := url.Parse(reg); err == nil && u.Scheme == "http" {
+		e = append(e, Var{"YARN_UNSAFE_HTTP_WHITELIST", u.Hostname()})
+	}
+	return e
 }
 
 // NPMRC is the content of an npm userconfig file for cproxy at base that
@@ -97,13 +118,22 @@ func isNPMAuthName(name string) bool {
 // npmOwned says whether an inherited variable is an npm setting cproxy
 // sets or that would send npm elsewhere or with another credential: npm
 // reads npm_config_* in any case, so NPM_CONFIG_REGISTRY beside cproxy's
-// npm_config_registry could win.
+// npm_config_registry could win. Yarn's own such settings count too.
 func npmOwned(name string) bool {
 	l := strings.ToLower(name)
 	if !strings.HasPrefix(l, "npm_config_") {
-		return false
+		return yarnOwned(name)
 	}
 	k := strings.TrimPrefix(l, "npm_config_")
 	return k == "registry" || k == "userconfig" || strings.HasPrefix(k, "//") ||
 		strings.HasPrefix(k, "_auth") || strings.HasPrefix(k, "@") // @scope:registry
+}
+
+// yarnOwned says whether an inherited variable is a yarn berry npm setting
+// that would send yarn elsewhere or with another credential: its registry
+// (npmRegistryServer, npmScopes, npmPublishRegistry) and its token
+// (npmAuthToken, npmAuthIdent, npmAlwaysAuth), and the http whitelist.
+func yarnOwned(name string) bool {
+	u := strings.ToUpper(name)
+	return strings.HasPrefix(u, "YARN_NPM_") || u == "YARN_UNSAFE_HTTP_WHITELIST"
 }

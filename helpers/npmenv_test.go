@@ -29,7 +29,11 @@ func TestSandboxNPMEnv(t *testing.T) {
 	got := strings.Join(e.Environ()[6:], "\n")
 	want := "npm_config_registry=https://gw.example/cproxy/npm/\n" +
 		"NPM_CONFIG_USERCONFIG=/etc/cproxy/npmrc\n" +
-		"npm_config_//gw.example/cproxy/npm/:_authToken=cpx_x"
+		"npm_config_//gw.example/cproxy/npm/:_authToken=cpx_x\n" +
+		// https: no http whitelist for yarn.
+		"YARN_NPM_REGISTRY_SERVER=https://gw.example/cproxy/npm\n" +
+		"YARN_NPM_AUTH_TOKEN=cpx_x\n" +
+		"YARN_NPM_ALWAYS_AUTH=true"
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
@@ -83,12 +87,13 @@ func TestNPMShellSafe(t *testing.T) {
 func TestNPMScrub(t *testing.T) {
 	e, _, _ := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t"})
 	got := e.Scrub([]string{"PATH=/bin", "NPM_CONFIG_REGISTRY=https://registry.npmjs.org/", "npm_config_//registry.npmjs.org/:_authToken=npm_real",
-		"npm_config__auth=x", "npm_config_@acme:registry=https://x/", "NPM_TOKEN=npm_real", "npm_config_cache=/c", "NPM_CONFIG_USERCONFIG=/home/u/.npmrc"})
-	if strings.Join(got, " ") != "PATH=/bin npm_config_cache=/c" {
+		"npm_config__auth=x", "npm_config_@acme:registry=https://x/", "NPM_TOKEN=npm_real", "npm_config_cache=/c", "NPM_CONFIG_USERCONFIG=/home/u/.npmrc",
+		"YARN_NPM_AUTH_TOKEN=npm_real", "YARN_NPM_SCOPES={}", "yarn_npm_registry_server=https://x/", "YARN_UNSAFE_HTTP_WHITELIST=*", "YARN_CACHE_FOLDER=/y"})
+	if strings.Join(got, " ") != "PATH=/bin npm_config_cache=/c YARN_CACHE_FOLDER=/y" {
 		t.Errorf("got %q", got)
 	}
 	u := e.UnsetShell()
-	if !strings.Contains(u, " NPM_CONFIG_REGISTRY NPM_CONFIG_USERCONFIG NPM_CONFIG__AUTH NPM_CONFIG__AUTHTOKEN\n") {
+	if !strings.Contains(u, " NPM_CONFIG_REGISTRY NPM_CONFIG_USERCONFIG NPM_CONFIG__AUTH NPM_CONFIG__AUTHTOKEN YARN_NPM_SCOPES YARN_NPM_PUBLISH_REGISTRY YARN_NPM_AUTH_IDENT\n") {
 		t.Errorf("unset: %q", u)
 	}
 }

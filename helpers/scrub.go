@@ -46,7 +46,10 @@ func (e Env) UnsetShell() string {
 	if e.setsNPM() {
 		// A shell cannot unset npm_config_//… names, but can these,
 		// which npm reads in any case beside cproxy's lower-case ones.
-		for _, n := range []string{"NPM_CONFIG_REGISTRY", "NPM_CONFIG_USERCONFIG", "NPM_CONFIG__AUTH", "NPM_CONFIG__AUTHTOKEN"} {
+		// Likewise yarn's that would send it elsewhere or with another
+		// credential (exec drops every YARN_NPM_* it inherits).
+		for _, n := range []string{"NPM_CONFIG_REGISTRY", "NPM_CONFIG_USERCONFIG", "NPM_CONFIG__AUTH", "NPM_CONFIG__AUTHTOKEN",
+			"YARN_NPM_SCOPES", "YARN_NPM_PUBLISH_REGISTRY", "YARN_NPM_AUTH_IDENT"} {
 			if !e.has(n) {
 				names = append(names, n)
 			}

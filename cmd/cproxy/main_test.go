@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -96,6 +97,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"GIT_CONFIG_NOSYSTEM": "1",
 				"CI":                  os.Getenv("CI"),
 				"CPROXY_TEST_CLAUDE":  os.Getenv("CPROXY_TEST_CLAUDE"),
+				// The pnpm and yarn (berry) executables for npm_pnpm.txt and
+				// npm_yarn.txt; empty when not installed ([pnpm], [yarn]).
+				"PNPM": pnpmBinary(),
+				"YARN": yarnBinary(),
 			} {
 				env.Setenv(k, v)
 			}
@@ -272,13 +277,18 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("CLAUDE", path)
 }
 
-// condition answers [claude], [git] and [npm]: whether that client is
-// installed. In CI a missing client is an error, not a reason to skip.
+// condition answers [claude], [git], [npm], [pnpm] and [yarn]: whether
+// that client is installed. In CI a missing client is an error, not a
+// reason to skip.
 func condition(cond string) (bool, error) {
 	found, install := false, ""
 	switch cond {
 	case "claude":
 		found, install = fakes.ClaudeBinary() != "", ".ci/test installs it and sets CPROXY_TEST_CLAUDE"
+	case "pnpm":
+		found, install = pnpmBinary() != "", ".ci/test installs it and sets CPROXY_TEST_PNPM"
+	case "yarn":
+		found, install = yarnBinary() != "", ".ci/test installs yarn berry and sets CPROXY_TEST_YARN"
 	case "git", "npm":
 		_, err := exec.LookPath(cond)
 		found, install = err == nil, ".ci/run installs it from Debian's packages"
@@ -290,6 +300,43 @@ func condition(cond string) (bool, error) {
 	}
 	return found, nil
 }
+
+// pnpmBinary is the pnpm to test with: $CPROXY_TEST_PNPM, else pnpm on
+// PATH, else "".
+func pnpmBinary() string {
+	if p := os.Getenv("CPROXY_TEST_PNPM"); p != "" {
+		return p
+	}
+	p, _ := exec.LookPath("pnpm")
+	return p
+}
+
+// yarnBinary is the yarn berry (2 or later) to test with:
+// $CPROXY_TEST_YARN, else yarn on PATH if it is berry (yarn 1, classic,
+// is another client), else "". Asked once: Setup runs for every script.
+var yarnBinary = sync.OnceValue(func() string {
+	if p := os.Getenv("CPROXY_TEST_YARN"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("yarn")
+	if err != nil {
+		return ""
+	}
+	// Outside any project, and with corepack kept off the network, so
+	// that asking for the version downloads nothing.
+	cmd := exec.Command(p, "--version")
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "YARN_IGNORE_PATH=1", "COREPACK_ENABLE_NETWORK=0", "COREPACK_ENABLE_DOWNLOAD_PROMPT=0")
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	major, _, _ := strings.Cut(strings.TrimSpace(string(out)), ".")
+	if n, err := strconv.Atoi(major); err != nil || n < 2 {
+		return ""
+	}
+	return p
+})
 
 // capture VAR [REGEXP]: set VAR to the last command's stdout, trimmed, or
 // to the first group of REGEXP in it. Scripts use it to hold a token.
@@ -581,7 +628,10 @@ func cmdNPMRequests(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	*seen = len(reqs)
 	sort.Strings(lines)
+	// Taken even when there is nothing to print, so that stdout is this
+	// command's (empty) output, not the previous command's.
+	w := ts.Stdout()
 	for _, l := range lines {
-		fmt.Fprintln(ts.Stdout(), l)
+		fmt.Fprintln(w, l)
 	}
 }
