@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 )
 
 // Config is the serve config file. Every field has a default (see Default); a file
@@ -25,6 +25,7 @@ type Config struct {
 	Store    Store     `toml:"store"`    // [store]; every key has a default
 	Upstream Upstreams `toml:"upstream"` // [upstream.*]; every key has a default
 	Log      Log       `toml:"log"`      // [log]; every key has a default
+	Keyring  Keyring   `toml:"keyring"`  // [keyring]; every key has a default
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
@@ -107,6 +108,26 @@ type Log struct {
 	Level string `toml:"level"`
 }
 
+// Keyring backends, as keyring.backend names them.
+var keyringBackends = []string{"auto", "keychain", "secret-service", "kwallet", "pass", "file"}
+
+// Keyring is the OS keyring that keyring:NAME credentials are read from and
+// `cproxy secret` writes to.
+type Keyring struct {
+	// Backend is "auto" (the default: the macOS Keychain, the Secret Service,
+	// KWallet, pass, then the file backend, the first that works), "keychain",
+	// "secret-service", "kwallet", "pass" or "file".
+	Backend string `toml:"backend"`
+	// Service names cproxy's entries in the keyring (the Keychain service, the
+	// Secret Service collection, the KWallet folder, the pass directory).
+	// Default "cproxy".
+	Service string `toml:"service"`
+	// FileDir is the file backend's directory of encrypted entries. Default
+	// $XDG_DATA_HOME/cproxy/keyring, or $HOME/.local/share/cproxy/keyring.
+	// Relative to the config file's directory; LoadConfig stores it resolved.
+	FileDir string `toml:"file_dir"`
+}
+
 // Duration is a time.Duration written in TOML as a string such as "30s" or "10m".
 type Duration struct{ time.Duration }
 
@@ -140,8 +161,9 @@ func Default() *Config {
 			GitHub: Upstream{URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: Duration{2 * time.Minute}},
 			NPM:    Upstream{URL: "https://registry.npmjs.org", HeaderTimeout: Duration{2 * time.Minute}},
 		},
-		Log:   Log{Format: "text", Level: "info"},
-		Rules: DefaultPolicy(),
+		Log:     Log{Format: "text", Level: "info"},
+		Keyring: Keyring{Backend: "auto", Service: "cproxy", FileDir: defaultKeyringDir()},
+		Rules:   DefaultPolicy(),
 	}
 }
 
@@ -152,6 +174,19 @@ func defaultStorePath() string {
 	}
 	if home := os.Getenv("HOME"); filepath.IsAbs(home) {
 		return filepath.Join(home, ".local", "state", "cproxy", "cproxy.db")
+	}
+	return ""
+}
+
+// defaultKeyringDir follows the XDG base directory spec; "" when neither variable
+// helps. The secrets package has the same default for a keyring opened without a
+// config.
+func defaultKeyringDir() string {
+	if dir := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(dir) {
+		return filepath.Join(dir, "cproxy", "keyring")
+	}
+	if home := os.Getenv("HOME"); filepath.IsAbs(home) {
+		return filepath.Join(home, ".local", "share", "cproxy", "keyring")
 	}
 	return ""
 }
@@ -225,6 +260,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	dir := filepath.Dir(file)
 	c.Listen.ReadyFile = resolve(dir, c.Listen.ReadyFile)
 	c.Store.Path = resolve(dir, c.Store.Path)
+	c.Keyring.FileDir = resolve(dir, c.Keyring.FileDir)
 	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential} {
 		if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {
 			*cred = "file:" + resolve(dir, name)
@@ -300,11 +336,33 @@ func (c *Config) validate(d *decoder) {
 		checkPositive(d, keyPath("upstream", u.name, "header_timeout"), u.up.HeaderTimeout, "2m")
 	}
 
+	c.Keyring.validate(d)
+
 	if f := c.Log.Format; f != "text" && f != "json" {
 		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)
 	}
 	if l := c.Log.Level; l != "debug" && l != "info" && l != "warn" && l != "error" {
 		d.atValue(keyPath("log", "level"), `log.level: %q is not a log level (use "debug", "info", "warn" or "error")`, l)
+	}
+}
+
+// keyringNameRE is what the secrets package accepts as a keyring entry name (it
+// becomes a file name and a pass path); policy imports nothing of ours, so it is
+// repeated here.
+var keyringNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// keyringNameRule words keyringNameRE for messages.
+const keyringNameRule = "1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit"
+
+func (k Keyring) validate(d *decoder) {
+	if !slices.Contains(keyringBackends, k.Backend) {
+		d.atValue(keyPath("keyring", "backend"), `keyring.backend: %q is not a keyring backend (use "auto", "keychain", "secret-service", "kwallet", "pass" or "file")`, k.Backend)
+	}
+	if len(k.Service) > 64 || !keyringNameRE.MatchString(k.Service) {
+		d.atValue(keyPath("keyring", "service"), `keyring.service: must be 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "cproxy")`)
+	}
+	if k.FileDir == "" && k.Backend == "file" {
+		d.atValue(keyPath("keyring", "file_dir"), "keyring.file_dir: no default without $XDG_DATA_HOME or $HOME (set keyring.file_dir)")
 	}
 }
 
@@ -373,8 +431,8 @@ func checkCredential(d *decoder, p path, s string, anthropic bool) {
 			d.atValue(p, `%s: file: needs a path (e.g. "file:/etc/cproxy/anthropic.key")`, p)
 		}
 	case kind == "keyring":
-		if rest == "" || strings.IndexFunc(rest, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-			d.atValue(p, `%s: keyring: needs an entry name without spaces (e.g. "keyring:anthropic")`, p)
+		if !keyringNameRE.MatchString(rest) {
+			d.atValue(p, `%s: keyring: needs an entry name of %s (e.g. "keyring:anthropic")`, p, keyringNameRule)
 		}
 	default:
 		if anthropic {

@@ -23,6 +23,7 @@ func writeFile(t *testing.T, name, content string) string {
 
 func TestDefault(t *testing.T) {
 	t.Setenv("XDG_STATE_HOME", "/state")
+	t.Setenv("XDG_DATA_HOME", "/data")
 	t.Setenv("HOME", "/home/u")
 	c := Default()
 	checks := []struct{ name, got, want string }{
@@ -44,6 +45,9 @@ func TestDefault(t *testing.T) {
 		{"npm.header_timeout", c.Upstream.NPM.HeaderTimeout.String(), "2m0s"},
 		{"log.format", c.Log.Format, "text"},
 		{"log.level", c.Log.Level, "info"},
+		{"keyring.backend", c.Keyring.Backend, "auto"},
+		{"keyring.service", c.Keyring.Service, "cproxy"},
+		{"keyring.file_dir", c.Keyring.FileDir, "/data/cproxy/keyring"},
 		{"policy", c.Policy, ""},
 		{"path", c.Path, ""},
 	}
@@ -60,6 +64,10 @@ func TestDefault(t *testing.T) {
 	if got, want := Default().Store.Path, "/home/u/.local/state/cproxy/cproxy.db"; got != want {
 		t.Errorf("store.path without XDG_STATE_HOME = %q, want %q", got, want)
 	}
+	t.Setenv("XDG_DATA_HOME", "")
+	if got, want := Default().Keyring.FileDir, "/home/u/.local/share/cproxy/keyring"; got != want {
+		t.Errorf("keyring.file_dir without XDG_DATA_HOME = %q, want %q", got, want)
+	}
 }
 
 func TestLoadConfigEmptyIsDefault(t *testing.T) {
@@ -71,7 +79,7 @@ func TestLoadConfigEmptyIsDefault(t *testing.T) {
 	}
 	want := Default()
 	want.Path = name
-	if c.Listen != want.Listen || c.Store != want.Store || c.Upstream != want.Upstream || c.Log != want.Log || c.Path != name {
+	if c.Listen != want.Listen || c.Store != want.Store || c.Upstream != want.Upstream || c.Log != want.Log || c.Keyring != want.Keyring || c.Path != name {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
 	if d := c.Rules.Profiles["default"].Model("claude-opus-4-1"); !d.Allow {
@@ -108,6 +116,11 @@ credential = "keyring:npm"
 [log]
 format = "json"
 level = "debug"
+
+[keyring]
+backend = "file"
+service = "cproxy-test"
+file_dir = "keyring"
 `)
 	c, err := LoadConfig(name)
 	if err != nil {
@@ -124,6 +137,8 @@ level = "debug"
 		{"public_url", c.Listen.PublicURL, "https://cproxy.internal:8443/base"},
 		{"auth", c.Upstream.Anthropic.Auth, "oauth"},
 		{"log", c.Log.Format + " " + c.Log.Level, "json debug"},
+		{"keyring", c.Keyring.Backend + " " + c.Keyring.Service, "file cproxy-test"},
+		{"keyring.file_dir", c.Keyring.FileDir, filepath.Join(etc, "keyring")},
 		{"rules path", c.Rules.Path, filepath.Join(etc, "policies", "policy.toml")},
 	}
 	for _, ch := range checks {
@@ -268,9 +283,29 @@ credential = "file:"
 
 		{"keyring name", `upstream.anthropic.credential = "keyring:"
 upstream.github.credential = "keyring:a b"
+upstream.npm.credential = "keyring:../SECRET"
 `, []string{
-			`cproxy.toml:1:33: upstream.anthropic.credential: keyring: needs an entry name without spaces (e.g. "keyring:anthropic")`,
-			`cproxy.toml:2:30: upstream.github.credential: keyring: needs an entry name without spaces (e.g. "keyring:anthropic")`,
+			`cproxy.toml:1:33: upstream.anthropic.credential: keyring: needs an entry name of 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "keyring:anthropic")`,
+			`cproxy.toml:2:30: upstream.github.credential: keyring: needs an entry name of 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "keyring:anthropic")`,
+			`cproxy.toml:3:27: upstream.npm.credential: keyring: needs an entry name of 1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "keyring:anthropic")`,
+		}},
+
+		{"keyring table", `[keyring]
+backend = "wallet"
+service = "my/service"
+file_dir = 7
+`, []string{
+			`cproxy.toml:2:11: keyring.backend: "wallet" is not a keyring backend (use "auto", "keychain", "secret-service", "kwallet", "pass" or "file")`,
+			`cproxy.toml:3:11: keyring.service: must be 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "cproxy")`,
+			`cproxy.toml:4:12: keyring.file_dir: must be a string, not an integer`,
+		}},
+
+		{"keyring unknown key", `[keyring]
+backnd = "file"
+password = "SECRET"
+`, []string{
+			`cproxy.toml:2:1: unknown key "backnd" in [keyring] (did you mean "backend"?)`,
+			`cproxy.toml:3:1: unknown key "password" in [keyring] (known keys: backend, file_dir, service)`,
 		}},
 
 		{"log enums", `[log]
@@ -408,5 +443,23 @@ func TestPolicyPath(t *testing.T) {
 	}
 	if Default().PolicyPath() != "" {
 		t.Error("Default().PolicyPath() is not empty")
+	}
+}
+
+func TestKeyringFileDirWithoutDefault(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", "")
+	t.Setenv("HOME", "")
+	c := Default()
+	if c.Keyring.FileDir != "" {
+		t.Fatalf("file_dir = %q, want no default", c.Keyring.FileDir)
+	}
+	c.Store.Path = "/state/cproxy.db"
+	if err := c.Validate(); err != nil {
+		t.Errorf("auto backend without a file_dir: %v", err)
+	}
+	c.Keyring.Backend = "file"
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "keyring.file_dir: no default without $XDG_DATA_HOME or $HOME (set keyring.file_dir)") {
+		t.Errorf("file backend without a file_dir: %v", err)
 	}
 }

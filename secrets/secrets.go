@@ -51,9 +51,25 @@ func (s Source) Kind() string {
 	return k
 }
 
-// Load reads the credential. An empty source loads the zero Secret. Errors
-// name the source (never the value) and say how to fix it.
-func (s Source) Load() (Secret, error) {
+// Load reads the credential with the default keyring (see KeyringConfig);
+// a program that has a config uses a Loader. An empty source loads the zero
+// Secret. Errors name the source (never the value) and say how to fix it.
+func (s Source) Load() (Secret, error) { return new(Loader).Load(s) }
+
+// Loader loads credentials. It opens the keyring on the first keyring:NAME
+// source and keeps it for the next, so a passphrase is asked for once.
+type Loader struct {
+	// Keyring is the keyring that keyring:NAME sources read. The zero value
+	// means the defaults.
+	Keyring KeyringConfig
+
+	ring    *Keyring
+	ringErr error
+}
+
+// Load reads the credential s names. An empty source loads the zero Secret.
+// Errors name the source (never the value) and say how to fix it.
+func (l *Loader) Load(s Source) (Secret, error) {
 	kind, arg, _ := strings.Cut(string(s), ":")
 	switch kind {
 	case "":
@@ -66,10 +82,34 @@ func (s Source) Load() (Secret, error) {
 		return Secret{v: v}, nil
 	case "file":
 		return loadFile(arg)
-	case "keyring", "claude-code":
-		return Secret{}, fmt.Errorf("%s: credential source %q is not supported by this build yet: use env:NAME or file:PATH", s, kind)
+	case "keyring":
+		return l.loadKeyring(arg)
+	case "claude-code":
+		// Claude Code's login is a source of its own kind: a file or keychain
+		// entry Claude Code writes and refreshes. It goes here when supported.
+		return Secret{}, fmt.Errorf("%s: credential source %q is not supported by this build yet: use env:NAME, file:PATH or keyring:NAME", s, kind)
 	}
 	return Secret{}, fmt.Errorf("%q: unknown credential source: use env:NAME, file:PATH, keyring:NAME or claude-code", string(s))
+}
+
+func (l *Loader) loadKeyring(name string) (Secret, error) {
+	if err := CheckName(name); err != nil {
+		return Secret{}, fmt.Errorf("keyring:%s: %w", name, err)
+	}
+	if l.ring == nil && l.ringErr == nil {
+		l.ring, l.ringErr = OpenKeyring(l.Keyring)
+	}
+	if l.ringErr != nil {
+		return Secret{}, fmt.Errorf("keyring:%s: %w", name, l.ringErr)
+	}
+	v, err := l.ring.Get(name)
+	if errors.Is(err, ErrNotFound) {
+		return Secret{}, fmt.Errorf("keyring:%w: run cproxy secret set %s", err, name)
+	}
+	if err != nil {
+		return Secret{}, fmt.Errorf("keyring:%w", err)
+	}
+	return v, nil
 }
 
 func loadFile(path string) (Secret, error) {

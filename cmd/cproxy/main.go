@@ -35,6 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			execCommand(),
 			npmrcCommand(),
 			policyCommand(),
+			secretCommand(),
 			versionCommand(),
 		},
 		// Errors are printed once, by run, in cproxy's own words.

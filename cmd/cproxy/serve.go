@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
@@ -133,21 +134,24 @@ func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
 // loadCredentials reads every upstream credential before a socket opens. A
 // credential the config names explicitly must load; an embedded default
 // (env:ANTHROPIC_API_KEY, env:GITHUB_TOKEN) may be missing, and then that
-// route's requests are answered with what to set.
-func loadCredentials(cfg *policy.Config, log *slog.Logger) (anthropic, github, npm routes.Upstream, err error) {
+// route's requests are answered with what to set. The keyring is opened once,
+// for the first keyring:NAME; on a terminal its passphrase may be asked for
+// on stderr.
+func loadCredentials(cfg *policy.Config, log *slog.Logger, stderr io.Writer) (anthropic, github, npm routes.Upstream, err error) {
+	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
 	a := cfg.Upstream.Anthropic
-	anthropic, err = loadUpstream(cfg, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
+	anthropic, err = loadUpstream(cfg, loader, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
 	if err != nil {
 		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
 	anthropic.Auth = a.Auth
 	g := cfg.Upstream.GitHub
-	github, err = loadUpstream(cfg, log, "github", g.URL, g.Credential, g.HeaderTimeout.Duration)
+	github, err = loadUpstream(cfg, loader, log, "github", g.URL, g.Credential, g.HeaderTimeout.Duration)
 	if err != nil {
 		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
 	n := cfg.Upstream.NPM
-	npm, err = loadUpstream(cfg, log, "npm", n.URL, n.Credential, n.HeaderTimeout.Duration)
+	npm, err = loadUpstream(cfg, loader, log, "npm", n.URL, n.Credential, n.HeaderTimeout.Duration)
 	if err != nil {
 		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
@@ -164,7 +168,7 @@ var missingCredential = map[string]string{
 
 // loadUpstream parses one [upstream.NAME] and loads its credential. An
 // empty credential source means none: requests go upstream without one.
-func loadUpstream(cfg *policy.Config, log *slog.Logger, name, rawURL, source string, timeout time.Duration) (routes.Upstream, error) {
+func loadUpstream(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger, name, rawURL, source string, timeout time.Duration) (routes.Upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return routes.Upstream{}, fail("", "upstream.%s.url: %v", name, err)
@@ -174,12 +178,12 @@ func loadUpstream(cfg *policy.Config, log *slog.Logger, name, rawURL, source str
 		return up, nil
 	}
 	key := "upstream." + name + ".credential"
-	cred, err := secrets.Source(source).Load()
+	cred, err := loader.Load(secrets.Source(source))
 	switch {
 	case err == nil:
 		up.Credential = cred
 	case cfg.Explicit(key):
-		return routes.Upstream{}, credentialError(cfg, key, err)
+		return routes.Upstream{}, credentialError(cfg, key, source, err)
 	default:
 		up.Missing = fmt.Sprintf("the operator must set %s (or %s in the config) and restart cproxy", strings.TrimPrefix(source, "env:"), key)
 		log.Warn(missingCredential[name], "source", source, "err", err)
@@ -188,15 +192,28 @@ func loadUpstream(cfg *policy.Config, log *slog.Logger, name, rawURL, source str
 }
 
 // credentialError reports a credential that cannot be loaded at the config
-// line that names it.
-func credentialError(cfg *policy.Config, key string, err error) error {
+// line that names it, with the fix.
+func credentialError(cfg *policy.Config, key, source string, err error) error {
 	p := cfg.ProblemAt(key, "%v", err)
-	return &userError{msg: p.String(), hint: "fix the credential, or point " + key + " at another source", code: 1}
+	hint := "fix the credential, or point " + key + " at another source"
+	if name, ok := strings.CutPrefix(source, "keyring:"); ok {
+		set := "cproxy secret set "
+		if cfg.Path != "" {
+			set += "--config " + cfg.Path + " "
+		}
+		switch {
+		case errors.Is(err, secrets.ErrNotFound):
+			hint = set + name + " stores it (the value is read from standard input), or point " + key + " at another source"
+		case errors.Is(err, secrets.ErrNoPassphrase), errors.Is(err, secrets.ErrWrongPassphrase):
+			hint = "export " + secrets.PassphraseEnv + " with the passphrase the file keyring's entries were stored with"
+		}
+	}
+	return &userError{msg: p.String(), hint: hint, code: 1}
 }
 
 func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	log, auditLog := newLoggers(cfg.Log, stderr)
-	anthropic, github, npm, err := loadCredentials(cfg, log)
+	anthropic, github, npm, err := loadCredentials(cfg, log, stderr)
 	if err != nil {
 		return err
 	}
