@@ -36,6 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			npmrcCommand(),
 			policyCommand(),
 			secretCommand(),
+			verifyCommand(),
 			versionCommand(),
 		},
 		// Errors are printed once, by run, in cproxy's own words.

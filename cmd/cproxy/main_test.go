@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -128,6 +129,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmpkg":      cmdNPMPkg,
 			"npmdeps":     cmdNPMDeps,
 			"npmadvisory": cmdNPMAdvisory,
+			"fakedns":     cmdFakeDNS,
 			"npmforeign":  cmdNPMForeign,
 			"npmtime":     cmdNPMTime,
 			"npmrequests": cmdNPMRequests,
@@ -588,6 +590,18 @@ func cmdNPMAdvisory(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: npmadvisory NAME RANGE SEVERITY TITLE")
 	}
 	ts.Value("npm").(*fakes.NPMRegistry).AddAdvisory(args[0], args[1], args[2], args[3])
+}
+
+// fakedns: start a DNS server on loopback that resolves every name to
+// 127.0.0.1, at $FAKE_DNS, until the script ends.
+func cmdFakeDNS(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: fakedns")
+	}
+	d, err := fakes.NewDNS(net.IPv4(127, 0, 0, 1))
+	ts.Check(err)
+	ts.Defer(d.Close)
+	ts.Setenv("FAKE_DNS", d.Addr)
 }
 
 // npmforeign NAME VERSION URL: point the packument's tarball of
