@@ -477,30 +477,23 @@ func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string)
 	if resp.StatusCode != http.StatusOK {
 		return time.Time{}, refuse(ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
 	}
-	var body io.Reader = io.LimitReader(resp.Body, maxPackument+1)
+	var body io.Reader = resp.Body
 	if ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce == "gzip" || ce == "x-gzip" {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
 		}
 		defer zr.Close()
-		body = io.LimitReader(zr, maxPackument+1)
+		body = zr
 	} else if ce != "" && ce != "identity" {
 		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, clip(ce, 32))
 	}
-	var doc struct {
-		Time map[string]json.RawMessage `json:"time"`
-	}
-	if err := json.NewDecoder(body).Decode(&doc); err != nil {
+	// Read as far as time[version], holding one key or value at a time.
+	published, err := packumentPublished(body, version)
+	if err != nil {
 		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
-	var ts string
-	if json.Unmarshal(doc.Time[version], &ts) == nil {
-		if t, err := time.Parse(time.RFC3339, ts); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, nil
+	return published, nil
 }
 
 // npmError is the registry's error shape, which npm prints after the status.

@@ -4,16 +4,31 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/url"
+	"reflect"
+	"strings"
 	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
 )
 
-// FuzzRewritePackument: any input either is refused or rewrites to valid JSON
-// in which every kept version's integrity and shasum are byte for byte the
-// upstream's, with and without a version policy.
+// FuzzRewritePackument checks the streaming rewrite against oraclePackument,
+// a simple map-based rewrite of the whole document: for any input, with and
+// without a version policy, both refuse it, or both give the same JSON value
+// (key order aside). The streaming one may also refuse a packument with a
+// duplicate versions, dist-tags or time key, or a version named twice, which
+// the oracle resolves by keeping the last. Whatever it sends is valid JSON in
+// which every tarball is on cproxy, every version came from the input, and
+// every integrity and shasum is the upstream's, byte for byte. Reading the
+// input one byte at a time changes nothing.
 func FuzzRewritePackument(f *testing.F) {
 	f.Add([]byte(`{"name":"is-x","dist-tags":{"latest":"2.0.0"},"versions":{"1.0.0":{"dist":{"integrity":"sha512-A\u002b==","shasum":"ab","tarball":"https://registry.example/is-x/-/is-x-1.0.0.tgz"}},"2.0.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-2.0.0.tgz"}}},"time":{"1.0.0":"2020-01-01T00:00:00.000Z","2.0.0":"2026-11-30T00:00:00Z"}}`), true)
+	f.Add([]byte(`{"time":{"1.0.0":"2020-01-01T00:00:00.000Z","2.0.0":"2026-11-30T00:00:00Z"},"readme":"# x\n","dist-tags":{"latest":"2.0.0","next":"1.0.0"},"versions":{"1.0.0":{"dist":{"integrity":"sha512-A\u002b==","shasum":"ab","tarball":"https://registry.example/is-x/-/is-x-1.0.0.tgz"}},"2.0.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-2.0.0.tgz"}}}}`), true)
 	f.Add([]byte(`{"versions":{"1.1.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-1.1.0.tgz","shasum":1}}},"time":[]}`), false)
 	f.Add([]byte(`{"versions":null,"dist-tags":{"latest":1}}`), true)
+	f.Add([]byte(` {"a":[1.5e+3,-0,true,false,null,{"b":"\"\\\/\b\f\n\r\t\u00e9"}],"versions":{},"ver\u0073ions":{}} `), false)
+	f.Add([]byte(`{"versions":{"0.9.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-0.9.0.tgz"}},"1.1.0-rc.1":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-1.1.0-rc.1.tgz"}},"1.0.0":{"dist":{"tarball":"https://evil.example/is-x/-/is-x-1.0.0.tgz"}}},"dist-tags":{"latest":"1.0.0","beta":"1.1.0-rc.1"},"time":{"0.9.0":"2019-01-01T00:00:00Z","1.1.0-rc.1":"2019-01-01T00:00:00Z"}}`), true)
 	base, _ := url.Parse("https://registry.example/")
 	pol := mustPolicy(f, npmVersionPolicy)
 	f.Fuzz(func(t *testing.T, raw []byte, withPolicy bool) {
@@ -22,35 +37,77 @@ func FuzzRewritePackument(f *testing.F) {
 			rw.profile, rw.now = pol.Profiles["default"], npmNow
 		}
 		out, err := rewritePackument(raw, base, rw)
-		if err != nil {
+		slow, serr := rewritePackumentFrom(iotest.OneByteReader(bytes.NewReader(raw)), base, rw)
+		if !bytes.Equal(out, slow) || (err == nil) != (serr == nil) {
+			t.Fatalf("one byte at a time: %q, %v; at once: %q, %v", slow, serr, out, err)
+		}
+		want, werr := oraclePackument(raw, base, rw)
+		switch {
+		case werr != nil && err == nil:
+			t.Fatalf("the oracle refused (%v), the stream sent %q", werr, out)
+		case werr != nil:
+			return
+		case err != nil:
+			if !hasDuplicateKeys(raw) {
+				t.Fatalf("the stream refused (%v), the oracle sent %q", err, want)
+			}
 			return
 		}
-		if !json.Valid(out) {
-			t.Fatalf("invalid JSON out: %q", out)
+		var gotV, wantV any
+		if err := unmarshalNumbers(out, &gotV); err != nil {
+			t.Fatalf("output does not parse: %v: %q", err, out)
 		}
-		var in, got struct {
-			Versions map[string]struct {
-				Dist map[string]json.RawMessage `json:"dist"`
-			} `json:"versions"`
+		if err := unmarshalNumbers(want, &wantV); err != nil {
+			t.Fatalf("oracle output does not parse: %v", err)
 		}
-		if json.Unmarshal(raw, &in) != nil {
-			return // valid for the rewriter, not for this shape: nothing to compare
+		if !reflect.DeepEqual(gotV, wantV) {
+			t.Fatalf("stream and oracle differ:\n got  %s\n want %s", out, want)
 		}
-		if err := json.Unmarshal(out, &got); err != nil {
-			t.Fatalf("output does not parse: %v: %s", err, out)
+
+		// Maps, not structs: a struct field would also take "Versions".
+		in, ok := dists(raw)
+		if !ok {
+			return // valid for the rewriter, not of this shape: nothing more to compare
 		}
-		for v, gv := range got.Versions {
-			iv, ok := in.Versions[v]
+		got, ok := dists(out)
+		if !ok {
+			t.Fatalf("output does not parse as a packument: %s", out)
+		}
+		for v, gd := range got {
+			id, ok := in[v]
 			if !ok {
 				t.Fatalf("version %q appeared", v)
 			}
+			var tb string
+			if json.Unmarshal(gd["tarball"], &tb) != nil || !strings.HasPrefix(tb, "http://p:1/npm/is-x/-/") {
+				t.Fatalf("tarball of %s not on cproxy: %s", v, gd["tarball"])
+			}
 			for _, k := range []string{"integrity", "shasum"} {
-				if !bytes.Equal(compactJSON(iv.Dist[k]), compactJSON(gv.Dist[k])) {
-					t.Fatalf("%s of %s changed: %s -> %s", k, v, iv.Dist[k], gv.Dist[k])
+				if !bytes.Equal(compactJSON(id[k]), compactJSON(gd[k])) {
+					t.Fatalf("%s of %s changed: %s -> %s", k, v, id[k], gd[k])
 				}
 			}
 		}
 	})
+}
+
+// dists is each version's dist in a packument, by exact key; false if the
+// packument is not of that shape.
+func dists(raw []byte) (map[string]map[string]json.RawMessage, bool) {
+	var doc map[string]json.RawMessage
+	var versions map[string]map[string]json.RawMessage
+	if json.Unmarshal(raw, &doc) != nil || json.Unmarshal(doc["versions"], &versions) != nil && doc["versions"] != nil {
+		return nil, false
+	}
+	out := map[string]map[string]json.RawMessage{}
+	for v, m := range versions {
+		var d map[string]json.RawMessage
+		if json.Unmarshal(m["dist"], &d) != nil && m["dist"] != nil {
+			return nil, false
+		}
+		out[v] = d
+	}
+	return out, true
 }
 
 func compactJSON(b []byte) []byte {
@@ -59,4 +116,150 @@ func compactJSON(b []byte) []byte {
 		return b
 	}
 	return buf.Bytes()
+}
+
+func unmarshalNumbers(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+// hasDuplicateKeys reports whether the packument has a duplicate versions,
+// dist-tags or time key, or names a version twice.
+func hasDuplicateKeys(raw []byte) bool {
+	keys := func(obj []byte) (ks []string, vs []json.RawMessage) {
+		d := json.NewDecoder(bytes.NewReader(obj))
+		if t, err := d.Token(); err != nil || t != json.Delim('{') {
+			return nil, nil
+		}
+		for d.More() {
+			t, err := d.Token()
+			if err != nil {
+				return ks, vs
+			}
+			var v json.RawMessage
+			if d.Decode(&v) != nil {
+				return ks, vs
+			}
+			ks, vs = append(ks, t.(string)), append(vs, v)
+		}
+		return ks, vs
+	}
+	seen := map[string]bool{}
+	ks, vs := keys(raw)
+	for i, k := range ks {
+		if k == "versions" || k == "dist-tags" || k == "time" {
+			if seen[k] {
+				return true
+			}
+			seen[k] = true
+		}
+		if k == "versions" {
+			names := map[string]bool{}
+			vks, _ := keys(vs[i])
+			for _, n := range vks {
+				if names[n] {
+					return true
+				}
+				names[n] = true
+			}
+		}
+	}
+	return false
+}
+
+// oraclePackument is the rewrite cproxy did before it streamed: the whole
+// packument unmarshalled into maps, rewritten and encoded again.
+func oraclePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, refuse(ErrUpstream, "not a JSON object")
+	}
+	bad := func() error { return refuse(ErrUpstream, "malformed versions") }
+	var versions map[string]json.RawMessage
+	if v, ok := doc["versions"]; ok {
+		if err := json.Unmarshal(v, &versions); err != nil {
+			return nil, bad()
+		}
+	}
+	removed := map[string]bool{}
+	for ver, vraw := range versions {
+		var vdoc map[string]json.RawMessage
+		if err := json.Unmarshal(vraw, &vdoc); err != nil {
+			return nil, bad()
+		}
+		var dist map[string]json.RawMessage
+		var tarball string
+		if err := json.Unmarshal(vdoc["dist"], &dist); err != nil || json.Unmarshal(dist["tarball"], &tarball) != nil {
+			removed[ver] = true
+			delete(versions, ver)
+			continue
+		}
+		p, ok := proxyTarballPath(tarball, base, rw.req.name)
+		if !ok {
+			removed[ver] = true
+			delete(versions, ver)
+			continue
+		}
+		dist["tarball"] = mustJSON(rw.public + p)
+		vdoc["dist"] = mustJSON(dist)
+		versions[ver] = mustJSON(vdoc)
+	}
+	denied := map[string]bool{}
+	if rw.profile != nil && versions != nil {
+		var times map[string]json.RawMessage
+		if t, ok := doc["time"]; ok && json.Unmarshal(t, &times) != nil {
+			times = nil
+		}
+		for ver := range versions {
+			var published time.Time
+			var ts string
+			if json.Unmarshal(times[ver], &ts) == nil {
+				if t, err := time.Parse(time.RFC3339, ts); err == nil {
+					published = t
+				}
+			}
+			if !rw.profile.NPMVersion(rw.req.name, ver, published, rw.now).Allow {
+				denied[ver], removed[ver] = true, true
+				delete(versions, ver)
+			}
+		}
+		if times != nil {
+			for ver := range denied {
+				delete(times, ver)
+			}
+			doc["time"] = mustJSON(times)
+		}
+	}
+	if versions != nil {
+		doc["versions"] = mustJSON(versions)
+	}
+	if t, ok := doc["dist-tags"]; ok && len(removed) > 0 {
+		var tags map[string]json.RawMessage
+		if err := json.Unmarshal(t, &tags); err == nil {
+			latestDenied := false
+			for tag, v := range tags {
+				var s string
+				if json.Unmarshal(v, &s) == nil && removed[s] {
+					delete(tags, tag)
+					latestDenied = latestDenied || tag == "latest" && denied[s]
+				}
+			}
+			if latestDenied {
+				var best *semver.Version
+				name := ""
+				for ver := range versions {
+					v, err := semver.StrictNewVersion(ver)
+					if err == nil && v.Prerelease() == "" && (best == nil || v.GreaterThan(best)) {
+						best, name = v, ver
+					}
+				}
+				if name != "" {
+					tags["latest"] = mustJSON(name)
+				}
+			}
+			doc["dist-tags"] = mustJSON(tags)
+		}
+	}
+	return mustJSON(doc), nil
 }
