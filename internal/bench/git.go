@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -173,7 +172,7 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 		}
 		err := func() error {
 			defer e.Close()
-			t, token, err := e.startCproxyGit(o.Cproxy, gs.URL, realToken)
+			t, token, err := e.startCproxyFor(o.Cproxy, "github", gs.URL, realToken, cproxyGitPolicy, "bench-git")
 			if err != nil {
 				return err
 			}
@@ -342,70 +341,6 @@ const cproxyGitPolicy = `[profile.default]
 models = ["claude-*"]
 repos = [{ repo = "acme/big", access = "read" }, { repo = "acme/small", access = "read" }]
 `
-
-const cproxyGitConfig = `policy = "policy.toml"
-
-[listen]
-proxy = "127.0.0.1:0"
-admin = "127.0.0.1:0"
-ready_file = "ready.json"
-drain = "2s"
-
-[store]
-path = "cproxy.db"
-
-[upstream.anthropic]
-url = "http://127.0.0.1:9"
-credential = "file:anthropic-key"
-
-[upstream.github]
-url = "{{github}}"
-credential = "file:github-token"
-`
-
-// startCproxyGit starts `cproxy serve` in front of the git server and mints
-// a sandbox token; it returns the target and the token.
-func (e *Env) startCproxyGit(bin, github, realToken string) (*Target, string, error) {
-	files := map[string]string{
-		"anthropic-key": "sk-ant-api03-bench-unused\n",
-		"github-token":  realToken + "\n",
-		"policy.toml":   cproxyGitPolicy,
-		"cproxy.toml":   strings.ReplaceAll(cproxyGitConfig, "{{github}}", github),
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
-			return nil, "", err
-		}
-	}
-	ready := filepath.Join(e.dir, "ready.json")
-	cmd := exec.Command(bin, "serve", "--config", filepath.Join(e.dir, "cproxy.toml"))
-	cmd.Dir = e.dir
-	p, err := e.start("cproxy", cmd)
-	if err != nil {
-		return nil, "", err
-	}
-	var addrs struct{ Proxy, Admin string }
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-p.exited:
-			return nil, "", p.failed("exited at start")
-		default:
-		}
-		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.Proxy != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, "", p.failed("wrote no ready file within " + startTimeout.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	token, err := mintToken("http://"+addrs.Admin, "bench-git")
-	if err != nil {
-		return nil, "", p.failed(err.Error())
-	}
-	return &Target{Name: "cproxy", URL: "http://" + addrs.Proxy, proc: p}, token, nil
-}
 
 // Markdown writes the result as tables.
 func (r *GitResult) Markdown(w io.Writer) {

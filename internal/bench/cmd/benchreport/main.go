@@ -1,7 +1,8 @@
 // Command benchreport runs the side-by-side comparison of internal/bench and
 // prints its table in Markdown on stdout, progress on stderr. .ci/bench runs
 // it; docs/benchmarks.md says what each row means. With -git it runs the git
-// clone benchmark instead (.ci/bench-git).
+// clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
+// (.ci/bench-npm).
 package main
 
 import (
@@ -36,6 +37,10 @@ func main() {
 	flag.IntVar(&g.BigMiB, "git-big", g.BigMiB, "with -git: MiB of random content in the big repository")
 	flag.IntVar(&g.SmallMiB, "git-small", g.SmallMiB, "with -git: MiB of random content in the small repository")
 	flag.IntVar(&g.Reps, "git-reps", g.Reps, "with -git: clones per repository and way")
+	npmMode := flag.Bool("npm", false, "run the npm ci benchmark instead (.ci/bench-npm): -cproxy, -dir and the -npm-* flags apply")
+	n := bench.DefaultNPMOptions
+	flag.IntVar(&n.Packages, "npm-packages", n.Packages, "with -npm: packages in the generated dependency tree")
+	flag.IntVar(&n.Reps, "npm-reps", n.Reps, "with -npm: npm ci runs per way")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "benchreport: takes no arguments, got %q\n", flag.Arg(0))
@@ -48,6 +53,16 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *npmMode {
+		n.Cproxy, n.Dir, n.Progress = o.Cproxy, o.Dir, os.Stderr
+		res, err := bench.RunNPM(ctx, n)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
+			os.Exit(1)
+		}
+		res.Markdown(os.Stdout)
+		return
+	}
 	if *gitMode {
 		g.Cproxy, g.Dir, g.Progress = o.Cproxy, o.Dir, os.Stderr
 		res, err := bench.RunGit(ctx, g)
