@@ -52,6 +52,37 @@ type EnvOptions struct {
 	NoGit           bool
 	NoNPM           bool   // leave npm's settings out
 	NPMUserConfig   string // set NPM_CONFIG_USERCONFIG to this file (see NPMRC)
+	// Subscription, with ClaudeAuthOAuth, tells Claude Code about the
+	// subscription behind cproxy's setup-token upstream.
+	Subscription ClaudeSubscription
+}
+
+// ClaudeSubscription is what Claude Code is told, in oauth mode, about the
+// plan behind cproxy's setup-token (config [claude]). Empty fields set
+// nothing.
+type ClaudeSubscription struct {
+	Type             string   // CLAUDE_CODE_SUBSCRIPTION_TYPE: "pro", "max", …
+	RateLimitTier    string   // CLAUDE_CODE_RATE_LIMIT_TIER
+	Scopes           []string // CLAUDE_CODE_OAUTH_SCOPES, space-separated
+	AssumeFirstParty bool     // _CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL=1
+}
+
+// vars returns the variables, in a fixed order.
+func (cs ClaudeSubscription) vars() Env {
+	var e Env
+	if cs.AssumeFirstParty {
+		e = append(e, Var{"_CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL", "1"})
+	}
+	if cs.Type != "" {
+		e = append(e, Var{"CLAUDE_CODE_SUBSCRIPTION_TYPE", cs.Type})
+	}
+	if cs.RateLimitTier != "" {
+		e = append(e, Var{"CLAUDE_CODE_RATE_LIMIT_TIER", cs.RateLimitTier})
+	}
+	if len(cs.Scopes) > 0 {
+		e = append(e, Var{"CLAUDE_CODE_OAUTH_SCOPES", strings.Join(cs.Scopes, " ")})
+	}
+	return e
 }
 
 // SandboxEnv returns the environment one sandbox command needs, and the git
@@ -86,6 +117,7 @@ func sandboxVars(o EnvOptions) (Env, error) {
 		e = append(e, Var{"ANTHROPIC_AUTH_TOKEN", o.Token})
 	case ClaudeAuthOAuth:
 		e = append(e, Var{"CLAUDE_CODE_OAUTH_TOKEN", o.Token})
+		e = append(e, o.Subscription.vars()...)
 	default:
 		return nil, fmt.Errorf("unknown Claude auth %q: use %q or %q", o.ClaudeAuth, ClaudeAuthToken, ClaudeAuthOAuth)
 	}

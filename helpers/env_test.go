@@ -115,6 +115,25 @@ func TestSandboxEnv(t *testing.T) {
 	if e[1].Name != "CLAUDE_CODE_OAUTH_TOKEN" {
 		t.Errorf("oauth: got %v", e[1])
 	}
+	sub := ClaudeSubscription{Type: "max", RateLimitTier: "default_claude_max_20x", Scopes: []string{"user:inference", "user:profile"}, AssumeFirstParty: true}
+	e, _, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth, Subscription: sub, NoNPM: true})
+	if got, want := strings.Join(e.Environ()[1:6], "\n"), strings.Join([]string{
+		"CLAUDE_CODE_OAUTH_TOKEN=cpx_x",
+		"_CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL=1",
+		"CLAUDE_CODE_SUBSCRIPTION_TYPE=max",
+		"CLAUDE_CODE_RATE_LIMIT_TIER=default_claude_max_20x",
+		"CLAUDE_CODE_OAUTH_SCOPES=user:inference user:profile",
+	}, "\n"); got != want {
+		t.Errorf("oauth with a subscription: got\n%s\nwant\n%s", got, want)
+	}
+	// The subscription describes an oauth upstream; the API-account mode
+	// leaves it out.
+	e, _, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", Subscription: sub, NoNPM: true})
+	for _, v := range e {
+		if strings.Contains(v.Name, "SUBSCRIPTION") || strings.Contains(v.Name, "FIRST_PARTY") {
+			t.Errorf("auth-token mode sets %s", v.Name)
+		}
+	}
 	if _, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "t", ClaudeAuth: "bogus"}); err == nil {
 		t.Error("unknown claude auth accepted")
 	}

@@ -26,6 +26,7 @@ type Config struct {
 	Upstream Upstreams `toml:"upstream"` // [upstream.*]; every key has a default
 	Log      Log       `toml:"log"`      // [log]; every key has a default
 	Keyring  Keyring   `toml:"keyring"`  // [keyring]; every key has a default
+	Claude   Claude    `toml:"claude"`   // [claude]; what cproxy env tells Claude Code in oauth mode
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
@@ -126,6 +127,47 @@ type Keyring struct {
 	// $XDG_DATA_HOME/cproxy/keyring, or $HOME/.local/share/cproxy/keyring.
 	// Relative to the config file's directory; LoadConfig stores it resolved.
 	FileDir string `toml:"file_dir"`
+}
+
+// Claude is what `cproxy env --claude-auth oauth` tells Claude Code about the
+// subscription behind a setup-token upstream. A setup-token carries no plan,
+// and with a custom base URL Claude Code treats the account as an API
+// account; these restore the subscription's features. Every key is optional:
+// unset, its variable is left out.
+type Claude struct {
+	// SubscriptionType is the plan, for CLAUDE_CODE_SUBSCRIPTION_TYPE:
+	// "pro", "max", "team" or "enterprise".
+	SubscriptionType string `toml:"subscription_type"`
+	// RateLimitTier is the plan's tier, for CLAUDE_CODE_RATE_LIMIT_TIER,
+	// e.g. "default_claude_max_20x".
+	RateLimitTier string `toml:"rate_limit_tier"`
+	// OAuthScopes are the token's scopes, for CLAUDE_CODE_OAUTH_SCOPES
+	// (space-separated), e.g. ["user:inference"].
+	OAuthScopes []string `toml:"oauth_scopes"`
+	// AssumeFirstParty sets _CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL=1, an
+	// undocumented Claude Code variable that makes it treat cproxy's base
+	// URL as api.anthropic.com. Default false.
+	AssumeFirstParty bool `toml:"assume_first_party"`
+}
+
+var (
+	claudeSubscriptions = []string{"pro", "max", "team", "enterprise"}
+	claudeTierRE        = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+	claudeScopeRE       = regexp.MustCompile(`^[a-z0-9_]+(:[a-z0-9_]+)*$`)
+)
+
+func (c Claude) validate(d *decoder) {
+	if c.SubscriptionType != "" && !slices.Contains(claudeSubscriptions, c.SubscriptionType) {
+		d.atValue(keyPath("claude", "subscription_type"), `claude.subscription_type: %q is not a Claude plan (use "pro", "max", "team" or "enterprise")`, c.SubscriptionType)
+	}
+	if c.RateLimitTier != "" && !claudeTierRE.MatchString(c.RateLimitTier) {
+		d.atValue(keyPath("claude", "rate_limit_tier"), `claude.rate_limit_tier: %q is not a tier name (lower-case letters, digits and '_', e.g. "default_claude_max_20x")`, c.RateLimitTier)
+	}
+	for i, sc := range c.OAuthScopes {
+		if len(sc) > 64 || !claudeScopeRE.MatchString(sc) {
+			d.atValue(keyPath("claude", "oauth_scopes").elem(i, false), `claude.oauth_scopes[%d]: %q is not an OAuth scope (e.g. "user:inference")`, i, sc)
+		}
+	}
 }
 
 // Duration is a time.Duration written in TOML as a string such as "30s" or "10m".
@@ -337,6 +379,7 @@ func (c *Config) validate(d *decoder) {
 	}
 
 	c.Keyring.validate(d)
+	c.Claude.validate(d)
 
 	if f := c.Log.Format; f != "text" && f != "json" {
 		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)

@@ -225,6 +225,18 @@ npm = "https://registry.npmjs.org"
 			`cproxy.toml:5:7: upstream.npm: must be a table, not a string`,
 		}},
 
+		{"claude", `[claude]
+subscription_type = "ultra"
+rate_limit_tier = "Max 20x"
+oauth_scopes = ["user:inference", "user inference"]
+assume_first_party = "yes"
+`, []string{
+			`cproxy.toml:2:21: claude.subscription_type: "ultra" is not a Claude plan (use "pro", "max", "team" or "enterprise")`,
+			`cproxy.toml:3:19: claude.rate_limit_tier: "Max 20x" is not a tier name (lower-case letters, digits and '_', e.g. "default_claude_max_20x")`,
+			`cproxy.toml:4:35: claude.oauth_scopes[1]: "user inference" is not an OAuth scope (e.g. "user:inference")`,
+			`cproxy.toml:5:22: claude.assume_first_party: must be true or false, not a string`,
+		}},
+
 		{"durations", `[listen]
 drain = "10"
 [upstream.anthropic]

@@ -110,6 +110,15 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var sub helpers.ClaudeSubscription
+	if path := c.String("config"); path != "" && c.String("claude-auth") == helpers.ClaudeAuthOAuth {
+		cfg, err := loadConfig(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		cl := cfg.Claude
+		sub = helpers.ClaudeSubscription{Type: cl.SubscriptionType, RateLimitTier: cl.RateLimitTier, Scopes: cl.OAuthScopes, AssumeFirstParty: cl.AssumeFirstParty}
+	}
 	if auth := c.String("claude-auth"); auth != helpers.ClaudeAuthToken && auth != helpers.ClaudeAuthOAuth {
 		return nil, nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", helpers.ClaudeAuthToken, helpers.ClaudeAuthOAuth),
 			"unknown --claude-auth %q", auth)
@@ -143,6 +152,7 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 		NoGit:           !c.Bool("git"),
 		NoNPM:           !c.Bool("npm"),
 		NPMUserConfig:   c.String("npmrc"),
+		Subscription:    sub,
 	})
 	if err != nil {
 		return nil, nil, fail("", "%v", err)
