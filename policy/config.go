@@ -39,7 +39,10 @@ type Config struct {
 
 // Listen is where cproxy listens and how it is reached.
 type Listen struct {
-	// Proxy is what sandboxes reach, as host:port. Default "127.0.0.1:8080"; port 0 picks a free port.
+	// Proxy is what sandboxes reach: host:port, or "unix:PATH" for one Unix
+	// socket shared by every sandbox (relative to the config file's directory;
+	// LoadConfig stores it resolved). Default "127.0.0.1:8080"; port 0 picks a
+	// free port.
 	Proxy string `toml:"proxy"`
 	// Admin is what the harness reaches, never the sandboxes. Default "127.0.0.1:9001"; port 0 picks a free port.
 	Admin string `toml:"admin"`
@@ -52,6 +55,31 @@ type Listen struct {
 	ReadyFile string `toml:"ready_file"`
 	// Drain is how long open requests may finish after SIGINT or SIGTERM. Default 30s.
 	Drain Duration `toml:"drain"`
+	// SandboxSockets is a directory where cproxy serves one Unix socket per
+	// sandbox, DIR/SANDBOX.sock, for tokens bound to it (bind=socket). It must
+	// exist and not be writable by others. Relative to the config file's
+	// directory; LoadConfig stores it resolved. Empty: no per-sandbox sockets.
+	SandboxSockets string `toml:"sandbox_sockets"`
+}
+
+// UnixPrefix marks a listen.proxy that is a Unix socket path.
+const UnixPrefix = "unix:"
+
+// maxSocketPath is the longest Unix socket path every platform binds
+// (sun_path is 104 bytes on macOS and the BSDs, 108 on Linux, with a NUL).
+const maxSocketPath = 103
+
+// maxSandboxSocketName is the longest name in listen.sandbox_sockets: a
+// 63-character sandbox id and ".sock".
+const maxSandboxSocketName = 63 + len(".sock")
+
+// ProxySocket is the path of listen.proxy when it is a Unix socket, else "".
+func (l Listen) ProxySocket() string {
+	path, _ := strings.CutPrefix(l.Proxy, UnixPrefix)
+	if len(path) == len(l.Proxy) {
+		return ""
+	}
+	return path
 }
 
 // Store is where tokens are kept.
@@ -83,7 +111,8 @@ type Anthropic struct {
 	// (relative to the config file's directory; LoadConfig stores it resolved),
 	// "keyring:NAME" or "claude-code". Default "env:ANTHROPIC_API_KEY"; never empty.
 	Credential string `toml:"credential"`
-	// Auth is AuthAPIKey (the default) or AuthOAuth.
+	// Auth is AuthAPIKey (the default) or AuthOAuth. With Credential
+	// "claude-code" it defaults to AuthOAuth, and AuthAPIKey is refused.
 	Auth string `toml:"auth"`
 	// HeaderTimeout is how long to wait for the upstream's response headers before
 	// answering 504. Default 10m.
@@ -294,6 +323,10 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	d := newDecoder(file, ix)
 	d.hint = configHint
 	d.decode(reflect.ValueOf(c).Elem(), tree, nil)
+	// claude-code's token is an OAuth token: it implies auth = "oauth".
+	if c.Upstream.Anthropic.Credential == "claude-code" && !d.named["upstream.anthropic.auth"] {
+		c.Upstream.Anthropic.Auth = AuthOAuth
+	}
 	c.Path = file
 	c.explicit = d.named
 	c.ix = ix
@@ -301,6 +334,10 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 
 	dir := filepath.Dir(file)
 	c.Listen.ReadyFile = resolve(dir, c.Listen.ReadyFile)
+	c.Listen.SandboxSockets = resolve(dir, c.Listen.SandboxSockets)
+	if sock := c.Listen.ProxySocket(); sock != "" {
+		c.Listen.Proxy = UnixPrefix + resolve(dir, sock)
+	}
 	c.Store.Path = resolve(dir, c.Store.Path)
 	c.Keyring.FileDir = resolve(dir, c.Keyring.FileDir)
 	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential} {
@@ -349,8 +386,15 @@ func keyPath(keys ...string) path {
 }
 
 func (c *Config) validate(d *decoder) {
-	checkHostPort(d, keyPath("listen", "proxy"), c.Listen.Proxy)
+	if strings.HasPrefix(c.Listen.Proxy, UnixPrefix) {
+		checkSocketPath(d, keyPath("listen", "proxy"), c.Listen.ProxySocket(), 0)
+	} else {
+		checkHostPort(d, keyPath("listen", "proxy"), c.Listen.Proxy)
+	}
 	checkHostPort(d, keyPath("listen", "admin"), c.Listen.Admin)
+	if c.Listen.SandboxSockets != "" {
+		checkSocketPath(d, keyPath("listen", "sandbox_sockets"), c.Listen.SandboxSockets, 1+maxSandboxSocketName)
+	}
 	if c.Listen.Proxy == c.Listen.Admin && !strings.HasSuffix(c.Listen.Admin, ":0") {
 		d.atValue(keyPath("listen", "admin"), "listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)")
 	}
@@ -367,6 +411,8 @@ func (c *Config) validate(d *decoder) {
 	checkCredential(d, keyPath("upstream", "anthropic", "credential"), a.Credential, true)
 	if a.Auth != AuthAPIKey && a.Auth != AuthOAuth {
 		d.atValue(keyPath("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q is not an auth mode (use "api-key" or "oauth")`, a.Auth)
+	} else if a.Credential == "claude-code" && a.Auth != AuthOAuth {
+		d.atValue(keyPath("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use "oauth", or leave auth out: claude-code implies it)`, a.Auth)
 	}
 	checkPositive(d, keyPath("upstream", "anthropic", "header_timeout"), a.HeaderTimeout, "10m")
 	for _, u := range []struct {
@@ -417,6 +463,23 @@ func checkHostPort(d *decoder, p path, s string) {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		d.atValue(p, `%s: port %q is not a number from 0 to 65535 (e.g. "127.0.0.1:8080")`, p, port)
+	}
+}
+
+// checkSocketPath checks a Unix socket path, or with extra > 0 a directory
+// of sockets whose names add extra bytes. A relative path counts as it will
+// be once resolved against the config file's directory, which loadConfig
+// does after validating; the length check is then a little lenient.
+func checkSocketPath(d *decoder, p path, s string, extra int) {
+	example, limit := "unix:/run/cproxy/proxy.sock", ""
+	if extra > 0 {
+		example, limit = "/run/cproxy/sandboxes", fmt.Sprintf(", so that DIR/SANDBOX.sock fits in %d", maxSocketPath)
+	}
+	switch {
+	case s == "" || strings.IndexByte(s, 0) >= 0:
+		d.atValue(p, "%s: needs a path (e.g. %q)", p, example)
+	case len(s)+extra > maxSocketPath:
+		d.atValue(p, "%s: %q is too long for a Unix socket path: at most %d bytes%s", p, s, maxSocketPath-extra, limit)
 	}
 }
 

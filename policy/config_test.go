@@ -328,6 +328,11 @@ level = "verbose"
 			`cproxy.toml:3:9: log.level: "verbose" is not a log level (use "debug", "info", "warn" or "error")`,
 		}},
 
+		{"claude-code sent as an API key", `[upstream.anthropic]
+credential = "claude-code"
+auth = "api-key"
+`, []string{`cproxy.toml:3:8: upstream.anthropic.auth: "api-key" cannot send credential = "claude-code": Claude Code's login is an OAuth token (use "oauth", or leave auth out: claude-code implies it)`}},
+
 		{"unknown keys", `polcy = "policy.toml"
 [listen]
 addr = "127.0.0.1:8080"
@@ -337,7 +342,7 @@ credentials = "env:X"
 [[sandbox]]
 `, []string{
 			`cproxy.toml:1:1: unknown key "polcy" (did you mean "policy"?)`,
-			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, drain, proxy, public_url, ready_file)`,
+			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, drain, proxy, public_url, ready_file, sandbox_sockets)`,
 			`cproxy.toml:5:1: unknown key "credentials" in [upstream.anthropic] (did you mean "credential"?)`,
 			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known keys: anthropic, github, npm)`,
 			`cproxy.toml:7:3: unknown key "sandbox" (profiles and [[sandbox]] rules go in the policy file that policy = "…" names)`,
@@ -473,5 +478,26 @@ func TestKeyringFileDirWithoutDefault(t *testing.T) {
 	err := c.Validate()
 	if err == nil || !strings.Contains(err.Error(), "keyring.file_dir: no default without $XDG_DATA_HOME or $HOME (set keyring.file_dir)") {
 		t.Errorf("file backend without a file_dir: %v", err)
+	}
+}
+
+// TestClaudeCodeImpliesOAuth: claude-code's token is an OAuth token, so
+// auth defaults to "oauth" with it, and stays "api-key" for other sources.
+func TestClaudeCodeImpliesOAuth(t *testing.T) {
+	for _, tt := range []struct{ src, want string }{
+		{"[upstream.anthropic]\ncredential = \"claude-code\"\n", AuthOAuth},
+		{"[upstream.anthropic]\ncredential = \"claude-code\"\nauth = \"oauth\"\n", AuthOAuth},
+		{"[upstream.anthropic]\ncredential = \"env:X\"\n", AuthAPIKey},
+	} {
+		c, probs := loadConfig("cproxy.toml", []byte(tt.src), readFile)
+		if len(probs) > 0 {
+			t.Fatalf("%q: %v", tt.src, probs)
+		}
+		if got := c.Upstream.Anthropic.Auth; got != tt.want {
+			t.Errorf("%q: auth %q, want %q", tt.src, got, tt.want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%q: Validate: %v", tt.src, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"regexp"
 	"slices"
@@ -36,7 +37,22 @@ type Profile struct {
 	// NPM is the version policy for the allowed packages: a deny list of semver
 	// ranges and a minimum release age. Zero: every version.
 	NPM NPMPolicy `toml:"npm"`
+	// Sources are where a token of this profile is accepted from: IP addresses
+	// ("10.30.1.7") or CIDR prefixes ("10.20.0.0/16"), matched against the
+	// connection's TCP peer address, never a forwarded-for header. Empty: any
+	// address, and the Unix-socket listeners, which have none.
+	Sources []string `toml:"sources"`
+	// Bind ties a token of this profile to a channel: BindSocket accepts it
+	// only on its own sandbox's Unix socket (listen.sandbox_sockets). Empty:
+	// any proxy listener.
+	Bind string `toml:"bind"`
+
+	sources []netip.Prefix // Sources, parsed by validate
 }
+
+// BindSocket is the Bind of a profile, and of a token, valid only on its
+// sandbox's own Unix socket.
+const BindSocket = "socket"
 
 // Access levels of a RepoRule.
 const (
@@ -206,6 +222,95 @@ func (pr *Profile) firstMatch(key, what string, globs []string, name string) Dec
 	return Decision{Rule: pr.rule(": no %s entry matches", key)}
 }
 
+// ParseSource reads a source address: an IP address ("10.30.1.7",
+// "fd00::7"), which stands for itself alone, or a CIDR prefix
+// ("10.20.0.0/16") without host bits. An IPv4-mapped IPv6 address is read as
+// the IPv4 address it maps.
+func ParseSource(s string) (netip.Prefix, error) {
+	bad := fmt.Errorf(`%q is not an IP address or CIDR prefix (e.g. "10.20.30.5", "10.20.0.0/16")`, s)
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, bad
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, bad
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped prefix: write the IPv4 prefix", s)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("%q has bits set past its length: write %q", s, p.Masked().String())
+	}
+	return p, nil
+}
+
+// SourceAllowed reports whether a token of the profile is accepted from the
+// peer address addr: true when the profile has no sources; else when addr
+// is inside one of them. An invalid addr (a Unix-socket peer, which has no
+// address) is inside none.
+func (pr *Profile) SourceAllowed(addr netip.Addr) bool {
+	if pr == nil || len(pr.sources) == 0 {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, p := range pr.sources {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// CoversSource reports whether every address of p is inside one of the
+// profile's sources; true when the profile has none.
+func (pr *Profile) CoversSource(p netip.Prefix) bool {
+	if pr == nil || len(pr.sources) == 0 {
+		return true
+	}
+	for _, q := range pr.sources {
+		if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// HasSources reports whether the profile limits where its tokens are
+// accepted from.
+func (pr *Profile) HasSources() bool { return pr != nil && len(pr.sources) > 0 }
+
+func (pr *Profile) validateBinding(d *decoder, pp path) {
+	seen := map[netip.Prefix]int{}
+	for i, s := range pr.Sources {
+		ep := pp.key("sources").elem(i, false)
+		p, err := ParseSource(s)
+		if err != nil {
+			d.atValue(ep, "%s: %v", pp.key("sources"), err)
+			continue
+		}
+		if j, dup := seen[p]; dup {
+			d.atValue(ep, "%s: %q is the same source as %q (remove one)", pp.key("sources"), s, pr.Sources[j])
+			continue
+		}
+		seen[p] = i
+		pr.sources = append(pr.sources, p)
+	}
+	switch {
+	case pr.Bind == "" && !d.has(pp.key("bind")):
+	case pr.Bind == BindSocket:
+		if len(pr.Sources) > 0 {
+			d.atKey(pp.key("bind"), `%s: bind = "socket" cannot be combined with sources: a Unix socket has no peer address (the socket is the sandbox's identity; drop sources)`, pp.key("bind"))
+		}
+	default:
+		d.atValue(pp.key("bind"), `%s: %q is not a binding (use "socket", or leave bind out for any listener)`, pp.key("bind"), pr.Bind)
+	}
+}
+
 // Repo decides whether the profile allows fetching from (push false) or pushing to
 // (push true) a repository, named "owner/name" (any case; a trailing ".git" is
 // ignored). Fetching needs a rule with access read or push; pushing needs push, and
@@ -326,6 +431,7 @@ func (p *Policy) validate(d *decoder) {
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
+		pr.validateBinding(d, pp)
 		for i := range pr.Repos {
 			checkRepoRule(d, pp.key("repos"), i, pr.Repos)
 		}

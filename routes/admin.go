@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -21,6 +23,14 @@ type TokenCreated struct {
 	Sandbox   string    `json:"sandbox"`
 	Profile   string    `json:"profile,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Source is the address or prefix the token is accepted from (source=),
+	// in its canonical form; absent when none was named.
+	Source string `json:"source,omitempty"`
+	// Bind is "socket" for a token valid only on its sandbox's own socket.
+	Bind string `json:"bind,omitempty"`
+	// Socket is the path of that socket, for the harness to mount into the
+	// sandbox; present with Bind.
+	Socket string `json:"socket,omitempty"`
 }
 
 // TokenInfo is one entry of GET /tokens.
@@ -67,7 +77,7 @@ func (s *Server) AdminHandler() http.Handler {
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	q, ok := adminQuery(w, r, "sandbox", "profile", "ttl")
+	q, ok := adminQuery(w, r, "sandbox", "profile", "ttl", "source", "bind")
 	if !ok {
 		return
 	}
@@ -89,6 +99,22 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = d
 	}
+	source, bind, msg := s.binding(sandbox, profile, q.Get("source"), q.Get("bind"))
+	if msg != "" {
+		adminError(w, http.StatusBadRequest, msg)
+		return
+	}
+	socket := ""
+	if bind == policy.BindSocket {
+		// Before the token: a token whose socket could not be made would be
+		// good for nothing.
+		var err error
+		if socket, err = s.sockets.Open(sandbox); err != nil {
+			s.log.Error("opening a sandbox socket failed", "sandbox", sandbox, "err", err)
+			adminError(w, http.StatusServiceUnavailable, "the sandbox's socket could not be created; no token was created")
+			return
+		}
+	}
 	tok, err := tokens.New()
 	if err != nil {
 		s.log.Error("generating a token failed", "err", err)
@@ -97,16 +123,66 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now().UTC()
 	h := tok.Hash()
-	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, Source: source, Bind: bind, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	if err := s.store.Create(r.Context(), h, rec); err != nil {
 		s.log.Error("storing a token failed", "sandbox", sandbox, "err", err)
 		adminError(w, http.StatusServiceUnavailable, "the token store failed; no token was created")
 		return
 	}
-	s.log.Info("token created", "sandbox", sandbox, "token_id", rec.ID, "profile", profile, "expires_at", rec.ExpiresAt)
+	attrs := []any{"sandbox", sandbox, "token_id", rec.ID, "profile", profile, "expires_at", rec.ExpiresAt}
+	if source != "" {
+		attrs = append(attrs, "source", source)
+	}
+	if bind != "" {
+		attrs = append(attrs, "bind", bind, "socket", socket)
+	}
+	s.log.Info("token created", attrs...)
 	writeJSON(w, http.StatusCreated, TokenCreated{
 		Token: tok.Reveal(), ID: rec.ID, Sandbox: sandbox, Profile: profile, ExpiresAt: rec.ExpiresAt,
+		Source: source, Bind: bind, Socket: socket,
 	})
+}
+
+// binding checks the source= and bind= of a token for sandbox and returns
+// them as the token keeps them, or the reason they are refused. The
+// token's profile is the one it names or, without one, the one the policy
+// gives the sandbox now; a profile with bind = "socket" binds every token of
+// it. A source must lie inside the profile's sources, or the token could
+// never be used.
+func (s *Server) binding(sandbox, profile, source, bind string) (string, string, string) {
+	prof, _ := s.policy().ProfileFor(sandbox, profile) // nil: decided per request, as for any token
+	if bind != "" && bind != policy.BindSocket {
+		return "", "", fmt.Sprintf(`invalid bind %q: the only binding is "socket" (the sandbox's own Unix socket)`, clip(bind, 32))
+	}
+	if prof != nil && prof.Bind == policy.BindSocket {
+		bind = policy.BindSocket
+	}
+	if source != "" {
+		p, err := policy.ParseSource(source)
+		if err != nil {
+			return "", "", "invalid source: " + clip(err.Error(), 160)
+		}
+		if p.IsSingleIP() {
+			source = p.Addr().String()
+		} else {
+			source = p.String()
+		}
+		switch {
+		case bind == policy.BindSocket:
+			return "", "", "source cannot be combined with bind=socket (or a profile with bind = \"socket\"): a Unix socket has no peer address"
+		case !prof.CoversSource(p):
+			return "", "", fmt.Sprintf("source %s is outside the sources of profile %s: a token bound to it could never be used", source, prof.Name)
+		}
+	}
+	if bind == policy.BindSocket {
+		switch {
+		case s.sockets == nil:
+			return "", "", "bind=socket needs listen.sandbox_sockets in cproxy's config: there is no directory for per-sandbox sockets"
+		case prof.HasSources():
+			return "", "", fmt.Sprintf("profile %s has sources, and a token bound to a socket has no peer address: it could never be used", prof.Name)
+		}
+	}
+	return source, bind, ""
 }
 
 func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
@@ -125,6 +201,9 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("tokens revoked", "sandbox", sandbox, "count", n)
+	if s.sockets != nil {
+		s.sockets.Remove(sandbox)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -160,6 +239,28 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		out = append(out, TokenInfo{Record: rec, State: state})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+}
+
+// RestoreSockets opens the socket of every sandbox that holds a live token
+// bound to one, as they were before a restart. serve calls it before the
+// proxy listens.
+func (s *Server) RestoreSockets(ctx context.Context) error {
+	if s.sockets == nil {
+		return nil
+	}
+	recs, err := s.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for _, rec := range recs {
+		if rec.Bind == policy.BindSocket && rec.Check(now) == nil {
+			if _, err := s.sockets.Open(rec.Sandbox); err != nil {
+				return fmt.Errorf("socket of sandbox %s: %w", rec.Sandbox, err)
+			}
+		}
+	}
+	return nil
 }
 
 // adminQuery parses the query and refuses parameters the endpoint does not

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/cproxy/cproxy/policy"
@@ -114,5 +116,55 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	if err != nil {
 		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, refuse(ErrForbidden, "no policy profile for sandbox %s: %v", rec.Sandbox, err)
 	}
-	return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof}, nil
+	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof}
+	if err := checkChannel(r, rec, prof); err != nil {
+		return sess, err
+	}
+	return sess, nil
+}
+
+// checkChannel refuses a token that came in on a channel it is not bound
+// to: a sandbox's own socket is for that sandbox's tokens only; a token
+// bound to its socket (by itself or its profile) is valid on that socket
+// only; a token with a source, or of a profile with sources, only from a
+// TCP peer address inside them. The refusals say which binding failed but
+// never what the allowed address is.
+func checkChannel(r *http.Request, rec tokens.Record, prof *policy.Profile) error {
+	own := socketSandbox(r)
+	if own != "" && own != rec.Sandbox {
+		return refuse(ErrForbidden, "sandbox token %s belongs to another sandbox than this socket's: it is not accepted here", rec.ID)
+	}
+	if (rec.Bind == policy.BindSocket || prof.Bind == policy.BindSocket) && own == "" {
+		return refuse(ErrForbidden, "sandbox token %s is bound to its sandbox's own socket: it is not accepted on this listener", rec.ID)
+	}
+	if rec.Source == "" && !prof.HasSources() {
+		return nil
+	}
+	peer, from := peerAddr(r)
+	ok := prof.SourceAllowed(peer)
+	if ok && rec.Source != "" {
+		src, err := policy.ParseSource(rec.Source)
+		ok = err == nil && src.Contains(peer)
+	}
+	if !ok {
+		return refuse(ErrForbidden, "sandbox token %s is bound to another address: it is not accepted from %s", rec.ID, from)
+	}
+	return nil
+}
+
+// peerAddr is the TCP peer address of the request's connection, never a
+// header's; invalid, and worded "a Unix socket", when the connection came
+// in on one. Which listener it was is read from the connection's local
+// address: a Unix-socket client may bind its end to a path that reads like
+// an IP address and port, so RemoteAddr alone is not to be trusted.
+func peerAddr(r *http.Request) (netip.Addr, string) {
+	if _, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); !ok {
+		return netip.Addr{}, "a Unix socket"
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, "an unknown address"
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	return a, a.String()
 }

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // target is where one validated request goes: a path and query rebuilt from
@@ -19,6 +21,9 @@ type target struct {
 	query string
 	// rawPath, when set, is path's encoded form (npm's "@scope%2fname").
 	rawPath string
+	// cred is the upstream credential for this request, read once by
+	// forward; zero means none.
+	cred secrets.Secret
 }
 
 type targetKey struct{}
@@ -44,11 +49,21 @@ type forwarder struct {
 	transport *http.Transport
 }
 
+// credential is the upstream credential to send now: Live's current value,
+// or the fixed one. An error says why there is none to send.
+func (f *forwarder) credential() (secrets.Secret, error) {
+	if f.up.Live != nil {
+		return f.up.Live.Current()
+	}
+	return f.up.Credential, nil
+}
+
 // newForwarder builds the reverse proxy for up. setCredential runs after
-// every client credential header has been deleted. checkResponse, if not
+// every client credential header has been deleted, with the request's
+// credential (zero when the upstream has none). checkResponse, if not
 // nil, sees each upstream response before it is passed on; an error (a
 // refusal) replaces the response with cproxy's answer in the route's format.
-func newForwarder(up Upstream, setCredential func(http.Header), checkResponse func(*http.Response) error) *forwarder {
+func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *forwarder {
 	f := &forwarder{up: up}
 	f.transport = &http.Transport{
 		Proxy: nil, // never through an environment proxy: credentials go to the upstream alone
@@ -85,7 +100,7 @@ func newForwarder(up Upstream, setCredential func(http.Header), checkResponse fu
 			for _, h := range credentialHeaders {
 				pr.Out.Header.Del(h)
 			}
-			setCredential(pr.Out.Header)
+			setCredential(pr.Out.Header, t.cred)
 		},
 		Transport:     f.transport,
 		FlushInterval: -1,
@@ -162,6 +177,13 @@ func (b *timedBody) Read(p []byte) (int, error) {
 // forward sends r to the upstream at t, streaming both ways. Failures are
 // written with writeErr, in the route's format.
 func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(http.ResponseWriter, error) int) {
+	cred, err := f.credential()
+	if err != nil {
+		// The message names the reason and the fix, never the value.
+		a.fail(writeErr, refuse(ErrUnavailable, "%v", err))
+		return
+	}
+	t.cred = cred
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	ctx = context.WithValue(ctx, targetKey{}, t)

@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // Limits of the github route. The ref-update commands are the only part of
@@ -133,7 +134,7 @@ func (s *Server) serveGitHub(a *audit, r *http.Request) {
 		a.fail(writeGitError, err)
 		return
 	}
-	if up := s.github.up; up.Credential.IsZero() && up.Missing != "" {
+	if up := s.github.up; !up.configured() && up.Missing != "" {
 		a.fail(writeGitError, refuse(ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
 		return
 	}
@@ -520,16 +521,12 @@ func writeGitError(w http.ResponseWriter, err error) int {
 	return writePlainError(w, err)
 }
 
-// setGitHubCredential returns the function that puts the real token on a
-// forwarded request: Basic x-access-token:TOKEN, the form github.com takes
+// setGitHubCredential puts the real token on a forwarded request: Basic x-access-token:TOKEN, the form github.com takes
 // on its git endpoints for every kind of token. With no credential (the
 // config's credential = "") requests go without one.
-func setGitHubCredential(up Upstream) func(http.Header) {
-	if up.Credential.IsZero() {
-		return func(http.Header) {}
-	}
-	return func(h http.Header) {
-		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+up.Credential.Reveal())))
+func setGitHubCredential(h http.Header, cred secrets.Secret) {
+	if !cred.IsZero() {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("x-access-token:"+cred.Reveal())))
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // modelEndpoints are the only model API calls a sandbox may make: messages,
@@ -55,7 +57,7 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	if s.model.up.Credential.IsZero() {
+	if !s.model.up.configured() {
 		return target{}, refuse(ErrUnavailable, "no Anthropic credential is configured: %s", s.model.up.Missing)
 	}
 	t := target{path: r.URL.Path, query: query}
@@ -314,15 +316,15 @@ func skipJSONValue(b []byte, i int) int {
 
 // setAnthropicCredential returns the function that puts the real credential
 // on a forwarded request, per the upstream's auth mode.
-func setAnthropicCredential(up Upstream) func(http.Header) {
+func setAnthropicCredential(up Upstream) func(http.Header, secrets.Secret) {
 	if up.Auth == "oauth" {
-		return func(h http.Header) {
-			h.Set("Authorization", "Bearer "+up.Credential.Reveal())
+		return func(h http.Header, cred secrets.Secret) {
+			h.Set("Authorization", "Bearer "+cred.Reveal())
 			h.Set("Anthropic-Beta", mergeBeta(h.Values("Anthropic-Beta"), oauthBeta))
 		}
 	}
-	return func(h http.Header) {
-		h.Set("X-Api-Key", up.Credential.Reveal())
+	return func(h http.Header, cred secrets.Secret) {
+		h.Set("X-Api-Key", cred.Reveal())
 		// A client set up for a subscription sends the OAuth beta flag;
 		// with an API key upstream it would be a lie about the credential.
 		if vs := h.Values("Anthropic-Beta"); len(vs) > 0 && slices.ContainsFunc(vs, func(v string) bool { return strings.Contains(v, oauthBeta) }) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // The kinds of npm request cproxy forwards.
@@ -232,7 +233,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 		r.Body = http.NoBody
 		r.ContentLength = 0
 	}
-	if up := s.npm.up; up.Credential.IsZero() && up.Missing != "" {
+	if up := s.npm.up; !up.configured() && up.Missing != "" {
 		a.fail(writeNPMError, refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
 		return
 	}
@@ -465,7 +466,11 @@ func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Accept-Encoding", "gzip")
-	setNPMCredential(s.npm.up)(req.Header)
+	cred, err := s.npm.credential()
+	if err != nil {
+		return time.Time{}, refuse(ErrUnavailable, "%v", err)
+	}
+	setNPMCredential(req.Header, cred)
 	resp, err := s.npm.transport.RoundTrip(req)
 	if err != nil {
 		return time.Time{}, refuse(ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
@@ -519,12 +524,9 @@ func writeNPMError(w http.ResponseWriter, err error) int {
 
 // setNPMCredential puts the registry token on a forwarded request, when
 // one is configured; the public registry needs none.
-func setNPMCredential(up Upstream) func(http.Header) {
-	if up.Credential.IsZero() {
-		return func(http.Header) {}
-	}
-	return func(h http.Header) {
-		h.Set("Authorization", "Bearer "+up.Credential.Reveal())
+func setNPMCredential(h http.Header, cred secrets.Secret) {
+	if !cred.IsZero() {
+		h.Set("Authorization", "Bearer "+cred.Reveal())
 	}
 }
 

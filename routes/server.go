@@ -30,15 +30,25 @@ type Upstream struct {
 	// URL is the base URL; request paths are appended to its path.
 	URL *url.URL
 	// Credential is the real credential; zero means none is configured.
+	// It is ignored when Live is set.
 	Credential secrets.Secret
-	// Missing, when Credential is zero, says what to set; requests that need
-	// the credential are answered with it instead of being forwarded.
+	// Live, when not nil, holds the credential instead of Credential: one
+	// that can change while cproxy runs (SIGHUP, Claude Code refreshing its
+	// login). It is read once per request; an error from it (an expired
+	// claude-code token) refuses the request with 503 instead of forwarding
+	// a dead credential. Nil means Credential is the credential for good.
+	Live *secrets.Live
+	// Missing, when there is no credential, says what to set; requests that
+	// need the credential are answered with it instead of being forwarded.
 	Missing string
 	// Auth is how the credential is sent: "api-key" or "oauth" (Anthropic).
 	Auth string
 	// HeaderTimeout bounds the wait for response headers; zero means none.
 	HeaderTimeout time.Duration
 }
+
+// configured reports whether up has a credential to send.
+func (up Upstream) configured() bool { return up.Live != nil || !up.Credential.IsZero() }
 
 // Options configure a Server. Store, Policy and Anthropic are required.
 type Options struct {
@@ -62,6 +72,10 @@ type Options struct {
 	Audit *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SandboxSockets, if not nil, serves the per-sandbox Unix sockets that
+	// tokens minted with bind=socket are valid on. Nil: such tokens cannot
+	// be minted.
+	SandboxSockets *SandboxSockets
 }
 
 // Server holds what the listeners share.
@@ -75,11 +89,12 @@ type Server struct {
 	github    *forwarder // nil when Options.GitHub has no URL
 	npm       *forwarder // nil when Options.NPM has no URL
 	publicURL string
+	sockets   *SandboxSockets // nil without Options.SandboxSockets
 }
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, now: o.Now, publicURL: o.PublicURL}
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, now: o.Now, publicURL: o.PublicURL, sockets: o.SandboxSockets}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -90,12 +105,15 @@ func New(o Options) *Server {
 		s.now = time.Now
 	}
 	s.pol.Store(o.Policy)
+	if s.sockets != nil {
+		s.sockets.handler = s.ProxyHandler()
+	}
 	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), nil)
 	if o.GitHub.URL != nil {
-		s.github = newForwarder(o.GitHub, setGitHubCredential(o.GitHub), gitHubResponse)
+		s.github = newForwarder(o.GitHub, setGitHubCredential, gitHubResponse)
 	}
 	if o.NPM.URL != nil {
-		s.npm = newForwarder(o.NPM, setNPMCredential(o.NPM), npmResponse(o.NPM.URL))
+		s.npm = newForwarder(o.NPM, setNPMCredential, npmResponse(o.NPM.URL))
 	}
 	// ReverseProxy reports what it cannot tell a client (a response cut
 	// mid-copy) to its ErrorLog, which by default is the standard logger.

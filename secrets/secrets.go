@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"time"
 )
 
 // fileSizeLimit bounds what a file: source may hold; a credential is a line,
@@ -63,6 +65,7 @@ type Loader struct {
 	// means the defaults.
 	Keyring KeyringConfig
 
+	mu      sync.Mutex // guards the keyring, opened on first use
 	ring    *Keyring
 	ringErr error
 }
@@ -85,9 +88,16 @@ func (l *Loader) Load(s Source) (Secret, error) {
 	case "keyring":
 		return l.loadKeyring(arg)
 	case "claude-code":
-		// Claude Code's login is a source of its own kind: a file or keychain
-		// entry Claude Code writes and refreshes. It goes here when supported.
-		return Secret{}, fmt.Errorf("%s: credential source %q is not supported by this build yet: use env:NAME, file:PATH or keyring:NAME", s, kind)
+		if arg != "" || strings.Contains(string(s), ":") {
+			break
+		}
+		// Claude Code's own login; an expired token is an error here. A
+		// server that keeps running uses a Live, which waits for the refresh.
+		login, err := readClaudeCode(time.Now())
+		if err != nil {
+			return Secret{}, err
+		}
+		return login.token, nil
 	}
 	return Secret{}, fmt.Errorf("%q: unknown credential source: use env:NAME, file:PATH, keyring:NAME or claude-code", string(s))
 }
@@ -96,6 +106,8 @@ func (l *Loader) loadKeyring(name string) (Secret, error) {
 	if err := CheckName(name); err != nil {
 		return Secret{}, fmt.Errorf("keyring:%s: %w", name, err)
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.ring == nil && l.ringErr == nil {
 		l.ring, l.ringErr = OpenKeyring(l.Keyring)
 	}

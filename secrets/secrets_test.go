@@ -85,7 +85,7 @@ func TestUnknownSources(t *testing.T) {
 	if s, err := Source("").Load(); err != nil || !s.IsZero() {
 		t.Fatalf("empty source: %v", err)
 	}
-	for _, src := range []string{"vault:x", "claude-code"} {
+	for _, src := range []string{"vault:x", "claude-code:x"} {
 		if _, err := Source(src).Load(); err == nil {
 			t.Errorf("%s: loaded", src)
 		}

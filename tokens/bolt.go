@@ -23,7 +23,11 @@ import (
 const (
 	// schemaVersion is the layout this code writes. Bump it when the layout changes and teach OpenBolt to
 	// migrate older files; a newer file is refused because this code would misread it.
-	schemaVersion = 1
+	//
+	// 2: records may carry a source or a binding (Record.Source, Record.Bind). Version 1 files are read as they
+	// are. The bump keeps an older cproxy off a store whose records it would read without their binding, which
+	// would accept a bound token from anywhere.
+	schemaVersion = 2
 
 	// lockTimeout bounds how long OpenBolt waits for another process to let go of the file, so a second
 	// `cproxy serve` fails promptly instead of hanging.
@@ -148,6 +152,11 @@ func prepare(tx *bolt.Tx, path string) error {
 		return notAStore(path, errors.New("missing or invalid schema version"))
 	case v > schemaVersion:
 		return fmt.Errorf("token store %s was written by a newer cproxy (schema %d; this cproxy knows up to %d): upgrade cproxy", path, v, schemaVersion)
+	case v < schemaVersion:
+		// Every older layout is a subset of this one: only the number changes.
+		if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
+			return fmt.Errorf("upgrade token store %s: %w", path, err)
+		}
 	}
 	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil {
 		return notAStore(path, errors.New("missing buckets"))

@@ -249,7 +249,7 @@ func TestBoltRefusesForeignFiles(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return b.Put(keySchema, []byte("2"))
+				return b.Put(keySchema, []byte("3"))
 			})
 		}, "newer cproxy"},
 	} {

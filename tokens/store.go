@@ -13,7 +13,13 @@ type Record struct {
 	Sandbox string `json:"sandbox"`
 	// Profile names the policy profile the token is bound to. Empty: the policy's sandbox rules choose one at
 	// request time.
-	Profile   string    `json:"profile,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	// Source is the address or CIDR prefix ("10.20.30.5", "10.20.0.0/16") the token is accepted from, on top of
+	// its profile's sources. Empty: wherever its profile allows.
+	Source string `json:"source,omitempty"`
+	// Bind is "socket" for a token valid only on its sandbox's own Unix socket. Empty: on any proxy listener its
+	// profile allows.
+	Bind      string    `json:"bind,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when the token stops working. Zero: it never worked, so a forgotten TTL fails closed.
 	ExpiresAt time.Time `json:"expires_at"`

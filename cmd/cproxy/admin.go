@@ -113,13 +113,22 @@ func (a *adminClient) do(method, path string, q url.Values, want int, out any) e
 	return nil
 }
 
-func (a *adminClient) createToken(sandbox, profile, ttl string) (routes.TokenCreated, error) {
-	q := url.Values{"sandbox": {sandbox}}
-	if profile != "" {
-		q.Set("profile", profile)
-	}
-	if ttl != "" {
-		q.Set("ttl", ttl)
+// mintRequest is what POST /tokens is asked for; empty fields are left out.
+type mintRequest struct {
+	Sandbox, Profile, TTL, Source, Bind string
+}
+
+// mintFlags reads the token flags that token create, env and exec share.
+func mintFlags(c *cli.Context, sandbox string) mintRequest {
+	return mintRequest{Sandbox: sandbox, Profile: c.String("profile"), TTL: c.String("ttl"), Source: c.String("source"), Bind: c.String("bind")}
+}
+
+func (a *adminClient) createToken(m mintRequest) (routes.TokenCreated, error) {
+	q := url.Values{"sandbox": {m.Sandbox}}
+	for k, v := range map[string]string{"profile": m.Profile, "ttl": m.TTL, "source": m.Source, "bind": m.Bind} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
 	var out routes.TokenCreated
 	err := a.do(http.MethodPost, "/tokens", q, http.StatusCreated, &out)

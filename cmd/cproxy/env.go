@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -20,6 +21,8 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "token", Usage: "use this sandbox `TOKEN` instead of minting one"},
 		&cli.StringFlag{Name: "profile", Usage: "policy `PROFILE` for a minted token"},
 		&cli.StringFlag{Name: "ttl", Usage: "lifetime of a minted token, e.g. 90m, 24h, 7d (default 24h)"},
+		&cli.StringFlag{Name: "source", Usage: "accept a minted token only from `ADDR`, an IP address or CIDR prefix (the sandbox's address as cproxy sees it)"},
+		&cli.StringFlag{Name: "bind", Usage: "bind a minted token to a channel: socket (valid only on the sandbox's own socket in listen.sandbox_sockets)"},
 		&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
 		&cli.StringFlag{Name: "claude-auth", Value: helpers.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
 		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
@@ -95,8 +98,8 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	switch {
 	case sandbox == "" && token == "":
 		return nil, nil, fail("pass --sandbox ID to mint a token, or --token TOKEN", "no sandbox")
-	case token != "" && (c.IsSet("profile") || c.IsSet("ttl")):
-		return nil, nil, fail("--profile and --ttl apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile or --ttl")
+	case token != "" && (c.IsSet("profile") || c.IsSet("ttl") || c.IsSet("source") || c.IsSet("bind")):
+		return nil, nil, fail("--profile, --ttl, --source and --bind apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile, --ttl, --source or --bind")
 	case token != "":
 		if _, err := tokens.Parse(token); err != nil {
 			return nil, nil, fail("copy the whole token, as POST /tokens or cproxy token create printed it", "--token is not a cproxy sandbox token")
@@ -137,7 +140,7 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		created, err := admin.createToken(sandbox, c.String("profile"), c.String("ttl"))
+		created, err := admin.createToken(mintFlags(c, sandbox))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -176,6 +179,10 @@ func sandboxProxyURL(c *cli.Context) (string, error) {
 				addr, _, err := listening(cfg)
 				if err != nil {
 					return "", err
+				}
+				if strings.HasPrefix(addr, policy.UnixPrefix) {
+					return "", fail("pass --proxy-url, the address a bridge in the sandbox listens on (see docs/harness.md), or set listen.public_url",
+						"the proxy listener is a Unix socket (%s): sandboxes reach it through a bridge", addr)
 				}
 				proxyURL = "http://" + addr
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -33,6 +34,9 @@ import (
 const (
 	canaryAPIKey = "sk-ant-api03-CANARYapikey0123456789abcdefghijklmnopqrstuvwxyz"
 	canaryOAuth  = "sk-ant-oat01-CANARYoauth0123456789abcdefghijklmnopqrstuvwxyz"
+	// canaryOAuth2 is a second OAuth token, which the fake refuses: a
+	// credential that changes while cproxy runs turns into it.
+	canaryOAuth2 = "sk-ant-oat01-CANARYrotated9876543210ZYXWVUTSRQPONMLKJIHGFEDCBA"
 	// canaryGitHub is the only token the fake GitHub git server accepts.
 	canaryGitHub = "ghs_CANARYgithub0123456789abcdefghijklmnop"
 	// canaryNPM is the only token the fake npm registry accepts.
@@ -83,6 +87,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"FAKE_ANTHROPIC": fake.URL,
 				"CANARY_API_KEY": canaryAPIKey,
 				"CANARY_OAUTH":   canaryOAuth,
+				"CANARY_OAUTH_2": canaryOAuth2,
 				"FAKE_GITHUB":    fakeGitHub,
 				"CANARY_GITHUB":  canaryGitHub,
 				"FAKE_NPM":       npmReg.URL,
@@ -133,12 +138,14 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmforeign":  cmdNPMForeign,
 			"npmtime":     cmdNPMTime,
 			"npmrequests": cmdNPMRequests,
+			"unixbridge":  cmdUnixBridge,
 		},
 	}
 }
 
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
 // ADMIN to its listeners' URLs, PROXY_ADDR to the proxy's host:port and SERVE_PID to its process id.
+// A proxy on a Unix socket sets PROXY_SOCKET to its path instead of PROXY.
 func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: waitready FILE")
@@ -155,6 +162,9 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 			if err := json.Unmarshal(b, &ready); err != nil {
 				ts.Fatalf("ready file: %v", err)
 			}
+			if sock, ok := strings.CutPrefix(ready.Proxy, "unix:"); ok {
+				ts.Setenv("PROXY_SOCKET", sock)
+			}
 			ts.Setenv("PROXY", "http://"+ready.Proxy)
 			ts.Setenv("PROXY_ADDR", ready.Proxy)
 			ts.Setenv("ADMIN", "http://"+ready.Admin)
@@ -168,18 +178,30 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// http [-H 'Name: value']... [-d BODY | -f FILE] METHOD URL: send one
-// request; stdout gets "HTTP <status>", the response headers cproxy or the
-// upstream set that a test asserts on, a blank line and the body. Every
-// response is checked for the canary credentials.
+// http [-H 'Name: value']... [-d BODY | -f FILE] [-from ADDR | -unix PATH]
+// METHOD URL: send one request, from the local address ADDR or over the
+// Unix socket PATH if given; stdout gets "HTTP <status>", the response
+// headers cproxy or the upstream set that a test asserts on, a blank line
+// and the body. Every response is checked for the canary credentials.
 func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	if neg {
 		ts.Fatalf("http does not fail; assert on its stdout")
 	}
 	var headers []string
 	var body io.Reader
+	transport := http.DefaultTransport
 	for len(args) > 2 {
 		switch args[0] {
+		case "-from":
+			// Linux routes all of 127.0.0.0/8 to loopback, so a script can
+			// be a client at 127.0.0.2.
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(args[1])}}
+			transport = &http.Transport{DialContext: d.DialContext}
+		case "-unix":
+			path := ts.MkAbs(args[1])
+			transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			}}
 		case "-H":
 			headers = append(headers, args[1])
 		case "-d":
@@ -192,7 +214,7 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 		args = args[2:]
 	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: http [-H 'Name: value'] [-d BODY | -f FILE] METHOD URL")
+		ts.Fatalf("usage: http [-H 'Name: value'] [-d BODY | -f FILE] [-from ADDR | -unix PATH] METHOD URL")
 	}
 	req, err := http.NewRequest(args[0], args[1], body)
 	ts.Check(err)
@@ -200,7 +222,10 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 		k, v, _ := strings.Cut(h, ":")
 		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
-	resp, err := http.DefaultTransport.RoundTrip(req)
+	resp, err := transport.RoundTrip(req)
+	if t, ok := transport.(*http.Transport); ok && t != http.DefaultTransport {
+		defer t.CloseIdleConnections()
+	}
 	if err != nil {
 		fmt.Fprintf(ts.Stdout(), "HTTP error: %v\n", err)
 		return
@@ -260,7 +285,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryGitHub, canaryNPM} {
+	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM} {
 		for _, form := range []string{c, base64.StdEncoding.EncodeToString([]byte(c)), url.QueryEscape(c), c[len(c)-24:]} {
 			if strings.Contains(s, form) {
 				ts.Fatalf("%s holds a canary credential", where)
@@ -648,4 +673,59 @@ func cmdNPMRequests(ts *testscript.TestScript, neg bool, args []string) {
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// unixbridge VAR SOCKET: listen on a free loopback port and forward each
+// connection to the Unix socket SOCKET, until the script ends; set VAR to
+// the bridge's URL. It stands for what a harness runs inside a VM
+// (socat TCP-LISTEN:8080,bind=127.0.0.1,fork UNIX-CONNECT:/run/cproxy.sock),
+// so clients without Unix-socket support (git, npm) reach a sandbox socket.
+func cmdUnixBridge(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: unixbridge VAR SOCKET")
+	}
+	socket := ts.MkAbs(args[1])
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	// Closed at the end with the connections still open (a client's idle
+	// keep-alive ones), so nothing outlives the script.
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns[c] = true
+		mu.Unlock()
+	}
+	ts.Defer(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("unix", socket)
+				if err != nil {
+					return
+				}
+				track(u)
+				defer u.Close()
+				go func() {
+					io.Copy(u, c)
+					u.(*net.UnixConn).CloseWrite()
+				}()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+	ts.Setenv(args[0], "http://"+ln.Addr().String())
 }

@@ -178,10 +178,12 @@ func loadUpstream(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger, 
 		return up, nil
 	}
 	key := "upstream." + name + ".credential"
-	cred, err := loader.Load(secrets.Source(source))
+	// A Live credential, so that SIGHUP (and Claude Code refreshing its
+	// login) can change it while requests run.
+	live, err := loader.Live(name, secrets.Source(source), log)
 	switch {
 	case err == nil:
-		up.Credential = cred
+		up.Live = live
 	case cfg.Explicit(key):
 		return routes.Upstream{}, credentialError(cfg, key, source, err)
 	default:
@@ -196,6 +198,9 @@ func loadUpstream(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger, 
 func credentialError(cfg *policy.Config, key, source string, err error) error {
 	p := cfg.ProblemAt(key, "%v", err)
 	hint := "fix the credential, or point " + key + " at another source"
+	if source == "claude-code" {
+		hint = "log in with claude on this machine as the user cproxy runs as (set CLAUDE_CONFIG_DIR if its config folder is elsewhere), or point " + key + " at a token from claude setup-token"
+	}
 	if name, ok := strings.CutPrefix(source, "keyring:"); ok {
 		set := "cproxy secret set "
 		if cfg.Path != "" {
@@ -217,15 +222,35 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	upstreams := []routes.Upstream{anthropic, github, npm}
+	watching, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	for _, up := range upstreams {
+		if up.Live != nil {
+			go up.Live.Watch(watching) // claude-code: rereads Claude Code's login when it changes
+		}
+	}
 	store, err := tokens.OpenBolt(cfg.Store.Path)
 	if err != nil {
 		return fail("", "%v", err)
 	}
 	defer store.Close()
 
-	proxyLn, err := net.Listen("tcp", cfg.Listen.Proxy)
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	newServer := func() *http.Server {
+		return &http.Server{ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog}
+	}
+	var sockets *routes.SandboxSockets
+	if dir := cfg.Listen.SandboxSockets; dir != "" {
+		if sockets, err = routes.OpenSandboxSockets(dir, newServer, log); err != nil {
+			return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
+		}
+		defer sockets.Close()
+	}
+
+	proxyLn, proxyAddr, err := listenProxy(cfg)
 	if err != nil {
-		return fail("choose a free address with --proxy-addr or listen.proxy (port 0 picks one)", "proxy listener: %v", err)
+		return err
 	}
 	defer proxyLn.Close()
 	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
@@ -235,14 +260,18 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	defer adminLn.Close()
 
 	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
-		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog})
+		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, SandboxSockets: sockets})
 	defer srv.Close()
-	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	servers := []*http.Server{
-		{Handler: srv.ProxyHandler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog},
-		{Handler: srv.AdminHandler(), ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog},
+	if err := srv.RestoreSockets(ctx); err != nil {
+		return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
 	}
+	servers := []*http.Server{newServer(), newServer()}
+	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), srv.AdminHandler()
 	listeners := []net.Listener{proxyLn, adminLn}
+	stoppers := []shutdowner{servers[0], servers[1]}
+	if sockets != nil {
+		stoppers = append(stoppers, sockets)
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -252,10 +281,10 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	for i, hs := range servers {
 		go func() { served <- hs.Serve(listeners[i]) }()
 	}
-	log.Info("cproxy listening", "proxy", proxyLn.Addr().String(), "admin", adminLn.Addr().String(),
+	log.Info("cproxy listening", "proxy", proxyAddr, "admin", adminLn.Addr().String(),
 		"public_url", publicURL(cfg, proxyLn.Addr()), "store", cfg.Store.Path, "policy", policySource(cfg))
 	if cfg.Listen.ReadyFile != "" {
-		if err := writeReadyFile(cfg.Listen.ReadyFile, proxyLn.Addr(), adminLn.Addr()); err != nil {
+		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, Admin: adminLn.Addr().String(), SandboxSockets: sockets.Dir()}); err != nil {
 			return fail("", "ready file: %v", err)
 		}
 		defer os.Remove(cfg.Listen.ReadyFile)
@@ -266,21 +295,66 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 		case err := <-served:
 			return fail("", "listener failed: %v", err)
 		case <-ctx.Done():
-			return drain(servers, cfg.Listen.Drain.Duration, sigs, log)
+			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				reloadPolicy(cfg, srv, log)
+				reloadCredentials(upstreams)
 				continue
 			}
 			log.Info("shutting down: no new connections; open requests may finish (signal again to stop at once)", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
-			return drain(servers, cfg.Listen.Drain.Duration, sigs, log)
+			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
 		}
 	}
 }
 
+// shutdowner is a server drain stops: an http.Server, or the per-sandbox
+// sockets.
+type shutdowner interface {
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// listenProxy opens the proxy listener: TCP, or a Unix socket for
+// listen.proxy = "unix:PATH", which is removed when cproxy stops. It
+// returns the address as the ready file and the log give it.
+func listenProxy(cfg *policy.Config) (net.Listener, string, error) {
+	path := cfg.Listen.ProxySocket()
+	if path == "" {
+		ln, err := net.Listen("tcp", cfg.Listen.Proxy)
+		if err != nil {
+			return nil, "", fail("choose a free address with --proxy-addr or listen.proxy (port 0 picks one)", "proxy listener: %v", err)
+		}
+		return ln, ln.Addr().String(), nil
+	}
+	// Absolute in the ready file and the log: the harness mounts it.
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return nil, "", fail("", "proxy listener: %v", err)
+	}
+	ln, err := routes.ListenUnix(path)
+	if err != nil {
+		return nil, "", fail("point listen.proxy at a path in a directory cproxy may write to, where nothing else listens", "proxy listener: %v", err)
+	}
+	return &removeOnClose{Listener: ln, path: path}, policy.UnixPrefix + path, nil
+}
+
+// removeOnClose removes a Unix socket's file when its listener closes.
+type removeOnClose struct {
+	net.Listener
+	path string
+	once sync.Once
+}
+
+func (l *removeOnClose) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
+	return err
+}
+
 // drain stops accepting and gives open requests (SSE streams included) up
 // to d to finish, then closes what is left.
-func drain(servers []*http.Server, d time.Duration, sigs <-chan os.Signal, log *slog.Logger) error {
+func drain(servers []shutdowner, d time.Duration, sigs <-chan os.Signal, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	// A second SIGINT or SIGTERM ends the drain at once, as an operator
@@ -331,6 +405,18 @@ func reloadPolicy(cfg *policy.Config, srv *routes.Server, log *slog.Logger) {
 	log.Info("policy reloaded", "policy", cfg.PolicyPath())
 }
 
+// reloadCredentials rereads every upstream credential from its source on
+// SIGHUP (env: sources excepted: a process's environment is fixed). One
+// that cannot be read keeps the credential in force; Live logs which, why
+// and the fix, never the value.
+func reloadCredentials(upstreams []routes.Upstream) {
+	for _, up := range upstreams {
+		if up.Live != nil {
+			up.Live.Reload()
+		}
+	}
+}
+
 func policySource(cfg *policy.Config) string {
 	if cfg.Policy == "" {
 		return "embedded default"
@@ -341,6 +427,9 @@ func policySource(cfg *policy.Config) string {
 func publicURL(cfg *policy.Config, proxy net.Addr) string {
 	if cfg.Listen.PublicURL != "" {
 		return cfg.Listen.PublicURL
+	}
+	if _, ok := proxy.(*net.TCPAddr); !ok {
+		return "" // a Unix socket: the sandbox's bridge decides the URL
 	}
 	return "http://" + proxy.String()
 }
@@ -353,7 +442,7 @@ func tarballBase(cfg *policy.Config, proxy net.Addr) string {
 	if cfg.Listen.PublicURL != "" {
 		return cfg.Listen.PublicURL
 	}
-	if a, ok := proxy.(*net.TCPAddr); ok && a.IP.IsUnspecified() {
+	if a, ok := proxy.(*net.TCPAddr); !ok || a.IP.IsUnspecified() {
 		return ""
 	}
 	return "http://" + proxy.String()
@@ -361,14 +450,17 @@ func tarballBase(cfg *policy.Config, proxy net.Addr) string {
 
 // readyInfo is the ready file's content.
 type readyInfo struct {
-	Proxy string `json:"proxy"`
+	Proxy string `json:"proxy"` // host:port, or unix:PATH
 	Admin string `json:"admin"`
-	PID   int    `json:"pid"`
+	// SandboxSockets is listen.sandbox_sockets, where DIR/SANDBOX.sock are.
+	SandboxSockets string `json:"sandbox_sockets,omitempty"`
+	PID            int    `json:"pid"`
 }
 
 // writeReadyFile writes the file atomically, so a reader never sees half.
-func writeReadyFile(path string, proxy, admin net.Addr) error {
-	b, _ := json.Marshal(readyInfo{Proxy: proxy.String(), Admin: admin.String(), PID: os.Getpid()})
+func writeReadyFile(path string, info readyInfo) error {
+	info.PID = os.Getpid()
+	b, _ := json.Marshal(info)
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".cproxy-ready-*")
 	if err != nil {
 		return err

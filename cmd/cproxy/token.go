@@ -3,10 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 func tokenCommand() *cli.Command {
@@ -21,10 +25,12 @@ func tokenCommand() *cli.Command {
 					adminFlag(), configFlag(), sandboxFlag(),
 					&cli.StringFlag{Name: "profile", Usage: "policy `PROFILE` (default: chosen by the policy's sandbox rules)"},
 					&cli.StringFlag{Name: "ttl", Usage: "lifetime, e.g. 90m, 24h, 7d (default 24h)"},
+					&cli.StringFlag{Name: "source", Usage: "accept the token only from `ADDR`, an IP address or CIDR prefix (within the profile's sources)"},
+					&cli.StringFlag{Name: "bind", Usage: "bind the token to a channel: socket (valid only on the sandbox's own socket; --json gives its path)"},
 					&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"},
 				},
 				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
-					tok, err := admin.createToken(sandbox, c.String("profile"), c.String("ttl"))
+					tok, err := admin.createToken(mintFlags(c, sandbox))
 					if err != nil {
 						return err
 					}
@@ -56,15 +62,26 @@ func tokenCommand() *cli.Command {
 					if c.Bool("json") {
 						return printJSON(c, toks)
 					}
+					// A BOUND column only when a token is bound, so the
+					// table of a cproxy that binds nothing stays as it was.
+					bound := slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Source != "" || t.Bind != "" })
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "ID\tSANDBOX\tPROFILE\tSTATE\tCREATED\tEXPIRES")
+					header := "ID\tSANDBOX\tPROFILE\tSTATE\tCREATED\tEXPIRES"
+					if bound {
+						header += "\tBOUND"
+					}
+					fmt.Fprintln(tw, header)
 					for _, t := range toks {
 						profile := t.Profile
 						if profile == "" {
 							profile = "-"
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Sandbox, profile, t.State,
+						line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", t.ID, t.Sandbox, profile, t.State,
 							t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
+						if bound {
+							line += "\t" + boundTo(t.Record)
+						}
+						fmt.Fprintln(tw, line)
 					}
 					return tw.Flush()
 				}),
@@ -91,6 +108,18 @@ func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClien
 		}
 		return fn(c, admin, sandbox)
 	}
+}
+
+// boundTo words a token's binding for the list: "source=10.20.30.5",
+// "socket", or "-".
+func boundTo(r tokens.Record) string {
+	switch {
+	case r.Bind != "":
+		return r.Bind
+	case r.Source != "":
+		return "source=" + r.Source
+	}
+	return "-"
 }
 
 func printJSON(c *cli.Context, v any) error {
