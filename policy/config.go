@@ -27,6 +27,9 @@ type Config struct {
 	Log      Log       `toml:"log"`      // [log]; every key has a default
 	Keyring  Keyring   `toml:"keyring"`  // [keyring]; every key has a default
 	Claude   Claude    `toml:"claude"`   // [claude]; what cproxy env tells Claude Code in oauth mode
+	// Relays are the [relay.NAME] tables: extra services the proxy listener
+	// forwards to, by name.
+	Relays map[string]*Relay `toml:"relay"`
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
@@ -354,6 +357,9 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 			d.atValue(path{}.key("policy"), "policy: %q: %s", c.Policy, readProblem(err))
 		} else {
 			c.Rules, policyProbs = loadPolicy(c.Policy, pdata)
+			if c.Rules != nil {
+				policyProbs = c.checkProfileRelays()
+			}
 		}
 	}
 	sortProblems(d.probs)
@@ -426,6 +432,7 @@ func (c *Config) validate(d *decoder) {
 
 	c.Keyring.validate(d)
 	c.Claude.validate(d)
+	c.validateRelays(d)
 
 	if f := c.Log.Format; f != "text" && f != "json" {
 		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)

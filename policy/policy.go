@@ -21,6 +21,8 @@ type Policy struct {
 	Sandboxes []SandboxRule `toml:"sandbox"`
 	// Path is the file the policy was loaded from; empty for DefaultPolicy().
 	Path string `toml:"-"`
+
+	ix *index // where each key is in the file, for the config's checks
 }
 
 // Profile is what a sandbox may do. Every list is an allowlist of globs: empty allows nothing.
@@ -37,6 +39,9 @@ type Profile struct {
 	// NPM is the version policy for the allowed packages: a deny list of semver
 	// ranges and a minimum release age. Zero: every version.
 	NPM NPMPolicy `toml:"npm"`
+	// Relays are the config's relays ([relay.NAME]) the sandbox may use, by
+	// name or glob. Empty: none.
+	Relays []string `toml:"relays"`
 	// Sources are where a token of this profile is accepted from: IP addresses
 	// ("10.30.1.7") or CIDR prefixes ("10.20.0.0/16"), matched against the
 	// connection's TCP peer address, never a forwarded-for header. Empty: any
@@ -129,7 +134,7 @@ func loadPolicy(file string, data []byte) (*Policy, Problems) {
 	d := newDecoder(file, ix)
 	d.hint = policyHint
 	d.decode(reflect.ValueOf(p).Elem(), tree, nil)
-	p.Path = file
+	p.Path, p.ix = file, ix
 	for name, pr := range p.Profiles {
 		pr.Name = name
 	}
@@ -431,6 +436,7 @@ func (p *Policy) validate(d *decoder) {
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
+		checkGlobs(d, pp.key("relays"), pr.Relays, checkRelayNameGlob)
 		pr.validateBinding(d, pp)
 		for i := range pr.Repos {
 			checkRepoRule(d, pp.key("repos"), i, pr.Repos)

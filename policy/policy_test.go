@@ -243,7 +243,7 @@ profiel = "default"
 
 		{"unknown key without a near miss", `[profile.web]
 budget = 10
-`, []string{`policy.toml:2:1: unknown key "budget" in [profile.web] (known keys: bind, models, npm, packages, repos, sources)`}},
+`, []string{`policy.toml:2:1: unknown key "budget" in [profile.web] (known keys: bind, models, npm, packages, relays, repos, sources)`}},
 
 		{"config key in a policy", `[listen]
 proxy = "127.0.0.1:8080"

@@ -1,12 +1,17 @@
 package routes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +33,9 @@ type TokenCreated struct {
 	Source string `json:"source,omitempty"`
 	// Bind is "socket" for a token valid only on its sandbox's own socket.
 	Bind string `json:"bind,omitempty"`
+	// Values names the per-token values the token was minted with; the
+	// values themselves are never shown again.
+	Values []string `json:"values,omitempty"`
 	// Socket is the path of that socket, for the harness to mount into the
 	// sandbox; present with Bind.
 	Socket string `json:"socket,omitempty"`
@@ -104,6 +112,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, msg)
 		return
 	}
+	values, code, msg := s.tokenValues(r)
+	if msg != "" {
+		adminError(w, code, msg)
+		return
+	}
 	socket := ""
 	if bind == policy.BindSocket {
 		// Before the token: a token whose socket could not be made would be
@@ -124,6 +137,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	now := s.now().UTC()
 	h := tok.Hash()
 	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, Source: source, Bind: bind, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	if rec.Values, err = tokens.SealValues(tok, values); err != nil {
+		s.log.Error("sealing a token's values failed", "err", err)
+		adminError(w, http.StatusInternalServerError, "sealing the token's values failed; no token was created")
+		return
+	}
 	if err := s.store.Create(r.Context(), h, rec); err != nil {
 		s.log.Error("storing a token failed", "sandbox", sandbox, "err", err)
 		adminError(w, http.StatusServiceUnavailable, "the token store failed; no token was created")
@@ -139,8 +157,60 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("token created", attrs...)
 	writeJSON(w, http.StatusCreated, TokenCreated{
 		Token: tok.Reveal(), ID: rec.ID, Sandbox: sandbox, Profile: profile, ExpiresAt: rec.ExpiresAt,
-		Source: source, Bind: bind, Socket: socket,
+		Source: source, Bind: bind, Socket: socket, Values: slices.Sorted(maps.Keys(values)),
 	})
+}
+
+// The most a token's values may hold.
+const (
+	maxValuesBody = 64 << 10
+	maxValues     = 16
+	maxValueLen   = 4 << 10
+)
+
+// tokenValues reads the per-token values of POST /tokens from its JSON body,
+// {"values": {"NAME": "VALUE"}}: names the configured relays use, values
+// that can go in a header. No body: none. A refusal is its status and reason.
+func (s *Server) tokenValues(r *http.Request) (map[string]string, int, string) {
+	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		return nil, 0, ""
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		return nil, http.StatusUnsupportedMediaType, `a POST /tokens body must be JSON (Content-Type: application/json), such as {"values": {"mod_token": "…"}}`
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxValuesBody+1))
+	if err != nil {
+		return nil, http.StatusBadRequest, "reading the body failed"
+	}
+	if len(body) > maxValuesBody {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxValuesBody>>10)
+	}
+	var req struct {
+		Values map[string]string `json:"values"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return nil, http.StatusBadRequest, `the body is not {"values": {"NAME": "VALUE", …}} (string values, no other keys)`
+	}
+	if len(req.Values) > maxValues {
+		return nil, http.StatusBadRequest, fmt.Sprintf("%d values: at most %d", len(req.Values), maxValues)
+	}
+	for name, v := range req.Values {
+		switch {
+		case !slices.Contains(s.relayValues, name):
+			known := "none"
+			if len(s.relayValues) > 0 {
+				known = strings.Join(s.relayValues, ", ")
+			}
+			return nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", clip(name, 64), known)
+		case v == "" || len(v) > maxValueLen:
+			return nil, http.StatusBadRequest, fmt.Sprintf("value %s must be 1 to %d bytes", name, maxValueLen)
+		case strings.IndexFunc(v, func(c rune) bool { return c < 0x20 && c != '\t' || c == 0x7f }) >= 0:
+			return nil, http.StatusBadRequest, fmt.Sprintf("value %s holds a control character, which cannot go in a header", name)
+		}
+	}
+	return req.Values, 0, ""
 }
 
 // binding checks the source= and bind= of a token for sandbox and returns

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -19,6 +20,9 @@ type Session struct {
 	TokenID string
 	Sandbox string
 	Profile *policy.Profile
+	// Values are the token's per-token values (relay headers), opened
+	// with the token; nil when it has none.
+	Values map[string]secrets.Secret
 }
 
 // credentialHeaders can carry the sandbox's token; every forwarded request
@@ -119,6 +123,17 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof}
 	if err := checkChannel(r, rec, prof); err != nil {
 		return sess, err
+	}
+	if len(rec.Values) > 0 {
+		vals, err := tokens.OpenValues(tok, rec.Values)
+		if err != nil {
+			s.log.Error("opening a token's per-token values failed", "token_id", rec.ID, "err", err)
+			return sess, refuse(ErrUnavailable, "sandbox token %s's per-token values cannot be read; mint a new token", rec.ID)
+		}
+		sess.Values = make(map[string]secrets.Secret, len(vals))
+		for k, v := range vals {
+			sess.Values[k] = secrets.New(v)
+		}
 	}
 	return sess, nil
 }

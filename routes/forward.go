@@ -24,6 +24,9 @@ type target struct {
 	// cred is the upstream credential for this request, read once by
 	// forward; zero means none.
 	cred secrets.Secret
+	// headers are set on the forwarded request after the credential (a
+	// relay's, per token); nil means none.
+	headers http.Header
 }
 
 type targetKey struct{}
@@ -101,6 +104,9 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 				pr.Out.Header.Del(h)
 			}
 			setCredential(pr.Out.Header, t.cred)
+			for k, vs := range t.headers {
+				pr.Out.Header[k] = vs
+			}
 		},
 		Transport:     f.transport,
 		FlushInterval: -1,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,8 @@ type Options struct {
 	// tokens minted with bind=socket are valid on. Nil: such tokens cannot
 	// be minted.
 	SandboxSockets *SandboxSockets
+	// Relays are the relay routes ([relay.NAME]), each under its prefix.
+	Relays []Relay
 }
 
 // Server holds what the listeners share.
@@ -90,6 +93,10 @@ type Server struct {
 	npm       *forwarder // nil when Options.NPM has no URL
 	publicURL string
 	sockets   *SandboxSockets // nil without Options.SandboxSockets
+	relays    []*relayRoute
+	// relayValues are the per-token value names the relays use, which
+	// POST /tokens accepts.
+	relayValues []string
 }
 
 // New builds a Server.
@@ -118,7 +125,19 @@ func New(o Options) *Server {
 	// ReverseProxy reports what it cannot tell a client (a response cut
 	// mid-copy) to its ErrorLog, which by default is the standard logger.
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
-	for _, f := range []*forwarder{s.model, s.github, s.npm} {
+	fwds := []*forwarder{s.model, s.github, s.npm}
+	for _, rl := range o.Relays {
+		rr := newRelayRoute(rl)
+		s.relays = append(s.relays, rr)
+		fwds = append(fwds, rr.fwd)
+		for _, h := range rl.Headers {
+			if h.Value != "" && !slices.Contains(s.relayValues, h.Value) {
+				s.relayValues = append(s.relayValues, h.Value)
+			}
+		}
+	}
+	slices.Sort(s.relayValues)
+	for _, f := range fwds {
 		if f != nil {
 			f.proxy.ErrorLog = errLog
 		}
@@ -140,6 +159,9 @@ func (s *Server) Close() {
 	}
 	if s.npm != nil {
 		s.npm.transport.CloseIdleConnections()
+	}
+	for _, rr := range s.relays {
+		rr.fwd.transport.CloseIdleConnections()
 	}
 }
 
@@ -166,6 +188,7 @@ func (s *Server) ProxyHandler() http.Handler {
 			rec.fail(writePlainError, refuse(ErrForbidden, "only requests for cproxy's own routes are served"))
 			return
 		}
+		relay := s.relayFor(r.URL.Path)
 		switch {
 		case strings.HasPrefix(r.URL.Path, "/v1/"):
 			rec.route = "model"
@@ -176,12 +199,15 @@ func (s *Server) ProxyHandler() http.Handler {
 		case strings.HasPrefix(r.URL.Path, "/npm/") && s.npm != nil:
 			rec.route = "npm"
 			s.serveNPM(rec, r)
+		case relay != nil:
+			rec.route = "relay." + relay.Config.Name
+			s.serveRelay(relay, rec, r)
 		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
 			rec.route = strings.Split(r.URL.Path, "/")[1]
 			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route is not available in this version of cproxy", rec.route))
 		default:
 			rec.route = "none"
-			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/, git under /github/ and npm under /npm/"))
+			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/, git under /github/, npm under /npm/ and the relays its config names"))
 		}
 	})
 }

@@ -25,6 +25,9 @@ type Record struct {
 	ExpiresAt time.Time `json:"expires_at"`
 	// RevokedAt is when the token was revoked. Zero: live.
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// Values are the token's per-token values (relay headers), sealed with
+	// the token itself (SealValues): the store cannot read them. Nil: none.
+	Values []byte `json:"values,omitempty"`
 }
 
 // Check returns nil, ErrRevoked or ErrExpired (at or after ExpiresAt) for the record at time now. Revocation wins

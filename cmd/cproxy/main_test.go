@@ -41,6 +41,9 @@ const (
 	canaryGitHub = "ghs_CANARYgithub0123456789abcdefghijklmnop"
 	// canaryNPM is the only token the fake npm registry accepts.
 	canaryNPM = "npm_CANARYnpm0123456789abcdefghijklmnopqrs"
+	// A relay's credential source and a per-token value (relay.txt).
+	canaryHub = "hub_CANARYhub0123456789abcdefghijklmnopqrs"
+	canaryMod = "mod_CANARYmod0123456789abcdefghijklmnopqrs"
 )
 
 func TestMain(m *testing.M) {
@@ -78,6 +81,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				env.Values["githubseen"] = new(int)
 				fakeGitHub = gs.URL
 			}
+			relay := fakes.NewEcho()
+			env.Defer(relay.Close)
+			env.Values["relay"] = relay
+			env.Values["relayseen"] = new(int)
 			npmReg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: true})
 			env.Defer(npmReg.Close)
 			env.Values["npm"] = npmReg
@@ -92,6 +99,9 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"CANARY_GITHUB":  canaryGitHub,
 				"FAKE_NPM":       npmReg.URL,
 				"CANARY_NPM":     canaryNPM,
+				"FAKE_RELAY":     relay.URL,
+				"CANARY_HUB":     canaryHub,
+				"CANARY_MOD":     canaryMod,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -121,24 +131,25 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"holdheaders": func(ts *testscript.TestScript, neg bool, args []string) {
 				ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
 			},
-			"capture":     cmdCapture,
-			"sighup":      cmdSighup,
-			"waitlog":     cmdWaitLog,
-			"bigbody":     cmdBigBody,
-			"envsubst":    cmdEnvsubst,
-			"gitrepo":     cmdGitRepo,
-			"gitref":      cmdGitRef,
-			"gitcommit":   cmdGitCommit,
-			"gitrequests": cmdGitRequests,
-			"randfile":    cmdRandFile,
-			"npmpkg":      cmdNPMPkg,
-			"npmdeps":     cmdNPMDeps,
-			"npmadvisory": cmdNPMAdvisory,
-			"fakedns":     cmdFakeDNS,
-			"npmforeign":  cmdNPMForeign,
-			"npmtime":     cmdNPMTime,
-			"npmrequests": cmdNPMRequests,
-			"unixbridge":  cmdUnixBridge,
+			"capture":       cmdCapture,
+			"sighup":        cmdSighup,
+			"waitlog":       cmdWaitLog,
+			"bigbody":       cmdBigBody,
+			"envsubst":      cmdEnvsubst,
+			"gitrepo":       cmdGitRepo,
+			"gitref":        cmdGitRef,
+			"gitcommit":     cmdGitCommit,
+			"gitrequests":   cmdGitRequests,
+			"randfile":      cmdRandFile,
+			"npmpkg":        cmdNPMPkg,
+			"npmdeps":       cmdNPMDeps,
+			"npmadvisory":   cmdNPMAdvisory,
+			"fakedns":       cmdFakeDNS,
+			"relayrequests": cmdRelayRequests,
+			"npmforeign":    cmdNPMForeign,
+			"npmtime":       cmdNPMTime,
+			"npmrequests":   cmdNPMRequests,
+			"unixbridge":    cmdUnixBridge,
 		},
 	}
 }
@@ -285,7 +296,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM} {
+	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod} {
 		for _, form := range []string{c, base64.StdEncoding.EncodeToString([]byte(c)), url.QueryEscape(c), c[len(c)-24:]} {
 			if strings.Contains(s, form) {
 				ts.Fatalf("%s holds a canary credential", where)
@@ -615,6 +626,38 @@ func cmdNPMAdvisory(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: npmadvisory NAME RANGE SEVERITY TITLE")
 	}
 	ts.Value("npm").(*fakes.NPMRegistry).AddAdvisory(args[0], args[1], args[2], args[3])
+}
+
+// relayrequests: print each request the fake relay upstream ($FAKE_RELAY)
+// received since the last call: method, path and query as sent, and its
+// Authorization and X-Mod-Token headers, named by which canary they hold.
+// A sandbox token in any header fails the script.
+func cmdRelayRequests(ts *testscript.TestScript, neg bool, args []string) {
+	reqs := ts.Value("relay").(*fakes.Echo).Requests()
+	seen := ts.Value("relayseen").(*int)
+	name := map[string]string{"": "none", "Bearer " + canaryHub: "hub", canaryMod: "mod"}
+	w := ts.Stdout()
+	for _, r := range reqs[*seen:] {
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				if strings.Contains(v, "cpx_") {
+					ts.Fatalf("the relay upstream received a sandbox token in %s", k)
+				}
+			}
+		}
+		label := func(h string) string {
+			if n, ok := name[r.Header.Get(h)]; ok {
+				return n
+			}
+			return "other"
+		}
+		line := r.Method + " " + r.Path
+		if r.Query != "" {
+			line += "?" + r.Query
+		}
+		fmt.Fprintf(w, "%s authorization=%s x-mod-token=%s\n", line, label("Authorization"), label("X-Mod-Token"))
+	}
+	*seen = len(reqs)
 }
 
 // fakedns: start a DNS server on loopback that resolves every name to

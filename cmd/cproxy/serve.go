@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -137,8 +139,7 @@ func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
 // route's requests are answered with what to set. The keyring is opened once,
 // for the first keyring:NAME; on a terminal its passphrase may be asked for
 // on stderr.
-func loadCredentials(cfg *policy.Config, log *slog.Logger, stderr io.Writer) (anthropic, github, npm routes.Upstream, err error) {
-	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
+func loadCredentials(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (anthropic, github, npm routes.Upstream, err error) {
 	a := cfg.Upstream.Anthropic
 	anthropic, err = loadUpstream(cfg, loader, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
 	if err != nil {
@@ -156,6 +157,37 @@ func loadCredentials(cfg *policy.Config, log *slog.Logger, stderr io.Writer) (an
 		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
 	}
 	return anthropic, github, npm, nil
+}
+
+// loadRelays builds the config's relay routes, loading the credential
+// source of each header that has one; a source that cannot be read stops
+// serve at its config line. It returns those credentials too, for SIGHUP.
+func loadRelays(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) ([]routes.Relay, []*secrets.Live, error) {
+	var relays []routes.Relay
+	var creds []*secrets.Live
+	for _, name := range slices.Sorted(maps.Keys(cfg.Relays)) {
+		r := cfg.Relays[name]
+		u, err := url.Parse(r.URL)
+		if err != nil {
+			return nil, nil, fail("", "relay.%s.url: %v", name, err)
+		}
+		rl := routes.Relay{Config: r, URL: u}
+		for _, h := range slices.Sorted(maps.Keys(r.Headers)) {
+			hd := r.Headers[h]
+			rh := routes.RelayHeader{Name: http.CanonicalHeaderKey(h), Prefix: hd.Prefix, Value: hd.Value}
+			if hd.Credential != "" {
+				live, err := loader.Live("relay."+name, secrets.Source(hd.Credential), log)
+				if err != nil {
+					return nil, nil, credentialError(cfg, "relay."+name+".headers."+h+".credential", hd.Credential, err)
+				}
+				rh.Live = live
+				creds = append(creds, live)
+			}
+			rl.Headers = append(rl.Headers, rh)
+		}
+		relays = append(relays, rl)
+	}
+	return relays, creds, nil
 }
 
 // missingCredential is the start-up warning for each upstream whose default
@@ -218,17 +250,26 @@ func credentialError(cfg *policy.Config, key, source string, err error) error {
 
 func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	log, auditLog := newLoggers(cfg.Log, stderr)
-	anthropic, github, npm, err := loadCredentials(cfg, log, stderr)
+	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
+	anthropic, github, npm, err := loadCredentials(cfg, loader, log)
 	if err != nil {
 		return err
 	}
-	upstreams := []routes.Upstream{anthropic, github, npm}
+	relays, relayCreds, err := loadRelays(cfg, loader, log)
+	if err != nil {
+		return err
+	}
+	var creds []*secrets.Live // every credential that SIGHUP rereads
+	for _, up := range []routes.Upstream{anthropic, github, npm} {
+		if up.Live != nil {
+			creds = append(creds, up.Live)
+		}
+	}
+	creds = append(creds, relayCreds...)
 	watching, stopWatching := context.WithCancel(context.Background())
 	defer stopWatching()
-	for _, up := range upstreams {
-		if up.Live != nil {
-			go up.Live.Watch(watching) // claude-code: rereads Claude Code's login when it changes
-		}
+	for _, c := range creds {
+		go c.Watch(watching) // claude-code: rereads Claude Code's login when it changes
 	}
 	store, err := tokens.OpenBolt(cfg.Store.Path)
 	if err != nil {
@@ -260,7 +301,7 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	defer adminLn.Close()
 
 	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
-		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, SandboxSockets: sockets})
+		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, SandboxSockets: sockets, Relays: relays})
 	defer srv.Close()
 	if err := srv.RestoreSockets(ctx); err != nil {
 		return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
@@ -299,7 +340,7 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				reloadPolicy(cfg, srv, log)
-				reloadCredentials(upstreams)
+				reloadCredentials(creds)
 				continue
 			}
 			log.Info("shutting down: no new connections; open requests may finish (signal again to stop at once)", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
@@ -409,11 +450,9 @@ func reloadPolicy(cfg *policy.Config, srv *routes.Server, log *slog.Logger) {
 // SIGHUP (env: sources excepted: a process's environment is fixed). One
 // that cannot be read keeps the credential in force; Live logs which, why
 // and the fix, never the value.
-func reloadCredentials(upstreams []routes.Upstream) {
-	for _, up := range upstreams {
-		if up.Live != nil {
-			up.Live.Reload()
-		}
+func reloadCredentials(creds []*secrets.Live) {
+	for _, c := range creds {
+		c.Reload()
 	}
 }
 

@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const relayConfig = `policy = "policy.toml"
+
+[relay.mod]
+prefix = "/mod/"
+url = "https://hub.example.com/mod/"
+methods = ["GET", "POST"]
+paths = ["events", "sessions/*/commands", "files/**"]
+
+[relay.mod.headers]
+X-Mod-Token = { value = "mod_token" }
+Authorization = { credential = "env:HUB_TOKEN", prefix = "Bearer " }
+
+[relay.gateway]
+prefix = "/gateway/"
+url = "http://127.0.0.1:9100"
+methods = ["GET"]
+paths = ["**"]
+query = true
+header_timeout = "10s"
+`
+
+func TestRelayConfig(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy.toml"), "[profile.default]\nrelays = [\"mod\", \"gate*\"]\n[profile.none]\n")
+	c, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), relayConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, gw := c.Relays["mod"], c.Relays["gateway"]
+	if mod.Name != "mod" || mod.HeaderTimeout.Duration != 2*time.Minute || gw.HeaderTimeout.Duration != 10*time.Second || !gw.Query || mod.Query {
+		t.Errorf("relays = %+v %+v", mod, gw)
+	}
+	if h := mod.Headers["Authorization"]; h.Credential != "env:HUB_TOKEN" || h.Prefix != "Bearer " {
+		t.Errorf("Authorization = %+v", h)
+	}
+	if got := c.RelayValues(); strings.Join(got, ",") != "mod_token" {
+		t.Errorf("RelayValues = %v", got)
+	}
+	def, none := c.Rules.Profiles["default"], c.Rules.Profiles["none"]
+	for _, tc := range []struct {
+		d     Decision
+		allow bool
+		rule  string
+	}{
+		{def.Relay("mod"), true, `profile.default.relays["mod"]`},
+		{def.Relay("gateway"), true, `profile.default.relays["gate*"]`},
+		{def.Relay("other"), false, "profile.default: no relays entry matches"},
+		{none.Relay("mod"), false, "profile.none: no relays entry matches"},
+		{mod.AllowsPath("events"), true, `relay.mod.paths["events"]`},
+		{mod.AllowsPath("sessions/42/commands"), true, `relay.mod.paths["sessions/*/commands"]`},
+		{mod.AllowsPath("sessions/42/43/commands"), false, "relay.mod: no paths entry matches"},
+		{mod.AllowsPath("files/a/b/c"), true, `relay.mod.paths["files/**"]`},
+		{mod.AllowsPath("admin"), false, "relay.mod: no paths entry matches"},
+	} {
+		if tc.d.Allow != tc.allow || tc.d.Rule != tc.rule {
+			t.Errorf("got %+v, want allow %v rule %q", tc.d, tc.allow, tc.rule)
+		}
+	}
+	if !mod.AllowsMethod("POST") || mod.AllowsMethod("DELETE") || mod.AllowsMethod("post") {
+		t.Error("methods")
+	}
+}
+
+func TestRelayConfigProblems(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"no prefix", "[relay.mod]\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:1:1: relay.mod: missing prefix, the path on the proxy listener (e.g. prefix = "/mod/")`},
+		{"deep prefix", "[relay.mod]\nprefix = \"/a/b/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:2:10: relay.mod.prefix: "/a/b/" is not one path segment between slashes`},
+		{"own route", "[relay.x]\nprefix = \"/github/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:2:10: relay.x.prefix: "/github/" is one of cproxy's own routes`},
+		{"same prefix", "[relay.a]\nprefix = \"/m/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n[relay.b]\nprefix = \"/m/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:7:10: relay.b.prefix: "/m/" is relay.a's prefix already`},
+		{"no methods, no paths", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\n", "relay.mod: needs methods"},
+		{"bad path", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a/../b\"]\n", `relay.mod.paths: "a/../b" has a ".." segment`},
+		{"secret in url", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://u:p@h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", "relay.mod.url: the URL must not carry user info"},
+		{"header forbidden", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\nheaders = { host = { value = \"x\" } }\n", "relay.mod.headers.host: Host is set by cproxy's forwarding"},
+		{"header secret inline", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\nheaders = { X-T = { credential = \"hub_SECRETVALUE\" } }\n", "relay.mod.headers.X-T.credential: not a credential source"},
+		{"header prefix newline", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\nheaders = { X-T = { value = \"t\", prefix = \"a\\nb\" } }\n", "relay.mod.headers.X-T.prefix: must not hold a line break"},
+		{"unknown key", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npath = [\"a\"]\n", `unknown key "path" in [relay.mod] (did you mean "paths"?)`},
+	} {
+		_, probs := loadConfig("cproxy.toml", []byte(tc.src), readFile)
+		if got := (&probs).Error(); !strings.Contains(got, tc.want) || strings.Contains(got, "SECRETVALUE") {
+			t.Errorf("%s: got\n%s\nwant %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestRelayUnknownInPolicy(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy.toml"), "[profile.default]\nrelays = [\"mdo\"]\n")
+	_, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), relayConfig))
+	want := filepath.Join(dir, "policy.toml") + `:2:11: profile.default.relays: "mdo" names no [relay.mdo] in ` + filepath.Join(dir, "cproxy.toml") + " (relays there: gateway, mod)"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}

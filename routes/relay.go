@@ -1,0 +1,164 @@
+package routes
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+// Relay is one relay route as the server runs it: the config's [relay.NAME]
+// with its URL parsed and its credential headers loaded.
+type Relay struct {
+	Config *policy.Relay
+	URL    *url.URL
+	// Headers are set on every forwarded request, in this order.
+	Headers []RelayHeader
+}
+
+// RelayHeader is one header a relay sets: Prefix then the value, from Live
+// (a credential source) or, when Live is nil, the token's per-token Value.
+type RelayHeader struct {
+	Name   string // canonical
+	Prefix string
+	Live   *secrets.Live
+	Value  string
+}
+
+// relayRoute is a Relay with its forwarder.
+type relayRoute struct {
+	Relay
+	fwd *forwarder
+}
+
+func newRelayRoute(rl Relay) *relayRoute {
+	up := Upstream{URL: rl.URL, HeaderTimeout: rl.Config.HeaderTimeout.Duration}
+	// The relay's headers travel with each request's target: they may
+	// differ per token.
+	return &relayRoute{Relay: rl, fwd: newForwarder(up, func(http.Header, secrets.Secret) {}, nil)}
+}
+
+// relayFor is the relay whose prefix the path starts with, or nil.
+func (s *Server) relayFor(path string) *relayRoute {
+	for _, rr := range s.relays {
+		if strings.HasPrefix(path, rr.Config.Prefix) {
+			return rr
+		}
+	}
+	return nil
+}
+
+// writeRelayError renders a refusal as {"error": "cproxy: …"}, the shape
+// the npm route uses: a relay's upstream has no error format cproxy knows.
+var writeRelayError = writeNPMError
+
+// serveRelay authenticates, decides (the profile's relays, the relay's
+// methods, paths and query), sets the relay's headers and forwards, both
+// ways streaming.
+func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
+	cfg := rr.Config
+	if !s.admit(a, r, writeRelayError) {
+		return
+	}
+	d := a.session.Profile.Relay(cfg.Name)
+	a.rule = d.Rule
+	if !d.Allow {
+		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, a.session.Sandbox))
+		return
+	}
+	p, err := relayPath(r.URL.EscapedPath(), cfg.Prefix)
+	if err != nil {
+		a.fail(writeRelayError, err)
+		return
+	}
+	a.target = p.path
+	if !cfg.AllowsMethod(r.Method) {
+		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", ")))
+		return
+	}
+	pd := cfg.AllowsPath(p.path)
+	a.rule = d.Rule + ", " + pd.Rule
+	if !pd.Allow {
+		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, clip(p.path, 128)))
+		return
+	}
+	t := target{path: "/" + p.path, rawPath: "/" + p.raw}
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		if !cfg.Query {
+			a.fail(writeRelayError, refuse(ErrForbidden, "relay %s forwards no query string", cfg.Name))
+			return
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			a.fail(writeRelayError, refuse(ErrBadRequest, "the query string is malformed"))
+			return
+		}
+		t.query = q.Encode()
+	}
+	h, err := rr.headers(a.session)
+	if err != nil {
+		a.fail(writeRelayError, err)
+		return
+	}
+	t.headers = h
+	rr.fwd.forward(a, r, t, writeRelayError)
+}
+
+// headers are the relay's headers for one session's request.
+func (rr *relayRoute) headers(sess *Session) (http.Header, error) {
+	h := make(http.Header, len(rr.Headers))
+	for _, rh := range rr.Headers {
+		var v string
+		if rh.Live != nil {
+			sec, err := rh.Live.Current()
+			if err != nil {
+				return nil, refuse(ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Config.Name, rh.Name)
+			}
+			v = sec.Reveal()
+		} else {
+			val, ok := sess.Values[rh.Value]
+			if !ok {
+				return nil, refuse(ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Config.Name, rh.Value, rh.Value)
+			}
+			v = val.Reveal()
+		}
+		h.Set(rh.Name, rh.Prefix+v)
+	}
+	return h, nil
+}
+
+// checkedPath is a relay request's path under its prefix: decoded, and as
+// it is sent upstream (each segment escaped again).
+type checkedPath struct {
+	path string // "sessions/42/commands"
+	raw  string // the same, escaped: what the upstream receives after its base path
+}
+
+// relayPath takes the path under prefix from the path as sent (still
+// percent-encoded), decoding each segment once. A segment that is empty,
+// "." or "..", or decodes to hold '/', '\', or a control character, is
+// refused: what cproxy checks must be what the upstream will see.
+func relayPath(escaped, prefix string) (checkedPath, error) {
+	rest, ok := strings.CutPrefix(escaped, prefix)
+	if !ok || rest == "" {
+		return checkedPath{}, refuse(ErrForbidden, "no path under %s", prefix)
+	}
+	segs := strings.Split(rest, "/")
+	dec := make([]string, len(segs))
+	enc := make([]string, len(segs))
+	for i, s := range segs {
+		d, err := url.PathUnescape(s)
+		if err != nil {
+			return checkedPath{}, refuse(ErrBadRequest, "malformed percent-encoding in %q", clip(escaped, 128))
+		}
+		if d == "" || d == "." || d == ".." || strings.ContainsAny(d, "/\\") || strings.IndexFunc(d, isControl) >= 0 {
+			return checkedPath{}, refuse(ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes or control characters)", clip(escaped, 128))
+		}
+		dec[i], enc[i] = d, url.PathEscape(d)
+	}
+	return checkedPath{path: strings.Join(dec, "/"), raw: strings.Join(enc, "/")}, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
