@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,9 +79,21 @@ func newAdminClient(c *cli.Context) (*adminClient, error) {
 }
 
 func (a *adminClient) do(method, path string, q url.Values, want int, out any) error {
-	req, err := http.NewRequest(method, a.base+path+"?"+q.Encode(), nil)
+	return a.doBody(method, path, q, nil, want, out)
+}
+
+// doBody is do with a JSON request body (nil for none).
+func (a *adminClient) doBody(method, path string, q url.Values, body []byte, want int, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, a.base+path+"?"+q.Encode(), rd)
 	if err != nil {
 		return fail("", "%v", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
@@ -92,7 +105,7 @@ func (a *adminClient) do(method, path string, q url.Values, want int, out any) e
 			"cannot reach the admin API at %s: %v", a.base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, adminResponseLimit))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, adminResponseLimit))
 	if err != nil {
 		return fail("", "reading the admin API's answer: %v", err)
 	}
@@ -100,13 +113,13 @@ func (a *adminClient) do(method, path string, q url.Values, want int, out any) e
 		var e struct {
 			Error string `json:"error"`
 		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if json.Unmarshal(answer, &e) == nil && e.Error != "" {
 			return fail("", "%s", strings.TrimPrefix(e.Error, "cproxy: "))
 		}
 		return fail("is that URL cproxy's admin listener?", "admin API at %s answered %s", a.base, resp.Status)
 	}
 	if out != nil {
-		if err := json.Unmarshal(body, out); err != nil {
+		if err := json.Unmarshal(answer, out); err != nil {
 			return fail("", "the admin API's answer is not what cproxy expects: %v", err)
 		}
 	}
@@ -116,11 +129,46 @@ func (a *adminClient) do(method, path string, q url.Values, want int, out any) e
 // mintRequest is what POST /tokens is asked for; empty fields are left out.
 type mintRequest struct {
 	Sandbox, Profile, TTL, Source, Bind string
+	// Values are the per-token values (relay headers); nil for none.
+	Values map[string]string
+}
+
+// valuesFlag is --values, shared by token create, env and exec.
+func valuesFlag() cli.Flag {
+	return &cli.StringFlag{Name: "values", Usage: "per-token values for relays, from a JSON `FILE` such as {\"mod_token\": \"…\"} (- for standard input), sealed with the token"}
+}
+
+// readValues reads --values: a JSON object of names to string values,
+// from a file or standard input, so that no value is on the command line.
+func readValues(c *cli.Context) (map[string]string, error) {
+	path := c.String("values")
+	if path == "" {
+		return nil, nil
+	}
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(io.LimitReader(c.App.Reader, 64<<10))
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fail("", "--values: %v", err)
+	}
+	var values map[string]string
+	if err := json.Unmarshal(data, &values); err != nil || values == nil {
+		return nil, fail(`the file holds one JSON object of names to strings, e.g. {"mod_token": "…"}`, "--values %s is not a JSON object of strings", path)
+	}
+	return values, nil
 }
 
 // mintFlags reads the token flags that token create, env and exec share.
-func mintFlags(c *cli.Context, sandbox string) mintRequest {
-	return mintRequest{Sandbox: sandbox, Profile: c.String("profile"), TTL: c.String("ttl"), Source: c.String("source"), Bind: c.String("bind")}
+func mintFlags(c *cli.Context, sandbox string) (mintRequest, error) {
+	values, err := readValues(c)
+	if err != nil {
+		return mintRequest{}, err
+	}
+	return mintRequest{Sandbox: sandbox, Profile: c.String("profile"), TTL: c.String("ttl"), Source: c.String("source"), Bind: c.String("bind"), Values: values}, nil
 }
 
 func (a *adminClient) createToken(m mintRequest) (routes.TokenCreated, error) {
@@ -130,8 +178,12 @@ func (a *adminClient) createToken(m mintRequest) (routes.TokenCreated, error) {
 			q.Set(k, v)
 		}
 	}
+	var body []byte
+	if m.Values != nil {
+		body, _ = json.Marshal(map[string]any{"values": m.Values})
+	}
 	var out routes.TokenCreated
-	err := a.do(http.MethodPost, "/tokens", q, http.StatusCreated, &out)
+	err := a.doBody(http.MethodPost, "/tokens", q, body, http.StatusCreated, &out)
 	return out, err
 }
 

@@ -27,10 +27,15 @@ func tokenCommand() *cli.Command {
 					&cli.StringFlag{Name: "ttl", Usage: "lifetime, e.g. 90m, 24h, 7d (default 24h)"},
 					&cli.StringFlag{Name: "source", Usage: "accept the token only from `ADDR`, an IP address or CIDR prefix (within the profile's sources)"},
 					&cli.StringFlag{Name: "bind", Usage: "bind the token to a channel: socket (valid only on the sandbox's own socket; --json gives its path)"},
+					valuesFlag(),
 					&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"},
 				},
 				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
-					tok, err := admin.createToken(mintFlags(c, sandbox))
+					m, err := mintFlags(c, sandbox)
+					if err != nil {
+						return err
+					}
+					tok, err := admin.createToken(m)
 					if err != nil {
 						return err
 					}
