@@ -139,7 +139,18 @@ type Log struct {
 	Format string `toml:"format"`
 	// Level is "debug", "info" (the default), "warn" or "error".
 	Level string `toml:"level"`
+	// Audit is where the audit records, one per proxied request, go. Empty
+	// (the default): to standard error with the diagnostic log, in its
+	// format. AuditStdout: to standard output, as JSON lines. Anything else
+	// is a file, relative to the config file's directory (LoadConfig stores
+	// it resolved), that serve appends JSON lines to, creating it with mode
+	// 0600; its directory must exist.
+	Audit string `toml:"audit"`
 }
+
+// AuditStdout is the log.audit that sends the audit records to standard
+// output.
+const AuditStdout = "stdout"
 
 // Keyring backends, as keyring.backend names them.
 var keyringBackends = []string{"auto", "keychain", "secret-service", "kwallet", "pass", "file"}
@@ -343,6 +354,12 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	}
 	c.Store.Path = resolve(dir, c.Store.Path)
 	c.Keyring.FileDir = resolve(dir, c.Keyring.FileDir)
+	if a := c.Log.Audit; a != "" && a != AuditStdout {
+		c.Log.Audit = resolve(dir, a)
+		if auditPathOK(a) {
+			checkAuditFile(d, c.Log.Audit)
+		}
+	}
 	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential} {
 		if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {
 			*cred = "file:" + resolve(dir, name)
@@ -358,7 +375,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 		} else {
 			c.Rules, policyProbs = loadPolicy(c.Policy, pdata)
 			if c.Rules != nil {
-				policyProbs = c.checkProfileRelays()
+				policyProbs = c.CheckPolicy(c.Rules)
 			}
 		}
 	}
@@ -439,6 +456,32 @@ func (c *Config) validate(d *decoder) {
 	}
 	if l := c.Log.Level; l != "debug" && l != "info" && l != "warn" && l != "error" {
 		d.atValue(keyPath("log", "level"), `log.level: %q is not a log level (use "debug", "info", "warn" or "error")`, l)
+	}
+	switch a := c.Log.Audit; {
+	case a == "stderr":
+		d.atValue(keyPath("log", "audit"), `log.audit: "stderr" is not a destination: leave log.audit out to keep the audit lines with the diagnostic log on standard error, or use "stdout" or a file path (e.g. "audit.jsonl")`)
+	case !auditPathOK(a):
+		d.atValue(keyPath("log", "audit"), `log.audit: %q is not a file path (e.g. "/var/log/cproxy/audit.jsonl")`, a)
+	}
+}
+
+// auditPathOK reports whether a log.audit value can name a file.
+func auditPathOK(a string) bool {
+	return a != "stderr" && strings.IndexByte(a, 0) < 0 && !strings.HasSuffix(a, "/")
+}
+
+// checkAuditFile checks, at load, that serve will be able to create or
+// append to the audit file: its directory exists, and it is not a directory.
+// Whether cproxy may write there is for serve to find out.
+func checkAuditFile(d *decoder, file string) {
+	p := keyPath("log", "audit")
+	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+		d.atValue(p, "log.audit: %q is a directory (name a file in it, e.g. %q)", file, filepath.Join(file, "audit.jsonl"))
+		return
+	}
+	dir := filepath.Dir(file)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		d.atValue(p, "log.audit: the directory of %q does not exist (create %s, or point log.audit elsewhere)", file, dir)
 	}
 }
 

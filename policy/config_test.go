@@ -501,3 +501,44 @@ func TestClaudeCodeImpliesOAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestLogAudit: log.audit is "", "stdout" or a file relative to the config
+// file, whose directory must exist; anything else is refused at its line.
+func TestLogAudit(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ value, want, problem string }{
+		{`""`, "", ""},
+		{`"stdout"`, "stdout", ""},
+		{`"audit.jsonl"`, filepath.Join(dir, "audit.jsonl"), ""},
+		{`"logs/audit.jsonl"`, filepath.Join(dir, "logs", "audit.jsonl"), ""},
+		{`"/abs/nowhere/audit.jsonl"`, "", `cproxy.toml:2:9: log.audit: the directory of "/abs/nowhere/audit.jsonl" does not exist (create /abs/nowhere, or point log.audit elsewhere)`},
+		{`"missing/audit.jsonl"`, "", `cproxy.toml:2:9: log.audit: the directory of "` + filepath.Join(dir, "missing", "audit.jsonl") + `" does not exist (create ` + filepath.Join(dir, "missing") + `, or point log.audit elsewhere)`},
+		{`"logs"`, "", `cproxy.toml:2:9: log.audit: "` + filepath.Join(dir, "logs") + `" is a directory (name a file in it, e.g. "` + filepath.Join(dir, "logs", "audit.jsonl") + `")`},
+		{`"logs/"`, "", `cproxy.toml:2:9: log.audit: "logs/" is not a file path (e.g. "/var/log/cproxy/audit.jsonl")`},
+		{`"stderr"`, "", `cproxy.toml:2:9: log.audit: "stderr" is not a destination: leave log.audit out to keep the audit lines with the diagnostic log on standard error, or use "stdout" or a file path (e.g. "audit.jsonl")`},
+		{`7`, "", `cproxy.toml:2:9: log.audit: must be a string, not an integer`},
+	} {
+		name := writeFile(t, filepath.Join(dir, "cproxy.toml"), "[log]\naudit = "+tt.value+"\n")
+		c, err := LoadConfig(name)
+		if tt.problem != "" {
+			var probs *Problems
+			if !errors.As(err, &probs) || len(*probs) != 1 || (*probs)[0].String() != strings.Replace(tt.problem, "cproxy.toml", name, 1) {
+				t.Errorf("audit = %s: %v, want %s", tt.value, err, tt.problem)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("audit = %s: %v", tt.value, err)
+			continue
+		}
+		if c.Log.Audit != tt.want {
+			t.Errorf("audit = %s: %q, want %q", tt.value, c.Log.Audit, tt.want)
+		}
+	}
+	if got := Default().Log.Audit; got != "" {
+		t.Errorf("default log.audit = %q, want \"\"", got)
+	}
+}

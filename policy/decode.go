@@ -183,6 +183,13 @@ func (d *decoder) decode(v reflect.Value, data any, p path) {
 			return
 		}
 		v.SetBool(b)
+	case reflect.Int64:
+		n, ok := data.(int64)
+		if !ok {
+			d.wrongType(v.Type(), data, p)
+			return
+		}
+		v.SetInt(n)
 	case reflect.Slice:
 		var elems []any
 		tables := false
@@ -306,6 +313,8 @@ func describeWant(t reflect.Type) string {
 		return "a string"
 	case reflect.Bool:
 		return "true or false"
+	case reflect.Int64:
+		return "an integer"
 	case reflect.Slice:
 		switch t.Elem().Kind() {
 		case reflect.String:

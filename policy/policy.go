@@ -42,6 +42,9 @@ type Profile struct {
 	// Relays are the config's relays ([relay.NAME]) the sandbox may use, by
 	// name or glob. Empty: none.
 	Relays []string `toml:"relays"`
+	// Budget caps what each of the profile's tokens may spend on the model
+	// route. Zero: no limit.
+	Budget Budget `toml:"budget"`
 	// Sources are where a token of this profile is accepted from: IP addresses
 	// ("10.30.1.7") or CIDR prefixes ("10.20.0.0/16"), matched against the
 	// connection's TCP peer address, never a forwarded-for header. Empty: any
@@ -164,26 +167,11 @@ func (p *Policy) HasProfile(name string) bool {
 // ProfileFor picks the profile for a sandbox: the explicit one (named when its token
 // was created) if not empty; else the profile of the first [[sandbox]] rule whose
 // match glob matches the sandbox id; else "default" if the policy has it. Otherwise
-// it returns an error wrapping ErrNoProfile that says how to add one.
+// it returns an error wrapping ErrNoProfile that says how to add one. ChooseProfile
+// says which of these it was.
 func (p *Policy) ProfileFor(sandbox, explicit string) (*Profile, error) {
-	if explicit != "" {
-		if pr := p.Profiles[explicit]; pr != nil {
-			return pr, nil
-		}
-		return nil, fmt.Errorf("%w %q in %s (it has %s)", ErrNoProfile, explicit, p.name(), strings.Join(sortedKeys(p.Profiles), ", "))
-	}
-	for _, r := range p.Sandboxes {
-		if matchGlob(r.Match, sandbox) {
-			if pr := p.Profiles[r.Profile]; pr != nil {
-				return pr, nil
-			}
-		}
-	}
-	if pr := p.Profiles["default"]; pr != nil {
-		return pr, nil
-	}
-	return nil, fmt.Errorf("%w applies to sandbox %q: no [[sandbox]] match in %s fits it and there is no [profile.default] (add one, or a [[sandbox]] rule, or name a profile when creating the token)",
-		ErrNoProfile, sandbox, p.name())
+	c, err := p.ChooseProfile(sandbox, explicit)
+	return c.Profile, err
 }
 
 func (p *Policy) name() string {
@@ -436,6 +424,7 @@ func (p *Policy) validate(d *decoder) {
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
+		pr.validateBudget(d, pp)
 		checkGlobs(d, pp.key("relays"), pr.Relays, checkRelayNameGlob)
 		pr.validateBinding(d, pp)
 		for i := range pr.Repos {

@@ -242,8 +242,18 @@ profiel = "default"
 `, []string{`policy.toml:10:1: unknown key "profiel" in [[sandbox]] (did you mean "profile"?)`}},
 
 		{"unknown key without a near miss", `[profile.web]
-budget = 10
-`, []string{`policy.toml:2:1: unknown key "budget" in [profile.web] (known keys: bind, models, npm, packages, relays, repos, sources)`}},
+quota = 10
+`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: bind, budget, models, npm, packages, relays, repos, sources)`}},
+
+		{"budget", `[profile.web.budget]
+window = "week"
+requests = -1
+output_tokens = "lots"
+`, []string{
+			`policy.toml:2:10: profile.web.budget.window: "week" is not a budget window (use "token", the token's lifetime, or "day", each UTC day)`,
+			`policy.toml:3:12: profile.web.budget.requests: must not be negative (leave it out for no limit)`,
+			`policy.toml:4:17: profile.web.budget.output_tokens: must be an integer, not a string`,
+		}},
 
 		{"config key in a policy", `[listen]
 proxy = "127.0.0.1:8080"

@@ -192,13 +192,19 @@ func checkRelayNameGlob(g string) error {
 	return nil
 }
 
-// checkProfileRelays finds, in the policy the config loaded, each relays
-// entry that names no relay of the config: a mistake that would otherwise
-// silently allow nothing. The problems are the policy file's.
-func (c *Config) checkProfileRelays() Problems {
-	d := newDecoder(c.Rules.Path, c.Rules.ix)
-	for _, name := range sortedKeys(c.Rules.Profiles) {
-		for i, r := range c.Rules.Profiles[name].Relays {
+// CheckPolicy finds what a policy file loaded on its own cannot know is
+// wrong: each relays entry of a profile that names no relay of the config,
+// a mistake that would otherwise silently allow nothing. LoadConfig runs it
+// on the policy it loads; a reload runs it on the new policy before putting
+// it in force. The problems are the policy file's.
+func (c *Config) CheckPolicy(p *Policy) Problems {
+	ix := p.ix
+	if ix == nil { // a policy built in code
+		ix = newIndex("")
+	}
+	d := newDecoder(p.Path, ix)
+	for _, name := range sortedKeys(p.Profiles) {
+		for i, r := range p.Profiles[name].Relays {
 			if _, ok := c.Relays[r]; ok || strings.ContainsAny(r, "*?") {
 				continue
 			}
@@ -206,11 +212,19 @@ func (c *Config) checkProfileRelays() Problems {
 			if len(c.Relays) > 0 {
 				known = strings.Join(sortedKeys(c.Relays), ", ")
 			}
-			d.atValue(keyPath("profile", name, "relays").elem(i, false), "profile.%s.relays: %q names no [relay.%s] in %s (relays there: %s)", tomlKey(name), r, r, c.Path, known)
+			d.atValue(keyPath("profile", name, "relays").elem(i, false), "profile.%s.relays: %q names no [relay.%s] in %s (relays there: %s)", tomlKey(name), r, r, c.configName(), known)
 		}
 	}
 	sortProblems(d.probs)
 	return d.probs
+}
+
+// configName is the config file for messages.
+func (c *Config) configName() string {
+	if c.Path == "" {
+		return "the built-in config"
+	}
+	return c.Path
 }
 
 // AllowsPath decides a request path under the relay's prefix (decoded, no

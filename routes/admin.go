@@ -45,9 +45,19 @@ type TokenCreated struct {
 type TokenInfo struct {
 	tokens.Record
 	State string `json:"state"` // "live", "revoked" or "expired"
+	// Values hides the record's sealed values: they are never listed, not
+	// even sealed.
+	Values *struct{} `json:"values,omitempty"`
+	// Budget is the token's budget as it applies now (its profile's, with
+	// the token's own over it); absent when it has none.
+	Budget *policy.Budget `json:"budget,omitempty"`
+	// Usage is what the token has spent in its budget's current window;
+	// absent when its budget meters nothing.
+	Usage *tokens.Usage `json:"usage,omitempty"`
 }
 
-// AdminHandler serves the harness: token creation and revocation, health.
+// AdminHandler serves the harness: token creation and revocation, health,
+// and Prometheus metrics.
 // It must only ever be reachable by the harness; it has no authentication
 // of its own, like the cookbook's contract, because a password on a port
 // the sandboxes can reach would be one leak away from useless.
@@ -59,13 +69,14 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("GET /metrics", s.metrics.serveHTTP)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.RawPath != "" {
 			adminError(w, http.StatusBadRequest, "only plain paths are served")
 			return
 		}
 		h, pattern := mux.Handler(r)
-		if pattern == "" && (r.URL.Path == "/tokens" || r.URL.Path == "/healthz") {
+		if pattern == "" && (r.URL.Path == "/tokens" || r.URL.Path == "/healthz" || r.URL.Path == "/metrics") {
 			allow := "GET"
 			if r.URL.Path == "/tokens" {
 				allow = "GET, POST, DELETE"
@@ -112,7 +123,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, msg)
 		return
 	}
-	values, code, msg := s.tokenValues(r)
+	values, budget, code, msg := s.tokenBody(r)
 	if msg != "" {
 		adminError(w, code, msg)
 		return
@@ -136,7 +147,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now().UTC()
 	h := tok.Hash()
-	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, Source: source, Bind: bind, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, Source: source, Bind: bind, CreatedAt: now, ExpiresAt: now.Add(ttl), Budget: budget}
 	if rec.Values, err = tokens.SealValues(tok, values); err != nil {
 		s.log.Error("sealing a token's values failed", "err", err)
 		adminError(w, http.StatusInternalServerError, "sealing the token's values failed; no token was created")
@@ -168,33 +179,36 @@ const (
 	maxValueLen   = 4 << 10
 )
 
-// tokenValues reads the per-token values of POST /tokens from its JSON body,
-// {"values": {"NAME": "VALUE"}}: names the configured relays use, values
-// that can go in a header. No body: none. A refusal is its status and reason.
-func (s *Server) tokenValues(r *http.Request) (map[string]string, int, string) {
+// tokenBody reads the JSON body of POST /tokens, {"values": {"NAME":
+// "VALUE"}, "budget": {…}}, both optional: per-token values, with names the
+// configured relays use and values that can go in a header, and a budget
+// over the profile's (returned as JSON, checked). No body: neither. A
+// refusal is its status and reason.
+func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage, int, string) {
 	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
-		return nil, 0, ""
+		return nil, nil, 0, ""
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		return nil, http.StatusUnsupportedMediaType, `a POST /tokens body must be JSON (Content-Type: application/json), such as {"values": {"mod_token": "…"}}`
+		return nil, nil, http.StatusUnsupportedMediaType, `a POST /tokens body must be JSON (Content-Type: application/json), such as {"values": {"mod_token": "…"}}`
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxValuesBody+1))
 	if err != nil {
-		return nil, http.StatusBadRequest, "reading the body failed"
+		return nil, nil, http.StatusBadRequest, "reading the body failed"
 	}
 	if len(body) > maxValuesBody {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxValuesBody>>10)
+		return nil, nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxValuesBody>>10)
 	}
 	var req struct {
 		Values map[string]string `json:"values"`
+		Budget json.RawMessage   `json:"budget"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil || dec.More() {
-		return nil, http.StatusBadRequest, `the body is not {"values": {"NAME": "VALUE", …}} (string values, no other keys)`
+		return nil, nil, http.StatusBadRequest, `the body is not {"values": {"NAME": "VALUE", …}, "budget": {…}} (string values, no other keys)`
 	}
 	if len(req.Values) > maxValues {
-		return nil, http.StatusBadRequest, fmt.Sprintf("%d values: at most %d", len(req.Values), maxValues)
+		return nil, nil, http.StatusBadRequest, fmt.Sprintf("%d values: at most %d", len(req.Values), maxValues)
 	}
 	for name, v := range req.Values {
 		switch {
@@ -203,14 +217,23 @@ func (s *Server) tokenValues(r *http.Request) (map[string]string, int, string) {
 			if len(s.relayValues) > 0 {
 				known = strings.Join(s.relayValues, ", ")
 			}
-			return nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", clip(name, 64), known)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", clip(name, 64), known)
 		case v == "" || len(v) > maxValueLen:
-			return nil, http.StatusBadRequest, fmt.Sprintf("value %s must be 1 to %d bytes", name, maxValueLen)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("value %s must be 1 to %d bytes", name, maxValueLen)
 		case strings.IndexFunc(v, func(c rune) bool { return c < 0x20 && c != '\t' || c == 0x7f }) >= 0:
-			return nil, http.StatusBadRequest, fmt.Sprintf("value %s holds a control character, which cannot go in a header", name)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("value %s holds a control character, which cannot go in a header", name)
 		}
 	}
-	return req.Values, 0, ""
+	if len(req.Budget) > 0 && string(req.Budget) != "null" {
+		b, err := policy.ParseBudget(req.Budget)
+		if err != nil {
+			return nil, nil, http.StatusBadRequest, clip(err.Error(), 300)
+		}
+		req.Budget, _ = json.Marshal(b)
+	} else {
+		req.Budget = nil
+	}
+	return req.Values, req.Budget, 0, ""
 }
 
 // binding checks the source= and bind= of a token for sandbox and returns
@@ -271,6 +294,7 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("tokens revoked", "sandbox", sandbox, "count", n)
+	s.metrics.deleteBudget(sandbox)
 	if s.sockets != nil {
 		s.sockets.Remove(sandbox)
 	}
@@ -306,9 +330,31 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, tokens.ErrExpired):
 			state = "expired"
 		}
-		out = append(out, TokenInfo{Record: rec, State: state})
+		info := TokenInfo{Record: rec, State: state}
+		if b := s.tokenBudget(rec); !b.IsZero() {
+			info.Budget = &b
+			if u, ok := s.budgets.usage(r.Context(), rec.ID, b); ok {
+				info.Usage = &u
+			}
+		}
+		out = append(out, info)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+}
+
+// tokenBudget is the budget that applies to rec now: its profile's, with
+// the token's own over it.
+func (s *Server) tokenBudget(rec tokens.Record) policy.Budget {
+	var b policy.Budget
+	if prof, err := s.policy().ProfileFor(rec.Sandbox, rec.Profile); err == nil {
+		b = prof.Budget
+	}
+	if len(rec.Budget) > 0 {
+		if own, err := policy.ParseBudget(rec.Budget); err == nil {
+			b = b.Over(own)
+		}
+	}
+	return b
 }
 
 // RestoreSockets opens the socket of every sandbox that holds a live token

@@ -1,6 +1,8 @@
 package routes
 
 import (
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -47,15 +49,29 @@ func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // credential: only the token's id.
 type audit struct {
 	log     *slog.Logger
+	metrics *metrics
 	w       *auditWriter
 	r       *http.Request
 	start   time.Time
 	route   string
 	session *Session
-	target  string // the model (later: repository and refs, package)
+	target  string // the model; the repository (and refs); the package
 	rule    string // the policy rule that decided
 	reason  string // why cproxy refused, when it did
 	body    *countingBody
+	// sink, if not nil, takes the audit record as one JSON line instead
+	// of the log line (Options.AuditLog).
+	sink io.Writer
+	// version is an npm tarball's version: the record's target is
+	// name@version.
+	version string
+	// refs are a push's ref updates, as git sent them.
+	refs []RefUpdate
+	// decision is decisionDeny or decisionError once cproxy refused or
+	// failed the request; empty means it was allowed.
+	decision string
+	// usage is what a model request cost, as the upstream reported it.
+	usage Usage
 }
 
 // startAudit begins the audit of r and returns the request routes work on:
@@ -69,7 +85,7 @@ func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *ht
 	r2 := new(http.Request)
 	*r2 = *r
 	r2.Body = body
-	return &audit{log: s.audit, w: &auditWriter{ResponseWriter: w}, r: r2, start: s.now(), body: body}, r2
+	return &audit{log: s.audit, metrics: s.metrics, w: &auditWriter{ResponseWriter: w}, r: r2, start: s.now(), body: body, sink: s.auditLog}, r2
 }
 
 // countingBody counts the request body bytes read.
@@ -87,6 +103,7 @@ func (c *countingBody) Read(p []byte) (int, error) {
 // fail answers the request with err in the route's format.
 func (a *audit) fail(write func(http.ResponseWriter, error) int, err error) {
 	a.reason = message(err)
+	a.decision = decisionOf(err)
 	write(a.w, err)
 }
 
@@ -95,6 +112,12 @@ func (a *audit) finish() {
 	if status == 0 {
 		// Nothing was written: the client went away first.
 		status = 499
+	}
+	// Before the line: once a request's line is out, it is counted.
+	a.metrics.request(a, status)
+	if a.sink != nil {
+		a.writeRecord(status, time.Since(a.start))
+		return
 	}
 	attrs := make([]slog.Attr, 0, 14)
 	attrs = append(attrs, slog.String("route", a.route))
@@ -126,6 +149,11 @@ func (a *audit) finish() {
 	if a.reason != "" {
 		attrs = append(attrs, slog.String("reason", a.reason))
 	}
+	if !a.usage.IsZero() {
+		attrs = append(attrs, slog.Group("usage",
+			slog.Int64("input_tokens", a.usage.Input), slog.Int64("output_tokens", a.usage.Output),
+			slog.Int64("cache_read_input_tokens", a.usage.CacheRead), slog.Int64("cache_creation_input_tokens", a.usage.CacheWrite)))
+	}
 	a.log.LogAttrs(a.r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
@@ -139,4 +167,121 @@ func clip(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// The decisions an audit record tells.
+const (
+	decisionAllow = "allow" // cproxy forwarded the request (whatever the upstream answered)
+	decisionDeny  = "deny"  // cproxy refused it: token, policy, or a request it does not forward
+	decisionError = "error" // cproxy could not serve it: no credential, store or upstream down, time-out
+)
+
+// decisionOf is the decision behind a failure: a refusal of the request
+// itself is a denial; anything else is cproxy or an upstream failing.
+func decisionOf(err error) string {
+	for _, kind := range []error{ErrBadRequest, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrTooLarge} {
+		if errors.Is(err, kind) {
+			return decisionDeny
+		}
+	}
+	return decisionError
+}
+
+// AuditRecord is one line of the audit log (log.audit): one request on the
+// proxy listener, written as JSON when it ends. The field names are stable;
+// docs/operations.md describes each. It never holds a token or a
+// credential, and every string a client chose is bounded.
+type AuditRecord struct {
+	// Time is when the request ended, RFC 3339 in UTC with milliseconds.
+	Time      string `json:"time"`
+	Sandbox   string `json:"sandbox,omitempty"`
+	TokenID   string `json:"token_id,omitempty"`
+	Profile   string `json:"profile,omitempty"`
+	SessionID string `json:"session_id,omitempty"`
+	Route     string `json:"route"`
+	Method    string `json:"method"`
+	Path      string `json:"path"`
+	// Target is what the request is about: the model; OWNER/REPO, and for
+	// a push the refs it updates; the npm package, name@version for a
+	// tarball; a relay's path.
+	Target string      `json:"target,omitempty"`
+	Refs   []RefUpdate `json:"refs,omitempty"`
+	// Decision is "allow", "deny" or "error".
+	Decision   string  `json:"decision"`
+	Rule       string  `json:"rule,omitempty"`
+	Status     int     `json:"status"`
+	Reason     string  `json:"reason,omitempty"`
+	Usage      *Usage  `json:"usage,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+	BytesIn    int64   `json:"bytes_in"`
+	BytesOut   int64   `json:"bytes_out"`
+}
+
+// RefUpdate is one ref a push updates: old and new object ids, the zero id
+// for a ref created or deleted.
+type RefUpdate struct {
+	Ref string `json:"ref"`
+	Old string `json:"old"`
+	New string `json:"new"`
+}
+
+// maxAuditRefs bounds the ref updates one record lists; the policy still
+// decides every one.
+const maxAuditRefs = 100
+
+// AuditTimeFormat is the audit record's time: RFC 3339 with milliseconds.
+const AuditTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// record is the audit record of the finished request.
+func (a *audit) record(status int, d time.Duration) AuditRecord {
+	rec := AuditRecord{
+		Time:       a.start.Add(d).UTC().Format(AuditTimeFormat),
+		Route:      a.route,
+		Method:     clip(a.r.Method, 32),
+		Path:       clip(a.r.URL.Path, 256),
+		Target:     clip(a.target, 256),
+		Decision:   a.decision,
+		Rule:       a.rule,
+		Status:     status,
+		Reason:     clip(a.reason, 1024),
+		DurationMS: float64(d.Microseconds()) / 1000,
+		BytesIn:    a.body.n,
+		BytesOut:   a.w.bytes,
+	}
+	if a.session != nil {
+		rec.Sandbox, rec.TokenID = a.session.Sandbox, a.session.TokenID
+		if a.session.Profile != nil {
+			rec.Profile = a.session.Profile.Name
+		}
+		rec.SessionID = clip(a.r.Header.Get("X-Claude-Code-Session-Id"), 128)
+	}
+	if a.version != "" && rec.Target == a.target {
+		rec.Target = clip(a.target+"@"+a.version, 256)
+	}
+	for i, u := range a.refs {
+		if i == maxAuditRefs {
+			break
+		}
+		rec.Refs = append(rec.Refs, RefUpdate{Ref: clip(u.Ref, 256), Old: clip(u.Old, 64), New: clip(u.New, 64)})
+	}
+	if rec.Decision == "" {
+		rec.Decision = decisionAllow
+	}
+	if !a.usage.IsZero() {
+		u := a.usage
+		rec.Usage = &u
+	}
+	return rec
+}
+
+// writeRecord writes the record as one JSON line, in one Write, so lines
+// of concurrent requests never interleave.
+func (a *audit) writeRecord(status int, d time.Duration) {
+	line, err := json.Marshal(a.record(status, d))
+	if err == nil {
+		_, err = a.sink.Write(append(line, '\n'))
+	}
+	if err != nil {
+		a.log.Error("audit record not written", "route", a.route, "err", err)
+	}
 }

@@ -23,6 +23,9 @@ type Session struct {
 	// Values are the token's per-token values (relay headers), opened
 	// with the token; nil when it has none.
 	Values map[string]secrets.Secret
+	// Budget is what the token may spend: its profile's budget, with what
+	// the token was minted with over it.
+	Budget policy.Budget
 }
 
 // credentialHeaders can carry the sandbox's token; every forwarded request
@@ -120,9 +123,17 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	if err != nil {
 		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, refuse(ErrForbidden, "no policy profile for sandbox %s: %v", rec.Sandbox, err)
 	}
-	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof}
+	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof, Budget: prof.Budget}
 	if err := checkChannel(r, rec, prof); err != nil {
 		return sess, err
+	}
+	if len(rec.Budget) > 0 {
+		own, err := policy.ParseBudget(rec.Budget)
+		if err != nil {
+			s.log.Error("a token's budget cannot be read", "token_id", rec.ID, "err", err)
+			return sess, refuse(ErrUnavailable, "sandbox token %s's budget cannot be read; mint a new token", rec.ID)
+		}
+		sess.Budget = prof.Budget.Over(own)
 	}
 	if len(rec.Values) > 0 {
 		vals, err := tokens.OpenValues(tok, rec.Values)

@@ -33,7 +33,7 @@ func BenchmarkRequestModel(b *testing.B) {
 	body := claudeCodeLikeBody()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := requestModel(body); err != nil {
+		if _, _, err := requestModel(body); err != nil {
 			b.Fatal(err)
 		}
 	}

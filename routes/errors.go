@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // The kinds of refusal a route returns. One function, status, turns each into
@@ -19,6 +21,8 @@ var (
 	ErrUnavailable  = errors.New("unavailable")
 	ErrUpstream     = errors.New("upstream unreachable")
 	ErrTimeout      = errors.New("upstream timed out")
+	// ErrTooManyRequests is a budget, rate or concurrency limit.
+	ErrTooManyRequests = errors.New("too many requests")
 )
 
 // refusal is an error with a message meant for the client. The message must
@@ -26,6 +30,9 @@ var (
 type refusal struct {
 	kind error
 	msg  string
+	// retryAfter, when set, is how long until retrying can succeed
+	// (a limit's window or rate); zero: retrying will not help.
+	retryAfter time.Duration
 }
 
 func (e *refusal) Error() string { return e.msg }
@@ -56,6 +63,8 @@ func status(err error) (int, string) {
 		return http.StatusBadGateway, "api_error"
 	case errors.Is(err, ErrTimeout):
 		return http.StatusGatewayTimeout, "api_error"
+	case errors.Is(err, ErrTooManyRequests):
+		return http.StatusTooManyRequests, "rate_limit_error"
 	}
 	return http.StatusInternalServerError, "api_error"
 }
@@ -92,8 +101,14 @@ func writeAnthropicError(w http.ResponseWriter, err error) int {
 	h.Set("Cache-Control", "no-store")
 	// Claude Code and the SDKs retry 5xx answers up to ten times unless
 	// told not to. cproxy's refusals and time-outs do not get better by
-	// retrying; an upstream that could not be reached may.
-	if code != http.StatusBadGateway {
+	// retrying; an upstream that could not be reached may, and so may a
+	// limit that says when (retry-after, as the API sends it).
+	var ref *refusal
+	switch {
+	case errors.As(err, &ref) && ref.retryAfter > 0:
+		h.Set("Retry-After", strconv.FormatInt(retrySeconds(ref.retryAfter), 10))
+		h.Set("X-Should-Retry", "true")
+	case code != http.StatusBadGateway:
 		h.Set("X-Should-Retry", "false")
 	}
 	w.WriteHeader(code)

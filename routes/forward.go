@@ -27,6 +27,8 @@ type target struct {
 	// headers are set on the forwarded request after the credential (a
 	// relay's, per token); nil means none.
 	headers http.Header
+	// maxTokens is a model request's max_tokens, which its budget reserves.
+	maxTokens int64
 }
 
 type targetKey struct{}
@@ -117,6 +119,7 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			r.Context().Value(errorHandlerKey{}).(func(error))(err)
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			upstreamAnswered(resp.Request.Context())
 			if t, ok := resp.Request.Context().Value(headerTimerKey{}).(*headerTimer); ok {
 				t.stop()
 			}
@@ -218,6 +221,8 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 			a.fail(writeErr, refuse(ErrUpstream, "the upstream %s could not be reached; try again later", f.up.URL.Host))
 		}
 	})
+	ctx, done := a.metrics.forwarding(ctx, a.route)
+	defer done()
 	f.proxy.ServeHTTP(a.w, r.WithContext(ctx))
 }
 

@@ -9,17 +9,22 @@ import (
 )
 
 // FuzzRequestModel: the model cproxy checks is the model the upstream will
-// read. On valid JSON, requestModel accepts exactly the objects with one
-// string "model" key (matched exactly) and returns that string; invalid JSON
-// it lets through is refused by the upstream whole, so it never matters.
+// read, and the max_tokens its budget reserves is the one the upstream will
+// honour. On valid JSON, requestModel accepts exactly the objects with one
+// string "model" key (matched exactly) and at most one "max_tokens" that is
+// a non-negative integer, and returns them; invalid JSON it lets through is
+// refused by the upstream whole, so it never matters.
 func FuzzRequestModel(f *testing.F) {
 	f.Add([]byte(hello))
 	f.Add([]byte(`{"model":"a","model":"b"}`))
 	f.Add([]byte(`{"MODEL":"a"}`))
 	f.Add([]byte(`{"messages":[{"model":"x"}],"model":"y"}`))
 	f.Add([]byte(`{"model":"\u0063laude"}`))
+	f.Add([]byte(`{"model":"a","max_tokens":1024}`))
+	f.Add([]byte(`{"model":"a","max_tokens":1e3}`))
+	f.Add([]byte(`{"model":"a","max_tokens":5,"max_\u0074okens":50000}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		model, err := requestModel(body)
+		model, maxTokens, err := requestModel(body)
 		if !json.Valid(body) {
 			return
 		}
@@ -31,12 +36,17 @@ func FuzzRequestModel(f *testing.F) {
 			return
 		}
 		var want string
-		wantErr := json.Unmarshal(top["model"], &want) != nil || want == "" || modelKeys(body) != 1
+		wantErr := json.Unmarshal(top["model"], &want) != nil || want == "" || topKeys(body, "model") != 1
+		var wantMax int64
+		if raw, ok := top["max_tokens"]; ok {
+			wantErr = wantErr || topKeys(body, "max_tokens") != 1 || json.Unmarshal(raw, &wantMax) != nil ||
+				wantMax < 0 || bytes.ContainsAny(raw, ".eE")
+		}
 		if wantErr != (err != nil) {
 			t.Fatalf("%q: got %q, %v; upstream reads %q", body, model, err, want)
 		}
-		if err == nil && model != want {
-			t.Fatalf("checked model %q, upstream would read %q", model, want)
+		if err == nil && (model != want || maxTokens != wantMax) {
+			t.Fatalf("checked model %q and max_tokens %d, upstream would read %q and %d", model, maxTokens, want, wantMax)
 		}
 	})
 }
@@ -84,14 +94,14 @@ func FuzzAllowQuery(f *testing.F) {
 	})
 }
 
-// modelKeys counts the top-level keys that decode to "model", the slow way.
-func modelKeys(body []byte) int {
+// topKeys counts the top-level keys that decode to name, the slow way.
+func topKeys(body []byte, name string) int {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.Token()
 	n := 0
 	for dec.More() {
 		k, _ := dec.Token()
-		if k == "model" {
+		if k == name {
 			n++
 		}
 		var v json.RawMessage

@@ -211,6 +211,7 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) bool {
 	refs := make([]string, len(p.commands))
 	for i, c := range p.commands {
 		refs[i] = c.Name.String()
+		a.refs = append(a.refs, RefUpdate{Ref: refs[i], Old: c.Old.String(), New: c.New.String()})
 	}
 	a.target = g.repo() + " " + strings.Join(refs, ",")
 	denials, rule := decidePush(a.session.Profile, g.repo(), p.commands)
@@ -222,7 +223,7 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) bool {
 	// Read what is left (the pack) before answering, so git reads the
 	// report instead of failing to send.
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
-	a.reason = firstDenial(denials)
+	a.reason, a.decision = firstDenial(denials), decisionDeny
 	if !p.report {
 		writeGitError(a.w, refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
 		return false

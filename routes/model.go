@@ -2,14 +2,18 @@ package routes
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // modelEndpoints are the only model API calls a sandbox may make: messages,
@@ -38,7 +42,67 @@ func (s *Server) serveModel(a *audit, r *http.Request) {
 		a.fail(writeAnthropicError, err)
 		return
 	}
+	// Only messages are charged; every model call counts against the rate
+	// and concurrency limits.
+	charged := r.URL.Path == "/v1/messages"
+	want := tokens.Usage{}
+	if charged {
+		n := r.ContentLength
+		want = tokens.Usage{Requests: 1, Input: n, Output: t.maxTokens, CacheRead: n, CacheWrite: n}
+	}
+	res, err := s.budgets.reserve(r.Context(), a.session, a.session.Budget, want, charged)
+	if err != nil {
+		a.fail(writeAnthropicError, err)
+		return
+	}
+	m := &meter{a: a, res: res, charged: charged, s: s}
+	defer m.end(tokens.Usage{}, false) // no answer came: nothing used but the slot
+	r = r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
 	s.model.forward(a, r, t, writeAnthropicError)
+}
+
+type meterKey struct{}
+
+// meter settles one model request: with the usage its response reports,
+// or, when no response came, with none.
+type meter struct {
+	s       *Server
+	a       *audit
+	res     *reservation
+	charged bool
+	once    sync.Once
+}
+
+func (m *meter) end(u tokens.Usage, answered bool) {
+	m.once.Do(func() {
+		if m.charged && answered {
+			u.Requests = 1
+		}
+		if total, ok := m.res.settle(u); ok {
+			for kind, left := range remaining(m.res.limit, total) {
+				m.s.metrics.setBudgetRemaining(m.a.session.Sandbox, kind, float64(left))
+			}
+		}
+		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite}
+		if m.a.session != nil && m.a.session.Profile != nil {
+			m.s.metrics.usage(m.a.session.Profile.Name, u.Input, u.Output, u.CacheRead, u.CacheWrite)
+		}
+	})
+}
+
+// meterResponse reads the usage of a model response as it streams to the
+// client, and settles the request's budget when it ends.
+func meterResponse(resp *http.Response) error {
+	m, ok := resp.Request.Context().Value(meterKey{}).(*meter)
+	if !ok {
+		return nil
+	}
+	if !m.charged || resp.StatusCode < 200 || resp.StatusCode > 299 {
+		m.end(tokens.Usage{}, true)
+		return nil
+	}
+	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), func(u tokens.Usage, _ bool) { m.end(u, true) })
+	return nil
 }
 
 // checkModel decides a model request and returns where it goes. It reads
@@ -73,10 +137,11 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	model, err := requestModel(body)
+	model, maxTokens, err := requestModel(body)
 	if err != nil {
 		return target{}, err
 	}
+	t.maxTokens = maxTokens
 	a.target = model
 	d := a.session.Profile.Model(model)
 	a.rule = d.Rule
@@ -146,8 +211,8 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// requestModel finds the top-level "model" of a JSON request body, as the
-// upstream will read it. It matches the key exactly (encoding/json would also
+// requestModel finds the top-level "model" (and "max_tokens", zero when
+// absent) of a JSON request body, as the upstream will read it. It matches the key exactly (encoding/json would also
 // take "MODEL") and refuses a body that names it twice, since the upstream's
 // parser, not ours, would choose which one counts.
 //
@@ -157,51 +222,62 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // JSON it finds exactly what a full parser finds (FuzzRequestModel checks
 // this against encoding/json). Invalid JSON that the walk does not notice
 // is refused whole by the upstream, so its model is never used.
-func requestModel(body []byte) (string, error) {
+func requestModel(body []byte) (string, int64, error) {
 	bad := refuse(ErrBadRequest, "the request body is not valid JSON")
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return "", refuse(ErrBadRequest, "the request body is not a JSON object")
+		return "", 0, refuse(ErrBadRequest, "the request body is not a JSON object")
 	}
 	i = skipSpace(body, i+1)
 	var model string
-	seen := false
+	var maxTokens int64
+	seen, seenMax := false, false
 	if i < len(body) && body[i] == '}' {
 		i++
 	} else {
 		for {
 			if i >= len(body) || body[i] != '"' {
-				return "", bad
+				return "", 0, bad
 			}
 			end, escaped := scanString(body, i)
 			if end < 0 {
-				return "", bad
+				return "", 0, bad
 			}
-			isModel := !escaped && string(body[i+1:end-1]) == "model"
+			key := string(body[i+1 : end-1])
 			if escaped {
-				var key string
 				if json.Unmarshal(body[i:end], &key) != nil {
-					return "", bad
+					return "", 0, bad
 				}
-				isModel = key == "model"
 			}
 			i = skipSpace(body, end)
 			if i >= len(body) || body[i] != ':' {
-				return "", bad
+				return "", 0, bad
 			}
 			i = skipSpace(body, i+1)
 			start := i
 			if i = skipJSONValue(body, i); i < 0 {
-				return "", bad
+				return "", 0, bad
 			}
-			if isModel {
+			switch key {
+			case "model":
 				if seen {
-					return "", refuse(ErrBadRequest, "the request body names \"model\" twice")
+					return "", 0, refuse(ErrBadRequest, "the request body names \"model\" twice")
 				}
 				seen = true
 				if body[start] != '"' || json.Unmarshal(body[start:i], &model) != nil {
-					return "", refuse(ErrBadRequest, "\"model\" must be a string")
+					return "", 0, refuse(ErrBadRequest, "\"model\" must be a string")
 				}
+			case "max_tokens":
+				// What the budget reserves for the answer.
+				if seenMax {
+					return "", 0, refuse(ErrBadRequest, "the request body names \"max_tokens\" twice")
+				}
+				seenMax = true
+				n, err := strconv.ParseInt(string(body[start:i]), 10, 64)
+				if err != nil || n < 0 {
+					return "", 0, refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
+				}
+				maxTokens = n
 			}
 			i = skipSpace(body, i)
 			if i < len(body) && body[i] == ',' {
@@ -212,16 +288,16 @@ func requestModel(body []byte) (string, error) {
 				i++
 				break
 			}
-			return "", bad
+			return "", 0, bad
 		}
 	}
 	if skipSpace(body, i) != len(body) {
-		return "", refuse(ErrBadRequest, "the request body has data after its JSON object")
+		return "", 0, refuse(ErrBadRequest, "the request body has data after its JSON object")
 	}
 	if model == "" {
-		return "", refuse(ErrBadRequest, "the request body names no model")
+		return "", 0, refuse(ErrBadRequest, "the request body names no model")
 	}
-	return model, nil
+	return model, maxTokens, nil
 }
 
 func skipSpace(b []byte, i int) int {

@@ -265,6 +265,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 	}
 	if n.kind == npmTarball {
 		v := n.version()
+		a.version = v
 		pr := a.session.Profile
 		d := pr.NPMDeny(n.name, v)
 		if d.Allow && pr.HasNPMVersionPolicy() && pr.NPM.MinReleaseAge.Duration > 0 {

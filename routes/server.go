@@ -3,6 +3,7 @@
 package routes
 
 import (
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -71,6 +72,12 @@ type Options struct {
 	// separate so an operator can quiet diagnostics without losing the
 	// audit trail.
 	Audit *slog.Logger
+	// AuditLog, if not nil, receives the audit records instead of Audit:
+	// one AuditRecord per request as a line of JSON, each line in one
+	// Write. It must be safe for concurrent use and should not block: a
+	// request's handler writes its own record. Nil: Audit gets them as log
+	// lines.
+	AuditLog io.Writer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// SandboxSockets, if not nil, serves the per-sandbox Unix sockets that
@@ -79,6 +86,9 @@ type Options struct {
 	SandboxSockets *SandboxSockets
 	// Relays are the relay routes ([relay.NAME]), each under its prefix.
 	Relays []Relay
+	// Version is cproxy's version, for cproxy_build_info on GET /metrics;
+	// empty means "unknown".
+	Version string
 }
 
 // Server holds what the listeners share.
@@ -87,6 +97,7 @@ type Server struct {
 	pol       atomic.Pointer[policy.Policy]
 	log       *slog.Logger
 	audit     *slog.Logger
+	auditLog  io.Writer // nil: audit lines go to audit
 	now       func() time.Time
 	model     *forwarder
 	github    *forwarder // nil when Options.GitHub has no URL
@@ -94,14 +105,16 @@ type Server struct {
 	publicURL string
 	sockets   *SandboxSockets // nil without Options.SandboxSockets
 	relays    []*relayRoute
+	budgets   *budgets
 	// relayValues are the per-token value names the relays use, which
 	// POST /tokens accepts.
 	relayValues []string
+	metrics     *metrics // GET /metrics on the admin listener
 }
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, now: o.Now, publicURL: o.PublicURL, sockets: o.SandboxSockets}
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, now: o.Now, publicURL: o.PublicURL, sockets: o.SandboxSockets}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -115,7 +128,8 @@ func New(o Options) *Server {
 	if s.sockets != nil {
 		s.sockets.handler = s.ProxyHandler()
 	}
-	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), nil)
+	s.budgets = newBudgets(s.store, s.log, s.now)
+	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), meterResponse)
 	if o.GitHub.URL != nil {
 		s.github = newForwarder(o.GitHub, setGitHubCredential, gitHubResponse)
 	}
@@ -142,7 +156,23 @@ func New(o Options) *Server {
 			f.proxy.ErrorLog = errLog
 		}
 	}
+	s.metrics = newMetrics(o.Version, s.store, s.now, s.log, s.routeNames())
 	return s
+}
+
+// routeNames are the route labels of the configured routes.
+func (s *Server) routeNames() []string {
+	names := []string{"model"}
+	if s.github != nil {
+		names = append(names, "github")
+	}
+	if s.npm != nil {
+		names = append(names, "npm")
+	}
+	for _, rr := range s.relays {
+		names = append(names, "relay."+rr.Config.Name)
+	}
+	return names
 }
 
 // SetPolicy replaces the policy; requests already past their decision keep
@@ -153,6 +183,7 @@ func (s *Server) policy() *policy.Policy { return s.pol.Load() }
 
 // Close releases idle upstream connections.
 func (s *Server) Close() {
+	s.budgets.close()
 	s.model.transport.CloseIdleConnections()
 	if s.github != nil {
 		s.github.transport.CloseIdleConnections()

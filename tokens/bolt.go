@@ -27,7 +27,9 @@ const (
 	// 2: records may carry a source or a binding (Record.Source, Record.Bind). Version 1 files are read as they
 	// are. The bump keeps an older cproxy off a store whose records it would read without their binding, which
 	// would accept a bound token from anywhere.
-	schemaVersion = 2
+	// 3: records may carry per-token values and a budget (Record.Values, Record.Budget), and the usage bucket
+	// holds what each token has spent. The bump keeps an older cproxy from serving budgeted tokens unmetered.
+	schemaVersion = 3
 
 	// lockTimeout bounds how long OpenBolt waits for another process to let go of the file, so a second
 	// `cproxy serve` fails promptly instead of hanging.
@@ -40,6 +42,8 @@ var (
 	// bucketSandboxes indexes tokens by sandbox (key: sandbox + "\x00" + hash, empty value) so RevokeSandbox
 	// touches only that sandbox's tokens.
 	bucketSandboxes = []byte("sandboxes")
+	// bucketUsage holds each budget window's usage (key: UsageKey, value: JSON Usage).
+	bucketUsage = []byte("usage")
 
 	keySchema = []byte("schema_version")
 )
@@ -139,7 +143,7 @@ func prepare(tx *bolt.Tx, path string) error {
 		if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
 			return fmt.Errorf("initialise token store %s: %w", path, err)
 		}
-		for _, name := range [][]byte{bucketTokens, bucketSandboxes} {
+		for _, name := range [][]byte{bucketTokens, bucketSandboxes, bucketUsage} {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return fmt.Errorf("initialise token store %s: %w", path, err)
 			}
@@ -153,12 +157,16 @@ func prepare(tx *bolt.Tx, path string) error {
 	case v > schemaVersion:
 		return fmt.Errorf("token store %s was written by a newer cproxy (schema %d; this cproxy knows up to %d): upgrade cproxy", path, v, schemaVersion)
 	case v < schemaVersion:
-		// Every older layout is a subset of this one: only the number changes.
+		// Every older layout is a subset of this one: the number changes,
+		// and buckets added since are created.
 		if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
 			return fmt.Errorf("upgrade token store %s: %w", path, err)
 		}
+		if _, err := tx.CreateBucketIfNotExists(bucketUsage); err != nil {
+			return fmt.Errorf("upgrade token store %s: %w", path, err)
+		}
 	}
-	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil {
+	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil {
 		return notAStore(path, errors.New("missing buckets"))
 	}
 	return nil
@@ -319,6 +327,40 @@ func (s *BoltStore) List(ctx context.Context) ([]Record, error) {
 }
 
 func (s *BoltStore) Close() error { return s.db.Close() }
+
+// LoadUsage returns the usage saved under key; zero when there is none.
+func (s *BoltStore) LoadUsage(ctx context.Context, key string) (Usage, error) {
+	var u Usage
+	if err := ctx.Err(); err != nil {
+		return u, err
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketUsage).Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		return json.Unmarshal(v, &u)
+	})
+	if err != nil {
+		return Usage{}, fmt.Errorf("load usage %s: %w", key, err)
+	}
+	return u, nil
+}
+
+// SaveUsage stores u under key; durable when it returns.
+func (s *BoltStore) SaveUsage(ctx context.Context, key string, u Usage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v, err := json.Marshal(u)
+	if err != nil {
+		return err
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketUsage).Put([]byte(key), v) }); err != nil {
+		return fmt.Errorf("save usage %s: %w", key, err)
+	}
+	return nil
+}
 
 func indexKey(sandbox string, h Hash) []byte {
 	k := make([]byte, 0, len(sandbox)+1+len(h))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -249,7 +250,7 @@ func TestBoltRefusesForeignFiles(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return b.Put(keySchema, []byte("3"))
+				return b.Put(keySchema, []byte(strconv.Itoa(schemaVersion+1)))
 			})
 		}, "newer cproxy"},
 	} {

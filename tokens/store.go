@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -28,6 +29,39 @@ type Record struct {
 	// Values are the token's per-token values (relay headers), sealed with
 	// the token itself (SealValues): the store cannot read them. Nil: none.
 	Values []byte `json:"values,omitempty"`
+	// Budget overrides the profile's budget for this token: a JSON object of
+	// the policy's budget keys, kept as given (tokens does not know the
+	// policy's types). Nil: the profile's.
+	Budget json.RawMessage `json:"budget,omitempty"`
+}
+
+// Usage is what a token has spent in one budget window: requests, and the
+// model's input, output, cache-read and cache-write tokens.
+type Usage struct {
+	Requests   int64 `json:"requests"`
+	Input      int64 `json:"input_tokens"`
+	Output     int64 `json:"output_tokens"`
+	CacheRead  int64 `json:"cache_read_tokens"`
+	CacheWrite int64 `json:"cache_write_tokens"`
+}
+
+// Add returns u plus v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{u.Requests + v.Requests, u.Input + v.Input, u.Output + v.Output, u.CacheRead + v.CacheRead, u.CacheWrite + v.CacheWrite}
+}
+
+// Sub returns u minus v.
+func (u Usage) Sub(v Usage) Usage {
+	return Usage{u.Requests - v.Requests, u.Input - v.Input, u.Output - v.Output, u.CacheRead - v.CacheRead, u.CacheWrite - v.CacheWrite}
+}
+
+// UsageKey is where the usage of token id in a budget window is kept:
+// "tok_…" for the token's lifetime, "tok_…/2026-11-30" for one UTC day.
+func UsageKey(id, day string) string {
+	if day == "" {
+		return id
+	}
+	return id + "/" + day
 }
 
 // Check returns nil, ErrRevoked or ErrExpired (at or after ExpiresAt) for the record at time now. Revocation wins
@@ -58,5 +92,9 @@ type Store interface {
 	RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error)
 	// List returns every record, sorted by CreatedAt then ID.
 	List(ctx context.Context) ([]Record, error)
+	// LoadUsage returns the usage saved under key (see UsageKey); zero when there is none.
+	LoadUsage(ctx context.Context, key string) (Usage, error)
+	// SaveUsage stores u under key. The change is durable before it returns.
+	SaveUsage(ctx context.Context, key string, u Usage) error
 	Close() error
 }

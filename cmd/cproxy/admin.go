@@ -131,6 +131,14 @@ type mintRequest struct {
 	Sandbox, Profile, TTL, Source, Bind string
 	// Values are the per-token values (relay headers); nil for none.
 	Values map[string]string
+	// Budget is the token's own budget over its profile's, as JSON; nil
+	// for the profile's.
+	Budget json.RawMessage
+}
+
+// budgetFlag is --budget, shared by token create, env and exec.
+func budgetFlag() cli.Flag {
+	return &cli.StringFlag{Name: "budget", Usage: "the token's own budget over its profile's, as `JSON`, e.g. {\"output_tokens\": 200000, \"window\": \"day\"}"}
 }
 
 // valuesFlag is --values, shared by token create, env and exec.
@@ -168,7 +176,14 @@ func mintFlags(c *cli.Context, sandbox string) (mintRequest, error) {
 	if err != nil {
 		return mintRequest{}, err
 	}
-	return mintRequest{Sandbox: sandbox, Profile: c.String("profile"), TTL: c.String("ttl"), Source: c.String("source"), Bind: c.String("bind"), Values: values}, nil
+	m := mintRequest{Sandbox: sandbox, Profile: c.String("profile"), TTL: c.String("ttl"), Source: c.String("source"), Bind: c.String("bind"), Values: values}
+	if b := c.String("budget"); b != "" {
+		if _, err := policy.ParseBudget([]byte(b)); err != nil {
+			return mintRequest{}, fail(`e.g. --budget '{"requests": 100, "output_tokens": 200000, "window": "day"}' (see docs/policy.md#budgets)`, "--budget: %v", err)
+		}
+		m.Budget = json.RawMessage(b)
+	}
+	return m, nil
 }
 
 func (a *adminClient) createToken(m mintRequest) (routes.TokenCreated, error) {
@@ -179,8 +194,15 @@ func (a *adminClient) createToken(m mintRequest) (routes.TokenCreated, error) {
 		}
 	}
 	var body []byte
-	if m.Values != nil {
-		body, _ = json.Marshal(map[string]any{"values": m.Values})
+	if m.Values != nil || m.Budget != nil {
+		req := map[string]any{}
+		if m.Values != nil {
+			req["values"] = m.Values
+		}
+		if m.Budget != nil {
+			req["budget"] = m.Budget
+		}
+		body, _ = json.Marshal(req)
 	}
 	var out routes.TokenCreated
 	err := a.doBody(http.MethodPost, "/tokens", q, body, http.StatusCreated, &out)

@@ -24,6 +24,7 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "source", Usage: "accept a minted token only from `ADDR`, an IP address or CIDR prefix (the sandbox's address as cproxy sees it)"},
 		&cli.StringFlag{Name: "bind", Usage: "bind a minted token to a channel: socket (valid only on the sandbox's own socket in listen.sandbox_sockets)"},
 		valuesFlag(),
+		budgetFlag(),
 		&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
 		&cli.StringFlag{Name: "claude-auth", Value: helpers.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
 		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
@@ -99,8 +100,8 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	switch {
 	case sandbox == "" && token == "":
 		return nil, nil, fail("pass --sandbox ID to mint a token, or --token TOKEN", "no sandbox")
-	case token != "" && (c.IsSet("profile") || c.IsSet("ttl") || c.IsSet("source") || c.IsSet("bind") || c.IsSet("values")):
-		return nil, nil, fail("--profile, --ttl, --source, --bind and --values apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile, --ttl, --source, --bind or --values")
+	case token != "" && (c.IsSet("profile") || c.IsSet("ttl") || c.IsSet("source") || c.IsSet("bind") || c.IsSet("values") || c.IsSet("budget")):
+		return nil, nil, fail("--profile, --ttl, --source, --bind, --values and --budget apply to a token cproxy mints; drop them or drop --token", "--token cannot be combined with --profile, --ttl, --source, --bind, --values or --budget")
 	case token != "":
 		if _, err := tokens.Parse(token); err != nil {
 			return nil, nil, fail("copy the whole token, as POST /tokens or cproxy token create printed it", "--token is not a cproxy sandbox token")

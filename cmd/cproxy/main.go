@@ -30,6 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			serveCommand(),
+			auditCommand(),
 			tokenCommand(),
 			envCommand(),
 			execCommand(),

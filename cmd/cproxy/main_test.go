@@ -246,7 +246,7 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "HTTP %d\n", resp.StatusCode)
-	for _, k := range []string{"Content-Type", "Retry-After", "Anthropic-Ratelimit-Requests-Limit", "Request-Id", "WWW-Authenticate"} {
+	for _, k := range []string{"Content-Type", "Retry-After", "X-Should-Retry", "Anthropic-Ratelimit-Requests-Limit", "Request-Id", "WWW-Authenticate"} {
 		if v := resp.Header.Get(k); v != "" {
 			fmt.Fprintf(&out, "%s: %s\n", k, v)
 		}

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -10,51 +15,351 @@ import (
 
 func policyCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "policy",
-		Usage: "work with policy files",
-		Subcommands: []*cli.Command{{
-			Name:      "check",
-			Usage:     "check policy or config files; exit 1 with one file:line:col: message per problem",
-			ArgsUsage: "FILE...",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
-			},
-			Action: func(c *cli.Context) error {
-				format := c.String("format")
-				if format != "text" && format != "json" {
-					return fail("use --format text or json", "unknown format %q", format)
-				}
-				if c.NArg() == 0 {
-					return fail("cproxy policy check policy.toml [more.toml...]", "no files to check")
-				}
-				var all policy.Problems
-				for _, path := range c.Args().Slice() {
-					all = append(all, policy.Check(path)...)
-				}
-				if format == "json" {
-					type problem struct {
-						File    string `json:"file"`
-						Line    int    `json:"line"`
-						Col     int    `json:"col"`
-						Message string `json:"message"`
-					}
-					out := []problem{}
-					for _, p := range all {
-						out = append(out, problem{p.File, p.Line, p.Col, p.Message})
-					}
-					if err := printJSON(c, out); err != nil {
-						return err
-					}
-				} else {
-					for _, p := range all {
-						fmt.Fprintln(c.App.Writer, p.String())
-					}
-				}
-				if len(all) > 0 {
-					return exitCode(1)
-				}
-				return nil
-			},
-		}},
+		Name:        "policy",
+		Usage:       "work with policy files",
+		Subcommands: []*cli.Command{policyCheckCommand(), policyExplainCommand()},
 	}
+}
+
+func policyCheckCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "check policy or config files; exit 1 with one file:line:col: message per problem",
+		ArgsUsage: "FILE...",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
+		},
+		Action: func(c *cli.Context) error {
+			format := c.String("format")
+			if format != "text" && format != "json" {
+				return fail("use --format text or json", "unknown format %q", format)
+			}
+			if c.NArg() == 0 {
+				return fail("cproxy policy check policy.toml [more.toml...]", "no files to check")
+			}
+			var all policy.Problems
+			for _, path := range c.Args().Slice() {
+				all = append(all, policy.Check(path)...)
+			}
+			if format == "json" {
+				type problem struct {
+					File    string `json:"file"`
+					Line    int    `json:"line"`
+					Col     int    `json:"col"`
+					Message string `json:"message"`
+				}
+				out := []problem{}
+				for _, p := range all {
+					out = append(out, problem{p.File, p.Line, p.Col, p.Message})
+				}
+				if err := printJSON(c, out); err != nil {
+					return err
+				}
+			} else {
+				for _, p := range all {
+					fmt.Fprintln(c.App.Writer, p.String())
+				}
+			}
+			if len(all) > 0 {
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+}
+
+const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete]] | --package NAME[@VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
+
+func policyExplainCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "explain",
+		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			sandboxFlag(),
+			&cli.StringFlag{Name: "model", Usage: "ask about model `ID`"},
+			&cli.StringFlag{Name: "repo", Usage: "ask about fetching from GitHub repository `OWNER/NAME`"},
+			&cli.StringFlag{Name: "push", Usage: "with --repo: ask about a push updating `REF` (a full ref name, refs/heads/…)"},
+			&cli.BoolFlag{Name: "delete", Usage: "with --push: the push deletes REF"},
+			&cli.StringFlag{Name: "package", Usage: "ask about npm package `NAME[@VERSION]`"},
+			&cli.StringFlag{Name: "relay", Usage: "ask about the config's relay `NAME`"},
+			&cli.StringFlag{Name: "method", Usage: "with --relay: the request's HTTP `METHOD`"},
+			&cli.StringFlag{Name: "path", Usage: "with --relay: the request's `PATH` under the relay's prefix"},
+			&cli.StringFlag{Name: "profile", Usage: "the profile the sandbox's token names (as POST /tokens?profile=)"},
+			configFlag(),
+			&cli.StringFlag{Name: "policy", Usage: "a policy `FILE` on its own, instead of the config's"},
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			sandbox, err := sandboxArg(c, true)
+			if err != nil {
+				return err
+			}
+			o := explainOptions{
+				sandbox: sandbox, profile: c.String("profile"), format: c.String("format"),
+				model: c.String("model"), repo: c.String("repo"), push: c.String("push"), del: c.Bool("delete"),
+				pkg: c.String("package"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
+			}
+			// CPROXY_CONFIG in the environment gives way to --policy; the
+			// two flags together are a mistake.
+			if o.policyFile = c.String("policy"); o.policyFile == "" {
+				o.configFile = c.String("config")
+			} else if slices.Contains(c.LocalFlagNames(), "config") {
+				return fail(explainUsage, "use --config or --policy, not both")
+			}
+			allowed, err := runExplain(o, c.App.Writer)
+			if err != nil {
+				return err
+			}
+			if !allowed {
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+}
+
+// explainOptions is one `cproxy policy explain`: a sandbox, one question
+// about a request it might make, and the policy to ask.
+type explainOptions struct {
+	sandbox, profile       string
+	configFile, policyFile string // at most one; neither: the embedded defaults
+	format                 string
+
+	model        string
+	repo, push   string
+	del          bool
+	pkg          string
+	relay        string
+	method, path string
+}
+
+// explanation is what explain prints: the profile and how it was chosen,
+// each check the route would make, in its order, and the answer.
+type explanation struct {
+	Sandbox string `json:"sandbox"`
+	// Profile is the profile's name; empty when none applies, and then
+	// NoProfile says why.
+	Profile   string `json:"profile,omitempty"`
+	ChosenBy  string `json:"chosen_by,omitempty"`
+	ChosenAt  string `json:"chosen_at,omitempty"`
+	NoProfile string `json:"no_profile,omitempty"`
+	// Budget is what the sandbox has left to spend. BUDGET: filled in once
+	// budgets land (issue 6 §3); nil until then, and omitted.
+	Budget any         `json:"budget,omitempty"`
+	Checks []checkStep `json:"checks"`
+	Notes  []string    `json:"notes,omitempty"`
+	Allow  bool        `json:"allow"`
+	Rule   string      `json:"rule"`
+}
+
+type checkStep struct {
+	Check string `json:"check"`
+	Allow bool   `json:"allow"`
+	Rule  string `json:"rule"`
+}
+
+// runExplain answers the question as the routes would, with the policy
+// package's own decisions, and prints the answer. It returns whether the
+// request would be allowed; an error only when the question cannot be asked.
+func runExplain(o explainOptions, w io.Writer) (bool, error) {
+	if o.format != "text" && o.format != "json" {
+		return false, fail("use --format text or json", "unknown format %q", o.format)
+	}
+	if err := o.checkQuestion(); err != nil {
+		return false, err
+	}
+	var cfg *policy.Config // nil with --policy: no relays to check against
+	var rules *policy.Policy
+	if o.policyFile != "" {
+		p, err := policy.LoadPolicy(o.policyFile)
+		if err != nil {
+			return false, configError(err)
+		}
+		rules = p
+	} else {
+		var err error
+		if cfg, err = loadConfig(o.configFile); err != nil {
+			return false, err
+		}
+		rules = cfg.Rules
+	}
+	var relay *policy.Relay
+	if o.relay != "" {
+		switch {
+		case cfg == nil && (o.method != "" || o.path != ""):
+			return false, fail("give the config with --config: a relay's methods and paths are there", "--method and --path need the config, not --policy")
+		case cfg != nil:
+			if relay = cfg.Relays[o.relay]; relay == nil {
+				known := "none"
+				if len(cfg.Relays) > 0 {
+					known = strings.Join(slices.Sorted(maps.Keys(cfg.Relays)), ", ")
+				}
+				return false, fail("name one of its relays: "+known, "no [relay.%s] in %s", o.relay, configName(cfg))
+			}
+		}
+	}
+
+	e := explanation{Sandbox: o.sandbox, Checks: []checkStep{}}
+	choice, err := rules.ChooseProfile(o.sandbox, o.profile)
+	if err != nil {
+		// As the routes answer: refused, with the reason.
+		e.NoProfile, e.Rule = err.Error(), "no profile"
+	} else {
+		pr := choice.Profile
+		e.Profile, e.ChosenBy, e.ChosenAt = pr.Name, choice.Rule, choice.At
+		e.ask(o, pr, relay)
+	}
+	if o.format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return e.Allow, enc.Encode(e)
+	}
+	e.printText(w)
+	return e.Allow, nil
+}
+
+// checkQuestion refuses anything but one question with the flags that go with it.
+func (o explainOptions) checkQuestion() error {
+	asked := 0
+	for _, q := range []string{o.model, o.repo, o.pkg, o.relay} {
+		if q != "" {
+			asked++
+		}
+	}
+	switch {
+	case asked != 1:
+		return fail(explainUsage, "ask one question: --model, --repo, --package or --relay")
+	case o.push != "" && o.repo == "":
+		return fail(explainUsage, "--push goes with --repo")
+	case o.del && o.push == "":
+		return fail(explainUsage, "--delete goes with --push REF")
+	case o.push != "" && !strings.HasPrefix(o.push, "refs/"):
+		return fail("name the full ref, e.g. refs/heads/"+o.push, "--push %q is not a full ref name", o.push)
+	case (o.method != "" || o.path != "") && o.relay == "":
+		return fail(explainUsage, "--method and --path go with --relay")
+	}
+	if o.pkg != "" {
+		if name, version := splitPackage(o.pkg); name == "" || strings.HasSuffix(o.pkg, "@") && version == "" {
+			return fail("e.g. --package react, --package @types/node@20.1.0", "--package %q is not NAME[@VERSION]", o.pkg)
+		}
+	}
+	return nil
+}
+
+// ask makes the checks the route makes for the question, in its order,
+// until one denies.
+func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Relay) {
+	check := func(what string, d policy.Decision) bool {
+		e.Checks = append(e.Checks, checkStep{Check: what, Allow: d.Allow, Rule: d.Rule})
+		e.Allow, e.Rule = d.Allow, d.Rule
+		return d.Allow
+	}
+	switch {
+	case o.model != "":
+		check("model "+o.model, pr.Model(o.model))
+	case o.repo != "" && o.push == "":
+		check("fetch from "+o.repo, pr.Repo(o.repo, false))
+	case o.repo != "":
+		// As routes/github.go: the repository for push, then each ref
+		// command of the push.
+		if !check("push to "+o.repo, pr.Repo(o.repo, true)) {
+			return
+		}
+		verb := "update "
+		if o.del {
+			verb = "delete "
+		}
+		check(verb+o.push, pr.Ref(o.repo, o.push, strings.HasPrefix(o.push, "refs/tags/"), o.del))
+	case o.pkg != "":
+		// As routes/npm.go: the package, then for a tarball its version.
+		name, version := splitPackage(o.pkg)
+		if !check("package "+name, pr.Package(name)) {
+			return
+		}
+		if version == "" {
+			if pr.HasNPMVersionPolicy() {
+				e.Notes = append(e.Notes, fmt.Sprintf("each version is checked against %s.npm at request time; ask about NAME@VERSION for one", pr.Key()))
+			}
+			return
+		}
+		if d := pr.NPMDeny(name, version); !check("version "+name+"@"+version, d.Decision) {
+			e.Notes = append(e.Notes, d.Reason)
+			return
+		}
+		if age := pr.NPM.MinReleaseAge; age.Duration > 0 {
+			text, _ := age.MarshalText()
+			e.Notes = append(e.Notes, fmt.Sprintf("release age checked against the registry's publish time at request time (%s.npm.min_release_age = %q)", pr.Key(), text))
+		}
+	case o.relay != "":
+		// As routes/relay.go: the profile's relays, then the relay's
+		// methods, then its paths. Without the config only the first.
+		if !check("relay "+o.relay, pr.Relay(o.relay)) {
+			return
+		}
+		if relay == nil {
+			e.Notes = append(e.Notes, "the relay's methods and paths are in the config: give --config to check them")
+			return
+		}
+		if o.method != "" {
+			m := strings.ToUpper(o.method)
+			d := policy.Decision{Allow: true, Rule: fmt.Sprintf("relay.%s.methods[%q]", o.relay, m)}
+			if !relay.AllowsMethod(m) {
+				d = policy.Decision{Rule: fmt.Sprintf("relay.%s.methods: %s is not one of %s", o.relay, m, strings.Join(relay.Methods, ", "))}
+			}
+			if !check("method "+m, d) {
+				return
+			}
+		}
+		if o.path != "" {
+			check("path "+o.path, relay.AllowsPath(strings.TrimPrefix(o.path, "/")))
+		}
+	}
+}
+
+func (e explanation) printText(w io.Writer) {
+	fmt.Fprintf(w, "sandbox:  %s\n", e.Sandbox)
+	if e.Profile == "" {
+		fmt.Fprintf(w, "profile:  none: %s\n", e.NoProfile)
+	} else {
+		at := ""
+		if e.ChosenAt != "" {
+			at = " (" + e.ChosenAt + ")"
+		}
+		fmt.Fprintf(w, "profile:  %s, chosen by %s%s\n", e.Profile, e.ChosenBy, at)
+	}
+	// BUDGET: a "budget:" line with what the sandbox has left goes here
+	// once budgets land (issue 6 §3).
+	for _, c := range e.Checks {
+		fmt.Fprintf(w, "check:    %s %s by %s\n", verdict(c.Allow), c.Check, c.Rule)
+	}
+	for _, n := range e.Notes {
+		fmt.Fprintf(w, "note:     %s\n", n)
+	}
+	fmt.Fprintf(w, "decision: %s by %s\n", verdict(e.Allow), e.Rule)
+}
+
+func verdict(allow bool) string {
+	if allow {
+		return "allow"
+	}
+	return "deny"
+}
+
+// splitPackage splits NAME[@VERSION]; a scoped name's leading @ is the name's.
+func splitPackage(s string) (name, version string) {
+	if i := strings.LastIndexByte(s, '@'); i > 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
+}
+
+func configName(cfg *policy.Config) string {
+	if cfg.Path == "" {
+		return "the embedded default config"
+	}
+	return cfg.Path
 }

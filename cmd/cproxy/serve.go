@@ -68,7 +68,7 @@ func serveCommand() *cli.Command {
 			if err := applyServeFlags(c, cfg); err != nil {
 				return err
 			}
-			return serve(c.Context, cfg, c.App.ErrWriter)
+			return serve(c.Context, cfg, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
@@ -248,8 +248,13 @@ func credentialError(cfg *policy.Config, key, source string, err error) error {
 	return &userError{msg: p.String(), hint: hint, code: 1}
 }
 
-func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
+func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) error {
 	log, auditLog := newLoggers(cfg.Log, stderr)
+	auditFile, err := serveAuditLog(cfg, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer auditFile.Close(auditFlushTimeout)
 	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
 	anthropic, github, npm, err := loadCredentials(cfg, loader, log)
 	if err != nil {
@@ -301,8 +306,12 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 	defer adminLn.Close()
 
 	srv := routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
-		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, SandboxSockets: sockets, Relays: relays})
+		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version()})
 	defer srv.Close()
+	policies := newPolicyReloader(cfg, srv, log)
+	polling, stopPolling := context.WithCancel(context.Background())
+	defer stopPolling()
+	go policies.watch(polling, policyPollInterval)
 	if err := srv.RestoreSockets(ctx); err != nil {
 		return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
 	}
@@ -339,8 +348,9 @@ func serve(ctx context.Context, cfg *policy.Config, stderr io.Writer) error {
 			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reloadPolicy(cfg, srv, log)
+				policies.sighup()
 				reloadCredentials(creds)
+				auditFile.Reopen()
 				continue
 			}
 			log.Info("shutting down: no new connections; open requests may finish (signal again to stop at once)", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
@@ -428,22 +438,6 @@ func drain(servers []shutdowner, d time.Duration, sigs <-chan os.Signal, log *sl
 	}
 	log.Info("cproxy stopped")
 	return nil
-}
-
-// reloadPolicy rereads the policy file on SIGHUP. A policy with errors is
-// refused and the one in force stays.
-func reloadPolicy(cfg *policy.Config, srv *routes.Server, log *slog.Logger) {
-	if cfg.Policy == "" {
-		log.Info("SIGHUP: no policy file to reload (embedded default policy)")
-		return
-	}
-	p, err := policy.LoadPolicy(cfg.PolicyPath())
-	if err != nil {
-		log.Error("policy reload refused; the previous policy stays in force", "err", err.Error())
-		return
-	}
-	srv.SetPolicy(p)
-	log.Info("policy reloaded", "policy", cfg.PolicyPath())
 }
 
 // reloadCredentials rereads every upstream credential from its source on

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -28,6 +30,7 @@ func tokenCommand() *cli.Command {
 					&cli.StringFlag{Name: "source", Usage: "accept the token only from `ADDR`, an IP address or CIDR prefix (within the profile's sources)"},
 					&cli.StringFlag{Name: "bind", Usage: "bind the token to a channel: socket (valid only on the sandbox's own socket; --json gives its path)"},
 					valuesFlag(),
+					budgetFlag(),
 					&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"},
 				},
 				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
@@ -70,10 +73,15 @@ func tokenCommand() *cli.Command {
 					// A BOUND column only when a token is bound, so the
 					// table of a cproxy that binds nothing stays as it was.
 					bound := slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Source != "" || t.Bind != "" })
+					// Likewise USAGE, for tokens with a budget that meters.
+					metered := slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Usage != nil })
 					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 					header := "ID\tSANDBOX\tPROFILE\tSTATE\tCREATED\tEXPIRES"
 					if bound {
 						header += "\tBOUND"
+					}
+					if metered {
+						header += "\tUSAGE"
 					}
 					fmt.Fprintln(tw, header)
 					for _, t := range toks {
@@ -85,6 +93,9 @@ func tokenCommand() *cli.Command {
 							t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
 						if bound {
 							line += "\t" + boundTo(t.Record)
+						}
+						if metered {
+							line += "\t" + usageOf(t)
 						}
 						fmt.Fprintln(tw, line)
 					}
@@ -125,6 +136,30 @@ func boundTo(r tokens.Record) string {
 		return "source=" + r.Source
 	}
 	return "-"
+}
+
+// usageOf words a token's usage against its budget for the list, e.g.
+// "requests 3/10, output 1200/50000 (today)", or "-".
+func usageOf(t routes.TokenInfo) string {
+	if t.Usage == nil || t.Budget == nil {
+		return "-"
+	}
+	u, b := *t.Usage, *t.Budget
+	var parts []string
+	for _, x := range []struct {
+		name        string
+		used, limit int64
+	}{{"requests", u.Requests, b.Requests}, {"input", u.Input, b.InputTokens}, {"output", u.Output, b.OutputTokens},
+		{"cache_read", u.CacheRead, b.CacheReadTokens}, {"cache_write", u.CacheWrite, b.CacheWriteTokens}} {
+		if x.limit > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d/%d", x.name, x.used, x.limit))
+		}
+	}
+	s := strings.Join(parts, ", ")
+	if b.Window == policy.WindowDay {
+		s += " (today)"
+	}
+	return s
 }
 
 func printJSON(c *cli.Context, v any) error {

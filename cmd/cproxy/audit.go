@@ -1,0 +1,507 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+)
+
+// The audit log (log.audit): serve's writer, reopened on SIGHUP, and
+// `cproxy audit`, its reader.
+
+// auditQueue bounds the records waiting for the writer. A request never
+// waits for the disk: when the writer is this far behind (a stalled pipe, a
+// hung file system), records are dropped, counted and reported.
+const auditQueue = 4096
+
+// auditLostEvery is how often a still-failing audit log is reported again.
+const auditLostEvery = time.Minute
+
+// auditLog writes the audit records, JSON lines, to a file or to stdout.
+// Requests hand it whole lines (Write); one goroutine writes them, in
+// order, one write each. It is fail-open: a record that cannot be written
+// is lost, not the request, and every loss is counted and logged as an
+// ERROR; the next record that is written is preceded by a record saying how
+// many were lost.
+type auditLog struct {
+	path string // "" for stdout
+	log  *slog.Logger
+
+	mu     sync.RWMutex // guards closed against sends on queue
+	closed bool
+	queue  chan auditItem
+	done   chan struct{}
+
+	w io.Writer // the writer goroutine's own
+	f *os.File  // nil for stdout
+
+	// lost counts records not written since the last report; full marks
+	// that a full queue has been reported and not yet caught up with.
+	lost    atomic.Int64
+	full    atomic.Bool
+	lastErr error
+	lastLog time.Time
+}
+
+// auditItem is a line to write, or a request to reopen the file.
+type auditItem struct {
+	line   []byte
+	reopen chan error
+}
+
+// openAuditLog opens log.audit: stdout for policy.AuditStdout, else the
+// file, created 0600 and appended to.
+func openAuditLog(dest string, stdout io.Writer, log *slog.Logger) (*auditLog, error) {
+	l := &auditLog{log: log, queue: make(chan auditItem, auditQueue), done: make(chan struct{})}
+	if dest == policy.AuditStdout {
+		l.w = stdout
+	} else {
+		l.path = dest
+		f, err := openAuditFile(dest)
+		if err != nil {
+			return nil, err
+		}
+		l.w, l.f = f, f
+	}
+	go l.run()
+	return l, nil
+}
+
+// auditFlushTimeout bounds how long serve, stopping, waits for the audit
+// records still queued to be written.
+const auditFlushTimeout = 5 * time.Second
+
+// serveAuditLog opens log.audit for serve, before any socket: nil when it
+// is not set and the audit lines go to the diagnostic log.
+func serveAuditLog(cfg *policy.Config, stdout io.Writer, log *slog.Logger) (*auditLog, error) {
+	if cfg.Log.Audit == "" {
+		return nil, nil
+	}
+	l, err := openAuditLog(cfg.Log.Audit, stdout, log)
+	if err != nil {
+		return nil, fail("cproxy must be able to create or append to the file: check the directory's owner and mode", "%s", cfg.ProblemAt("log.audit", "%v", err))
+	}
+	return l, nil
+}
+
+// writer is l as routes.Options.AuditLog: nil for no audit log.
+func (l *auditLog) writer() io.Writer {
+	if l == nil {
+		return nil
+	}
+	return l
+}
+
+func openAuditFile(name string) (*os.File, error) {
+	return os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+}
+
+// Write queues one record (a whole line); it never blocks on the disk and
+// never fails: a record that cannot be queued is counted as lost.
+func (l *auditLog) Write(p []byte) (int, error) {
+	item := auditItem{line: bytes.Clone(p)}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		l.lost.Add(1)
+		return len(p), nil
+	}
+	select {
+	case l.queue <- item:
+	default:
+		l.lost.Add(1)
+		if !l.full.Swap(true) {
+			l.log.Error("audit log writer is behind: audit records are being dropped; requests are still served", "audit", l.dest(), "queued", auditQueue)
+		}
+	}
+	return len(p), nil
+}
+
+func (l *auditLog) dest() string {
+	if l.path == "" {
+		return policy.AuditStdout
+	}
+	return l.path
+}
+
+func (l *auditLog) run() {
+	defer close(l.done)
+	for it := range l.queue {
+		if it.reopen != nil {
+			it.reopen <- l.reopenFile()
+			continue
+		}
+		l.write(it.line)
+	}
+	if l.f != nil {
+		l.f.Close()
+	}
+}
+
+// write writes one line; after losses, a record that says how many first.
+func (l *auditLog) write(line []byte) {
+	if n := l.lost.Load(); n > 0 && l.lastErr == nil {
+		// Records were dropped while the queue was full, and this write is
+		// the first since: say so in the log and in the file.
+		l.lastErr = errors.New("the writer was behind: the audit queue was full")
+	}
+	if l.lastErr != nil {
+		n := l.lost.Load()
+		mark, _ := json.Marshal(lostRecord{Time: time.Now().UTC().Format(routes.AuditTimeFormat), Lost: n, Reason: "cproxy: " + l.lastErr.Error()})
+		if _, err := l.w.Write(append(mark, '\n')); err != nil {
+			l.failed(err)
+			return
+		}
+		l.lost.Add(-n)
+		l.full.Store(false)
+		l.log.Warn("audit log written again", "audit", l.dest(), "lost", n)
+		l.lastErr = nil
+	}
+	if _, err := l.w.Write(line); err != nil {
+		l.failed(err)
+	}
+}
+
+// failed counts a record that could not be written and reports it: at
+// once for the first, then at most once every auditLostEvery.
+func (l *auditLog) failed(err error) {
+	n := l.lost.Add(1)
+	first := l.lastErr == nil
+	l.lastErr = err
+	if first || time.Since(l.lastLog) >= auditLostEvery {
+		l.lastLog = time.Now()
+		l.log.Error("audit record not written; requests are still served", "audit", l.dest(), "lost", n, "err", err.Error())
+	}
+}
+
+// lostRecord is the audit log's own record of records it could not write.
+type lostRecord struct {
+	Time   string `json:"time"`
+	Lost   int64  `json:"lost"`
+	Reason string `json:"reason"`
+}
+
+// Reopen reopens the file at its path, for rotation (SIGHUP): records
+// queued before go to the old file, those after to the new one. A file
+// that cannot be opened leaves the old one in use. Stdout is not reopened.
+func (l *auditLog) Reopen() {
+	if l == nil || l.path == "" {
+		return
+	}
+	res := make(chan error, 1)
+	select {
+	case l.queue <- auditItem{reopen: res}:
+	case <-time.After(5 * time.Second):
+		l.log.Error("audit log not reopened: its writer is stuck; records still go to the old file", "audit", l.path)
+		return
+	}
+	if err := <-res; err != nil {
+		l.log.Error("audit log not reopened; records still go to the old file", "audit", l.path, "err", err.Error())
+		return
+	}
+	l.log.Info("audit log reopened", "audit", l.path)
+}
+
+func (l *auditLog) reopenFile() error {
+	f, err := openAuditFile(l.path)
+	if err != nil {
+		return err
+	}
+	l.f.Close()
+	l.w, l.f = f, f
+	return nil
+}
+
+// Close writes what is queued, waiting at most d, and closes the file.
+// Records that come after are counted as lost, and so are those still
+// queued when d runs out; either is logged.
+func (l *auditLog) Close(d time.Duration) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.closed = true
+	close(l.queue)
+	l.mu.Unlock()
+	select {
+	case <-l.done:
+		if n := l.lost.Load(); n > 0 {
+			l.log.Error("audit records were lost", "audit", l.dest(), "lost", n)
+		}
+	case <-time.After(d):
+		l.log.Error("audit log not flushed: records still queued are lost", "audit", l.dest(), "queued", len(l.queue))
+	}
+}
+
+func auditCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "audit",
+		Usage: "print a sandbox's audit records, readably",
+		Description: "Reads the audit log (log.audit in the config, or --file) and prints the records of the sandbox,\n" +
+			"one line each: time, route, method, target, decision, status, duration, usage, rule and reason.\n" +
+			"--sandbox takes an id or a pattern ('conv-*'; '*' for every record, unauthenticated requests included).",
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "sandbox", Usage: "the sandbox `ID` or pattern ('*': all)", Required: true},
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing records as they are written, across rotations"},
+			&cli.StringFlag{Name: "file", Usage: "the audit log `PATH` (default: log.audit of --config)"},
+			configFlag(),
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, or json (the records as written)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fail("usage: cproxy audit --sandbox ID [--follow] [--file PATH | --config FILE] [--format text|json]", "audit takes no arguments, got %q", c.Args().First())
+			}
+			o := auditOptions{sandbox: c.String("sandbox"), follow: c.Bool("follow"), file: c.String("file"), format: c.String("format")}
+			if o.file == "" {
+				file, err := auditFileOf(c.String("config"))
+				if err != nil {
+					return err
+				}
+				o.file = file
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runAudit(ctx, o, c.App.Writer, c.App.ErrWriter)
+		},
+	}
+}
+
+// auditFileOf is the audit file a config names.
+func auditFileOf(config string) (string, error) {
+	if config == "" {
+		return "", fail("pass --file PATH, or --config FILE with log.audit set", "no audit log to read")
+	}
+	cfg, err := loadConfig(config)
+	if err != nil {
+		return "", err
+	}
+	switch cfg.Log.Audit {
+	case "":
+		return "", fail(`set log.audit = "audit.jsonl" (a file) in the config and restart cproxy serve; until then the audit lines are in serve's standard error, as msg=request`, "%s: log.audit is not set: there is no audit file to read", config)
+	case policy.AuditStdout:
+		return "", fail("read serve's standard output, or pass --file PATH where it is saved", `%s: log.audit is "stdout": there is no audit file to read`, config)
+	}
+	return cfg.Log.Audit, nil
+}
+
+type auditOptions struct {
+	sandbox string // an id or a path.Match pattern
+	follow  bool
+	file    string
+	format  string // "text" or "json"
+}
+
+// auditPoll is how often --follow looks for new records and a rotation.
+const auditPoll = 200 * time.Millisecond
+
+// maxAuditLine bounds one line read; a record is far smaller.
+const maxAuditLine = 1 << 20
+
+func runAudit(ctx context.Context, o auditOptions, stdout, stderr io.Writer) error {
+	if _, err := path.Match(o.sandbox, ""); err != nil || o.sandbox == "" {
+		return fail("give a sandbox id, a pattern such as 'conv-*', or '*' for all", "--sandbox %q is not a sandbox id or pattern", o.sandbox)
+	}
+	if o.format != "text" && o.format != "json" {
+		return fail("", `--format %q: use "text" or "json"`, o.format)
+	}
+	f, err := os.Open(o.file)
+	if err != nil {
+		return fail("", "audit log: %v", err)
+	}
+	p := &auditPrinter{o: o, w: bufio.NewWriter(stdout), stderr: stderr, name: o.file}
+	r := &auditReader{f: f, path: o.file}
+	defer func() { r.f.Close() }()
+	for {
+		if err := r.readLines(p.line); err != nil {
+			return fail("", "audit log: %v", err)
+		}
+		if err := p.w.Flush(); err != nil {
+			return nil // stdout went away (a closed pipe): nothing more to do
+		}
+		if !o.follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(auditPoll):
+		}
+		r.rotated()
+	}
+}
+
+// auditReader reads whole lines of a file that may grow, be rotated
+// (renamed, then a new file at its path) or truncated.
+type auditReader struct {
+	f       *os.File
+	path    string
+	partial []byte // a line not yet ended
+}
+
+func (r *auditReader) readLines(each func([]byte)) error {
+	br := bufio.NewReaderSize(r.f, 64<<10)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(r.partial)+len(chunk) <= maxAuditLine {
+			r.partial = append(r.partial, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil // keep the partial line for when it ends
+			}
+			return err
+		}
+		each(r.partial)
+		r.partial = r.partial[:0]
+	}
+}
+
+// rotated switches to the file now at the path when it is another file (a
+// rotation: the rest of the old one is read first), and starts over when
+// the file shrank (truncated in place).
+func (r *auditReader) rotated() {
+	now, err := os.Stat(r.path)
+	if err != nil {
+		return // between the rename and serve's reopen
+	}
+	cur, err := r.f.Stat()
+	if err != nil {
+		return
+	}
+	if os.SameFile(now, cur) {
+		if off, err := r.f.Seek(0, io.SeekCurrent); err == nil && now.Size() < off {
+			r.f.Seek(0, io.SeekStart)
+			r.partial = r.partial[:0]
+		}
+		return
+	}
+	f, err := os.Open(r.path)
+	if err != nil {
+		return
+	}
+	// What serve wrote to the old file before it reopened is read first.
+	r.readLines(func([]byte) {})
+	r.f.Close()
+	r.f, r.partial = f, r.partial[:0]
+}
+
+type auditPrinter struct {
+	o      auditOptions
+	w      *bufio.Writer
+	stderr io.Writer
+	name   string
+	bad    bool // a line that is not a record has been reported
+}
+
+// auditLine is what the reader decodes: a request's record, or the writer's
+// record of lost ones.
+type auditLine struct {
+	routes.AuditRecord
+	Lost int64 `json:"lost"`
+}
+
+func (p *auditPrinter) line(b []byte) {
+	var rec auditLine
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Time == "" {
+		if !p.bad && len(bytes.TrimSpace(b)) > 0 {
+			p.bad = true
+			fmt.Fprintf(p.stderr, "cproxy: %s: skipping lines that are not audit records\n", p.name)
+		}
+		return
+	}
+	if rec.Lost == 0 {
+		if ok, _ := path.Match(p.o.sandbox, rec.Sandbox); !ok {
+			return
+		}
+	}
+	if p.o.format == "json" {
+		p.w.Write(bytes.TrimRight(b, "\n"))
+		p.w.WriteByte('\n')
+		return
+	}
+	p.w.WriteString(formatAuditRecord(rec, strings.ContainsAny(p.o.sandbox, "*?[")))
+	p.w.WriteByte('\n')
+}
+
+// formatAuditRecord is one readable line: time, [sandbox,] route, method,
+// target (or path), decision, status, duration, usage, rule, reason.
+func formatAuditRecord(rec auditLine, sandbox bool) string {
+	if rec.Lost > 0 {
+		return fmt.Sprintf("%s LOST %d audit records: %s", rec.Time, rec.Lost, rec.Reason)
+	}
+	var b strings.Builder
+	b.WriteString(rec.Time)
+	if sandbox {
+		b.WriteString(" " + orDash(rec.Sandbox))
+	}
+	target := rec.Target
+	if target == "" {
+		target = rec.Path
+	}
+	fmt.Fprintf(&b, " %s %s %s %s %d %s", orDash(rec.Route), orDash(printable(rec.Method)), orDash(printable(target)), orDash(rec.Decision), rec.Status,
+		time.Duration(rec.DurationMS*float64(time.Millisecond)).Round(time.Microsecond))
+	if u := rec.Usage; u != nil {
+		fmt.Fprintf(&b, " tokens: in=%d out=%d", u.Input, u.Output)
+		if u.CacheRead > 0 {
+			fmt.Fprintf(&b, " cache_read=%d", u.CacheRead)
+		}
+		if u.CacheWrite > 0 {
+			fmt.Fprintf(&b, " cache_write=%d", u.CacheWrite)
+		}
+	}
+	if rec.Rule != "" {
+		b.WriteString(" rule=" + quoteIfNeeded(rec.Rule))
+	}
+	if rec.Reason != "" {
+		b.WriteString(" reason=" + quoteIfNeeded(rec.Reason))
+	}
+	return b.String()
+}
+
+// printable quotes a string that holds control characters, so a record
+// cannot forge lines or move the cursor of the terminal it is printed on.
+func printable(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// quoteIfNeeded quotes a value with spaces or control characters, so a
+// line splits the same way whatever it holds.
+func quoteIfNeeded(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return strconv.Quote(s)
+	}
+	return s
+}

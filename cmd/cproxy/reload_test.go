@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+const (
+	sonnetPolicy = "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n"
+	opusPolicy   = "[profile.default]\nmodels = [\"claude-opus-*\"]\n"
+)
+
+// syncBuffer is a log the reloader writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.b.String(), s)
+}
+
+// reloadFixture is a config whose policy file the test rewrites, a server
+// on it, and the reloader serve would run.
+type reloadFixture struct {
+	dir, policyFile string
+	srv             *routes.Server
+	reloader        *policyReloader
+	log             *syncBuffer
+}
+
+func newReloadFixture(t *testing.T, up routes.Upstream, store tokens.Store) *reloadFixture {
+	t.Helper()
+	f := &reloadFixture{dir: t.TempDir(), log: &syncBuffer{}}
+	f.policyFile = filepath.Join(f.dir, "policy.toml")
+	f.write(t, sonnetPolicy)
+	cfgFile := filepath.Join(f.dir, "cproxy.toml")
+	if err := os.WriteFile(cfgFile, []byte("policy = \"policy.toml\"\n[store]\npath = \"tokens.db\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.LoadConfig(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(f.log, nil))
+	f.srv = routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: up, Logger: log})
+	t.Cleanup(f.srv.Close)
+	f.reloader = newPolicyReloader(cfg, f.srv, log)
+	return f
+}
+
+// write replaces the policy file as an editor does: a new file renamed
+// over the old one.
+func (f *reloadFixture) write(t *testing.T, text string) {
+	t.Helper()
+	tmp := f.policyFile + ".new"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, f.policyFile); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPolicyReloadInFlight: a streamed model request decided under the old
+// policy runs to its end after a reload that would refuse it; the next
+// request is refused.
+func TestPolicyReloadInFlight(t *testing.T) {
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	defer fake.Close()
+	u, _ := url.Parse(fake.URL)
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "tokens.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	tok, err := tokens.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := store.Create(context.Background(), tok.Hash(), tokens.Record{Sandbox: "conv-42", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	f := newReloadFixture(t, routes.Upstream{URL: u, Credential: secrets.New(canaryAPIKey), Auth: policy.AuthAPIKey}, store)
+	proxy := httptest.NewServer(f.srv.ProxyHandler())
+	defer proxy.Close()
+	post := func(stream bool) *http.Response {
+		body := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]`
+		if stream {
+			body += `,"stream":true`
+		}
+		req, _ := http.NewRequest(http.MethodPost, proxy.URL+"/v1/messages", strings.NewReader(body+"}"))
+		req.Header.Set("X-Api-Key", tok.Reveal())
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	gate := fake.StallStreams(1) // after message_start
+	held := post(true)
+	defer held.Body.Close()
+	if held.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(held.Body)
+		t.Fatalf("streamed request: %d %s", held.StatusCode, b)
+	}
+	<-gate.Reached()
+
+	f.write(t, opusPolicy)
+	f.reloader.poll() // the change, seen once
+	f.reloader.poll() // and again the same: loaded
+	if f.log.count(`msg="policy reloaded"`) != 1 {
+		t.Fatalf("no reload:\n%s", f.log.b.String())
+	}
+	next := post(false)
+	io.Copy(io.Discard, next.Body)
+	next.Body.Close()
+	if next.StatusCode != http.StatusForbidden {
+		t.Errorf("request after the reload: %d, want 403", next.StatusCode)
+	}
+
+	gate.Release()
+	rest, err := io.ReadAll(held.Body)
+	if err != nil || !strings.Contains(string(rest), "event: message_stop") {
+		t.Errorf("the request in flight did not finish: %v\n%s", err, rest)
+	}
+}
+
+// TestPolicyWatchDebounce: the watcher loads a change once the file has
+// stayed the same for one look, tries each change once (an invalid policy
+// is logged once, not at every look), and a SIGHUP after it has nothing to do.
+func TestPolicyWatchDebounce(t *testing.T) {
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{})
+	defer fake.Close()
+	u, _ := url.Parse(fake.URL)
+	f := newReloadFixture(t, routes.Upstream{URL: u}, nil)
+	r := f.reloader
+	refused, reloaded := `msg="policy reload refused`, `msg="policy reloaded"`
+
+	// The first looks read the file serve started with: nothing to say.
+	r.poll()
+	r.poll()
+	if n := f.log.count("msg="); n != 0 {
+		t.Fatalf("start:\n%s", f.log.b.String())
+	}
+
+	// Half written, then finished before the second look: never read half.
+	f.write(t, "[profile.default]\nmodels = [")
+	r.poll()
+	f.write(t, opusPolicy)
+	r.poll()
+	r.poll()
+	if f.log.count(refused) != 0 || f.log.count(reloaded) != 1 {
+		t.Fatalf("half-written file:\n%s", f.log.b.String())
+	}
+
+	// Invalid: logged once however many looks follow.
+	f.write(t, "[profile.default]\nmodels = \"claude-*\"\n")
+	for range 5 {
+		r.poll()
+	}
+	if f.log.count(refused) != 1 || !strings.Contains(f.log.b.String(), "policy.toml:2:10: profile.default.models") {
+		t.Fatalf("invalid file:\n%s", f.log.b.String())
+	}
+	// Removed: a change too, logged once.
+	os.Remove(f.policyFile)
+	for range 3 {
+		r.poll()
+	}
+	if f.log.count(refused) != 2 {
+		t.Fatalf("removed file:\n%s", f.log.b.String())
+	}
+
+	// Fixed; then SIGHUP finds it loaded already. A touch changes nothing.
+	f.write(t, sonnetPolicy)
+	r.poll()
+	r.poll()
+	r.sighup()
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(f.policyFile, later, later)
+	r.poll()
+	r.poll()
+	if f.log.count(reloaded) != 2 || f.log.count(`msg="policy unchanged" `) != 1 || f.log.count(refused) != 2 {
+		t.Fatalf("fixed:\n%s", f.log.b.String())
+	}
+}

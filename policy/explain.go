@@ -1,0 +1,70 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Choice is the profile a sandbox gets and what chose it, for `cproxy policy
+// explain` and for anyone asking why a sandbox was decided as it was.
+type Choice struct {
+	// Profile is the chosen profile; nil when none applies.
+	Profile *Profile
+	// Rule says what chose it: `the token's profile "pinned"`,
+	// `[[sandbox]] match = "conv-*"`, or `[profile.default]: no [[sandbox]]
+	// rule matches`. Empty when no profile applies.
+	Rule string
+	// At is where Rule is in the policy file ("policy.toml:9:1"); empty for
+	// the built-in policy and when no profile applies.
+	At string
+}
+
+// ChooseProfile picks the profile for a sandbox as ProfileFor does (which
+// calls it), and says which rule chose it.
+func (p *Policy) ChooseProfile(sandbox, explicit string) (Choice, error) {
+	if explicit != "" {
+		if pr := p.Profiles[explicit]; pr != nil {
+			return Choice{Profile: pr, Rule: fmt.Sprintf("the token's profile %q", explicit), At: p.at(keyPath("profile", explicit))}, nil
+		}
+		return Choice{}, fmt.Errorf("%w %q in %s (it has %s)", ErrNoProfile, explicit, p.name(), strings.Join(sortedKeys(p.Profiles), ", "))
+	}
+	for i, r := range p.Sandboxes {
+		if matchGlob(r.Match, sandbox) {
+			if pr := p.Profiles[r.Profile]; pr != nil {
+				return Choice{Profile: pr, Rule: fmt.Sprintf("[[sandbox]] match = %q", r.Match), At: p.at(path{}.key("sandbox").elem(i, true).key("match"))}, nil
+			}
+		}
+	}
+	if pr := p.Profiles["default"]; pr != nil {
+		rule := "[profile.default]: no [[sandbox]] rule matches"
+		if len(p.Sandboxes) == 0 {
+			rule = "[profile.default]: the policy has no [[sandbox]] rules"
+		}
+		return Choice{Profile: pr, Rule: rule, At: p.at(keyPath("profile", "default"))}, nil
+	}
+	return Choice{}, fmt.Errorf("%w applies to sandbox %q: no [[sandbox]] match in %s fits it and there is no [profile.default] (add one, or a [[sandbox]] rule, or name a profile when creating the token)",
+		ErrNoProfile, sandbox, p.name())
+}
+
+// at is "file:line:col" of the key at k, or "" for a policy not loaded from a file.
+func (p *Policy) at(k path) string {
+	if p.ix == nil || p.Path == "" {
+		return ""
+	}
+	line, col := p.ix.find(k, true)
+	return fmt.Sprintf("%s:%d:%d", p.Path, line, col)
+}
+
+// SameText reports whether p and q were loaded from the same file with the
+// same text, so that putting q in force instead of p would change nothing. A
+// policy not loaded from a file (DefaultPolicy) has no text and is the same as
+// none.
+func (p *Policy) SameText(q *Policy) bool {
+	if p == nil || q == nil || p.ix == nil || q.ix == nil {
+		return false
+	}
+	return p.Path == q.Path && p.ix.src == q.ix.src
+}
+
+// Key is the profile's table as rules name it, e.g. "profile.web".
+func (pr *Profile) Key() string { return pr.rule("") }

@@ -1,0 +1,189 @@
+package routes
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// auditRecords decodes the JSON lines of an audit sink, each line checked
+// to be one whole object.
+func auditRecords(t *testing.T, sink *syncBuffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.SplitAfter(sink.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		if !strings.HasSuffix(line, "\n") {
+			t.Fatalf("a record does not end its line: %q", line)
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", line, err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+func withAuditLog(sink *syncBuffer) envOpt {
+	return func(o *Options) { o.AuditLog = sink }
+}
+
+// TestAuditRecordJSON: with Options.AuditLog every request is one JSON line
+// with the documented fields, the decision and the rule behind it, and the
+// log gets no msg=request line.
+func TestAuditRecordJSON(t *testing.T) {
+	sink := &syncBuffer{}
+	e := newEnv(t, withAuditLog(sink), func(o *Options) {
+		o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n")
+	})
+	tok := e.token("conv-42")
+	h := bearer(tok)
+	h["X-Claude-Code-Session-Id"] = "sess-1"
+	if r := e.do("POST", "/v1/messages", h, hello); r.status != 200 {
+		t.Fatalf("allowed: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/messages", h, `{"model":"claude-opus-4-1","max_tokens":8,"messages":[]}`); r.status != 403 {
+		t.Fatalf("denied: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/v1/models", map[string]string{"X-Api-Key": "cpx_nottoken"}, ""); r.status != 401 {
+		t.Fatalf("bad token: %d", r.status)
+	}
+	e.proxy.Close() // every handler, and so every record, is done
+
+	recs := auditRecords(t, sink)
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want 3:\n%s", len(recs), sink.String())
+	}
+	allow, deny, unauth := recs[0], recs[1], recs[2]
+	for k, want := range map[string]any{
+		"sandbox": "conv-42", "profile": "default", "session_id": "sess-1", "route": "model",
+		"method": "POST", "path": "/v1/messages", "target": "claude-sonnet-4-5", "decision": "allow",
+		"rule": `profile.default.models["claude-sonnet-*"]`, "status": 200.0, "bytes_in": float64(len(hello)),
+	} {
+		if allow[k] != want {
+			t.Errorf("allowed record %s = %v, want %v", k, allow[k], want)
+		}
+	}
+	if id, _ := allow["token_id"].(string); !strings.HasPrefix(id, "tok_") {
+		t.Errorf("token_id = %v", allow["token_id"])
+	}
+	if _, err := time.Parse(time.RFC3339, allow["time"].(string)); err != nil || !strings.HasSuffix(allow["time"].(string), "Z") || len(allow["time"].(string)) != len("2026-11-30T05:43:28.499Z") {
+		t.Errorf("time %v: not RFC 3339 UTC with milliseconds", allow["time"])
+	}
+	if _, ok := allow["duration_ms"].(float64); !ok {
+		t.Errorf("duration_ms = %v", allow["duration_ms"])
+	}
+	if n, _ := allow["bytes_out"].(float64); n == 0 {
+		t.Errorf("bytes_out = %v", allow["bytes_out"])
+	}
+	if _, ok := allow["reason"]; ok {
+		t.Errorf("an allowed request has a reason: %v", allow["reason"])
+	}
+	if deny["decision"] != "deny" || deny["status"] != 403.0 || deny["target"] != "claude-opus-4-1" ||
+		deny["rule"] != "profile.default: no models entry matches" || !strings.Contains(deny["reason"].(string), "model claude-opus-4-1 is not allowed") {
+		t.Errorf("denied record: %v", deny)
+	}
+	if unauth["decision"] != "deny" || unauth["status"] != 401.0 || unauth["sandbox"] != nil || unauth["token_id"] != nil {
+		t.Errorf("unauthenticated record: %v", unauth)
+	}
+	if strings.Contains(sink.String(), tok) || strings.Contains(sink.String(), "cpx_") || strings.Contains(sink.String(), canaryKey) {
+		t.Errorf("a record holds a token or the credential:\n%s", sink.String())
+	}
+	if strings.Contains(e.logs.String(), `"msg":"request"`) {
+		t.Errorf("with an audit log, the log still has request lines:\n%s", e.logs.String())
+	}
+}
+
+// TestAuditRecordErrorAndUsage: an upstream that cannot be reached is an
+// error, not a denial; usage is written when the route set it, left out
+// when zero.
+func TestAuditRecordErrorAndUsage(t *testing.T) {
+	sink := &syncBuffer{}
+	e := newEnv(t, withAuditLog(sink))
+	e.fake.Close()
+	tok := e.token("conv-1")
+	if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 502 {
+		t.Fatalf("upstream down: %d", r.status)
+	}
+	e.proxy.Close()
+	recs := auditRecords(t, sink)
+	if len(recs) != 1 || recs[0]["decision"] != "error" || recs[0]["status"] != 502.0 || recs[0]["usage"] != nil {
+		t.Fatalf("records: %v", recs)
+	}
+
+	// The record itself, for usage and the other route-set fields.
+	sink2 := &syncBuffer{}
+	a := &audit{
+		w: &auditWriter{ResponseWriter: httptest.NewRecorder(), status: 200}, r: httptest.NewRequest("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", nil),
+		start: time.Now(), route: "npm", target: "is-thing", version: "1.1.0", rule: "r", body: &countingBody{ReadCloser: http.NoBody},
+		sink: sink2, usage: Usage{Input: 12, Output: 40, CacheRead: 100, CacheWrite: 7},
+	}
+	a.writeRecord(200, 1500*time.Microsecond)
+	rec := auditRecords(t, sink2)[0]
+	if rec["target"] != "is-thing@1.1.0" || rec["decision"] != "allow" || rec["duration_ms"] != 1.5 {
+		t.Errorf("record: %v", rec)
+	}
+	u, _ := rec["usage"].(map[string]any)
+	if u["input_tokens"] != 12.0 || u["output_tokens"] != 40.0 || u["cache_read_input_tokens"] != 100.0 || u["cache_creation_input_tokens"] != 7.0 {
+		t.Errorf("usage: %v", rec["usage"])
+	}
+}
+
+// TestAuditRecordPush: a push's record lists its ref updates; a refused
+// one is a denial with the rule and reason.
+func TestAuditRecordPush(t *testing.T) {
+	sink := &syncBuffer{}
+	up := newGitUpstream(t)
+	u := newGitEnv(t, up)
+	u.srv.auditLog = sink
+	h := with(basic(u.token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
+	ok := pushBody("report-status", fakePack(64), oldID+" "+newID+" refs/heads/agent/x")
+	if r := u.do("POST", "/github/acme/app/git-receive-pack", h, string(ok)); r.status != 200 {
+		t.Fatalf("push: %d %s", r.status, r.body)
+	}
+	bad := pushBody("report-status", fakePack(64), zeroID+" "+newID+" refs/heads/agent/y", oldID+" "+newID+" refs/heads/main")
+	if r := u.do("POST", "/github/acme/app/git-receive-pack", h, string(bad)); r.status != 200 || !strings.Contains(r.body, "ng refs/heads/main") {
+		t.Fatalf("refused push: %d %s", r.status, r.body)
+	}
+	u.proxy.Close()
+	recs := auditRecords(t, sink)
+	if len(recs) != 2 {
+		t.Fatalf("%d records:\n%s", len(recs), sink.String())
+	}
+	refs, _ := json.Marshal(recs[0]["refs"])
+	if recs[0]["decision"] != "allow" || recs[0]["target"] != "acme/app refs/heads/agent/x" ||
+		string(refs) != `[{"new":"`+newID+`","old":"`+oldID+`","ref":"refs/heads/agent/x"}]` {
+		t.Errorf("allowed push: %v", recs[0])
+	}
+	refs, _ = json.Marshal(recs[1]["refs"])
+	if recs[1]["decision"] != "deny" || recs[1]["target"] != "acme/app refs/heads/agent/y,refs/heads/main" ||
+		recs[1]["reason"] != "cproxy: push to refs/heads/main is not allowed" || !strings.Contains(recs[1]["rule"].(string), "no refs entry matches") ||
+		string(refs) != `[{"new":"`+newID+`","old":"`+zeroID+`","ref":"refs/heads/agent/y"},{"new":"`+newID+`","old":"`+oldID+`","ref":"refs/heads/main"}]` {
+		t.Errorf("refused push: %v", recs[1])
+	}
+}
+
+// TestAuditRecordBoundsClientStrings: what a client chooses is clipped,
+// and a token-shaped string is withheld, in every field.
+func TestAuditRecordBoundsClientStrings(t *testing.T) {
+	sink := &syncBuffer{}
+	e := newEnv(t, withAuditLog(sink))
+	tok := e.token("conv-42")
+	h := bearer(tok)
+	h["X-Claude-Code-Session-Id"] = "s-" + tok
+	e.do("POST", "/v1/"+strings.Repeat("x", 5000), h, "")
+	e.proxy.Close()
+	out := sink.String()
+	if strings.Contains(out, "cpx_") || len(out) > 2000 {
+		t.Errorf("record not bounded or holds the token (%d bytes):\n%s", len(out), out)
+	}
+	if rec := auditRecords(t, sink)[0]; rec["session_id"] != "(withheld: looks like a sandbox token)" {
+		t.Errorf("session_id = %v", rec["session_id"])
+	}
+}

@@ -1,0 +1,335 @@
+package routes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// Budgets are kept per token and window in memory, and made durable ahead
+// of use. Each model request reserves what it may spend before it is
+// forwarded — one request, its max_tokens of output, and its body's size in
+// bytes of each input kind (a token covers at least one byte of what it
+// encodes, so the body bounds every input count) — and settles, when its
+// response ends, to the usage the upstream reported. Reserving under one
+// lock is what keeps concurrent requests from overspending.
+//
+// Durability is by lease: before a reservation takes an account past what
+// the store already holds for it, the store is raised, ahead of need, to a
+// new high-water mark (lease). A crash loses nothing it should charge: on
+// restart the store's value, the lease, is what was spent — pessimistically,
+// as the issue asks. A clean stop saves the exact usage. Writes happen once
+// per lease step (a twentieth of a limit), not per request.
+type budgets struct {
+	store tokens.Store
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu    sync.Mutex
+	accts map[string]*account    // by usage key: token id, or id/day
+	limit map[string]*tokenLimit // by token id: rate and concurrency
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// account is one token's usage in one window.
+type account struct {
+	used     tokens.Usage // settled
+	reserved tokens.Usage // held by requests in flight
+	leased   tokens.Usage // what the store holds: what a crash charges
+	saved    tokens.Usage // what was last written (to skip idle writes)
+	lastUse  time.Time
+}
+
+// tokenLimit is a token's rate limiter and in-flight count.
+type tokenLimit struct {
+	limiter  *rate.Limiter
+	rpm      int64
+	inflight int64
+}
+
+func newBudgets(store tokens.Store, log *slog.Logger, now func() time.Time) *budgets {
+	b := &budgets{store: store, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go b.flushLoop()
+	return b
+}
+
+// reservation is one request's hold on its token's budget; settle ends it.
+type reservation struct {
+	b     *budgets
+	acct  *account // nil: nothing metered (rate or concurrency only)
+	tl    *tokenLimit
+	want  tokens.Usage
+	once  sync.Once
+	limit policy.Budget
+}
+
+// budgetError is a 429 with what was exhausted and, where waiting helps,
+// when to retry.
+func budgetError(retry time.Duration, format string, args ...any) error {
+	err := refuse(ErrTooManyRequests, format, args...).(*refusal)
+	err.retryAfter = retry
+	return err
+}
+
+// reserve holds want (charged: a POST /v1/messages) of the budget for
+// the session's token, or refuses with a 429 before anything is sent.
+func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) (*reservation, error) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tl := b.limit[sess.TokenID]
+	if tl == nil {
+		tl = &tokenLimit{}
+		b.limit[sess.TokenID] = tl
+	}
+	if lim.Concurrent > 0 && tl.inflight >= lim.Concurrent {
+		return nil, budgetError(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d); retry when one ends", tl.inflight, sess.Sandbox, lim.Concurrent)
+	}
+	if lim.RequestsPerMinute > 0 {
+		if tl.limiter == nil || tl.rpm != lim.RequestsPerMinute {
+			tl.limiter = rate.NewLimiter(rate.Limit(float64(lim.RequestsPerMinute)/60), int(min(lim.RequestsPerMinute, math.MaxInt32)))
+			tl.rpm = lim.RequestsPerMinute
+		}
+		r := tl.limiter.ReserveN(now, 1)
+		if d := r.DelayFrom(now); d > 0 {
+			r.CancelAt(now)
+			return nil, budgetError(d, "sandbox %s's token is over its rate (budget requests_per_minute = %d); retry after %ds", sess.Sandbox, lim.RequestsPerMinute, retrySeconds(d))
+		}
+	}
+	res := &reservation{b: b, tl: tl, limit: lim}
+	if charged && metered(lim) {
+		key, reset := usageWindow(sess.TokenID, lim.Window, now)
+		acct, err := b.load(ctx, key)
+		if err != nil {
+			b.log.Error("budget: reading usage from the token store failed", "token_id", sess.TokenID, "err", err)
+			return nil, refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read (token store unavailable); try again later", sess.Sandbox)
+		}
+		if msg := overBudget(acct.used.Add(acct.reserved), want, lim); msg != "" {
+			retry := time.Duration(0)
+			if !reset.IsZero() {
+				retry = reset.Sub(now)
+			}
+			return nil, budgetError(retry, "sandbox %s's token is over its budget: %s", sess.Sandbox, msg)
+		}
+		need := acct.used.Add(acct.reserved).Add(want)
+		if lease, raise := leaseFor(acct.leased, need, lim); raise {
+			if err := b.store.SaveUsage(ctx, key, lease); err != nil {
+				b.log.Error("budget: saving usage to the token store failed", "token_id", sess.TokenID, "err", err)
+				return nil, refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be recorded (token store unavailable); try again later", sess.Sandbox)
+			}
+			acct.leased, acct.saved = lease, lease
+		}
+		acct.reserved = acct.reserved.Add(want)
+		acct.lastUse = now
+		res.acct, res.want = acct, want
+	}
+	tl.inflight++
+	return res, nil
+}
+
+// settle ends the reservation with what the request really used; a
+// request that never got an answer settles with zero usage. It returns the
+// window's usage after it, and false when nothing is metered.
+func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered bool) {
+	if r == nil {
+		return tokens.Usage{}, false
+	}
+	r.once.Do(func() {
+		r.b.mu.Lock()
+		defer r.b.mu.Unlock()
+		r.tl.inflight--
+		if r.acct != nil {
+			r.acct.reserved = r.acct.reserved.Sub(r.want)
+			r.acct.used = r.acct.used.Add(used)
+			total, metered = r.acct.used, true
+		}
+	})
+	return total, metered
+}
+
+// remaining is what lim leaves of each limited kind after used, for the
+// budget gauge.
+func remaining(lim policy.Budget, used tokens.Usage) map[string]int64 {
+	out := map[string]int64{}
+	for _, x := range []struct {
+		kind        string
+		limit, used int64
+	}{{"requests", lim.Requests, used.Requests}, {"input", lim.InputTokens, used.Input}, {"output", lim.OutputTokens, used.Output},
+		{"cache_read", lim.CacheReadTokens, used.CacheRead}, {"cache_write", lim.CacheWriteTokens, used.CacheWrite}} {
+		if x.limit > 0 {
+			out[x.kind] = max(0, x.limit-x.used)
+		}
+	}
+	return out
+}
+
+// load returns the account under key, reading it from the store the first
+// time: what the store holds is what was spent (a lease, after a crash).
+func (b *budgets) load(ctx context.Context, key string) (*account, error) {
+	if a := b.accts[key]; a != nil {
+		return a, nil
+	}
+	u, err := b.store.LoadUsage(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	a := &account{used: u, leased: u, saved: u}
+	b.accts[key] = a
+	return a, nil
+}
+
+// usage is what the token has spent in its current window, for listings;
+// false when the token has no metered budget.
+func (b *budgets) usage(ctx context.Context, id string, lim policy.Budget) (tokens.Usage, bool) {
+	if !metered(lim) {
+		return tokens.Usage{}, false
+	}
+	key, _ := usageWindow(id, lim.Window, b.now())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a := b.accts[key]; a != nil {
+		return a.used, true
+	}
+	u, err := b.store.LoadUsage(ctx, key)
+	return u, err == nil
+}
+
+// metered reports whether lim caps anything that is counted per window.
+func metered(lim policy.Budget) bool {
+	return lim.Requests > 0 || lim.InputTokens > 0 || lim.OutputTokens > 0 || lim.CacheReadTokens > 0 || lim.CacheWriteTokens > 0
+}
+
+// usageWindow is the usage key of token id's current window, and when the
+// window resets (zero for the token's lifetime).
+func usageWindow(id, window string, now time.Time) (string, time.Time) {
+	if window != policy.WindowDay {
+		return tokens.UsageKey(id, ""), time.Time{}
+	}
+	day := now.UTC()
+	next := time.Date(day.Year(), day.Month(), day.Day()+1, 0, 0, 0, 0, time.UTC)
+	return tokens.UsageKey(id, day.Format("2006-01-02")), next
+}
+
+// overBudget says which limit used plus want would pass, or "".
+func overBudget(used, want tokens.Usage, lim policy.Budget) string {
+	var over []string
+	check := func(name string, limit, u, w int64, why string) {
+		if limit > 0 && u+w > limit {
+			over = append(over, fmt.Sprintf("%s: %d of %d used or held by requests in flight, and this request may use %d%s", name, u, limit, w, why))
+		}
+	}
+	check("requests", lim.Requests, used.Requests, want.Requests, "")
+	check("output_tokens", lim.OutputTokens, used.Output, want.Output, " (its max_tokens; a lower max_tokens may fit)")
+	check("input_tokens", lim.InputTokens, used.Input, want.Input, " (its body's size in bytes, an upper bound)")
+	check("cache_read_tokens", lim.CacheReadTokens, used.CacheRead, want.CacheRead, " (its body's size in bytes, an upper bound)")
+	check("cache_write_tokens", lim.CacheWriteTokens, used.CacheWrite, want.CacheWrite, " (its body's size in bytes, an upper bound)")
+	return strings.Join(over, "; ")
+}
+
+// leaseFor is the lease that covers need, a twentieth of each limit ahead,
+// and whether it is higher than the one the store holds.
+func leaseFor(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool) {
+	raise := false
+	step := func(l *int64, n, limit int64) {
+		if limit <= 0 || n <= *l {
+			return
+		}
+		*l = min(limit, n+max(limit/20, 1))
+		if *l < n {
+			*l = n
+		}
+		raise = true
+	}
+	out := leased
+	step(&out.Requests, need.Requests, lim.Requests)
+	step(&out.Input, need.Input, lim.InputTokens)
+	step(&out.Output, need.Output, lim.OutputTokens)
+	step(&out.CacheRead, need.CacheRead, lim.CacheReadTokens)
+	step(&out.CacheWrite, need.CacheWrite, lim.CacheWriteTokens)
+	return out, raise
+}
+
+// flushLoop saves each account's usage now and then: what the store holds
+// never drops below the lease (a crash must still charge it), but it
+// follows the settled usage up where no limit leases it, so a restart shows
+// what was spent.
+func (b *budgets) flushLoop() {
+	defer close(b.done)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.flush(false)
+		}
+	}
+}
+
+// flush writes the accounts whose usage moved; exact (clean stop) writes
+// the settled usage itself, with nothing in flight.
+func (b *budgets) flush(exact bool) {
+	b.mu.Lock()
+	type write struct {
+		key string
+		u   tokens.Usage
+	}
+	var writes []write
+	now := b.now()
+	for key, a := range b.accts {
+		u := maxUsage(a.used.Add(a.reserved), a.leased)
+		if exact && a.reserved == (tokens.Usage{}) {
+			u = a.used
+		}
+		if u != a.saved {
+			writes = append(writes, write{key, u})
+			a.saved = u
+			if !exact {
+				a.leased = maxUsage(a.leased, u)
+			}
+		}
+		if a.reserved == (tokens.Usage{}) && now.Sub(a.lastUse) > 48*time.Hour {
+			delete(b.accts, key)
+		}
+	}
+	b.mu.Unlock()
+	for _, w := range writes {
+		if err := b.store.SaveUsage(context.Background(), w.key, w.u); err != nil {
+			b.log.Error("budget: saving usage to the token store failed", "key", w.key, "err", err)
+		}
+	}
+}
+
+// close stops the flusher and saves the exact usage.
+func (b *budgets) close() {
+	select {
+	case <-b.stop:
+		return
+	default:
+	}
+	close(b.stop)
+	<-b.done
+	b.flush(true)
+}
+
+func maxUsage(a, c tokens.Usage) tokens.Usage {
+	return tokens.Usage{Requests: max(a.Requests, c.Requests), Input: max(a.Input, c.Input), Output: max(a.Output, c.Output),
+		CacheRead: max(a.CacheRead, c.CacheRead), CacheWrite: max(a.CacheWrite, c.CacheWrite)}
+}
+
+// retrySeconds rounds a wait up to whole seconds, at least 1, for retry-after.
+func retrySeconds(d time.Duration) int64 {
+	return max(1, int64(math.Ceil(d.Seconds())))
+}

@@ -1,0 +1,213 @@
+package routes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/tokens"
+)
+
+const budgetPolicy = `
+[profile.default]
+models = ["claude-*"]
+
+[profile.default.budget]
+requests = 10
+
+[profile.tight]
+models = ["claude-*"]
+budget = { output_tokens = 100, window = "day" }
+
+[profile.rate]
+models = ["claude-*"]
+budget = { requests_per_minute = 2 }
+
+[profile.one]
+models = ["claude-*"]
+budget = { concurrent = 1 }
+
+[[sandbox]]
+match = "tight-*"
+profile = "tight"
+
+[[sandbox]]
+match = "rate-*"
+profile = "rate"
+
+[[sandbox]]
+match = "one-*"
+profile = "one"
+`
+
+func newBudgetEnv(t *testing.T, now func() time.Time) *env {
+	return newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, budgetPolicy)
+		if now != nil {
+			o.Now = now
+		}
+	})
+}
+
+func messageBody(maxTokens int, stream bool) string {
+	return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":%d,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, maxTokens, stream)
+}
+
+// The budget holds under concurrency: of 100 requests at once against a
+// budget of 10, exactly 10 reach the upstream and the rest get 429 before
+// any upstream contact.
+func TestBudgetConcurrent(t *testing.T) {
+	e := newBudgetEnv(t, nil)
+	tok := e.token("conv-1")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", strings.NewReader(messageBody(50, false)))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Anthropic-Version", "2023-06-01")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[200] != 10 || codes[429] != 90 {
+		t.Errorf("statuses %v, want 10 × 200 and 90 × 429", codes)
+	}
+	if n := len(e.fake.Requests()); n != 10 {
+		t.Errorf("the upstream got %d requests, want 10", n)
+	}
+	r := e.do("POST", "/v1/messages", map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}, messageBody(50, false))
+	var body anthropicError
+	json.Unmarshal([]byte(r.body), &body)
+	if r.status != 429 || body.Error.Type != "rate_limit_error" || !strings.Contains(body.Error.Message, "requests: 10 of 10 used") ||
+		r.header.Get("X-Should-Retry") != "false" || r.header.Get("Retry-After") != "" {
+		t.Errorf("over budget = %d %v %s", r.status, r.header, r.body)
+	}
+	// count_tokens and the model list are not charged.
+	if r := e.do("GET", "/v1/models", map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}, ""); r.status != 200 {
+		t.Errorf("models = %d", r.status)
+	}
+}
+
+// Output is reserved from max_tokens and settled from the usage the
+// upstream reports, streamed or not; a day window resets at midnight UTC,
+// which retry-after says.
+func TestBudgetOutputTokens(t *testing.T) {
+	now := time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC)
+	e := newBudgetEnv(t, func() time.Time { return now })
+	tok := e.token("tight-1")
+	auth := map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}
+	r := e.do("POST", "/v1/messages", auth, messageBody(200, false))
+	if r.status != 429 || !strings.Contains(r.body, "output_tokens: 0 of 100 used or held by requests in flight, and this request may use 200 (its max_tokens; a lower max_tokens may fit)") ||
+		r.header.Get("Retry-After") != "3600" || r.header.Get("X-Should-Retry") != "true" {
+		t.Fatalf("max_tokens over the budget = %d %v %s", r.status, r.header, r.body)
+	}
+	if len(e.fake.Requests()) != 0 {
+		t.Fatal("a refused request reached the upstream")
+	}
+	for _, stream := range []bool{false, true} {
+		if r := e.do("POST", "/v1/messages", auth, messageBody(50, stream)); r.status != 200 {
+			t.Fatalf("stream=%v: %d %s", stream, r.status, r.body)
+		}
+	}
+	// The fake answers six words, one token each: 12 of 100 spent.
+	u, ok := e.srv.budgets.usage(context.Background(), tokenID(t, e, tok), e.srv.policy().Profiles["tight"].Budget)
+	if !ok || u != (tokens.Usage{Requests: 2, Output: 12, Input: u.Input}) || u.Input == 0 {
+		t.Errorf("usage %+v", u)
+	}
+	if r := e.do("POST", "/v1/messages", auth, messageBody(88, false)); r.status != 200 {
+		t.Errorf("88 of the 88 left = %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/messages", auth, messageBody(90, false)); r.status != 429 {
+		t.Errorf("90 more = %d", r.status)
+	}
+	now = now.Add(2 * time.Hour) // the next UTC day
+	if r := e.do("POST", "/v1/messages", auth, messageBody(100, false)); r.status != 200 {
+		t.Errorf("a new day = %d %s", r.status, r.body)
+	}
+}
+
+func tokenID(t *testing.T, e *env, tok string) string {
+	t.Helper()
+	p, err := tokens.Parse(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Hash().ID()
+}
+
+func TestBudgetRateAndConcurrency(t *testing.T) {
+	e := newBudgetEnv(t, nil)
+	auth := map[string]string{"Authorization": "Bearer " + e.token("rate-1"), "Anthropic-Version": "2023-06-01"}
+	for i := range 2 {
+		if r := e.do("POST", "/v1/messages/count_tokens", auth, `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`); r.status != 200 {
+			t.Fatalf("request %d = %d", i, r.status)
+		}
+	}
+	r := e.do("POST", "/v1/messages/count_tokens", auth, `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`)
+	if r.status != 429 || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, "over its rate (budget requests_per_minute = 2)") {
+		t.Errorf("third in a minute = %d %v %s", r.status, r.header, r.body)
+	}
+
+	gate := e.fake.HoldHeaders()
+	one := map[string]string{"Authorization": "Bearer " + e.token("one-1"), "Anthropic-Version": "2023-06-01"}
+	done := make(chan reply)
+	go func() { done <- e.do("POST", "/v1/messages", one, messageBody(10, false)) }()
+	<-gate.Reached()
+	if r := e.do("POST", "/v1/messages", one, messageBody(10, false)); r.status != 429 || !strings.Contains(r.body, "1 requests of sandbox one-1's token are in flight") {
+		t.Errorf("a second at once = %d %s", r.status, r.body)
+	}
+	gate.Release()
+	if r := <-done; r.status != 200 {
+		t.Errorf("the first = %d", r.status)
+	}
+	if r := e.do("POST", "/v1/messages", one, messageBody(10, false)); r.status != 200 {
+		t.Errorf("after the first ended = %d", r.status)
+	}
+}
+
+// Usage survives a restart: exactly after a clean stop, and at least what
+// was spent (the lease) after a crash, where nothing could be saved.
+func TestBudgetPersists(t *testing.T) {
+	e := newBudgetEnv(t, nil)
+	tok := e.token("conv-1")
+	id := tokenID(t, e, tok)
+	auth := map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}
+	for range 3 {
+		if r := e.do("POST", "/v1/messages", auth, messageBody(10, false)); r.status != 200 {
+			t.Fatal(r.status)
+		}
+	}
+	lim := e.srv.policy().Profiles["default"].Budget
+	// A crash: a second server on the same store reads what is there.
+	crashed := newBudgets(e.srv.store, e.srv.log, time.Now)
+	u, _ := crashed.usage(context.Background(), id, lim)
+	if u.Requests < 3 {
+		t.Errorf("after a crash: %d requests charged, want at least the 3 spent", u.Requests)
+	}
+	crashed.close()
+	// A clean stop saves the exact usage.
+	e.srv.budgets.close()
+	after := newBudgets(e.srv.store, e.srv.log, time.Now)
+	defer after.close()
+	if u, _ := after.usage(context.Background(), id, lim); u.Requests != 3 {
+		t.Errorf("after a clean stop: %d requests, want 3", u.Requests)
+	}
+}

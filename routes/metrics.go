@@ -1,0 +1,263 @@
+package routes
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// Token counts for cproxy_tokens come from listing the whole store, which
+// grows with every token ever minted; a listing is bounded in time and its
+// counts are reused for a while, so several scrapers (an HA Prometheus
+// pair) cost one listing between them.
+const (
+	tokensListTimeout = 5 * time.Second
+	tokensCacheFor    = 10 * time.Second
+)
+
+// upstreamBuckets span a registry's or git server's milliseconds and a
+// model's first token, which on a long prompt takes minutes.
+var upstreamBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
+
+// metrics is one Server's Prometheus metrics (docs/metrics.md), on a
+// registry of its own: tests run several Servers in one process. Its labels
+// come from the config and the policy (route, profile), from the response
+// (status), and from sandbox ids on the budget gauge alone, whose series go
+// when the sandbox's tokens are revoked: never from a token, a path or a
+// model name the client chose. A nil *metrics records nothing.
+type metrics struct {
+	reg         *prometheus.Registry
+	handler     http.Handler
+	requests    *prometheus.CounterVec
+	upstream    *prometheus.HistogramVec
+	bytesIn     *prometheus.CounterVec
+	bytesOut    *prometheus.CounterVec
+	open        *prometheus.GaugeVec
+	modelTokens *prometheus.CounterVec
+	budget      *prometheus.GaugeVec
+}
+
+// newMetrics builds the registry: cproxy's metrics, the token store's
+// counts, build info, and the Go runtime's and the process's collectors.
+// routes are the route labels to start at zero (every configured route), so
+// a rate over a route that has not been used yet is 0, not absent.
+func newMetrics(version string, store tokens.Store, now func() time.Time, log *slog.Logger, routes []string) *metrics {
+	if version == "" {
+		version = "unknown"
+	}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_requests_total",
+			Help: "Requests on the proxy listener, by route, policy profile (empty when none applied) and the status sent.",
+		}, []string{"route", "profile", "status"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cproxy_upstream_response_seconds",
+			Help:    "Time from forwarding a request (its body included) to the upstream's response headers, by route. Requests the upstream never answered are not observed.",
+			Buckets: upstreamBuckets,
+		}, []string{"route"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_request_bytes_total",
+			Help: "Request body bytes read from the sandboxes, by route.",
+		}, []string{"route"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_response_bytes_total",
+			Help: "Response body bytes sent to the sandboxes, by route.",
+		}, []string{"route"}),
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cproxy_open_requests",
+			Help: "Requests being forwarded now, streams included, by route: from forwarding to the response's end.",
+		}, []string{"route"}),
+		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_model_tokens_total",
+			Help: "Model tokens the upstream reported using, by policy profile and kind (input, output, cache_read, cache_write).",
+		}, []string{"profile", "kind"}),
+		budget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cproxy_budget_remaining",
+			Help: "What is left of a sandbox's budget, by sandbox and kind; a sandbox's series go when its tokens are revoked.",
+		}, []string{"sandbox", "kind"}),
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "cproxy_build_info",
+		Help:        "Always 1; the version label is cproxy's version.",
+		ConstLabels: prometheus.Labels{"version": version},
+	})
+	build.Set(1)
+	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.budget, build,
+		&tokenCounts{store: store, now: now, log: log},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	for _, r := range routes {
+		m.upstream.WithLabelValues(r)
+		m.bytesIn.WithLabelValues(r)
+		m.bytesOut.WithLabelValues(r)
+		m.open.WithLabelValues(r)
+	}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// A collector that fails costs its own metrics, not the scrape.
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return m
+}
+
+// serveHTTP answers GET /metrics on the admin listener. Like every admin
+// endpoint, it refuses parameters it does not take: it takes none.
+func (m *metrics) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := adminQuery(w, r); !ok {
+		return
+	}
+	m.handler.ServeHTTP(w, r)
+}
+
+// request counts a finished request; audit.finish calls it with the status
+// it logs.
+func (m *metrics) request(a *audit, status int) {
+	if m == nil {
+		return
+	}
+	route := a.route
+	if route == "" {
+		route = "none"
+	}
+	profile := ""
+	if a.session != nil && a.session.Profile != nil {
+		profile = a.session.Profile.Name
+	}
+	m.requests.WithLabelValues(route, profile, strconv.Itoa(status)).Inc()
+	m.bytesIn.WithLabelValues(route).Add(float64(a.body.n))
+	m.bytesOut.WithLabelValues(route).Add(float64(a.w.bytes))
+}
+
+type upstreamClockKey struct{}
+
+// upstreamClock times one forwarded request until its response headers.
+type upstreamClock struct {
+	hist  prometheus.Observer
+	start time.Time
+}
+
+// forwarding counts a request on route as open until the returned func
+// runs, and returns ctx with a clock that upstreamAnswered stops.
+func (m *metrics) forwarding(ctx context.Context, route string) (context.Context, func()) {
+	if m == nil {
+		return ctx, func() {}
+	}
+	open := m.open.WithLabelValues(route)
+	open.Inc()
+	clock := &upstreamClock{hist: m.upstream.WithLabelValues(route), start: time.Now()}
+	return context.WithValue(ctx, upstreamClockKey{}, clock), open.Dec
+}
+
+// upstreamAnswered observes the time to the upstream's response headers of
+// the request whose context is ctx. ReverseProxy calls ModifyResponse once
+// per request, so each is observed once.
+func upstreamAnswered(ctx context.Context) {
+	if c, ok := ctx.Value(upstreamClockKey{}).(*upstreamClock); ok {
+		c.hist.Observe(time.Since(c.start).Seconds())
+	}
+}
+
+// usage adds the model tokens one response used to profile's counts. The
+// usage counting calls it as a response's usage becomes known.
+func (m *metrics) usage(profile string, input, output, cacheRead, cacheWrite int64) {
+	if m == nil {
+		return
+	}
+	for _, k := range []struct {
+		kind string
+		n    int64
+	}{{"input", input}, {"output", output}, {"cache_read", cacheRead}, {"cache_write", cacheWrite}} {
+		if k.n > 0 {
+			m.modelTokens.WithLabelValues(profile, k.kind).Add(float64(k.n))
+		}
+	}
+}
+
+// setBudgetRemaining sets what is left of sandbox's budget of kind.
+func (m *metrics) setBudgetRemaining(sandbox, kind string, v float64) {
+	if m == nil {
+		return
+	}
+	m.budget.WithLabelValues(sandbox, kind).Set(v)
+}
+
+// deleteBudget drops every budget series of sandbox. It must run when the
+// sandbox's tokens are revoked, or sandbox ids would pile up as series.
+func (m *metrics) deleteBudget(sandbox string) {
+	if m == nil {
+		return
+	}
+	m.budget.DeletePartialMatch(prometheus.Labels{"sandbox": sandbox})
+}
+
+// tokenCounts is cproxy_tokens: the store's tokens by state, counted at
+// scrape time and reused for tokensCacheFor.
+type tokenCounts struct {
+	store tokens.Store
+	now   func() time.Time
+	log   *slog.Logger
+
+	mu     sync.Mutex // held across a listing: concurrent scrapes share it
+	at     time.Time  // when counts were taken; zero: never
+	counts [3]float64 // live, revoked, expired
+}
+
+var (
+	tokenStates = [3]string{"live", "revoked", "expired"}
+	tokensDesc  = prometheus.NewDesc("cproxy_tokens",
+		"Tokens in the store by state (live, revoked, expired), counted at most every 10s. Absent when the store cannot be listed.",
+		[]string{"state"}, nil)
+)
+
+func (c *tokenCounts) Describe(ch chan<- *prometheus.Desc) { ch <- tokensDesc }
+
+func (c *tokenCounts) Collect(ch chan<- prometheus.Metric) {
+	counts, err := c.get()
+	if err != nil {
+		c.log.Warn("counting tokens for /metrics failed", "err", err)
+		return
+	}
+	for i, st := range tokenStates {
+		ch <- prometheus.MustNewConstMetric(tokensDesc, prometheus.GaugeValue, counts[i], st)
+	}
+}
+
+func (c *tokenCounts) get() ([3]float64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if !c.at.IsZero() && now.Sub(c.at) < tokensCacheFor && !now.Before(c.at) {
+		return c.counts, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), tokensListTimeout)
+	defer cancel()
+	recs, err := c.store.List(ctx)
+	if err != nil {
+		return [3]float64{}, err
+	}
+	var counts [3]float64
+	for _, rec := range recs {
+		switch err := rec.Check(now); {
+		case err == nil:
+			counts[0]++
+		case errors.Is(err, tokens.ErrRevoked):
+			counts[1]++
+		case errors.Is(err, tokens.ErrExpired):
+			counts[2]++
+		}
+	}
+	c.at, c.counts = now, counts
+	return counts, nil
+}
