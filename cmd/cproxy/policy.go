@@ -11,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 func policyCommand() *cli.Command {
@@ -87,6 +89,7 @@ func policyExplainCommand() *cli.Command {
 			&cli.StringFlag{Name: "path", Usage: "with --relay: the request's `PATH` under the relay's prefix"},
 			&cli.StringFlag{Name: "profile", Usage: "the profile the sandbox's token names (as POST /tokens?profile=)"},
 			configFlag(),
+			adminFlag(),
 			&cli.StringFlag{Name: "policy", Usage: "a policy `FILE` on its own, instead of the config's"},
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
 		},
@@ -109,6 +112,13 @@ func policyExplainCommand() *cli.Command {
 				o.configFile = c.String("config")
 			} else if slices.Contains(c.LocalFlagNames(), "config") {
 				return fail(explainUsage, "use --config or --policy, not both")
+			}
+			// The budget left comes from a running cproxy, when one is
+			// named (--admin, CPROXY_ADMIN_URL) or its config is given.
+			if c.IsSet("admin") || o.configFile != "" {
+				if admin, err := newAdminClient(c); err == nil {
+					o.tokens = admin.list
+				}
 			}
 			allowed, err := runExplain(o, c.App.Writer)
 			if err != nil {
@@ -135,6 +145,27 @@ type explainOptions struct {
 	pkg          string
 	relay        string
 	method, path string
+
+	// tokens lists the sandbox's tokens from a running cproxy, for the
+	// budget left; nil when there is none to ask.
+	tokens func(sandbox string) ([]routes.TokenInfo, error)
+}
+
+// budgetExplained is the budget part of an explanation.
+type budgetExplained struct {
+	Limits policy.Budget `json:"limits"`
+	// Tokens are the sandbox's live tokens with what each has spent in
+	// its current window (a budget is per token).
+	Tokens []tokenSpent `json:"tokens,omitempty"`
+	// Unknown says why the tokens' usage is not shown.
+	Unknown string `json:"usage_unknown,omitempty"`
+}
+
+type tokenSpent struct {
+	ID    string        `json:"id"`
+	Usage *tokens.Usage `json:"usage,omitempty"`
+	// Budget is the token's own budget when it differs from its profile's.
+	Budget *policy.Budget `json:"budget,omitempty"`
 }
 
 // explanation is what explain prints: the profile and how it was chosen,
@@ -147,13 +178,14 @@ type explanation struct {
 	ChosenBy  string `json:"chosen_by,omitempty"`
 	ChosenAt  string `json:"chosen_at,omitempty"`
 	NoProfile string `json:"no_profile,omitempty"`
-	// Budget is what the sandbox has left to spend. BUDGET: filled in once
-	// budgets land (issue 6 §3); nil until then, and omitted.
-	Budget any         `json:"budget,omitempty"`
-	Checks []checkStep `json:"checks"`
-	Notes  []string    `json:"notes,omitempty"`
-	Allow  bool        `json:"allow"`
-	Rule   string      `json:"rule"`
+	// Budget is the profile's budget and, when the admin API could be
+	// asked, what each of the sandbox's live tokens has spent of it;
+	// omitted when the profile has none.
+	Budget *budgetExplained `json:"budget,omitempty"`
+	Checks []checkStep      `json:"checks"`
+	Notes  []string         `json:"notes,omitempty"`
+	Allow  bool             `json:"allow"`
+	Rule   string           `json:"rule"`
 }
 
 type checkStep struct {
@@ -212,6 +244,9 @@ func runExplain(o explainOptions, w io.Writer) (bool, error) {
 		pr := choice.Profile
 		e.Profile, e.ChosenBy, e.ChosenAt = pr.Name, choice.Rule, choice.At
 		e.ask(o, pr, relay)
+		if !pr.Budget.IsZero() {
+			e.Budget = explainBudget(o, pr.Budget)
+		}
 	}
 	if o.format == "json" {
 		enc := json.NewEncoder(w)
@@ -220,6 +255,59 @@ func runExplain(o explainOptions, w io.Writer) (bool, error) {
 	}
 	e.printText(w)
 	return e.Allow, nil
+}
+
+// explainBudget is the profile's budget and what the sandbox's live tokens
+// have spent, when a running cproxy can be asked.
+func explainBudget(o explainOptions, lim policy.Budget) *budgetExplained {
+	b := &budgetExplained{Limits: lim}
+	if o.tokens == nil {
+		b.Unknown = "usage not shown: give --admin (or the --config of a running cproxy serve) to see what the sandbox's tokens have spent"
+		return b
+	}
+	toks, err := o.tokens(o.sandbox)
+	if err != nil {
+		b.Unknown = "usage not shown: " + strings.TrimPrefix(err.Error(), "cproxy: ")
+		return b
+	}
+	for _, t := range toks {
+		if t.State != "live" {
+			continue
+		}
+		ts := tokenSpent{ID: t.ID, Usage: t.Usage}
+		if t.Budget != nil && *t.Budget != lim {
+			ts.Budget = t.Budget
+		}
+		b.Tokens = append(b.Tokens, ts)
+	}
+	if len(b.Tokens) == 0 {
+		b.Unknown = "the sandbox has no live token"
+	}
+	return b
+}
+
+// describeBudget words a budget's limits: "per day: requests 500, output 1000000, 30/min, 4 at once".
+func describeBudget(b policy.Budget) string {
+	var parts []string
+	for _, x := range []struct {
+		name string
+		v    int64
+	}{{"requests", b.Requests}, {"input", b.InputTokens}, {"output", b.OutputTokens}, {"cache_read", b.CacheReadTokens}, {"cache_write", b.CacheWriteTokens}} {
+		if x.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", x.name, x.v))
+		}
+	}
+	if b.RequestsPerMinute > 0 {
+		parts = append(parts, fmt.Sprintf("%d/min", b.RequestsPerMinute))
+	}
+	if b.Concurrent > 0 {
+		parts = append(parts, fmt.Sprintf("%d at once", b.Concurrent))
+	}
+	window := "per token"
+	if b.Window == policy.WindowDay {
+		window = "per token per UTC day"
+	}
+	return window + ": " + strings.Join(parts, ", ")
 }
 
 // checkQuestion refuses anything but one question with the flags that go with it.
@@ -331,8 +419,15 @@ func (e explanation) printText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "profile:  %s, chosen by %s%s\n", e.Profile, e.ChosenBy, at)
 	}
-	// BUDGET: a "budget:" line with what the sandbox has left goes here
-	// once budgets land (issue 6 §3).
+	if b := e.Budget; b != nil {
+		fmt.Fprintf(w, "budget:   %s\n", describeBudget(b.Limits))
+		for _, t := range b.Tokens {
+			fmt.Fprintf(w, "budget:   %s has spent %s\n", t.ID, usageOf(routes.TokenInfo{Record: tokens.Record{ID: t.ID}, Usage: t.Usage, Budget: t.Budget}))
+		}
+		if b.Unknown != "" {
+			fmt.Fprintf(w, "budget:   %s\n", b.Unknown)
+		}
+	}
 	for _, c := range e.Checks {
 		fmt.Fprintf(w, "check:    %s %s by %s\n", verdict(c.Allow), c.Check, c.Rule)
 	}
