@@ -122,6 +122,9 @@ func TestTargets(t *testing.T) {
 			t.Errorf("%s: memory %+v", tg.Name, mem)
 		}
 	}
+	if _, err := checkMetered(ctx, env.Target(LimitsTarget), env.scraper, time.Now()); err != nil {
+		t.Error(err)
+	}
 	wrong := &Target{Name: "cproxy with a wrong token", URL: env.Target("cproxy").URL, Header: bearer("cpx_wrong")}
 	if _, err := wrong.Message(ctx, hc, Body(false)); err == nil {
 		t.Error("cproxy forwarded a request with a wrong token")

@@ -67,7 +67,7 @@ func (e *Env) startCproxyFor(bin, upstream, url, realToken, policy, sandbox stri
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	token, err := mintToken("http://"+addrs.Admin, sandbox)
+	token, _, err := mintToken("http://"+addrs.Admin, sandbox)
 	if err != nil {
 		return nil, "", p.failed(err.Error())
 	}

@@ -8,7 +8,10 @@
 // by re-executing the current binary with CPROXY_BENCH_ROLE set (see
 // RunRoleIfAsked); cproxy is the real `cproxy serve` binary with a minted
 // sandbox token, so its whole path (authentication, store look-up, policy,
-// the body's model check, forwarding) is measured.
+// the body's model check, forwarding) is measured. A second cproxy,
+// LimitsTarget, runs with a metering budget, the JSON audit log to a file and
+// its /metrics scraped every few seconds (issue 6), and must show its token's
+// usage moved by every request.
 //
 // Two entry points use it: `go test -bench . ./internal/bench` (Go benchmarks,
 // including in-process ones for profiling routes.Server) and

@@ -84,6 +84,7 @@ func (t *Target) Message(ctx context.Context, hc *http.Client, body []byte) (tim
 	if resp.StatusCode != http.StatusOK {
 		return 0, statusError(t, resp)
 	}
+	t.ok.Add(1)
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
 		return 0, fmt.Errorf("%s: reading the answer: %w", t.Name, err)
 	}
@@ -104,6 +105,7 @@ func (t *Target) Stream(ctx context.Context, hc *http.Client, body []byte, hold 
 		defer resp.Body.Close()
 		return 0, nil, statusError(t, resp)
 	}
+	t.ok.Add(1)
 	br := bufio.NewReader(resp.Body)
 	for seen := false; ; {
 		line, err := br.ReadSlice('\n')

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,7 +32,7 @@ const (
 // Target is one way for the client to reach the upstream: directly or through
 // one of the proxies.
 type Target struct {
-	// Name is "direct", "goproxy", "nginx" or "cproxy".
+	// Name is "direct", "goproxy", "nginx", "cproxy" or LimitsTarget.
 	Name string
 	// URL is the base URL the client sends /v1/messages to.
 	URL string
@@ -40,6 +41,12 @@ type Target struct {
 	Header http.Header
 	// proc is the proxy's process; nil for direct.
 	proc *proc
+	// admin is cproxy's admin API base URL, dir its directory and tokenID
+	// the id of the token in Header; empty for the other targets.
+	admin, dir, tokenID string
+	// ok counts the requests the target answered with 200, for checking
+	// them against what cproxy metered.
+	ok atomic.Int64
 }
 
 // PIDs are the proxy's processes (nginx: the master and its workers); none
@@ -82,8 +89,8 @@ type Env struct {
 	// UpstreamURL is the upstream's base URL, for direct requests and for
 	// ReleasePath.
 	UpstreamURL string
-	// Targets are direct, goproxy, nginx (when there is one) and cproxy, in
-	// that order.
+	// Targets are direct, goproxy, nginx (when there is one), cproxy and
+	// LimitsTarget, in that order (and routes, with Options.Profile).
 	Targets []*Target
 	// NginxMissing, when nginx was left out, says why.
 	NginxMissing string
@@ -94,11 +101,12 @@ type Env struct {
 	ownDir  bool
 	profile string
 	procs   []*proc
+	scraper *scraper
 }
 
 // Start starts the upstream and the proxies in front of it, each as its own
-// process on a loopback port, and mints a sandbox token for cproxy. Close
-// stops them.
+// process on a loopback port, mints a sandbox token for each cproxy, and
+// starts scraping LimitsTarget's metrics. Close stops them.
 func Start(o Options) (_ *Env, err error) {
 	if o.Streams == 0 {
 		o.Streams = DefaultPlan.Streams
@@ -158,11 +166,20 @@ func Start(o Options) (_ *Env, err error) {
 		e.NginxMissing = "left out on request"
 	}
 
-	t, err := e.startCproxy(o.Cproxy, key)
-	if err != nil {
-		return nil, err
+	bin := o.Cproxy
+	if bin == "" {
+		if bin, err = e.buildCproxy(); err != nil {
+			return nil, err
+		}
 	}
-	e.Targets = append(e.Targets, t)
+	for _, v := range []cproxyVariant{plainCproxy, limitsCproxy} {
+		t, err := e.startCproxy(bin, key, v)
+		if err != nil {
+			return nil, err
+		}
+		e.Targets = append(e.Targets, t)
+	}
+	e.scraper = startScraper(e.Target(LimitsTarget).admin, scrapeInterval)
 	if o.Profile != "" {
 		t, err := e.startRoutes(key)
 		if err != nil {
@@ -175,6 +192,10 @@ func Start(o Options) (_ *Env, err error) {
 
 // Close stops every process Start started and removes its directory.
 func (e *Env) Close() {
+	if e.scraper != nil {
+		e.scraper.stop()
+		e.scraper = nil
+	}
 	for i := len(e.procs) - 1; i >= 0; i-- {
 		e.procs[i].stop()
 	}
@@ -445,8 +466,8 @@ models = ["claude-*"]
 `
 
 // cproxyConfig runs cproxy on ephemeral loopback ports with its store, key
-// and ready file in the benchmark's directory. Logging stays at its default
-// (text, info: one audit line per request) and goes to a file.
+// and ready file in its directory. Logging stays at its default (text, info:
+// one audit line per request) and goes to a file.
 const cproxyConfig = `policy = "policy.toml"
 
 [listen]
@@ -463,26 +484,91 @@ url = "{{upstream}}"
 credential = "file:anthropic-key"
 `
 
-func (e *Env) startCproxy(bin, key string) (*Target, error) {
-	if bin == "" {
-		bin = filepath.Join(e.dir, "cproxy")
-		build := exec.Command("go", "build", "-o", bin, "github.com/cproxy/cproxy/cmd/cproxy")
-		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build cproxy: %v\n%s", err, out)
-		}
-	}
-	files := map[string]string{
+// limitsPolicy is cproxyPolicy with a budget that meters every kind the
+// model route counts, per UTC day, and limits rate and concurrency, so each
+// request is reserved, settled and its stream's usage read, as in
+// production. The limits are far above what a run spends (per repetition,
+// about 10^5 requests of 5,120 input tokens each, holding 32,000 max_tokens
+// of output and the body's 22 KB of each input kind while in flight, 1,000
+// streams at once, up to ~10^6 requests a minute), so none refuses. A
+// budget this size leases a twentieth of itself from the store at the
+// first request and never again; one near its end would make a bbolt write
+// every twentieth of a limit.
+const limitsPolicy = cproxyPolicy + `
+[profile.default.budget]
+window = "day"
+requests = 100_000_000
+input_tokens = 1_000_000_000_000
+output_tokens = 1_000_000_000_000
+cache_read_tokens = 1_000_000_000_000
+cache_write_tokens = 1_000_000_000_000
+requests_per_minute = 100_000_000
+concurrent = 100_000
+`
+
+// limitsConfig is cproxyConfig with the audit records going to a JSON
+// lines file, as issue 6 configures it; the metrics are always on and
+// Env's scraper reads them.
+const limitsConfig = cproxyConfig + `
+[log]
+audit = "audit.jsonl"
+`
+
+// A cproxyVariant is one way of running `cproxy serve` as a target.
+type cproxyVariant struct {
+	name   string // the target's name
+	dir    string // its directory, under the environment's; "" for the environment's own
+	config string // the config file, with {{upstream}} for the upstream's URL
+	policy string
+}
+
+var (
+	plainCproxy  = cproxyVariant{name: "cproxy", config: cproxyConfig, policy: cproxyPolicy}
+	limitsCproxy = cproxyVariant{name: LimitsTarget, dir: "limits", config: limitsConfig, policy: limitsPolicy}
+)
+
+// LimitsTarget is the cproxy target with budgets, the JSON audit log and a
+// metrics scraper on (issue 6); "cproxy" keeps the default config.
+const LimitsTarget = "cproxy+limits"
+
+// files are the variant's files, by name in its directory.
+func (v cproxyVariant) files(upstreamURL, key string) map[string]string {
+	return map[string]string{
 		"anthropic-key": key + "\n",
-		"policy.toml":   cproxyPolicy,
-		"cproxy.toml":   strings.ReplaceAll(cproxyConfig, "{{upstream}}", e.UpstreamURL),
+		"policy.toml":   v.policy,
+		"cproxy.toml":   strings.ReplaceAll(v.config, "{{upstream}}", upstreamURL),
 	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
+}
+
+// buildCproxy builds cproxy into the environment's directory.
+func (e *Env) buildCproxy() (string, error) {
+	bin := filepath.Join(e.dir, "cproxy")
+	build := exec.Command("go", "build", "-o", bin, "github.com/cproxy/cproxy/cmd/cproxy")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build cproxy: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func (e *Env) startCproxy(bin, key string, v cproxyVariant) (*Target, error) {
+	dir := filepath.Join(e.dir, v.dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	// A directory kept with Options.Dir holds the last repetition's audit
+	// log, which would be appended to.
+	if err := os.Remove(filepath.Join(dir, "audit.jsonl")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for name, content := range v.files(e.UpstreamURL, key) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			return nil, err
 		}
 	}
-	ready := filepath.Join(e.dir, "ready.json")
-	p, err := e.start("cproxy", exec.Command(bin, "serve", "--config", filepath.Join(e.dir, "cproxy.toml")))
+	ready := filepath.Join(dir, "ready.json")
+	cmd := exec.Command(bin, "serve", "--config", filepath.Join(dir, "cproxy.toml"))
+	cmd.Dir = dir
+	p, err := e.start(v.name, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -494,7 +580,7 @@ func (e *Env) startCproxy(bin, key string) (*Target, error) {
 			return nil, p.failed("exited at start")
 		default:
 		}
-		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil {
+		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.Proxy != "" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -502,29 +588,31 @@ func (e *Env) startCproxy(bin, key string) (*Target, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	token, err := mintToken("http://"+addrs.Admin, "bench-1")
+	admin := "http://" + addrs.Admin
+	token, id, err := mintToken(admin, "bench-1")
 	if err != nil {
 		return nil, p.failed(err.Error())
 	}
-	return &Target{Name: "cproxy", URL: "http://" + addrs.Proxy, Header: bearer(token), proc: p}, nil
+	return &Target{Name: v.name, URL: "http://" + addrs.Proxy, Header: bearer(token), proc: p, admin: admin, dir: dir, tokenID: id}, nil
 }
 
-// mintToken asks cproxy's admin API for a sandbox token.
-func mintToken(admin, sandbox string) (string, error) {
+// mintToken asks cproxy's admin API for a sandbox token; it returns the
+// token and its id.
+func mintToken(admin, sandbox string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/tokens?sandbox="+sandbox, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("mint token: %w", err)
+		return "", "", fmt.Errorf("mint token: %w", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	var created struct{ Token string }
+	var created struct{ Token, ID string }
 	if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &created) != nil || created.Token == "" {
-		return "", fmt.Errorf("mint token: %s: %s", resp.Status, bytes.TrimSpace(b))
+		return "", "", fmt.Errorf("mint token: %s: %s", resp.Status, bytes.TrimSpace(b))
 	}
-	return created.Token, nil
+	return created.Token, created.ID, nil
 }
 
 // CPU is the processor time the target's processes have used so far, user

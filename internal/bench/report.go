@@ -87,12 +87,14 @@ type Stats struct {
 	CPU time.Duration
 }
 
-// Rep is one repetition's numbers: Stats[measure][target], and the memory
-// of each proxy before (Idle) and while (Held) Plan.Streams streams are open.
+// Rep is one repetition's numbers: Stats[measure][target], the memory of
+// each proxy before (Idle) and while (Held) Plan.Streams streams are open,
+// and what LimitsTarget metered.
 type Rep struct {
-	Stats map[string]map[string]Stats
-	Idle  map[string]Mem
-	Held  map[string]Mem
+	Stats   map[string]map[string]Stats
+	Idle    map[string]Mem
+	Held    map[string]Mem
+	Metered Metered
 }
 
 // Result is a whole comparison run.
@@ -140,6 +142,7 @@ func Run(ctx context.Context, o Options, p Plan) (*Result, error) {
 }
 
 func measure(ctx context.Context, env *Env, p Plan) (Rep, error) {
+	began := time.Now()
 	rep := Rep{Stats: map[string]map[string]Stats{}, Idle: map[string]Mem{}, Held: map[string]Mem{}}
 	hc := NewClient(32)
 	defer hc.CloseIdleConnections()
@@ -206,6 +209,13 @@ func measure(ctx context.Context, env *Env, p Plan) (Rep, error) {
 			return rep, err
 		}
 		rep.Idle[t.Name], rep.Held[t.Name] = idle, held
+	}
+	if t := env.Target(LimitsTarget); t != nil {
+		m, err := checkMetered(ctx, t, env.scraper, began)
+		if err != nil {
+			return rep, err
+		}
+		rep.Metered = m
 	}
 	return rep, nil
 }
