@@ -1,0 +1,260 @@
+package deploy
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+)
+
+const unitFile = "systemd/cproxy.service"
+
+// unit is a systemd unit file as section → key → values, in file order. A
+// key may appear more than once (SystemCallFilter=, Environment=).
+type unit map[string]map[string][]string
+
+// parseUnit reads the subset of systemd's unit syntax the unit uses:
+// sections, key=value lines, comments. No line continuations.
+func parseUnit(t *testing.T, path string) unit {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	u := unit{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = line[1 : len(line)-1]
+			u[section] = map[string][]string{}
+		case strings.HasSuffix(line, `\`):
+			t.Fatalf("%s:%d: line continuations are not parsed here", path, n)
+		default:
+			key, value, ok := strings.Cut(line, "=")
+			if !ok || section == "" {
+				t.Fatalf("%s:%d: not key=value in a section: %q", path, n, line)
+			}
+			u[section][key] = append(u[section][key], value)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// one returns the single value of key, failing if it is missing or repeated.
+func (u unit) one(t *testing.T, section, key string) string {
+	t.Helper()
+	v := u[section][key]
+	if len(v) != 1 {
+		t.Fatalf("[%s] %s: want one value, have %q", section, key, v)
+	}
+	return v[0]
+}
+
+func TestSystemdUnitHardening(t *testing.T) {
+	u := parseUnit(t, unitFile)
+	want := map[string]string{
+		"Type":                    "simple",
+		"ExecStart":               "/usr/local/bin/cproxy serve --config /etc/cproxy/cproxy.toml",
+		"ExecReload":              "/bin/kill -HUP $MAINPID",
+		"KillSignal":              "SIGTERM",
+		"Restart":                 "on-failure",
+		"DynamicUser":             "yes",
+		"StateDirectory":          "cproxy",
+		"StateDirectoryMode":      "0700",
+		"ConfigurationDirectory":  "cproxy",
+		"LogsDirectory":           "cproxy",
+		"RuntimeDirectory":        "cproxy cproxy/sandboxes",
+		"UMask":                   "0077",
+		"NoNewPrivileges":         "yes",
+		"CapabilityBoundingSet":   "",
+		"AmbientCapabilities":     "",
+		"ProtectSystem":           "strict",
+		"ProtectHome":             "yes",
+		"PrivateTmp":              "yes",
+		"PrivateDevices":          "yes",
+		"ProtectKernelTunables":   "yes",
+		"ProtectKernelModules":    "yes",
+		"ProtectControlGroups":    "yes",
+		"RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+		"RestrictNamespaces":      "yes",
+		"RestrictSUIDSGID":        "yes",
+		"LockPersonality":         "yes",
+		"MemoryDenyWriteExecute":  "yes",
+		"SystemCallArchitectures": "native",
+	}
+	for key, value := range want {
+		if got := u.one(t, "Service", key); got != value {
+			t.Errorf("[Service] %s=%s, want %s=%s", key, got, key, value)
+		}
+	}
+	if got := u["Service"]["SystemCallFilter"]; len(got) == 0 || got[0] != "@system-service" {
+		t.Errorf("[Service] SystemCallFilter=%q, want @system-service first", got)
+	}
+	if got := u.one(t, "Install", "WantedBy"); got != "multi-user.target" {
+		t.Errorf("[Install] WantedBy=%s", got)
+	}
+
+	// The stop timeout must outlast the drain the shipped config asks for,
+	// or systemd kills cproxy in the middle of it.
+	stop, err := time.ParseDuration(u.one(t, "Service", "TimeoutStopSec"))
+	if err != nil {
+		t.Fatalf("TimeoutStopSec: %v (write it with a unit, e.g. 45s)", err)
+	}
+	cfg := loadSystemdConfig(t)
+	if stop <= cfg.Listen.Drain.Duration {
+		t.Errorf("TimeoutStopSec=%s is not above listen.drain = %s", stop, cfg.Listen.Drain)
+	}
+}
+
+// loadSystemdConfig loads deploy/systemd/cproxy.toml and policy.toml with
+// cproxy's own loader, as /etc/cproxy would hold them. Only log.audit's
+// directory, /var/log/cproxy (which the unit's LogsDirectory= creates), is
+// moved into a temporary directory: the loader checks that it exists.
+func loadSystemdConfig(t *testing.T) *policy.Config {
+	t.Helper()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "log")
+	if err := os.Mkdir(logs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data := readFile(t, "systemd/cproxy.toml")
+	if !strings.Contains(data, `"/var/log/cproxy/`) {
+		t.Fatal("systemd/cproxy.toml: log.audit is no longer under /var/log/cproxy: update this test")
+	}
+	data = strings.ReplaceAll(data, `"/var/log/cproxy/`, `"`+logs+`/`)
+	writeFile(t, filepath.Join(dir, "cproxy.toml"), data)
+	writeFile(t, filepath.Join(dir, "policy.toml"), readFile(t, "systemd/policy.toml"))
+	cfg, err := policy.LoadConfig(filepath.Join(dir, "cproxy.toml"))
+	if err != nil {
+		t.Fatalf("systemd/cproxy.toml does not load: %v", err)
+	}
+	return cfg
+}
+
+// The sample config puts each file where the unit lets the service write,
+// and reads the credentials where LoadCredential= puts them.
+func TestSystemdConfigMatchesUnit(t *testing.T) {
+	u := parseUnit(t, unitFile)
+	cfg := loadSystemdConfig(t)
+
+	state := "/var/lib/" + u.one(t, "Service", "StateDirectory") + "/"
+	if !strings.HasPrefix(cfg.Store.Path, state) {
+		t.Errorf("store.path = %q, want it under the unit's StateDirectory %s", cfg.Store.Path, state)
+	}
+	if cfg.PolicyPath() == "" {
+		t.Error("the sample config names no policy file")
+	}
+	// Environment=XDG_STATE_HOME keeps the default store path in the state
+	// directory too.
+	if env := u["Service"]["Environment"]; !slices.Contains(env, "XDG_STATE_HOME=/var/lib") {
+		t.Errorf("Environment=%q: want XDG_STATE_HOME=/var/lib", env)
+	}
+
+	creds := map[string]bool{}
+	for _, lc := range u["Service"]["LoadCredential"] {
+		name, src, ok := strings.Cut(lc, ":")
+		if !ok || !strings.HasPrefix(src, "/etc/cproxy/") {
+			t.Errorf("LoadCredential=%s: want NAME:/etc/cproxy/…", lc)
+		}
+		creds[name] = true
+	}
+	const credDir = "file:/run/credentials/cproxy.service/"
+	named := 0
+	for _, c := range []string{cfg.Upstream.Anthropic.Credential, cfg.Upstream.GitHub.Credential, cfg.Upstream.NPM.Credential} {
+		name, ok := strings.CutPrefix(c, credDir)
+		if !ok {
+			continue
+		}
+		named++
+		if !creds[name] {
+			t.Errorf("the config reads %s, but the unit has no LoadCredential=%s:…", c, name)
+		}
+	}
+	if named == 0 {
+		t.Errorf("no credential of the sample config is read from %s", credDir)
+	}
+	// A systemd credential file is 0400, owned by the service's user: the
+	// mode cproxy's file: source accepts.
+}
+
+// TestSystemdAnalyzeVerify runs systemd's own checker on the unit. The unit's
+// ExecStart names /usr/local/bin/cproxy, which is not installed here, and
+// verify refuses a unit whose program does not exist; the unit is checked
+// with that path pointed at a stand-in executable, everything else as
+// shipped. verify exits 0 on an unknown or misspelt key (it only warns), so
+// any output fails the test.
+func TestSystemdAnalyzeVerify(t *testing.T) {
+	tool, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("systemd-analyze is not installed; .ci/run installs Debian's systemd package for it")
+		}
+		t.Skip("systemd-analyze is not installed (Debian package systemd): the unit was not verified")
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "cproxy")
+	writeFile(t, stub, "#!/bin/sh\nexit 0\n")
+	if err := os.Chmod(stub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unitText := readFile(t, unitFile)
+	if !strings.Contains(unitText, "/usr/local/bin/cproxy ") {
+		t.Fatal("ExecStart no longer names /usr/local/bin/cproxy: update this test")
+	}
+	path := filepath.Join(dir, "cproxy.service")
+	writeFile(t, path, strings.ReplaceAll(unitText, "/usr/local/bin/cproxy ", stub+" "))
+
+	cmd := exec.Command(tool, "verify", path)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+
+	// systemd's own exposure score for the hardening settings (0 is the
+	// most locked down, 10 the least). --offline reads the file alone;
+	// older systemd versions lack it.
+	out, err = exec.Command(tool, "security", "--offline=true", "--no-pager", path).CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Logf("systemd-analyze security --offline gave no score (%v); skipped that part", err)
+		return
+	}
+	score, _ := strconv.ParseFloat(string(m[1]), 64)
+	t.Logf("systemd-analyze security: exposure %.1f", score)
+	if score > 2.0 {
+		t.Errorf("systemd-analyze security rates the unit's exposure %.1f, want at most 2.0:\n%s", score, out)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
