@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds cproxy and git-credential-cproxy from this checkout and installs them
-# into ${PREFIX:-$HOME/.local}/bin. Downloads nothing but Go modules.
+# into ${PREFIX:-$HOME/.local}/bin, and the cproxy(1) man page into
+# ${PREFIX:-$HOME/.local}/share/man/man1. Downloads nothing but Go modules.
 set -euo pipefail
 
 prefix=${PREFIX:-$HOME/.local}
 bin=$prefix/bin
+man1=$prefix/share/man/man1
 need_major=1 need_minor=26
 
 if ! command -v go >/dev/null 2>&1; then
@@ -22,11 +24,13 @@ fi
 
 cd "$(dirname "$0")"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
-mkdir -p "$bin"
+mkdir -p "$bin" "$man1"
 for cmd in cproxy git-credential-cproxy; do
 	go build -trimpath -ldflags "-X main.buildVersion=$version" -o "$bin/$cmd" "./cmd/$cmd"
 done
+cp docs/man/cproxy.1 "$man1/cproxy.1"
 echo "installed cproxy and git-credential-cproxy ($version) into $bin"
+echo "installed the cproxy(1) man page into $man1"
 case ":$PATH:" in
 *":$bin:"*) ;;
 *) echo "note: $bin is not on your PATH; add it with: export PATH=\"$bin:\$PATH\"" ;;

@@ -258,7 +258,12 @@ func auditCommand() *cli.Command {
 		Usage: "print a sandbox's audit records, readably",
 		Description: "Reads the audit log (log.audit in the config, or --file) and prints the records of the sandbox,\n" +
 			"one line each: time, route, method, target, decision, status, duration, usage, rule and reason.\n" +
-			"--sandbox takes an id or a pattern ('conv-*'; '*' for every record, unauthenticated requests included).",
+			"--sandbox takes an id or a pattern ('conv-*'; '*' for every record, unauthenticated requests included).\n" +
+			"\n" +
+			"Examples:\n" +
+			"\n" +
+			"   cproxy audit --config /etc/cproxy/cproxy.toml --sandbox conv-42\n" +
+			"   cproxy audit --file audit.jsonl --sandbox 'conv-*' --follow",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "sandbox", Usage: "the sandbox `ID` or pattern ('*': all)", Required: true},

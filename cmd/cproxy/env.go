@@ -41,6 +41,13 @@ func envCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "env",
 		Usage: "print the environment one sandbox command needs: eval \"$(cproxy env --sandbox ID)\"",
+		Description: `With --sandbox it mints a token through the admin API; with --token it uses that one.
+
+Examples:
+
+   eval "$(cproxy env --sandbox conv-42 --proxy-url http://127.0.0.1:8080)"
+   cproxy env --sandbox conv-42 --proxy-url http://10.20.30.4:8080 --format json
+   cproxy env --token "$TOKEN" --proxy-url http://10.20.30.4:8080 --format env > sandbox.env`,
 		Flags: append(sandboxEnvFlags(),
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "sh", Usage: "sh (export lines, safe under eval), json, or env (NAME=value lines)"},
 		),
@@ -211,6 +218,12 @@ func npmrcCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "npmrc",
 		Usage: "print an npm userconfig file, holding no secret, for the sandbox image (use with cproxy env --npmrc PATH)",
+		Description: `The file names ${CPROXY_TOKEN}, which npm fills in from the sandbox's environment.
+
+Examples:
+
+   cproxy npmrc --proxy-url http://10.20.30.4:8080 > image/etc/cproxy/npmrc
+   cproxy npmrc --config /etc/cproxy/cproxy.toml`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
 			configFlag(),

@@ -19,7 +19,13 @@ func execCommand() *cli.Command {
 		Name:      "exec",
 		Usage:     "run a command with a sandbox's environment: cproxy exec --sandbox ID -- CMD ARGS...",
 		ArgsUsage: "-- CMD [ARGS...]",
-		Flags:     sandboxEnvFlags(),
+		Description: `Takes the flags of cproxy env and exits with the command's status.
+
+Examples:
+
+   cproxy exec --sandbox conv-42 --proxy-url http://127.0.0.1:8080 -- claude -p 'fix the failing test'
+   cproxy exec --sandbox conv-42 --config /etc/cproxy/cproxy.toml --ttl 2h -- cproxy verify`,
+		Flags: sandboxEnvFlags(),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
 			if len(args) == 0 {

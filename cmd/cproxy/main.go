@@ -18,6 +18,16 @@ func main() {
 
 // run is main without the exit, so tests can call it.
 func run(args []string, stdout, stderr io.Writer) int {
+	err := newApp(stdout, stderr).Run(args)
+	if err == nil {
+		return 0
+	}
+	return report(stderr, err)
+}
+
+// newApp is cproxy's command line, every command registered, so that the
+// completion scripts, the man page and the help test walk what runs.
+func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:  "cproxy",
 		Usage: "keep real credentials out of agent sandboxes",
@@ -39,16 +49,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			secretCommand(),
 			verifyCommand(),
 			versionCommand(),
+			completionCommand(),
+			manCommand(),
 		},
 		// Errors are printed once, by run, in cproxy's own words.
 		ExitErrHandler: func(*cli.Context, error) {},
+		// cproxy completion's scripts ask the binary itself, with
+		// --generate-bash-completion, what comes next on the line.
+		EnableBashCompletion: true,
 	}
 	quietUsage(app.Name, nil, app)
-	err := app.Run(args)
-	if err == nil {
-		return 0
-	}
-	return report(stderr, err)
+	completeFlagValues(app)
+	return app
 }
 
 // quietUsage makes a usage error (an unknown flag or command) one line on

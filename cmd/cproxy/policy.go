@@ -17,8 +17,12 @@ import (
 
 func policyCommand() *cli.Command {
 	return &cli.Command{
-		Name:        "policy",
-		Usage:       "work with policy files",
+		Name:  "policy",
+		Usage: "work with policy files",
+		Description: `Examples:
+
+   cproxy policy check cproxy.toml policy.toml
+   cproxy policy explain --config cproxy.toml --sandbox conv-42 --model claude-opus-4-1`,
 		Subcommands: []*cli.Command{policyCheckCommand(), policyExplainCommand()},
 	}
 }
@@ -28,13 +32,21 @@ func policyCheckCommand() *cli.Command {
 		Name:      "check",
 		Usage:     "check policy or config files; exit 1 with one file:line:col: message per problem",
 		ArgsUsage: "FILE...",
+		Description: `--format github prints each problem as a GitHub Actions ::error command, which marks the line
+in the pull request.
+
+Examples:
+
+   cproxy policy check cproxy.toml policy.toml
+   cproxy policy check --format json policy.toml
+   cproxy policy check --format github policy.toml`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text, json, or github (GitHub Actions ::error commands)"},
 		},
 		Action: func(c *cli.Context) error {
 			format := c.String("format")
-			if format != "text" && format != "json" {
-				return fail("use --format text or json", "unknown format %q", format)
+			if format != "text" && format != "json" && format != "github" {
+				return fail("use --format text, json or github", "unknown format %q", format)
 			}
 			if c.NArg() == 0 {
 				return fail("cproxy policy check policy.toml [more.toml...]", "no files to check")
@@ -59,7 +71,11 @@ func policyCheckCommand() *cli.Command {
 				}
 			} else {
 				for _, p := range all {
-					fmt.Fprintln(c.App.Writer, p.String())
+					line := p.String()
+					if format == "github" {
+						line = githubError(p)
+					}
+					fmt.Fprintln(c.App.Writer, line)
 				}
 			}
 			if len(all) > 0 {
@@ -70,6 +86,23 @@ func policyCheckCommand() *cli.Command {
 	}
 }
 
+// githubError is a problem as a GitHub Actions workflow command, which the
+// run's log shows as an error and the pull request as an annotation on the
+// line. Escaped as actions/toolkit does: %, CR and LF in the message, and
+// also , and : in the properties.
+func githubError(p policy.Problem) string {
+	data := strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A")
+	prop := strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C")
+	if p.File == "" {
+		return "::error::" + data.Replace(p.Message)
+	}
+	props := "file=" + prop.Replace(p.File)
+	if p.Line > 0 {
+		props += fmt.Sprintf(",line=%d,col=%d", p.Line, p.Col)
+	}
+	return "::error " + props + "::" + data.Replace(p.Message)
+}
+
 const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete]] | --package NAME[@VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
 
 func policyExplainCommand() *cli.Command {
@@ -77,6 +110,12 @@ func policyExplainCommand() *cli.Command {
 		Name:      "explain",
 		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
 		ArgsUsage: " ",
+		Description: `One question per run: --model, --repo (with --push REF), --package or --relay.
+
+Examples:
+
+   cproxy policy explain --config cproxy.toml --sandbox conv-42 --repo acme/app --push refs/heads/main
+   cproxy policy explain --policy policy.toml --sandbox ci-1 --package react@19.1.0`,
 		Flags: []cli.Flag{
 			sandboxFlag(),
 			&cli.StringFlag{Name: "model", Usage: "ask about model `ID`"},

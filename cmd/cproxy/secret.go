@@ -22,10 +22,22 @@ func secretCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "secret",
 		Usage: "store, remove and list upstream credentials in the OS keyring (credential = \"keyring:NAME\")",
+		Description: `Give it the --config of cproxy serve: its [keyring] table says which keyring.
+
+Examples:
+
+   cproxy secret set --config cproxy.toml anthropic <anthropic.key
+   cproxy secret list --config cproxy.toml`,
 		Subcommands: []*cli.Command{
 			{
-				Name:      "set",
-				Usage:     "store a credential as NAME: from standard input, or asked for without echo on a terminal",
+				Name:  "set",
+				Usage: "store a credential as NAME: from standard input, or asked for without echo on a terminal",
+				Description: `Never from the command line, where ps and the shell's history would show it.
+
+Examples:
+
+   cproxy secret set --config cproxy.toml anthropic <anthropic.key
+   cproxy secret set --config cproxy.toml github`,
 				ArgsUsage: "NAME",
 				Flags:     []cli.Flag{configFlag()},
 				Action: func(c *cli.Context) error {
@@ -33,8 +45,11 @@ func secretCommand() *cli.Command {
 				},
 			},
 			{
-				Name:      "rm",
-				Usage:     "remove the credential NAME",
+				Name:  "rm",
+				Usage: "remove the credential NAME",
+				Description: `Examples:
+
+   cproxy secret rm --config cproxy.toml anthropic`,
 				ArgsUsage: "NAME",
 				Flags:     []cli.Flag{configFlag()},
 				Action: func(c *cli.Context) error {
@@ -42,8 +57,11 @@ func secretCommand() *cli.Command {
 				},
 			},
 			{
-				Name:      "list",
-				Usage:     "list the names of the stored credentials (never their values)",
+				Name:  "list",
+				Usage: "list the names of the stored credentials (never their values)",
+				Description: `Examples:
+
+   cproxy secret list --config cproxy.toml`,
 				ArgsUsage: " ",
 				Flags:     []cli.Flag{configFlag()},
 				Action: func(c *cli.Context) error {

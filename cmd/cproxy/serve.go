@@ -47,6 +47,13 @@ func serveCommand() *cli.Command {
 		Name:      "serve",
 		Usage:     "run the proxy: a proxy listener for the sandboxes and an admin listener for the harness",
 		ArgsUsage: " ",
+		Description: `Runs until SIGINT or SIGTERM, then drains and exits 0; SIGHUP reloads the policy file.
+Without --config it runs on the embedded defaults.
+
+Examples:
+
+   cproxy serve --config /etc/cproxy/cproxy.toml
+   cproxy serve --proxy-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ready-file ready.json`,
 		Flags: []cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "proxy-addr", Usage: "proxy listener `HOST:PORT` (listen.proxy)", EnvVars: []string{"CPROXY_PROXY_ADDR"}},

@@ -19,10 +19,24 @@ func tokenCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "token",
 		Usage: "create, revoke and list sandbox tokens through the admin API",
+		Description: `Each subcommand calls the admin API of a running cproxy serve: --admin URL, else listen.admin
+of --config, else http://127.0.0.1:9001.
+
+Examples:
+
+   TOKEN=$(cproxy token create --sandbox conv-42)
+   cproxy token list --sandbox conv-42
+   cproxy token revoke --sandbox conv-42`,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "create",
 				Usage: "mint a token for a sandbox and print it",
+				Description: `Prints the token alone, so TOKEN=$(cproxy token create ...) works.
+
+Examples:
+
+   TOKEN=$(cproxy token create --sandbox conv-42)
+   cproxy token create --sandbox conv-42 --profile default --ttl 90m --json`,
 				Flags: []cli.Flag{
 					adminFlag(), configFlag(), sandboxFlag(),
 					&cli.StringFlag{Name: "profile", Usage: "policy `PROFILE` (default: chosen by the policy's sandbox rules)"},
@@ -52,6 +66,12 @@ func tokenCommand() *cli.Command {
 			{
 				Name:  "revoke",
 				Usage: "revoke every token of a sandbox",
+				Description: `Exits 0 once the revocation is on disk, also when the sandbox had no live token.
+
+Examples:
+
+   cproxy token revoke --sandbox conv-42
+   cproxy token revoke --config /etc/cproxy/cproxy.toml --sandbox conv-42`,
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag()},
 				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
 					return admin.revoke(sandbox)
@@ -60,6 +80,10 @@ func tokenCommand() *cli.Command {
 			{
 				Name:  "list",
 				Usage: "list tokens (never their values)",
+				Description: `Examples:
+
+   cproxy token list
+   cproxy token list --sandbox conv-42 --json`,
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(),
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: adminAction(false, func(c *cli.Context, admin *adminClient, sandbox string) error {

@@ -33,14 +33,16 @@ func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "check, from inside a sandbox, that its environment sends everything through cproxy and nothing around it",
-		Description: `Run it inside the sandbox with the environment cproxy env gives a command:
+		Description: `Run it inside the sandbox with the environment cproxy env gives a command.
+Each check prints PASS, FAIL or SKIP with its reason; the exit status is 1 if any failed.
+The model API is dialled by IP address, so a sandbox without DNS cannot pass for one
+without a route out.
+
+Examples:
 
    cproxy exec --sandbox conv-42 -- cproxy verify --revoked-token "$OLD"
    eval "$(cproxy env --sandbox conv-42)"; cproxy verify
-
-Each check prints PASS, FAIL or SKIP with its reason; the exit status is 1 if any failed.
-The model API is dialled by IP address, so a sandbox without DNS cannot pass for one
-without a route out.`,
+   cproxy verify --format json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "revoked-token", Usage: "a revoked sandbox `TOKEN`, which cproxy must refuse with 401"},
 			&cli.StringFlag{Name: "model", Value: "claude-sonnet-4-5", Usage: "the `MODEL` of the count_tokens call (one the sandbox's profile allows)"},

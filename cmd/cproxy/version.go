@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
@@ -10,22 +11,87 @@ import (
 // buildVersion is set by install.sh with -ldflags "-X main.buildVersion=…".
 var buildVersion = ""
 
+// version is what cproxy --version, cproxy version and the
+// cproxy_build_info metric call this build.
 func version() string {
-	if buildVersion != "" {
-		return buildVersion
+	return readBuildInfo().Version
+}
+
+// buildInfo is what cproxy version prints. Commit, CommitTime and Modified
+// are empty when the build did not stamp them: go build in a git checkout
+// does, go install …@version and go test do not.
+type buildInfo struct {
+	// Version is install.sh's git describe, else the module version
+	// (v1.2.3, or a pseudo-version for a checkout), else "dev".
+	Version    string `json:"version"`
+	Commit     string `json:"commit,omitempty"`      // vcs.revision
+	CommitTime string `json:"commit_time,omitempty"` // vcs.time, RFC 3339
+	Modified   bool   `json:"modified,omitempty"`    // vcs.modified: uncommitted changes were built
+	Go         string `json:"go"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+}
+
+func readBuildInfo() buildInfo {
+	b := buildInfo{Version: buildVersion, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	bi, ok := debug.ReadBuildInfo()
+	if ok {
+		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			b.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				b.Commit = s.Value
+			case "vcs.time":
+				b.CommitTime = s.Value
+			case "vcs.modified":
+				b.Modified = s.Value == "true"
+			}
+		}
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	if b.Version == "" {
+		b.Version = "dev"
 	}
-	return "dev"
+	return b
 }
 
 func versionCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "version",
-		Usage: "print cproxy's version",
+		Name:      "version",
+		Usage:     "print cproxy's version and how it was built",
+		ArgsUsage: " ",
+		Description: "The first line is cproxy VERSION, as cproxy --version gives it; then the commit, when the\n" +
+			"build recorded one, the Go version and the platform.\n" +
+			"\n" +
+			"Examples:\n" +
+			"\n" +
+			"   cproxy version\n" +
+			"   cproxy version --json",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
 		Action: func(c *cli.Context) error {
-			_, err := fmt.Fprintln(c.App.Writer, "cproxy", version())
+			if err := noArgs(c); err != nil {
+				return err
+			}
+			b := readBuildInfo()
+			if c.Bool("json") {
+				return printJSON(c, b)
+			}
+			w := c.App.Writer
+			fmt.Fprintln(w, "cproxy", b.Version)
+			if b.Commit != "" {
+				modified := ""
+				if b.Modified {
+					modified = " (modified)"
+				}
+				fmt.Fprintf(w, "commit:   %s%s\n", b.Commit, modified)
+			}
+			if b.CommitTime != "" {
+				fmt.Fprintf(w, "time:     %s\n", b.CommitTime)
+			}
+			_, err := fmt.Fprintf(w, "go:       %s\nplatform: %s/%s\n", b.Go, b.OS, b.Arch)
 			return err
 		},
 	}
