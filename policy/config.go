@@ -365,6 +365,15 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 			*cred = "file:" + resolve(dir, name)
 		}
 	}
+	// A relay header's file: credential is relative to the config too.
+	for _, r := range c.Relays {
+		for h, rh := range r.Headers {
+			if name, ok := strings.CutPrefix(rh.Credential, "file:"); ok && name != "" {
+				rh.Credential = "file:" + resolve(dir, name)
+				r.Headers[h] = rh
+			}
+		}
+	}
 
 	var policyProbs Problems
 	if c.Policy != "" {

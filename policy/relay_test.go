@@ -26,6 +26,7 @@ methods = ["GET"]
 paths = ["**"]
 query = true
 header_timeout = "10s"
+headers = { X-Gateway-Key = { credential = "file:gateway.key" } }
 `
 
 func TestRelayConfig(t *testing.T) {
@@ -41,6 +42,9 @@ func TestRelayConfig(t *testing.T) {
 	}
 	if h := mod.Headers["Authorization"]; h.Credential != "env:HUB_TOKEN" || h.Prefix != "Bearer " {
 		t.Errorf("Authorization = %+v", h)
+	}
+	if h := gw.Headers["X-Gateway-Key"]; h.Credential != "file:"+filepath.Join(dir, "gateway.key") {
+		t.Errorf("a relative file: credential is %q, want it under the config's folder", h.Credential)
 	}
 	if got := c.RelayValues(); strings.Join(got, ",") != "mod_token" {
 		t.Errorf("RelayValues = %v", got)

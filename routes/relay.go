@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
@@ -138,8 +139,10 @@ type checkedPath struct {
 
 // relayPath takes the path under prefix from the path as sent (still
 // percent-encoded), decoding each segment once. A segment that is empty,
-// "." or "..", or decodes to hold '/', '\', or a control character, is
-// refused: what cproxy checks must be what the upstream will see.
+// "." or "..", or decodes to hold '/', '\', a control character or bytes
+// that are not UTF-8, is refused: what cproxy checks must be what the
+// upstream will see, and an upstream that decodes an overlong sequence
+// (%c0%af is '/' to some) would see another path.
 func relayPath(escaped, prefix string) (checkedPath, error) {
 	rest, ok := strings.CutPrefix(escaped, prefix)
 	if !ok || rest == "" {
@@ -153,8 +156,8 @@ func relayPath(escaped, prefix string) (checkedPath, error) {
 		if err != nil {
 			return checkedPath{}, refuse(ErrBadRequest, "malformed percent-encoding in %q", clip(escaped, 128))
 		}
-		if d == "" || d == "." || d == ".." || strings.ContainsAny(d, "/\\") || strings.IndexFunc(d, isControl) >= 0 {
-			return checkedPath{}, refuse(ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes or control characters)", clip(escaped, 128))
+		if d == "" || d == "." || d == ".." || strings.ContainsAny(d, "/\\") || strings.IndexFunc(d, isControl) >= 0 || !utf8.ValidString(d) {
+			return checkedPath{}, refuse(ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes, control characters or invalid UTF-8)", clip(escaped, 128))
 		}
 		dec[i], enc[i] = d, url.PathEscape(d)
 	}

@@ -110,6 +110,7 @@ func startServe(t *testing.T, dir string) *served {
 		}
 		select {
 		case err := <-s.done:
+			s.done <- err // for the cleanup, which waits on it too
 			t.Fatalf("cproxy serve exited: %v\n%s", err, s.stderr.String())
 		default:
 		}
