@@ -116,7 +116,7 @@ func TestGitShellMerges(t *testing.T) {
 	}
 	// After eval: the status, the count, the scratch variable (gone), entry
 	// 0, and the last two entries, which must be cproxy's.
-	show := `status=$?; printf '%s|' "$status" "${GIT_CONFIG_COUNT-unset}" "${cproxy_git_n-unset}" "$GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0"; ` +
+	show := `rc=$?; printf '%s|' "$rc" "${GIT_CONFIG_COUNT-unset}" "${cproxy_git_n-unset}" "$GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0"; ` +
 		`case ${GIT_CONFIG_COUNT:-0} in *[!0-9]*) ;; *) i=$((GIT_CONFIG_COUNT - 2)); j=$((i + 1)); ` +
 		`eval "printf '%s|' \"\$GIT_CONFIG_KEY_$i=\$GIT_CONFIG_VALUE_$i\" \"\$GIT_CONFIG_KEY_$j=\$GIT_CONFIG_VALUE_$j\"" ;; esac`
 	ours := g[0].Key + "=" + g[0].Value + "|" + g[1].Key + "=" + g[1].Value + "|"

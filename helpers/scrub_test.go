@@ -25,13 +25,12 @@ func TestUnsetShell(t *testing.T) {
 	}
 	script := e.UnsetShell()
 	s, _ := e.Shell()
-	out, err := exec.Command("sh", "-c", script+s+`echo "[$ANTHROPIC_API_KEY][$ANTHROPIC_AUTH_TOKEN][$CLAUDE_CODE_OAUTH_TOKEN]"`).CombinedOutput()
-	if err != nil {
+	if err := exec.Command("sh", "-c", script+s+`echo "[$ANTHROPIC_API_KEY][$ANTHROPIC_AUTH_TOKEN][$CLAUDE_CODE_OAUTH_TOKEN]"`).Run(); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("sh", "-c", script+s+`echo "[$ANTHROPIC_API_KEY][$ANTHROPIC_AUTH_TOKEN][$CLAUDE_CODE_OAUTH_TOKEN]"`)
 	cmd.Env = []string{"ANTHROPIC_API_KEY=sk-real", "ANTHROPIC_AUTH_TOKEN=stale", "PATH=/usr/bin:/bin"}
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	if err != nil || string(out) != "[][][cpx_t]\n" {
 		t.Fatalf("got %q, %v", out, err)
 	}

@@ -354,12 +354,12 @@ func TestSocketDirChecks(t *testing.T) {
 	live, _ := net.Listen("unix", filepath.Join(ok, "conv-2.sock"))
 	defer live.Close()
 	os.WriteFile(filepath.Join(ok, "conv-3.sock"), []byte("data"), 0o600)
-	ss, err := OpenSandboxSockets(ok, newSrv, nil)
-	if err == nil || !strings.Contains(err.Error(), "is in use") {
+	if _, err := OpenSandboxSockets(ok, newSrv, nil); err == nil || !strings.Contains(err.Error(), "is in use") {
 		t.Fatalf("a live socket in the dir: %v", err)
 	}
 	live.Close()
-	if ss, err = OpenSandboxSockets(ok, newSrv, nil); err != nil {
+	ss, err := OpenSandboxSockets(ok, newSrv, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer ss.Close()

@@ -60,6 +60,11 @@ func TestScripts(t *testing.T) {
 }
 
 func scriptParams(t *testing.T, dir string) testscript.Params {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gobuild := goBuilder(t, repo)
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
@@ -117,6 +122,12 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				// npm_yarn.txt; empty when not installed ([pnpm], [yarn]).
 				"PNPM": pnpmBinary(),
 				"YARN": yarnBinary(),
+				// The repository, for the integration examples under
+				// docs/integrations (integration_*.txt).
+				"REPO": repo,
+				// TypeScript's compiler for integration_hatchet.txt;
+				// empty when not installed ([tsc]).
+				"TSC": os.Getenv("CPROXY_TEST_TSC"),
 			} {
 				env.Setenv(k, v)
 			}
@@ -150,6 +161,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmtime":       cmdNPMTime,
 			"npmrequests":   cmdNPMRequests,
 			"unixbridge":    cmdUnixBridge,
+			"gobuild":       gobuild,
 		},
 	}
 }
@@ -315,9 +327,9 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("CLAUDE", path)
 }
 
-// condition answers [claude], [git], [npm], [pnpm] and [yarn]: whether
-// that client is installed. In CI a missing client is an error, not a
-// reason to skip.
+// condition answers [claude], [git], [npm], [pnpm], [yarn], [tsc] and
+// [tmux]: whether that client is installed. In CI a missing client is an
+// error, not a reason to skip.
 func condition(cond string) (bool, error) {
 	found, install := false, ""
 	switch cond {
@@ -327,7 +339,9 @@ func condition(cond string) (bool, error) {
 		found, install = pnpmBinary() != "", ".ci/test installs it and sets CPROXY_TEST_PNPM"
 	case "yarn":
 		found, install = yarnBinary() != "", ".ci/test installs yarn berry and sets CPROXY_TEST_YARN"
-	case "git", "npm":
+	case "tsc":
+		found, install = os.Getenv("CPROXY_TEST_TSC") != "", ".ci/test installs typescript and sets CPROXY_TEST_TSC"
+	case "git", "npm", "tmux":
 		_, err := exec.LookPath(cond)
 		found, install = err == nil, ".ci/run installs it from Debian's packages"
 	default:
@@ -375,6 +389,33 @@ var yarnBinary = sync.OnceValue(func() string {
 	}
 	return p
 })
+
+// goBuilder returns the gobuild command. gobuild DIR VAR: build the main
+// package in DIR, a folder of this module such as
+// docs/integrations/go-harness, with the go command that runs the tests,
+// and set VAR to the binary. Each package is built once per test run.
+func goBuilder(t *testing.T, repo string) func(ts *testscript.TestScript, neg bool, args []string) {
+	bin := t.TempDir()
+	var builds sync.Map // DIR → func() (string, error)
+	return func(ts *testscript.TestScript, neg bool, args []string) {
+		if neg || len(args) != 2 {
+			ts.Fatalf("usage: gobuild DIR VAR")
+		}
+		dir := filepath.Clean(args[0])
+		build, _ := builds.LoadOrStore(dir, sync.OnceValues(func() (string, error) {
+			out := filepath.Join(bin, strings.ReplaceAll(dir, string(filepath.Separator), "_"))
+			cmd := exec.Command("go", "build", "-o", out, "./"+dir)
+			cmd.Dir = repo
+			if b, err := cmd.CombinedOutput(); err != nil {
+				return "", fmt.Errorf("go build ./%s: %v\n%s", dir, err, b)
+			}
+			return out, nil
+		}))
+		path, err := build.(func() (string, error))()
+		ts.Check(err)
+		ts.Setenv(args[1], path)
+	}
+}
 
 // capture VAR [REGEXP]: set VAR to the last command's stdout, trimmed, or
 // to the first group of REGEXP in it. Scripts use it to hold a token.

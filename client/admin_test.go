@@ -1,0 +1,48 @@
+package client_test
+
+import (
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// startCproxy serves cproxy's real admin handler, over a bbolt store in a
+// temporary folder, with the default policy, a "web" profile, and a relay
+// that takes the per-token value mod_token. It returns the admin URL and a
+// function that stops it all.
+func startCproxy() (string, func()) {
+	dir, err := os.MkdirTemp("", "cproxy-client-")
+	if err != nil {
+		panic(err)
+	}
+	store, err := tokens.OpenBolt(filepath.Join(dir, "tokens.db"))
+	if err != nil {
+		panic(err)
+	}
+	pol := policy.DefaultPolicy()
+	pol.Profiles["web"] = &policy.Profile{Name: "web", Models: []string{"claude-*"}}
+	upstream, _ := url.Parse("http://127.0.0.1:1") // never reached: only the admin handler is served
+	relay, _ := url.Parse("http://127.0.0.1:1/hub/")
+	srv := routes.New(routes.Options{
+		Store:     store,
+		Policy:    pol,
+		Anthropic: routes.Upstream{URL: upstream},
+		Relays: []routes.Relay{{
+			Config:  &policy.Relay{Prefix: "/mod/"},
+			URL:     relay,
+			Headers: []routes.RelayHeader{{Name: "X-Mod-Token", Value: "mod_token"}},
+		}},
+	})
+	admin := httptest.NewServer(srv.AdminHandler())
+	return admin.URL, func() {
+		admin.Close()
+		srv.Close()
+		store.Close()
+		os.RemoveAll(dir)
+	}
+}

@@ -1,0 +1,370 @@
+// Package client is a Go client for cproxy's admin API: minting, listing
+// and revoking sandbox tokens, and checking that cproxy answers. A harness
+// written in Go uses it to give each sandbox command its own token and to
+// revoke it when the command, the task or the sandbox ends.
+//
+// The package depends on the standard library alone, so it can be vendored
+// or copied on its own. It relies on this much of the admin API, the
+// contract docs/admin-api.md documents:
+//
+//   - POST /tokens?sandbox=ID[&profile=P][&ttl=T][&source=S][&bind=socket],
+//     with an optional JSON body {"values": {…}, "budget": {…}}, answers 201
+//     and {"token", "id", "sandbox", "profile", "expires_at", "source",
+//     "bind", "socket", "values"}.
+//   - DELETE /tokens?sandbox=ID answers 204, also when there is nothing to
+//     revoke.
+//   - GET /tokens[?sandbox=ID] answers 200 and {"tokens": [{"id", "sandbox",
+//     "profile", "created_at", "expires_at", "revoked_at", "source", "bind",
+//     "state", "budget", "usage"}]}, oldest first.
+//   - GET /healthz answers 200.
+//   - Every refusal is a 4xx or 5xx with {"error": "cproxy: …"}.
+//
+// Fields the client does not know are ignored, so a newer cproxy works with
+// an older copy of this package.
+//
+// The admin API has no authentication: only the harness may reach it, never
+// a sandbox. A token is the sandbox's only secret; [Secret] keeps it out of
+// logs and error messages until the harness calls Reveal to hand it over.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// responseLimit bounds what the client reads back from the admin API.
+const responseLimit = 16 << 20
+
+// defaultTimeout bounds each call when the caller's context has no
+// deadline and no *http.Client is given.
+const defaultTimeout = 30 * time.Second
+
+// Client talks to one cproxy's admin API. It is safe for concurrent use.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send its requests through h, for a
+// custom transport or timeout. Without it, the Client uses its own
+// *http.Client with a 30-second timeout.
+func WithHTTPClient(h *http.Client) Option {
+	return func(c *Client) { c.http = h }
+}
+
+// New returns a Client for the admin API at baseURL, such as
+// http://127.0.0.1:9001 (cproxy's default admin listener). It refuses a URL
+// that is not http or https with a host; it does not contact cproxy.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("cproxy client: invalid admin URL %q: use a URL such as http://127.0.0.1:9001", baseURL)
+	}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: defaultTimeout}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// BindSocket is the only value of CreateOptions.Bind: the token is valid
+// only on its sandbox's own Unix socket.
+const BindSocket = "socket"
+
+// CreateOptions are the optional parameters of CreateToken. Every zero
+// value leaves the parameter out, so cproxy's default applies.
+type CreateOptions struct {
+	// Profile binds the token to a policy profile. Empty: the policy's
+	// [[sandbox]] rules choose one on every request.
+	Profile string
+	// TTL is the token's lifetime, between 1s and 366 days. Zero: cproxy's
+	// default, 24h.
+	TTL time.Duration
+	// Source is the IP address or CIDR prefix the token is accepted from.
+	// Empty: wherever its profile allows.
+	Source string
+	// Bind is BindSocket for a token valid only on the sandbox's own Unix
+	// socket. Empty: no such binding (unless the profile has one).
+	Bind string
+	// Values are per-token values for relay headers, sealed with the token;
+	// they are sent in the request body, never in the URL. Nil: none.
+	Values map[string]string
+	// Budget is the token's own budget over its profile's. Nil: the
+	// profile's.
+	Budget *Budget
+}
+
+// Budget is a token's own budget (docs/policy.md#budgets). Each zero field
+// keeps its profile's limit.
+type Budget struct {
+	// Window is what the counts are over: "token" (the token's whole life)
+	// or "day" (UTC). Empty: the profile's.
+	Window            string `json:"window,omitempty"`
+	Requests          int64  `json:"requests,omitempty"`
+	InputTokens       int64  `json:"input_tokens,omitempty"`
+	OutputTokens      int64  `json:"output_tokens,omitempty"`
+	CacheReadTokens   int64  `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens  int64  `json:"cache_write_tokens,omitempty"`
+	RequestsPerMinute int64  `json:"requests_per_minute,omitempty"`
+	Concurrent        int64  `json:"concurrent,omitempty"`
+}
+
+// Usage is what a token has spent in its budget's current window.
+type Usage struct {
+	Requests         int64 `json:"requests"`
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+}
+
+// Token is a freshly minted sandbox token. Everything but Secret is safe to
+// log; Secret prints as REDACTED.
+type Token struct {
+	// Secret is the token itself. cproxy keeps only its hash: this is the
+	// one place it ever appears.
+	Secret Secret `json:"token"`
+	// ID names the token in logs, audit lines and List, without revealing
+	// it.
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	// Profile is CreateOptions.Profile; empty when none was named.
+	Profile   string    `json:"profile,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// Source is the address or prefix the token is bound to, in canonical
+	// form; empty when none.
+	Source string `json:"source,omitempty"`
+	// Bind is BindSocket for a socket-bound token; empty otherwise.
+	Bind string `json:"bind,omitempty"`
+	// Socket is the path of the sandbox's Unix socket, for the harness to
+	// mount into the sandbox; set with Bind.
+	Socket string `json:"socket,omitempty"`
+	// Values names the per-token values the token was minted with; never
+	// the values.
+	Values []string `json:"values,omitempty"`
+}
+
+// Reveal returns the token itself, for the environment handed to the
+// sandbox. It is t.Secret.Reveal().
+func (t Token) Reveal() string { return t.Secret.Reveal() }
+
+// Token states in TokenInfo.State.
+const (
+	StateLive    = "live"
+	StateRevoked = "revoked"
+	StateExpired = "expired"
+)
+
+// TokenInfo is one token as List shows it: never its value.
+type TokenInfo struct {
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	// Profile is the profile named when it was minted; empty when none.
+	Profile   string    `json:"profile,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// RevokedAt is when it was revoked. Zero: never.
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// Source and Bind are the token's binding; empty when none.
+	Source string `json:"source,omitempty"`
+	Bind   string `json:"bind,omitempty"`
+	// State is StateLive, StateRevoked or StateExpired. Revoked wins over
+	// expired.
+	State string `json:"state"`
+	// Budget is the token's budget as it applies now, its profile's with
+	// its own over it. Nil: it has none.
+	Budget *Budget `json:"budget,omitempty"`
+	// Usage is what the token has spent in its budget's current window.
+	// Nil: its budget meters nothing.
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Error is a refusal from the admin API.
+type Error struct {
+	// StatusCode is the HTTP status: 400 for a bad parameter, 404, 405,
+	// 415, 503 when cproxy's store fails, and so on.
+	StatusCode int
+	// Message is cproxy's reason, as in its {"error": "cproxy: …"} answer,
+	// or a description of an answer that was not cproxy's.
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.StatusCode)
+}
+
+// CreateToken mints a new token for sandbox (POST /tokens). Each call mints
+// another; a sandbox may hold several at once.
+func (c *Client) CreateToken(ctx context.Context, sandbox string, opts CreateOptions) (Token, error) {
+	q := url.Values{"sandbox": {sandbox}}
+	for k, v := range map[string]string{"profile": opts.Profile, "source": opts.Source, "bind": opts.Bind} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if opts.TTL != 0 {
+		q.Set("ttl", ttlParam(opts.TTL))
+	}
+	var body []byte
+	if opts.Values != nil || opts.Budget != nil {
+		var err error
+		body, err = json.Marshal(struct {
+			Values map[string]string `json:"values,omitempty"`
+			Budget *Budget           `json:"budget,omitempty"`
+		}{opts.Values, opts.Budget})
+		if err != nil {
+			return Token{}, fmt.Errorf("cproxy client: %w", err)
+		}
+	}
+	var out struct {
+		Token     string    `json:"token"`
+		ID        string    `json:"id"`
+		Sandbox   string    `json:"sandbox"`
+		Profile   string    `json:"profile"`
+		ExpiresAt time.Time `json:"expires_at"`
+		Source    string    `json:"source"`
+		Bind      string    `json:"bind"`
+		Socket    string    `json:"socket"`
+		Values    []string  `json:"values"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/tokens", q, body, http.StatusCreated, &out); err != nil {
+		return Token{}, err
+	}
+	if out.Token == "" {
+		return Token{}, fmt.Errorf("cproxy client: the answer to POST /tokens holds no token")
+	}
+	return Token{
+		Secret: Secret{s: &out.Token}, ID: out.ID, Sandbox: out.Sandbox, Profile: out.Profile, ExpiresAt: out.ExpiresAt,
+		Source: out.Source, Bind: out.Bind, Socket: out.Socket, Values: out.Values,
+	}, nil
+}
+
+// Revoke revokes every live token of sandbox (DELETE /tokens). The
+// revocation is on disk before it returns, and the next request with any of
+// those tokens is refused. Revoking a sandbox with no live token is not an
+// error. The sandbox can be given a new token afterwards.
+func (c *Client) Revoke(ctx context.Context, sandbox string) error {
+	return c.do(ctx, http.MethodDelete, "/tokens", url.Values{"sandbox": {sandbox}}, nil, http.StatusNoContent, nil)
+}
+
+// List returns the tokens of sandbox, or of every sandbox when sandbox is
+// empty (GET /tokens), oldest first, revoked and expired ones included.
+func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) {
+	q := url.Values{}
+	if sandbox != "" {
+		q.Set("sandbox", sandbox)
+	}
+	var out struct {
+		Tokens []TokenInfo `json:"tokens"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/tokens", q, nil, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	return out.Tokens, nil
+}
+
+// Health checks that the admin API answers (GET /healthz). It does not
+// check cproxy's store or its upstreams.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/healthz", nil, nil, http.StatusOK, nil)
+}
+
+// ttlParam writes d as the admin API's ttl parameter: whole days as "7d",
+// anything else as a Go duration.
+func ttlParam(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte, want int, out any) error {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("cproxy client: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cproxy client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, responseLimit))
+	if err != nil {
+		return fmt.Errorf("cproxy client: reading the answer to %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode != want {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(answer, &e) == nil && e.Error != "" {
+			return &Error{StatusCode: resp.StatusCode, Message: e.Error}
+		}
+		return &Error{StatusCode: resp.StatusCode, Message: fmt.Sprintf("%s %s at %s answered %s, not as cproxy's admin API does", method, path, c.base, resp.Status)}
+	}
+	if out != nil {
+		if err := json.Unmarshal(answer, out); err != nil {
+			return fmt.Errorf("cproxy client: the answer to %s %s is not the admin API's: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// Secret holds a sandbox token. It prints as REDACTED with every fmt verb,
+// in slog, and in JSON and text encodings, so a stray log line or error
+// cannot leak it; only Reveal gives the value.
+type Secret struct {
+	// s is a pointer because fmt's error paths (a %p verb, for one) bypass
+	// Format and print fields by reflection, which shows a pointer field as
+	// an address but a string field in full.
+	s *string
+}
+
+const redacted = "REDACTED"
+
+// Reveal returns the token. Call it only where the token must leave the
+// harness: the environment handed to the sandbox.
+func (s Secret) Reveal() string {
+	if s.s == nil {
+		return ""
+	}
+	return *s.s
+}
+
+// IsZero reports whether s holds no token.
+func (s Secret) IsZero() bool { return s.s == nil }
+
+func (Secret) String() string { return redacted }
+
+// Format covers every verb, including %#v and %q, which would otherwise
+// bypass String.
+func (Secret) Format(f fmt.State, _ rune) { io.WriteString(f, redacted) }
+
+func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+func (Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }

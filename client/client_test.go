@@ -1,0 +1,346 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/client"
+)
+
+func newClient(t *testing.T) *client.Client {
+	t.Helper()
+	adminURL, stop := startCproxy()
+	t.Cleanup(stop)
+	c, err := client.New(adminURL + "/") // a trailing slash is fine
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// apiError asserts err is a *client.Error with that status and a message
+// that contains want.
+func apiError(t *testing.T, err error, status int, want string) {
+	t.Helper()
+	var e *client.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v (%T), want a *client.Error", err, err)
+	}
+	if e.StatusCode != status || !strings.Contains(e.Message, want) {
+		t.Fatalf("err = %d %q, want %d and a message with %q", e.StatusCode, e.Message, status, want)
+	}
+	if !strings.Contains(e.Error(), fmt.Sprintf("(HTTP %d)", status)) {
+		t.Errorf("Error() = %q, want the status in it", e.Error())
+	}
+}
+
+func TestNewRefusesBadURLs(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:9001", "ftp://127.0.0.1:9001", "http://", "http://127.0.0.1:9001?x=1", "://"} {
+		if _, err := client.New(u); err == nil || !strings.Contains(err.Error(), "invalid admin URL") {
+			t.Errorf("New(%q) = %v, want an invalid admin URL error", u, err)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:9001", "https://cproxy.internal:9001/", "http://[::1]:9001"} {
+		if _, err := client.New(u); err != nil {
+			t.Errorf("New(%q) = %v", u, err)
+		}
+	}
+}
+
+func TestCreateTokenDefaults(t *testing.T) {
+	c := newClient(t)
+	before := time.Now()
+	tok, err := c.CreateToken(context.Background(), "conv-1", client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tok.Reveal(), "cpx_") || len(tok.Reveal()) != 53 || tok.Secret.IsZero() {
+		t.Errorf("token %q is not a cproxy token", tok.Reveal())
+	}
+	if !strings.HasPrefix(tok.ID, "tok_") || tok.Sandbox != "conv-1" || tok.Profile != "" || tok.Source != "" || tok.Bind != "" || tok.Values != nil {
+		t.Errorf("token = %+v", tok)
+	}
+	if d := tok.ExpiresAt.Sub(before); d < 24*time.Hour-time.Minute || d > 24*time.Hour+time.Minute {
+		t.Errorf("expires in %s, want cproxy's default 24h", d)
+	}
+	other, err := c.CreateToken(context.Background(), "conv-1", client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Reveal() == tok.Reveal() || other.ID == tok.ID {
+		t.Errorf("a second call gave the same token")
+	}
+}
+
+func TestCreateTokenOptions(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	before := time.Now()
+	tok, err := c.CreateToken(ctx, "conv-2", client.CreateOptions{
+		Profile: "web",
+		TTL:     7 * 24 * time.Hour, // sent as 7d
+		Source:  "10.20.0.0/16",
+		Values:  map[string]string{"mod_token": "mod_value"},
+		Budget:  &client.Budget{OutputTokens: 200000, Window: "day"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.Profile != "web" || tok.Source != "10.20.0.0/16" || fmt.Sprint(tok.Values) != "[mod_token]" {
+		t.Errorf("token = %+v", tok)
+	}
+	if d := tok.ExpiresAt.Sub(before); d < 7*24*time.Hour-time.Minute || d > 7*24*time.Hour+time.Minute {
+		t.Errorf("expires in %s, want 7d", d)
+	}
+	short, err := c.CreateToken(ctx, "conv-2", client.CreateOptions{TTL: 90 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := short.ExpiresAt.Sub(before); d < 89*time.Minute || d > 91*time.Minute {
+		t.Errorf("expires in %s, want 90m", d)
+	}
+
+	infos, err := c.List(ctx, "conv-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 {
+		t.Fatalf("List = %+v, want 2 tokens", infos)
+	}
+	first := infos[0]
+	if first.ID != tok.ID || first.Profile != "web" || first.Source != "10.20.0.0/16" || first.State != client.StateLive || !first.RevokedAt.IsZero() {
+		t.Errorf("first = %+v", first)
+	}
+	if first.Budget == nil || first.Budget.OutputTokens != 200000 || first.Budget.Window != "day" {
+		t.Errorf("budget = %+v, want output_tokens 200000 a day", first.Budget)
+	}
+	if first.Usage == nil || first.Usage.Requests != 0 {
+		t.Errorf("usage = %+v, want a zero usage", first.Usage)
+	}
+	if infos[1].ID != short.ID || infos[1].Budget != nil {
+		t.Errorf("second = %+v", infos[1])
+	}
+}
+
+func TestCreateTokenRefusals(t *testing.T) {
+	c := newClient(t)
+	for _, tc := range []struct {
+		name, sandbox string
+		opts          client.CreateOptions
+		status        int
+		want          string
+	}{
+		{"no sandbox", "", client.CreateOptions{}, 400, "cproxy: missing sandbox"},
+		{"bad sandbox", "-x", client.CreateOptions{}, 400, `cproxy: invalid sandbox id "-x"`},
+		{"unknown profile", "conv-3", client.CreateOptions{Profile: "nope"}, 400, `profile "nope" is not defined in the policy`},
+		{"ttl too long", "conv-3", client.CreateOptions{TTL: 400 * 24 * time.Hour}, 400, "ttl 400d is out of range"},
+		{"ttl too short", "conv-3", client.CreateOptions{TTL: time.Millisecond}, 400, "is out of range"},
+		{"bad source", "conv-3", client.CreateOptions{Source: "10.20.30.5/16"}, 400, "has bits set past its length"},
+		{"bad bind", "conv-3", client.CreateOptions{Bind: "vsock"}, 400, `invalid bind "vsock"`},
+		{"no sockets", "conv-3", client.CreateOptions{Bind: client.BindSocket}, 400, "bind=socket needs listen.sandbox_sockets"},
+		{"unknown value", "conv-3", client.CreateOptions{Values: map[string]string{"hub_token": "x"}}, 400, `no relay uses a value named "hub_token" (the config's relays use: mod_token)`},
+		{"control character", "conv-3", client.CreateOptions{Values: map[string]string{"mod_token": "a\nb"}}, 400, "holds a control character"},
+		{"bad budget", "conv-3", client.CreateOptions{Budget: &client.Budget{Window: "week"}}, 400, "week"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, err := c.CreateToken(context.Background(), tc.sandbox, tc.opts)
+			apiError(t, err, tc.status, tc.want)
+			if !tok.Secret.IsZero() {
+				t.Errorf("a refusal returned a token")
+			}
+		})
+	}
+	// None of them left a token behind.
+	infos, err := c.List(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Errorf("List = %+v, want none", infos)
+	}
+}
+
+func TestRevoke(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	for _, s := range []string{"conv-4", "conv-4", "conv-5"} {
+		if _, err := c.CreateToken(ctx, s, client.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := time.Now().Add(-time.Second)
+	if err := c.Revoke(ctx, "conv-4"); err != nil {
+		t.Fatal(err)
+	}
+	// Twice, and a sandbox with no token: not an error.
+	if err := c.Revoke(ctx, "conv-4"); err != nil {
+		t.Fatalf("second revoke: %v", err)
+	}
+	if err := c.Revoke(ctx, "never-seen"); err != nil {
+		t.Fatalf("revoke of an unknown sandbox: %v", err)
+	}
+	infos, err := c.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string][]string{}
+	for _, in := range infos {
+		states[in.Sandbox] = append(states[in.Sandbox], in.State)
+		if in.State == client.StateRevoked && in.RevokedAt.Before(before) {
+			t.Errorf("%s revoked at %s", in.ID, in.RevokedAt)
+		}
+	}
+	if got := fmt.Sprint(states); got != "map[conv-4:[revoked revoked] conv-5:[live]]" {
+		t.Errorf("states = %s", got)
+	}
+	// A new token after revocation is live: how a sandbox wakes.
+	if _, err := c.CreateToken(ctx, "conv-4", client.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	infos, _ = c.List(ctx, "conv-4")
+	if len(infos) != 3 || infos[2].State != client.StateLive {
+		t.Errorf("after a new token: %+v", infos)
+	}
+
+	apiError(t, c.Revoke(ctx, ""), 400, "missing sandbox")
+	apiError(t, c.Revoke(ctx, "Conv_4"), 400, "invalid sandbox id")
+}
+
+func TestList(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	infos, err := c.List(ctx, "")
+	if err != nil || len(infos) != 0 {
+		t.Fatalf("List on an empty store = %v, %v", infos, err)
+	}
+	infos, err = c.List(ctx, "conv-6")
+	if err != nil || len(infos) != 0 {
+		t.Fatalf("List of an unknown sandbox = %v, %v", infos, err)
+	}
+	_, err = c.List(ctx, "-bad")
+	apiError(t, err, 400, `invalid sandbox id "-bad"`)
+}
+
+func TestHealth(t *testing.T) {
+	c := newClient(t)
+	if err := c.Health(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A URL that is not cproxy's admin API: an *Error with the status, saying
+// so, and nothing decoded.
+func TestNotCproxy(t *testing.T) {
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokens" {
+			w.Write([]byte("<html>hello</html>"))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer other.Close()
+	c, err := client.New(other.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiError(t, c.Health(context.Background()), 404, "GET /healthz at "+other.URL+" answered 404 Not Found, not as cproxy's admin API does")
+	_, err = c.List(context.Background(), "")
+	if err == nil || !strings.Contains(err.Error(), "is not the admin API's") {
+		t.Errorf("List = %v, want a decoding error", err)
+	}
+	_, err = c.CreateToken(context.Background(), "conv-7", client.CreateOptions{})
+	apiError(t, err, 200, "POST /tokens")
+}
+
+func TestUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c, err := client.New("http://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Health(context.Background())
+	var e *client.Error
+	var opErr *net.OpError
+	if err == nil || errors.As(err, &e) || !errors.As(err, &opErr) {
+		t.Fatalf("Health = %v, want a connection error that is not a *client.Error", err)
+	}
+}
+
+func TestContextAndHTTPClient(t *testing.T) {
+	adminURL, stop := startCproxy()
+	defer stop()
+	used := false
+	hc := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		used = true
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	c, err := client.New(adminURL, client.WithHTTPClient(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Health(context.Background()); err != nil || !used {
+		t.Fatalf("Health = %v, custom client used: %v", err, used)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.CreateToken(ctx, "conv-8", client.CreateOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CreateToken with a cancelled context = %v", err)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The token never shows up when a Token or its Secret is printed, logged
+// or encoded.
+func TestSecretRedacts(t *testing.T) {
+	c := newClient(t)
+	tok, err := c.CreateToken(context.Background(), "conv-9", client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := tok.Reveal()
+	var out bytes.Buffer
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%p", "%d", "%T"} {
+		fmt.Fprintf(&out, verb+"\n", tok)
+		fmt.Fprintf(&out, verb+"\n", tok.Secret)
+		fmt.Fprintf(&out, verb+"\n", &tok)
+	}
+	fmt.Fprintln(&out, tok, tok.Secret)
+	out.WriteString(fmt.Errorf("wrapped: %v", tok).Error())
+	b, err := json.Marshal(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write(b)
+	if !strings.Contains(string(b), `"token":"REDACTED"`) {
+		t.Errorf("JSON = %s", b)
+	}
+	slog.New(slog.NewTextHandler(&out, nil)).Info("minted", "token", tok, "secret", tok.Secret)
+	slog.New(slog.NewJSONHandler(&out, nil)).Info("minted", "token", tok, "secret", tok.Secret)
+	if strings.Contains(out.String(), secret) || strings.Contains(out.String(), secret[4:20]) {
+		t.Fatalf("the token leaked:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "REDACTED") {
+		t.Errorf("no REDACTED in:\n%s", out.String())
+	}
+	if (client.Secret{}).Reveal() != "" || !(client.Secret{}).IsZero() {
+		t.Errorf("the zero Secret is not empty")
+	}
+}
