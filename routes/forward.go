@@ -102,6 +102,16 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 				pr.Out.URL.RawPath = joinPath(base.EscapedPath(), t.rawPath)
 			}
 			pr.Out.Host = ""
+			// No protocol switch: ReverseProxy puts a client's Upgrade back
+			// after removing the hop-by-hop headers, and an upstream's 101
+			// would turn this one checked request into a raw tunnel past
+			// every later check. The upstream gets an ordinary request.
+			pr.Out.Header.Del("Connection")
+			pr.Out.Header.Del("Upgrade")
+			// Request trailers arrive after the body, unchecked, and can
+			// carry the sandbox token (Authorization: Bearer cpx_…) where
+			// credentialHeaders do not reach: none is forwarded.
+			pr.Out.Trailer = nil
 			for _, h := range credentialHeaders {
 				pr.Out.Header.Del(h)
 			}
