@@ -16,6 +16,10 @@
 // Two entry points use it: `go test -bench . ./internal/bench` (Go benchmarks,
 // including in-process ones for profiling routes.Server) and
 // `go run ./internal/bench/cmd/benchreport`, which .ci/bench calls to print the
-// comparison table of docs/benchmarks.md. Nothing here runs in the normal test
-// suite beyond a few fast checks of the harness itself.
+// comparison table of docs/benchmarks.md. With -json, benchreport also writes
+// a Report (every number of the run, the machine, the versions), and
+// `go run ./internal/bench/cmd/benchcharts` draws the SVG charts of
+// docs/benchmarks.md from those reports (package chart draws them);
+// .ci/bench-all does both. Nothing here runs in the normal test suite beyond
+// a few fast checks of the harness itself and of the reports and charts.
 package bench

@@ -50,28 +50,29 @@ var DefaultGitOptions = GitOptions{BigMiB: 220, SmallMiB: 20, Files: 5, Reps: 3}
 
 // GitClone is one timed clone.
 type GitClone struct {
-	Way  string // "direct" or "cproxy"
-	Time time.Duration
+	Way  string        `json:"way"` // "direct" or "cproxy"
+	Time time.Duration `json:"time_ns"`
 }
 
 // GitRepoResult is what was measured for one repository.
 type GitRepoResult struct {
-	Repo      string
-	PackBytes int64
-	Clones    []GitClone // in the order run, alternated
+	Repo      string     `json:"repo"`
+	PackBytes int64      `json:"pack_bytes"`
+	Clones    []GitClone `json:"clones"` // in the order run, alternated
 	// RSSStart is cproxy's VmRSS once started and its token minted, before
 	// any clone; Peak is its VmHWM after the clones through it.
-	RSSStart, Peak int64
+	RSSStart int64 `json:"rss_start_bytes"`
+	Peak     int64 `json:"peak_bytes"`
 	// CPU is the processor time cproxy used over its clones, in all.
-	CPU time.Duration
+	CPU time.Duration `json:"cpu_ns"`
 }
 
 // GitResult is a whole run.
 type GitResult struct {
-	Repos      []GitRepoResult // big, then small
-	GitVersion string
-	Started    time.Time
-	Took       time.Duration
+	Repos      []GitRepoResult `json:"repos"` // big, then small
+	GitVersion string          `json:"git_version"`
+	Started    time.Time       `json:"started"`
+	Took       time.Duration   `json:"took_ns"`
 }
 
 // RunGit runs the git clone benchmark.

@@ -118,19 +118,19 @@ func (s *scraper) stop() {
 type Metered struct {
 	// Answered is the requests the target answered with 200, warm-up and
 	// held streams included: every request the driver sent it.
-	Answered int64
+	Answered int64 `json:"answered"`
 	// Usage is its token's usage at the end, from GET /tokens.
-	Usage tokens.Usage
+	Usage tokens.Usage `json:"usage"`
 	// Refused is the model-route requests cproxy_requests_total counts with
 	// a status other than 200.
-	Refused float64
+	Refused float64 `json:"refused"`
 	// AuditLines is the lines of its JSON audit log.
-	AuditLines int64
+	AuditLines int64 `json:"audit_lines"`
 	// Scrapes is how many times the scraper read its /metrics.
-	Scrapes int
+	Scrapes int `json:"scrapes"`
 	// DayRolled is set when the UTC day changed during the repetition: the
 	// budget's window started again, so Usage covers only part of it.
-	DayRolled bool
+	DayRolled bool `json:"day_rolled"`
 }
 
 // checkMetered reads what t (LimitsTarget) metered, waiting a little for

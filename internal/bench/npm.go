@@ -46,41 +46,46 @@ var DefaultNPMOptions = NPMOptions{Packages: 140, Reps: 5}
 
 // NPMRun is one timed `npm ci`, with what the registry received during it.
 type NPMRun struct {
-	Way        string // "direct" or "cproxy"
-	Time       time.Duration
-	Tarballs   int // tarball requests the registry got
-	Packuments int // packument requests the registry got
+	Way        string        `json:"way"` // "direct" or "cproxy"
+	Time       time.Duration `json:"time_ns"`
+	Tarballs   int           `json:"tarballs"`   // tarball requests the registry got
+	Packuments int           `json:"packuments"` // packument requests the registry got
 	// NPMCPU is the processor time npm used (user and system, its child
 	// processes included): the client's share of the cores.
-	NPMCPU time.Duration
+	NPMCPU time.Duration `json:"npm_cpu_ns"`
 }
 
 // NPMLock is the making of one way's lockfile: `npm install
 // --package-lock-only` with an empty cache, which reads every packument.
 type NPMLock struct {
-	Way        string
-	Time       time.Duration
-	Packuments int
+	Way        string        `json:"way"`
+	Time       time.Duration `json:"time_ns"`
+	Packuments int           `json:"packuments"`
 }
 
 // NPMResult is a whole run.
 type NPMResult struct {
 	// Packages and Versions are what the registry holds; Scoped is how many
 	// of the packages have a scope.
-	Packages, Versions, Scoped int
+	Packages int `json:"packages"`
+	Versions int `json:"versions"`
+	Scoped   int `json:"scoped"`
 	// Installed is how many packages the lockfile installs, Nested how many
 	// of them under another package's node_modules (a second version).
-	Installed, Nested int
-	Locks             []NPMLock
-	Runs              []NPMRun // in the order run, alternated
+	Installed int       `json:"installed"`
+	Nested    int       `json:"nested"`
+	Locks     []NPMLock `json:"locks"`
+	Runs      []NPMRun  `json:"runs"` // in the order run, alternated
 	// RSSStart is cproxy's VmRSS once started and its token minted; Peak is
 	// its VmHWM after all the runs, lockfile included.
-	RSSStart, Peak int64
+	RSSStart int64 `json:"rss_start_bytes"`
+	Peak     int64 `json:"peak_bytes"`
 	// CPU is the processor time cproxy used over its `npm ci` runs, in all.
-	CPU                     time.Duration
-	NPMVersion, NodeVersion string
-	Started                 time.Time
-	Took                    time.Duration
+	CPU         time.Duration `json:"cpu_ns"`
+	NPMVersion  string        `json:"npm_version"`
+	NodeVersion string        `json:"node_version"`
+	Started     time.Time     `json:"started"`
+	Took        time.Duration `json:"took_ns"`
 }
 
 // RunNPM runs the npm ci benchmark.

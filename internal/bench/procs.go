@@ -645,8 +645,8 @@ func (t *Target) CPU() (time.Duration, error) {
 // the target's processes (for nginx, pages shared between the master and its
 // workers count once per process).
 type Mem struct {
-	RSS  int64 // VmRSS: resident now
-	Peak int64 // VmHWM: the most resident since the process started
+	RSS  int64 `json:"rss_bytes"`  // VmRSS: resident now
+	Peak int64 `json:"peak_bytes"` // VmHWM: the most resident since the process started
 }
 
 // Memory reads the target's memory; zero for direct.

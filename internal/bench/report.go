@@ -16,19 +16,19 @@ import (
 type Plan struct {
 	// Reps is how many times the whole comparison runs, each time on newly
 	// started processes, to show how much the numbers move between runs.
-	Reps int
+	Reps int `json:"reps"`
 	// Rounds is how many turns each target gets per measure. Turns rotate
 	// through the targets, so a burst of load from elsewhere on the machine
 	// falls on all of them rather than on one.
-	Rounds int
+	Rounds int `json:"rounds"`
 	// Slice is how long one turn lasts.
-	Slice time.Duration
+	Slice time.Duration `json:"slice_ns"`
 	// MaxOps bounds the operations of one turn.
-	MaxOps int
+	MaxOps int `json:"max_ops"`
 	// Streams is how many streams are held open for the memory measure.
-	Streams int
+	Streams int `json:"streams"`
 	// Progress receives a line per step; nil discards them.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 }
 
 // DefaultPlan takes about a minute per repetition on a 2-core machine.
@@ -79,35 +79,39 @@ var measures = []struct {
 
 // Stats summarise one measure of one target in one repetition.
 type Stats struct {
-	P50, P99 time.Duration
-	Ops      int
-	PerSec   float64 // operations per second of wall time, all clients together
+	P50 time.Duration `json:"p50_ns"`
+	P90 time.Duration `json:"p90_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Ops int           `json:"ops"`
+	// PerSec is operations per second of wall time, all clients together.
+	PerSec float64 `json:"per_sec"`
 	// CPU is the proxy's processor time per operation (zero for direct):
 	// less disturbed by other load on the machine than latency is.
-	CPU time.Duration
+	CPU time.Duration `json:"cpu_per_op_ns"`
 }
 
 // Rep is one repetition's numbers: Stats[measure][target], the memory of
 // each proxy before (Idle) and while (Held) Plan.Streams streams are open,
 // and what LimitsTarget metered.
 type Rep struct {
-	Stats   map[string]map[string]Stats
-	Idle    map[string]Mem
-	Held    map[string]Mem
-	Metered Metered
+	Stats   map[string]map[string]Stats `json:"stats"`
+	Idle    map[string]Mem              `json:"idle"`
+	Held    map[string]Mem              `json:"held"`
+	Metered Metered                     `json:"metered"`
 }
 
 // Result is a whole comparison run.
 type Result struct {
-	Plan         Plan
-	Targets      []string
-	Reps         []Rep
-	NginxMissing string
-	NginxVersion string
-	Machine      string
-	LoadBefore   string // /proc/loadavg when the run started
-	LoadAfter    string // and when it ended
-	Took         time.Duration
+	Plan         Plan          `json:"plan"`
+	Targets      []string      `json:"targets"`
+	Reps         []Rep         `json:"repetitions"`
+	NginxMissing string        `json:"nginx_missing,omitempty"`
+	NginxVersion string        `json:"nginx_version,omitempty"`
+	Machine      string        `json:"machine"`
+	LoadBefore   string        `json:"load_before"` // /proc/loadavg when the run started
+	LoadAfter    string        `json:"load_after"`  // and when it ended
+	Started      time.Time     `json:"started"`
+	Took         time.Duration `json:"took_ns"`
 }
 
 // Run measures every target, Plan.Reps times over, each time on newly
@@ -115,8 +119,8 @@ type Result struct {
 func Run(ctx context.Context, o Options, p Plan) (*Result, error) {
 	p = p.withDefaults()
 	o.Streams = p.Streams
-	res := &Result{Plan: p, Machine: machine(), LoadBefore: loadavg()}
 	start := time.Now()
+	res := &Result{Plan: p, Machine: machine(), LoadBefore: loadavg(), Started: start.UTC()}
 	for i := range p.Reps {
 		fmt.Fprintf(p.Progress, "bench: repetition %d of %d: starting the upstream and the proxies\n", i+1, p.Reps)
 		env, err := Start(o)
@@ -189,7 +193,7 @@ func measure(ctx context.Context, env *Env, p Plan) (Rep, error) {
 		for name, l := range lats {
 			slices.Sort(l)
 			rep.Stats[m.name][name] = Stats{
-				P50: percentile(l, 50), P99: percentile(l, 99), Ops: len(l),
+				P50: percentile(l, 50), P90: percentile(l, 90), P99: percentile(l, 99), Ops: len(l),
 				PerSec: float64(len(l)) / walls[name].Seconds(),
 				CPU:    cpus[name] / time.Duration(max(1, len(l))),
 			}

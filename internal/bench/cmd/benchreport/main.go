@@ -2,13 +2,15 @@
 // prints its table in Markdown on stdout, progress on stderr. .ci/bench runs
 // it; docs/benchmarks.md says what each row means. With -git it runs the git
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
-// (.ci/bench-npm).
+// (.ci/bench-npm). With -json FILE it also writes everything the run measured
+// to FILE as a bench.Report, which benchcharts draws charts from.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -41,6 +43,7 @@ func main() {
 	n := bench.DefaultNPMOptions
 	flag.IntVar(&n.Packages, "npm-packages", n.Packages, "with -npm: packages in the generated dependency tree")
 	flag.IntVar(&n.Reps, "npm-reps", n.Reps, "with -npm: npm ci runs per way")
+	jsonPath := flag.String("json", "", "also write the full results as JSON to `FILE` (what benchcharts reads)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "benchreport: takes no arguments, got %q\n", flag.Arg(0))
@@ -53,30 +56,44 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if *npmMode {
-		n.Cproxy, n.Dir, n.Progress = o.Cproxy, o.Dir, os.Stderr
-		res, err := bench.RunNPM(ctx, n)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
-			os.Exit(1)
-		}
-		res.Markdown(os.Stdout)
-		return
-	}
-	if *gitMode {
-		g.Cproxy, g.Dir, g.Progress = o.Cproxy, o.Dir, os.Stderr
-		res, err := bench.RunGit(ctx, g)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
-			os.Exit(1)
-		}
-		res.Markdown(os.Stdout)
-		return
-	}
-	res, err := bench.Run(ctx, o, p)
-	if err != nil {
+	if err := run(ctx, *gitMode, *npmMode, o, p, g, n, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// run runs the benchmark asked for, prints its tables and, with jsonPath
+// set, writes its report.
+func run(ctx context.Context, gitMode, npmMode bool, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, jsonPath string) error {
+	loadBefore := bench.LoadAverage()
+	var (
+		res interface{ Markdown(io.Writer) }
+		err error
+	)
+	switch {
+	case npmMode:
+		n.Cproxy, n.Dir, n.Progress = o.Cproxy, o.Dir, os.Stderr
+		res, err = bench.RunNPM(ctx, n)
+	case gitMode:
+		g.Cproxy, g.Dir, g.Progress = o.Cproxy, o.Dir, os.Stderr
+		res, err = bench.RunGit(ctx, g)
+	default:
+		res, err = bench.Run(ctx, o, p)
+	}
+	if err != nil {
+		return err
+	}
 	res.Markdown(os.Stdout)
+	if jsonPath == "" {
+		return nil
+	}
+	rep, err := bench.NewReport(res, os.Args[1:], loadBefore)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteReport(jsonPath, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "benchreport: wrote %s\n", jsonPath)
+	return nil
 }
