@@ -87,11 +87,26 @@ func (l Listen) ProxySocket() string {
 
 // Store is where tokens are kept.
 type Store struct {
+	// Kind is StoreBolt, the embedded store (one cproxy, one file), or
+	// StorePostgres, a PostgreSQL database that several cproxy replicas share.
+	// Default "bolt".
+	Kind string `toml:"kind"`
 	// Path is the embedded store's file. Default $XDG_STATE_HOME/cproxy/cproxy.db, or
 	// $HOME/.local/state/cproxy/cproxy.db. Relative to the config file's directory;
-	// LoadConfig stores it resolved.
+	// LoadConfig stores it resolved. Unused with kind = "postgres".
 	Path string `toml:"path"`
+	// DSN says where PostgreSQL's connection string (which holds its password)
+	// comes from: a credential source, "env:NAME", "file:PATH" or
+	// "keyring:NAME", never the string itself. Required with kind = "postgres";
+	// empty otherwise.
+	DSN string `toml:"dsn"`
 }
+
+// Store kinds.
+const (
+	StoreBolt     = "bolt"
+	StorePostgres = "postgres"
+)
 
 // Upstreams are the services cproxy forwards to.
 type Upstreams struct {
@@ -235,7 +250,7 @@ func (Duration) tomlWant() string { return `a duration string like "30s"` }
 func Default() *Config {
 	return &Config{
 		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}},
-		Store:  Store{Path: defaultStorePath()},
+		Store:  Store{Kind: StoreBolt, Path: defaultStorePath()},
 		Upstream: Upstreams{
 			Anthropic: Anthropic{
 				URL:           "https://api.anthropic.com",
@@ -360,7 +375,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 			checkAuditFile(d, c.Log.Audit)
 		}
 	}
-	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential} {
+	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential, &c.Store.DSN} {
 		if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {
 			*cred = "file:" + resolve(dir, name)
 		}
@@ -434,9 +449,7 @@ func (c *Config) validate(d *decoder) {
 		checkURL(d, keyPath("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
 	}
 	checkPositive(d, keyPath("listen", "drain"), c.Listen.Drain, "30s")
-	if c.Store.Path == "" {
-		d.atValue(keyPath("store", "path"), "store.path: no default without $XDG_STATE_HOME or $HOME (set store.path)")
-	}
+	c.Store.validate(d)
 
 	a := c.Upstream.Anthropic
 	checkURL(d, keyPath("upstream", "anthropic", "url"), a.URL, "https://api.anthropic.com")
@@ -567,6 +580,35 @@ func checkURL(d *decoder, p path, s, example string) {
 func checkPositive(d *decoder, p path, v Duration, example string) {
 	if v.Duration <= 0 {
 		d.atValue(p, "%s: must be more than 0 (e.g. %q)", p, example)
+	}
+}
+
+func (s Store) validate(d *decoder) {
+	switch s.Kind {
+	case StoreBolt:
+		if s.Path == "" {
+			d.atValue(keyPath("store", "path"), "store.path: no default without $XDG_STATE_HOME or $HOME (set store.path)")
+		}
+		if s.DSN != "" {
+			d.atValue(keyPath("store", "dsn"), `store.dsn: only for kind = "postgres" (the embedded store is a file: store.path)`)
+		}
+	case StorePostgres:
+		p := keyPath("store", "dsn")
+		switch kind, _, _ := strings.Cut(s.DSN, ":"); {
+		case s.DSN == "":
+			// Placed at the kind, which is what asks for it.
+			d.atValue(keyPath("store", "kind"), `store.dsn: kind = "postgres" needs the connection string's credential source (e.g. "env:CPROXY_PG_DSN")`)
+		case kind == "env" || kind == "file" || kind == "keyring":
+			checkCredential(d, p, s.DSN, false)
+		default:
+			d.atValue(p, `store.dsn: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the connection string itself, which holds the password)`)
+		}
+		if d.named["store.path"] {
+			d.atValue(keyPath("store", "path"), `store.path: only for kind = "bolt" (kind = "postgres" keeps tokens in the database store.dsn names)`)
+		}
+	default:
+		// A kind is not a secret, but a value pasted into the wrong key might be.
+		d.atValue(keyPath("store", "kind"), `store.kind: not a store kind (use "bolt" or "postgres")`)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,7 +121,12 @@ func (e panicError) Error() string { return fmt.Sprint(e.v) }
 
 // noPanic turns a panic in f into a panicError. A panic inside bbolt.Open leaks the file descriptor, which is
 // acceptable for a store the caller cannot use anyway.
+//
+// A truncated file makes bbolt read past the end of its mapping, which is a memory fault (SIGBUS or SIGSEGV);
+// SetPanicOnFault makes that a panic too, where it would otherwise crash the process or, depending on what
+// happens to be mapped next, read garbage.
 func noPanic(f func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if v := recover(); v != nil {
 			err = panicError{v}

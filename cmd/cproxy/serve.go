@@ -283,9 +283,9 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 	for _, c := range creds {
 		go c.Watch(watching) // claude-code: rereads Claude Code's login when it changes
 	}
-	store, err := tokens.OpenBolt(cfg.Store.Path)
+	store, storeName, err := openStore(ctx, cfg, loader)
 	if err != nil {
-		return fail("", "%v", err)
+		return err
 	}
 	defer store.Close()
 
@@ -339,7 +339,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 		go func() { served <- hs.Serve(listeners[i]) }()
 	}
 	log.Info("cproxy listening", "proxy", proxyAddr, "admin", adminLn.Addr().String(),
-		"public_url", publicURL(cfg, proxyLn.Addr()), "store", cfg.Store.Path, "policy", policySource(cfg))
+		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg))
 	if cfg.Listen.ReadyFile != "" {
 		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, Admin: adminLn.Addr().String(), SandboxSockets: sockets.Dir()}); err != nil {
 			return fail("", "ready file: %v", err)
@@ -364,6 +364,34 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
 		}
 	}
+}
+
+// storeOpenTimeout bounds connecting to PostgreSQL and migrating its schema
+// at start, which may wait for another replica's migration.
+const storeOpenTimeout = time.Minute
+
+// openStore opens the token store store.kind names, and says where it is for
+// the log: the embedded store's path, or PostgreSQL's host, port, database
+// and user (never its password).
+func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader) (tokens.Store, string, error) {
+	if cfg.Store.Kind != policy.StorePostgres {
+		store, err := tokens.OpenBolt(cfg.Store.Path)
+		if err != nil {
+			return nil, "", fail("", "%v", err)
+		}
+		return store, cfg.Store.Path, nil
+	}
+	dsn, err := loader.Load(secrets.Source(cfg.Store.DSN))
+	if err != nil {
+		return nil, "", credentialError(cfg, "store.dsn", cfg.Store.DSN, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	store, err := tokens.OpenPostgres(ctx, dsn.Reveal())
+	if err != nil {
+		return nil, "", fail("check store.dsn's connection string (host, port, database, user, password) and that PostgreSQL runs there; the user must be allowed to create tables in that database", "%v", err)
+	}
+	return store, store.String(), nil
 }
 
 // shutdowner is a server drain stops: an http.Server, or the per-sandbox

@@ -1,0 +1,378 @@
+package tokens
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are the PostgreSQL schema, one file per version: NNNN_what.sql, applied in order, each once.
+//
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+const (
+	// migrationLock is the pg_advisory_xact_lock key that serialises migrations, so replicas starting together
+	// apply each one once: ASCII "cproxymg".
+	migrationLock = 0x6370726f78796d67
+
+	// RevokedChannel is the NOTIFY channel RevokeSandbox announces each revocation on, with the sandbox id as the
+	// payload, in the revoking transaction (so only a committed revocation is announced). cproxy itself does not
+	// listen (see PostgresStore); it is there for operators' tools and for a future cache.
+	RevokedChannel = "cproxy_revoked"
+
+	// pgConnectTimeout bounds a connection attempt when the DSN sets no connect_timeout, so an unreachable
+	// database fails a request (503) instead of holding it until the operating system gives up.
+	pgConnectTimeout = 5 * time.Second
+	// pgOpTimeout bounds each store call, so a database that stops answering on an open connection fails
+	// requests closed too.
+	pgOpTimeout = 10 * time.Second
+)
+
+// PostgresStore is the Store that several cproxy replicas share: every token hash, record, revocation and usage
+// counter is a row in one PostgreSQL database.
+//
+// It does not cache look-ups. A revocation made through any replica is then in force on every replica for the
+// very next request, with no propagation delay and nothing to go wrong when a notification is missed. The price
+// is one primary-key SELECT per proxied request, a fraction of a millisecond on a nearby database
+// (BenchmarkStoreLookup measures it), which is small beside the upstream round trip every request makes anyway. A
+// cache invalidated by LISTEN/NOTIFY would save that, at the cost of a window (the notification's delivery) in
+// which another replica still serves a revoked token; RevokedChannel is announced so that one can be added if
+// the SELECT ever matters.
+type PostgresStore struct {
+	pool     *pgxpool.Pool
+	password string // scrubbed from every error, in case a driver message ever quotes it
+	where    string
+}
+
+var _ Store = (*PostgresStore)(nil)
+
+// OpenPostgres connects to the database named by dsn (a libpq connection string or postgres:// URL), applies
+// the migrations this cproxy knows and the database lacks, and returns the store. It refuses a database whose
+// schema is newer than this cproxy knows. Its errors name the host and database, never the password.
+func OpenPostgres(ctx context.Context, dsn string) (*PostgresStore, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's message may quote the string, password and all.
+		return nil, errors.New("open token store: the PostgreSQL connection string cannot be parsed (want postgres://USER:PASSWORD@HOST:PORT/DATABASE or key=value pairs)")
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = pgConnectTimeout
+	}
+	s := &PostgresStore{password: cfg.ConnConfig.Password, where: describe(cfg.ConnConfig)}
+	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, s.wrap("open token store "+s.where, err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// describe names a database for errors and logs: "postgres HOST:PORT/DATABASE as USER".
+func describe(c *pgx.ConnConfig) string {
+	host := c.Host
+	if !strings.HasPrefix(host, "/") {
+		host = net.JoinHostPort(host, strconv.Itoa(int(c.Port)))
+	}
+	return fmt.Sprintf("postgres %s/%s as %s", host, c.Database, c.User)
+}
+
+// String describes the database (host, port, database, user), never the password.
+func (s *PostgresStore) String() string { return s.where }
+
+// wrap adds op to err, with the password removed should the driver ever quote it.
+func (s *PostgresStore) wrap(op string, err error) error {
+	if s.password != "" && strings.Contains(err.Error(), s.password) {
+		return fmt.Errorf("%s: %s", op, strings.ReplaceAll(err.Error(), s.password, "REDACTED"))
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// knownMigrations reads the embedded migrations in version order. A misnamed file or a gap is a build mistake.
+func knownMigrations() []migration {
+	files, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		panic(err)
+	}
+	var ms []migration
+	for _, f := range files {
+		name := path.Base(f)
+		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		if err != nil || v != len(ms)+1 {
+			panic(fmt.Sprintf("tokens: migration %s is out of sequence (want version %d)", name, len(ms)+1))
+		}
+		b, err := migrations.ReadFile(f)
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, migration{v, name, string(b)})
+	}
+	return ms
+}
+
+// PostgresSchemaVersion is the newest schema this cproxy knows.
+func PostgresSchemaVersion() int { return len(knownMigrations()) }
+
+// migrate brings the schema up to date in one transaction, under an advisory lock so that replicas starting
+// together wait for each other instead of racing: either every missing migration is applied or none is.
+func (s *PostgresStore) migrate(ctx context.Context) error {
+	ms := knownMigrations()
+	var inside error // what went wrong inside the transaction, as opposed to beginning it
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		inside = s.migrateTx(ctx, tx, ms)
+		return inside
+	})
+	switch {
+	case err == nil:
+		return nil
+	case inside != nil:
+		return inside
+	default:
+		return s.wrap("open token store: cannot reach "+s.where, err)
+	}
+}
+
+func (s *PostgresStore) migrateTx(ctx context.Context, tx pgx.Tx, ms []migration) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
+		return s.wrap("open token store "+s.where, err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version integer PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return s.wrap("open token store "+s.where+": create schema_version", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_version").Scan(&current); err != nil {
+		return s.wrap("open token store "+s.where+": read schema_version", err)
+	}
+	if current > len(ms) {
+		return fmt.Errorf("token store %s was migrated by a newer cproxy (schema %d; this cproxy knows up to %d): upgrade cproxy", s.where, current, len(ms))
+	}
+	for _, m := range ms[current:] {
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return s.wrap("open token store "+s.where+": migration "+m.name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_version (version) VALUES ($1)", m.version); err != nil {
+			return s.wrap("open token store "+s.where+": migration "+m.name, err)
+		}
+	}
+	return nil
+}
+
+// call runs f with the store's per-call timeout.
+func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, pgOpTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// read runs a read-only query f, once more if the first attempt failed on the connection (a pooled connection
+// the database closed when it restarted): reading twice is harmless, and a look-up should not fail for that. Both
+// attempts share one timeout.
+func read[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, pgOpTimeout)
+	defer cancel()
+	v, err := f(ctx)
+	var pgErr *pgconn.PgError
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotFound) && !errors.As(err, &pgErr) {
+		return f(ctx)
+	}
+	return v, err
+}
+
+func (s *PostgresStore) Create(ctx context.Context, h Hash, r Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !ValidSandboxID(r.Sandbox) {
+		return errors.New("create token: invalid sandbox id")
+	}
+	tag, err := call(ctx, func(ctx context.Context) (pgconn.CommandTag, error) {
+		return s.pool.Exec(ctx, `INSERT INTO tokens
+			(hash, id, sandbox, profile, source, bind, token_values, budget, created_at, expires_at, revoked_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+			ON CONFLICT (hash) DO NOTHING`,
+			h[:], h.ID(), r.Sandbox, r.Profile, r.Source, r.Bind, nilIfEmpty(r.Values), nilIfEmpty(r.Budget),
+			r.CreatedAt.UTC(), r.ExpiresAt.UTC(), nullTime(r.RevokedAt))
+	})
+	if err != nil {
+		return s.wrap("create token "+h.ID(), err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("create token %s: already exists", h.ID())
+	}
+	return nil
+}
+
+const recordColumns = `id, sandbox, profile, source, bind, token_values, budget, created_at, expires_at, revoked_at`
+
+func scanRecord(row pgx.Row) (Record, error) {
+	var r Record
+	var budget []byte
+	var revoked *time.Time
+	if err := row.Scan(&r.ID, &r.Sandbox, &r.Profile, &r.Source, &r.Bind, &r.Values, &budget, &r.CreatedAt, &r.ExpiresAt, &revoked); err != nil {
+		return Record{}, err
+	}
+	if budget != nil {
+		r.Budget = json.RawMessage(budget)
+	}
+	r.CreatedAt, r.ExpiresAt = r.CreatedAt.UTC(), r.ExpiresAt.UTC()
+	if revoked != nil {
+		r.RevokedAt = revoked.UTC()
+	}
+	return r, nil
+}
+
+func (s *PostgresStore) Lookup(ctx context.Context, h Hash) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	r, err := read(ctx, func(ctx context.Context) (Record, error) {
+		r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordColumns+" FROM tokens WHERE hash = $1", h[:]))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Record{}, ErrNotFound
+		}
+		return r, err
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Record{}, s.wrap("look up token "+h.ID(), err)
+	}
+	return r, err
+}
+
+func (s *PostgresStore) RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if !ValidSandboxID(sandbox) {
+		return 0, errors.New("revoke tokens: invalid sandbox id")
+	}
+	if at.IsZero() {
+		// A zero RevokedAt means live, so this would silently revoke nothing.
+		return 0, errors.New("revoke tokens: zero revocation time")
+	}
+	// One transaction: the rows and the notification commit together or not at all.
+	n, err := call(ctx, func(ctx context.Context) (int, error) {
+		var n int64
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, "UPDATE tokens SET revoked_at = $2 WHERE sandbox = $1 AND revoked_at IS NULL", sandbox, at.UTC())
+			if err != nil {
+				return err
+			}
+			n = tag.RowsAffected()
+			_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", RevokedChannel, sandbox)
+			return err
+		})
+		return int(n), err
+	})
+	if err != nil {
+		return 0, s.wrap("revoke tokens of sandbox "+sandbox, err)
+	}
+	return n, nil
+}
+
+func (s *PostgresStore) List(ctx context.Context) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	recs, err := read(ctx, func(ctx context.Context) ([]Record, error) {
+		// COLLATE "C": ids compare bytewise, as the embedded store's strings.Compare does.
+		rows, err := s.pool.Query(ctx, "SELECT "+recordColumns+` FROM tokens ORDER BY created_at, id COLLATE "C"`)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) })
+	})
+	if err != nil {
+		return nil, s.wrap("list tokens", err)
+	}
+	// The database orders by microseconds; a caller that created two records within one (they keep their
+	// nanoseconds only in the embedded store) still gets CreatedAt-then-ID order.
+	slices.SortStableFunc(recs, func(a, b Record) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return recs, nil
+}
+
+// LoadUsage returns the usage saved under key; zero when there is none.
+func (s *PostgresStore) LoadUsage(ctx context.Context, key string) (Usage, error) {
+	if err := ctx.Err(); err != nil {
+		return Usage{}, err
+	}
+	u, err := read(ctx, func(ctx context.Context) (Usage, error) {
+		var u Usage
+		err := s.pool.QueryRow(ctx, `SELECT requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens
+			FROM usage WHERE key = $1`, key).Scan(&u.Requests, &u.Input, &u.Output, &u.CacheRead, &u.CacheWrite)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Usage{}, nil
+		}
+		return u, err
+	})
+	if err != nil {
+		return Usage{}, s.wrap("load usage "+key, err)
+	}
+	return u, nil
+}
+
+// SaveUsage stores u under key; durable when it returns.
+func (s *PostgresStore) SaveUsage(ctx context.Context, key string, u Usage) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := call(ctx, func(ctx context.Context) (pgconn.CommandTag, error) {
+		return s.pool.Exec(ctx, `INSERT INTO usage (key, requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (key) DO UPDATE SET requests = $2, input_tokens = $3, output_tokens = $4,
+				cache_read_tokens = $5, cache_write_tokens = $6`,
+			key, u.Requests, u.Input, u.Output, u.CacheRead, u.CacheWrite)
+	})
+	if err != nil {
+		return s.wrap("save usage "+key, err)
+	}
+	return nil
+}
+
+func (s *PostgresStore) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// nilIfEmpty stores an empty slice as NULL, which reads back as nil: "none", as in the embedded store.
+func nilIfEmpty[T ~[]byte](b T) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}
+
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC()
+}

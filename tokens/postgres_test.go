@@ -1,0 +1,191 @@
+package tokens
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func openPG(t testing.TB, dsn string) *PostgresStore {
+	t.Helper()
+	s, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func pgExec(t testing.TB, dsn, sql string, args ...any) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Replicas starting together apply each migration once, and reopening
+// applies nothing.
+func TestPostgresMigrationsConcurrentAndIdempotent(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			s, err := OpenPostgres(ctx, dsn)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s.Close()
+		})
+	}
+	wg.Wait()
+	s := openPG(t, dsn)
+	var n, max int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_version").Scan(&n, &max); err != nil {
+		t.Fatal(err)
+	}
+	if n != PostgresSchemaVersion() || max != PostgresSchemaVersion() {
+		t.Errorf("schema_version has %d rows up to %d; want %d", n, max, PostgresSchemaVersion())
+	}
+}
+
+func TestPostgresRefusesNewerSchema(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	openPG(t, dsn).Close()
+	pgExec(t, dsn, "INSERT INTO schema_version (version) VALUES ($1)", PostgresSchemaVersion()+41)
+	_, err := OpenPostgres(ctx, dsn)
+	want := fmt.Sprintf("(schema %d; this cproxy knows up to %d): upgrade cproxy", PostgresSchemaVersion()+41, PostgresSchemaVersion())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("OpenPostgres on a newer schema: %v; want %q", err, want)
+	}
+}
+
+// An unreachable database is named by host and port; the password is
+// never in the error.
+func TestPostgresUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	const password = "s3cret-PASSWORD-canary"
+	start := time.Now()
+	_, err = OpenPostgres(ctx, "postgres://cproxy:"+password+"@"+addr+"/cproxy?connect_timeout=2")
+	if err == nil {
+		t.Fatal("OpenPostgres on a closed port succeeded")
+	}
+	if !strings.Contains(err.Error(), addr) || strings.Contains(err.Error(), password) {
+		t.Errorf("error = %v; want the address %s and no password", err, addr)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v to fail", d)
+	}
+	for _, dsn := range []string{"postgres://cproxy:" + password + "@[::1", "host=x password=" + password + " port=notaport"} {
+		_, err := OpenPostgres(ctx, dsn)
+		if err == nil || strings.Contains(err.Error(), password) {
+			t.Errorf("OpenPostgres(bad DSN) = %v; want an error without the password", err)
+		}
+	}
+}
+
+// The database going away under a running store fails calls (never
+// ErrNotFound, which would read as "unknown token"), writes nothing half,
+// and the store recovers when the database comes back.
+func TestPostgresDatabaseGoneLater(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	s := openPG(t, dsn)
+	h := issue(t, s, "conv-1", t0)
+	u, _ := url.Parse(dsn)
+	name := strings.TrimPrefix(u.Path, "/")
+	admin := testPostgresDSN(t)
+	pgExec(t, admin, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS false")
+	pgExec(t, admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name)
+
+	if _, err := s.Lookup(ctx, h); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup with the database gone: %v; want a store error", err)
+	}
+	if _, err := s.RevokeSandbox(ctx, "conv-1", t0); err == nil {
+		t.Error("RevokeSandbox with the database gone succeeded")
+	}
+	if err := s.Create(ctx, newHash(t), Record{Sandbox: "conv-2", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err == nil {
+		t.Error("Create with the database gone succeeded")
+	}
+	if _, err := s.List(ctx); err == nil {
+		t.Error("List with the database gone succeeded")
+	}
+
+	pgExec(t, admin, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS true")
+	r, err := s.Lookup(ctx, h)
+	if err != nil || !r.RevokedAt.IsZero() {
+		t.Errorf("Lookup after the database came back: %+v, %v", r, err)
+	}
+	if recs, err := s.List(ctx); err != nil || len(recs) != 1 {
+		t.Errorf("List after the database came back: %d records, %v; want the one from before", len(recs), err)
+	}
+}
+
+// A revocation is announced on RevokedChannel once it commits.
+func TestPostgresRevocationNotifies(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	s := openPG(t, dsn)
+	issue(t, s, "conv-1", t0)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+RevokedChannel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeSandbox(ctx, "conv-1", t0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := conn.WaitForNotification(ctx)
+	if err != nil || n.Channel != RevokedChannel || n.Payload != "conv-1" {
+		t.Errorf("notification = %+v, %v", n, err)
+	}
+}
+
+// The look-up cost of each store, which PostgresStore's doc comment
+// weighs against a cache.
+func BenchmarkStoreLookup(b *testing.B) {
+	bolt, err := OpenBolt(filepath.Join(b.TempDir(), "t.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bolt.Close()
+	stores := []struct {
+		name string
+		s    Store
+	}{{"bolt", bolt}}
+	if testPostgresDSN(b) != "" {
+		stores = append(stores, struct {
+			name string
+			s    Store
+		}{"postgres", openPG(b, NewTestDatabase(b))})
+	}
+	for _, st := range stores {
+		b.Run(st.name, func(b *testing.B) {
+			h := issue(b, st.s, "conv-1", t0)
+			for b.Loop() {
+				if _, err := st.s.Lookup(ctx, h); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,368 @@
+package tokens
+
+// The Store contract: one suite that every implementation passes, the
+// embedded store always and PostgreSQL when CPROXY_TEST_PG_DSN names a
+// server (under CI=true it must).
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// storeKind opens a new, empty store for a test, and reopen closes a store
+// and opens the same data again.
+type storeKind struct {
+	name string
+	open func(t *testing.T) (s Store, reopen func(Store) Store)
+}
+
+func storeKinds(t *testing.T) []storeKind {
+	kinds := []storeKind{{"bolt", func(t *testing.T) (Store, func(Store) Store) {
+		path := filepath.Join(t.TempDir(), "tokens.db")
+		open := func() Store {
+			s, err := OpenBolt(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		return open(), func(s Store) Store { s.Close(); return open() }
+	}}}
+	if testPostgresDSN(t) != "" {
+		kinds = append(kinds, storeKind{"postgres", func(t *testing.T) (Store, func(Store) Store) {
+			dsn := NewTestDatabase(t)
+			open := func() Store {
+				s, err := OpenPostgres(ctx, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			}
+			return open(), func(s Store) Store { s.Close(); return open() }
+		}})
+	}
+	return kinds
+}
+
+// testPostgresDSN is CPROXY_TEST_PG_DSN: a PostgreSQL role that may create
+// databases. Without it the PostgreSQL tests skip, except under CI=true,
+// where .ci/run provides one and its absence is a failure.
+func testPostgresDSN(t testing.TB) string {
+	dsn := os.Getenv("CPROXY_TEST_PG_DSN")
+	if dsn == "" && os.Getenv("CI") == "true" {
+		t.Fatal("CI=true but CPROXY_TEST_PG_DSN is not set: run the tests through .ci/postgres (as .ci/run does)")
+	}
+	return dsn
+}
+
+// NewTestDatabase creates an empty database on CPROXY_TEST_PG_DSN's server
+// for t, dropped when t ends, and returns its DSN.
+func NewTestDatabase(t testing.TB) string {
+	t.Helper()
+	dsn := testPostgresDSN(t)
+	if dsn == "" {
+		t.Skip("CPROXY_TEST_PG_DSN is not set")
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("CPROXY_TEST_PG_DSN: %v", err)
+	}
+	defer conn.Close(ctx)
+	var id [6]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("cproxy_test_%x", id)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("CPROXY_TEST_PG_DSN must be a postgres:// URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// eachStore runs test once per store kind.
+func eachStore(t *testing.T, test func(t *testing.T, s Store, reopen func(Store) Store)) {
+	for _, k := range storeKinds(t) {
+		t.Run(k.name, func(t *testing.T) {
+			s, reopen := k.open(t)
+			test(t, s, reopen)
+		})
+	}
+}
+
+func newHash(t testing.TB) Hash {
+	tok, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Hash()
+}
+
+func sameJSON(a, b []byte) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+func checkRecord(t *testing.T, got, want Record) {
+	t.Helper()
+	if got.ID != want.ID || got.Sandbox != want.Sandbox || got.Profile != want.Profile || got.Source != want.Source ||
+		got.Bind != want.Bind || !got.CreatedAt.Equal(want.CreatedAt) || !got.ExpiresAt.Equal(want.ExpiresAt) ||
+		!got.RevokedAt.Equal(want.RevokedAt) || !bytes.Equal(got.Values, want.Values) || !sameJSON(got.Budget, want.Budget) {
+		t.Errorf("record = %+v\nwant %+v", got, want)
+	}
+	for _, tm := range []time.Time{got.CreatedAt, got.ExpiresAt, got.RevokedAt} {
+		if tm.Location() != time.UTC {
+			t.Errorf("time %v not in UTC", tm)
+		}
+	}
+}
+
+func TestStoreCreateLookup(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		local := time.FixedZone("somewhere", 5*3600)
+		h := newHash(t)
+		in := Record{ID: "ignored", Sandbox: "conv-1", Profile: "reviewer", Source: "10.20.0.0/16", Bind: "socket",
+			CreatedAt: t0.In(local), ExpiresAt: t0.Add(time.Hour).In(local),
+			Values: []byte{0, 1, 2, 0xff}, Budget: json.RawMessage(`{"requests": 10, "window": "day"}`)}
+		if err := s.Create(ctx, h, in); err != nil {
+			t.Fatal(err)
+		}
+		want := in
+		want.ID = h.ID()
+		got, err := s.Lookup(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRecord(t, got, want)
+		if err := got.Check(t0.Add(time.Minute)); err != nil {
+			t.Errorf("Check of a fresh record: %v", err)
+		}
+
+		// A record without the optional fields reads back without them.
+		h2 := newHash(t)
+		if err := s.Create(ctx, h2, Record{Sandbox: "conv-2", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		got, err = s.Lookup(ctx, h2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRecord(t, got, Record{ID: h2.ID(), Sandbox: "conv-2", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+		if got.Values != nil || got.Budget != nil {
+			t.Errorf("empty values and budget read back as %q, %q; want nil", got.Values, got.Budget)
+		}
+
+		// A zero ExpiresAt is kept: such a token never worked.
+		h3 := newHash(t)
+		if err := s.Create(ctx, h3, Record{Sandbox: "conv-3", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Lookup(ctx, h3); err != nil || !errors.Is(got.Check(t0), ErrExpired) {
+			t.Errorf("token without expiry: %+v, %v; want one that Check calls expired", got, err)
+		}
+	})
+}
+
+func TestStoreErrors(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		if _, err := s.Lookup(ctx, newHash(t)); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Lookup of an unknown token: %v, want ErrNotFound", err)
+		}
+		h := newHash(t)
+		if err := s.Create(ctx, h, Record{Sandbox: "conv-1", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Create(ctx, h, Record{Sandbox: "conv-2", CreatedAt: t0, ExpiresAt: t0.Add(2 * time.Hour)}); err == nil {
+			t.Error("a second Create of one hash succeeded")
+		}
+		if got, err := s.Lookup(ctx, h); err != nil || got.Sandbox != "conv-1" {
+			t.Errorf("after a refused duplicate: %+v, %v; want the first record", got, err)
+		}
+		for _, bad := range []string{"", "a/b", "a\x00b", "-x", string(make([]byte, 100))} {
+			if err := s.Create(ctx, newHash(t), Record{Sandbox: bad, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err == nil {
+				t.Errorf("Create with sandbox %q succeeded", bad)
+			}
+			if _, err := s.RevokeSandbox(ctx, bad, t0); err == nil {
+				t.Errorf("RevokeSandbox(%q) succeeded", bad)
+			}
+		}
+		if _, err := s.RevokeSandbox(ctx, "conv-1", time.Time{}); err == nil {
+			t.Error("RevokeSandbox with a zero time succeeded")
+		}
+		if recs, err := s.List(ctx); err != nil || len(recs) != 1 {
+			t.Errorf("List after refused calls: %d records, %v; want 1", len(recs), err)
+		}
+
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := s.Lookup(done, h); !errors.Is(err, context.Canceled) {
+			t.Errorf("Lookup with a cancelled context: %v", err)
+		}
+		if err := s.Create(done, newHash(t), Record{Sandbox: "conv-1", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err == nil {
+			t.Error("Create with a cancelled context succeeded")
+		}
+		if _, err := s.RevokeSandbox(done, "conv-1", t0); err == nil {
+			t.Error("RevokeSandbox with a cancelled context succeeded")
+		}
+		if got, _ := s.Lookup(ctx, h); !got.RevokedAt.IsZero() {
+			t.Error("a cancelled RevokeSandbox revoked")
+		}
+	})
+}
+
+func TestStoreRevokeSandbox(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		a1, a2 := issue(t, s, "conv-a", t0), issue(t, s, "conv-a", t0.Add(time.Second))
+		b := issue(t, s, "conv-b", t0)
+		// Looked up before the revocation (a cached store has it in memory now).
+		for _, h := range []Hash{a1, a2, b} {
+			if _, err := s.Lookup(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := t0.Add(time.Minute)
+		if n, err := s.RevokeSandbox(ctx, "conv-a", at); err != nil || n != 2 {
+			t.Fatalf("RevokeSandbox = %d, %v; want 2", n, err)
+		}
+		for _, h := range []Hash{a1, a2} {
+			r, err := s.Lookup(ctx, h)
+			if err != nil || !r.RevokedAt.Equal(at) || !errors.Is(r.Check(t0), ErrRevoked) {
+				t.Errorf("revoked token: %+v, %v", r, err)
+			}
+		}
+		if r, err := s.Lookup(ctx, b); err != nil || !r.RevokedAt.IsZero() {
+			t.Errorf("other sandbox's token: %+v, %v; want live", r, err)
+		}
+		// Revoking again marks nothing and keeps the first time.
+		if n, err := s.RevokeSandbox(ctx, "conv-a", at.Add(time.Hour)); err != nil || n != 0 {
+			t.Errorf("second RevokeSandbox = %d, %v; want 0", n, err)
+		}
+		if r, _ := s.Lookup(ctx, a1); !r.RevokedAt.Equal(at) {
+			t.Errorf("second revocation moved RevokedAt to %v", r.RevokedAt)
+		}
+		if n, err := s.RevokeSandbox(ctx, "conv-none", at); err != nil || n != 0 {
+			t.Errorf("RevokeSandbox of an unknown sandbox = %d, %v", n, err)
+		}
+		// A sandbox whose id is a prefix of another's is its own.
+		c, cc := issue(t, s, "conv-c", t0), issue(t, s, "conv-cc", t0)
+		if n, err := s.RevokeSandbox(ctx, "conv-c", at); err != nil || n != 1 {
+			t.Errorf("RevokeSandbox(conv-c) = %d, %v; want 1", n, err)
+		}
+		if r, _ := s.Lookup(ctx, c); r.RevokedAt.IsZero() {
+			t.Error("conv-c not revoked")
+		}
+		if r, _ := s.Lookup(ctx, cc); !r.RevokedAt.IsZero() {
+			t.Error("revoking conv-c revoked conv-cc")
+		}
+	})
+}
+
+func TestStoreListOrder(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		if recs, err := s.List(ctx); err != nil || len(recs) != 0 {
+			t.Fatalf("List of an empty store: %v, %v", recs, err)
+		}
+		for i := range 6 {
+			// Two per second, so ties fall to the id.
+			issue(t, s, fmt.Sprintf("conv-%d", i), t0.Add(time.Duration(5-i/2)*time.Second))
+		}
+		recs, err := s.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < len(recs); i++ {
+			a, b := recs[i-1], recs[i]
+			if a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ID >= b.ID {
+				t.Errorf("List out of order at %d: %s %v, then %s %v", i, a.ID, a.CreatedAt, b.ID, b.CreatedAt)
+			}
+		}
+		if len(recs) != 6 {
+			t.Errorf("List = %d records, want 6", len(recs))
+		}
+	})
+}
+
+func TestStoreUsage(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		if u, err := s.LoadUsage(ctx, "tok_x"); err != nil || u != (Usage{}) {
+			t.Errorf("LoadUsage of nothing = %+v, %v; want zero", u, err)
+		}
+		day := UsageKey("tok_x", "2026-03-01")
+		u1 := Usage{Requests: 1, Input: 2, Output: 3, CacheRead: 4, CacheWrite: 5}
+		if err := s.SaveUsage(ctx, day, u1); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := s.LoadUsage(ctx, day); err != nil || u != u1 {
+			t.Errorf("LoadUsage = %+v, %v; want %+v", u, err, u1)
+		}
+		if u, _ := s.LoadUsage(ctx, "tok_x"); u != (Usage{}) {
+			t.Errorf("the lifetime window took the day's usage: %+v", u)
+		}
+		u2 := u1.Add(Usage{Requests: 1, Output: 1 << 40})
+		if err := s.SaveUsage(ctx, day, u2); err != nil {
+			t.Fatal(err)
+		}
+		if u, _ := s.LoadUsage(ctx, day); u != u2 {
+			t.Errorf("after overwrite: %+v; want %+v", u, u2)
+		}
+	})
+}
+
+func TestStoreDurableAcrossReopen(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, reopen func(Store) Store) {
+		kept, revoked := issue(t, s, "conv-1", t0), issue(t, s, "conv-2", t0.Add(time.Second))
+		at := t0.Add(time.Minute)
+		if _, err := s.RevokeSandbox(ctx, "conv-2", at); err != nil {
+			t.Fatal(err)
+		}
+		u := Usage{Requests: 7, Input: 70}
+		if err := s.SaveUsage(ctx, "tok_y", u); err != nil {
+			t.Fatal(err)
+		}
+		s = reopen(s)
+		if r, err := s.Lookup(ctx, kept); err != nil || !r.RevokedAt.IsZero() {
+			t.Errorf("live token after reopen: %+v, %v", r, err)
+		}
+		if r, err := s.Lookup(ctx, revoked); err != nil || !r.RevokedAt.Equal(at) {
+			t.Errorf("revoked token after reopen: %+v, %v", r, err)
+		}
+		if got, err := s.LoadUsage(ctx, "tok_y"); err != nil || got != u {
+			t.Errorf("usage after reopen: %+v, %v", got, err)
+		}
+		if recs, err := s.List(ctx); err != nil || len(recs) != 2 || recs[0].ID != kept.ID() {
+			t.Errorf("List after reopen: %+v, %v", recs, err)
+		}
+	})
+}
