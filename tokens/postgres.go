@@ -263,15 +263,8 @@ func (s *PostgresStore) Lookup(ctx context.Context, h Hash) (Record, error) {
 }
 
 func (s *PostgresStore) RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := checkRevoke(ctx, sandbox, at); err != nil {
 		return 0, err
-	}
-	if !ValidSandboxID(sandbox) {
-		return 0, errors.New("revoke tokens: invalid sandbox id")
-	}
-	if at.IsZero() {
-		// A zero RevokedAt means live, so this would silently revoke nothing.
-		return 0, errors.New("revoke tokens: zero revocation time")
 	}
 	// One transaction: the rows and the notification commit together or not at all.
 	n, err := call(ctx, func(ctx context.Context) (int, error) {

@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -97,4 +98,20 @@ type Store interface {
 	// SaveUsage stores u under key. The change is durable before it returns.
 	SaveUsage(ctx context.Context, key string, u Usage) error
 	Close() error
+}
+
+// checkRevoke refuses a RevokeSandbox that every store would refuse: a
+// done context, an invalid sandbox id, or a zero time (which reads as live,
+// so it would silently revoke nothing).
+func checkRevoke(ctx context.Context, sandbox string, at time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !ValidSandboxID(sandbox) {
+		return errors.New("revoke tokens: invalid sandbox id")
+	}
+	if at.IsZero() {
+		return errors.New("revoke tokens: zero revocation time")
+	}
+	return nil
 }
