@@ -61,7 +61,8 @@ func validNPMName(name string) bool {
 	} else if strings.HasPrefix(name, "@") {
 		return false
 	}
-	return npmPartRE.MatchString(rest) && rest != "node_modules" && rest != "favicon.ico"
+	// npm compares these two in any case (NODE_MODULES is no name either).
+	return npmPartRE.MatchString(rest) && !strings.EqualFold(rest, "node_modules") && !strings.EqualFold(rest, "favicon.ico")
 }
 
 // baseName is the name without its scope: the tarball file name's prefix.
