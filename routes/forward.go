@@ -33,6 +33,10 @@ type target struct {
 
 type targetKey struct{}
 
+// clientAddressHeaders claim a client's address to an upstream behind a
+// proxy; a sandbox must not make cproxy's requests claim one.
+var clientAddressHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip", "Fastly-Client-Ip", "X-Original-Forwarded-For"}
+
 // errHeaderTimeout is the cause given to a request's context when the
 // upstream sends no response headers in time, so the error handler can tell
 // a 504 from a 502.
@@ -113,6 +117,11 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			// credentialHeaders do not reach: none is forwarded.
 			pr.Out.Trailer = nil
 			for _, h := range credentialHeaders {
+				pr.Out.Header.Del(h)
+			}
+			// Rewrite drops X-Forwarded-* and Forwarded; these other
+			// client-address headers a sandbox could spoof go too.
+			for _, h := range clientAddressHeaders {
 				pr.Out.Header.Del(h)
 			}
 			setCredential(pr.Out.Header, t.cred)

@@ -438,13 +438,14 @@ func TestAdversarialHTTPHeaders(t *testing.T) {
 		r, seen := exchange(t, "POST", rawHTTPRequest("POST /v1/messages HTTP/1.1", []string{"Host: evil.example",
 			"X-Api-Key: " + tok, "Anthropic-Version: 2023-06-01", "Content-Type: application/json", cl, "Connection: close",
 			"X-Forwarded-For: 10.0.0.1", "X-Forwarded-Host: evil.example", "X-Forwarded-Proto: https",
-			"Forwarded: for=10.0.0.1;host=evil.example;proto=https"}, rawHTTPMessage))
+			"Forwarded: for=10.0.0.1;host=evil.example;proto=https", "X-Real-Ip: 10.0.0.1", "True-Client-Ip: 10.0.0.1",
+			"X-Client-Ip: 10.0.0.1", "Cf-Connecting-Ip: 10.0.0.1"}, rawHTTPMessage))
 		if r.StatusCode != 200 {
 			t.Fatalf("status %d: %s", r.StatusCode, r.Body)
 		}
 		got := one(t, seen)
 		realKey(t, got)
-		for _, k := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+		for _, k := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip"} {
 			if v := got.Header.Values(k); len(v) != 0 {
 				t.Errorf("the upstream got %s: %q", k, v)
 			}
