@@ -3,7 +3,9 @@ package main
 // Several `cproxy serve` replicas sharing one PostgreSQL store (issue 9),
 // through the real binary. They need CPROXY_TEST_PG_DSN, a PostgreSQL role
 // that may create databases (.ci/run starts a server with .ci/postgres);
-// without it they skip, except under CI=true, where they fail.
+// without it they skip, except under CI=true, where they fail. The database
+// restart test also needs CPROXY_TEST_PG_CTL and CPROXY_TEST_PG_DATA, which
+// .ci/postgres sets, to stop and start that server.
 
 import (
 	"context"
@@ -13,8 +15,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +189,284 @@ func TestReplicaDatabaseDown(t *testing.T) {
 		t.Errorf("no log line for the failed look-up:\n%s", a.stderr.String())
 	}
 	checkNoPassword(t, dsn, a)
+}
+
+// A replica killed mid-stream: the client of its open stream sees the stream
+// break, not end, and the other replicas go on serving the same token and
+// sharing revocations.
+func TestReplicaKilledMidStream(t *testing.T) {
+	dsn := pgTestDatabase(t)
+	t.Setenv("CPROXY_PG_DSN", dsn)
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	a, b, c := startReplica(t, fake.URL), startReplica(t, fake.URL), startReplica(t, fake.URL)
+	tok := a.mint("conv-1")
+
+	gate := fake.StallStreams(3)
+	defer gate.Release()
+	type result struct {
+		events int
+		err    error
+	}
+	got, first := make(chan result, 1), make(chan struct{})
+	go func() {
+		stream := sdkClient(a.proxy, option.WithAuthToken(tok)).Messages.NewStreaming(t.Context(), helloParams())
+		defer stream.Close()
+		events := 0
+		for stream.Next() {
+			if events++; events == 1 {
+				close(first)
+			}
+		}
+		got <- result{events, stream.Err()}
+	}()
+	// Mid-way: the client holds the first events and the upstream is
+	// stalled before the rest.
+	<-gate.Reached()
+	select {
+	case <-first:
+	case r := <-got:
+		t.Fatalf("the stream through A ended before its first event: %v", r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event reached the client through A")
+	}
+	a.cmd.Process.Kill()
+	a.done <- <-a.done // for the cleanup, which waits on it too
+
+	select {
+	case r := <-got:
+		if r.err == nil || r.events >= 6 {
+			t.Errorf("the stream through the killed replica ended cleanly after %d events (%v), want an error mid-way", r.events, r.err)
+		}
+		t.Logf("client of the killed replica's stream: %d events, then %v", r.events, r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream through the killed replica did not end")
+	}
+	gate.Release()
+
+	for _, r := range []struct {
+		name string
+		s    *served
+	}{{"B", b}, {"C", c}} {
+		if got := status(t, r.s, tok); got != 200 {
+			t.Errorf("token minted on the killed A, used through %s: %d, want 200", r.name, got)
+		}
+	}
+	stream := sdkClient(b.proxy, option.WithAuthToken(tok)).Messages.NewStreaming(t.Context(), helloParams())
+	for stream.Next() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Errorf("a stream through B after A was killed: %v", err)
+	}
+	stream.Close()
+
+	b.revoke("conv-1")
+	for _, r := range []struct {
+		name string
+		s    *served
+	}{{"B", b}, {"C", c}} {
+		if got := status(t, r.s, tok); got != 401 {
+			t.Errorf("after the revocation through B, on %s: %d, want 401", r.name, got)
+		}
+	}
+	checkUpstreamGotCredential(t, fake)
+	checkNoPassword(t, dsn, a, b, c)
+}
+
+// pgCtl runs pg_ctl on the server .ci/postgres started (CPROXY_TEST_PG_CTL,
+// CPROXY_TEST_PG_DATA), as CPROXY_TEST_PG_USER when that is set.
+func pgCtl(t *testing.T, args ...string) {
+	t.Helper()
+	data := os.Getenv("CPROXY_TEST_PG_DATA")
+	argv := append([]string{os.Getenv("CPROXY_TEST_PG_CTL"), "-D", data, "-w", "-t", "60"}, args...)
+	if u := os.Getenv("CPROXY_TEST_PG_USER"); u != "" {
+		argv = append([]string{"runuser", "-u", u, "--"}, argv...)
+	}
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+}
+
+// outcome is one model request's result in TestReplicaDatabaseRestart's load.
+type outcome struct {
+	replica    string
+	start, end time.Time
+	status     int // 0 when the request failed without an HTTP answer
+	err        error
+}
+
+// The PostgreSQL server really stopped and started again while two replicas
+// serve a loop of requests: while it is down every request is refused with
+// 503 in the model route's format, and once it is back they succeed again
+// without restarting cproxy, and a revocation holds on both.
+func TestReplicaDatabaseRestart(t *testing.T) {
+	dsn := pgTestDatabase(t)
+	if os.Getenv("CPROXY_TEST_PG_CTL") == "" || os.Getenv("CPROXY_TEST_PG_DATA") == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but CPROXY_TEST_PG_CTL or CPROXY_TEST_PG_DATA is not set: run the tests through .ci/postgres (as .ci/run does)")
+		}
+		t.Skip("CPROXY_TEST_PG_CTL is not set: the test cannot restart the PostgreSQL server")
+	}
+	t.Setenv("CPROXY_PG_DSN", dsn)
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	a, b := startReplica(t, fake.URL), startReplica(t, fake.URL)
+	tok := a.mint("conv-1")
+	replicas := []struct {
+		name string
+		s    *served
+	}{{"A", a}, {"B", b}}
+
+	// The load: one client per replica, request after request, until stop.
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := sdkClient(r.s.proxy, option.WithAuthToken(tok))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := outcome{replica: r.name, start: time.Now()}
+				_, err := client.Messages.New(context.Background(), helloParams())
+				o.end = time.Now()
+				var apiErr *anthropic.Error
+				switch {
+				case err == nil:
+					o.status = 200
+				case errors.As(err, &apiErr):
+					o.status = apiErr.StatusCode
+					if o.status != 503 || !strings.Contains(apiErr.Error(), "token store unavailable") {
+						o.err = err
+					}
+				default:
+					o.err = err
+				}
+				mu.Lock()
+				outcomes = append(outcomes, o)
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopLoad()
+	// seen waits until every replica has answered a request that started
+	// after since with want.
+	seen := func(since time.Time, want int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			got := map[string]bool{}
+			mu.Lock()
+			for _, o := range outcomes {
+				if o.start.After(since) && o.status == want {
+					got[o.replica] = true
+				}
+			}
+			mu.Unlock()
+			if len(got) == len(replicas) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not every replica answered %d within 60s", what, want)
+			}
+		}
+	}
+
+	seen(time.Time{}, 200, "before the restart")
+	pgCtl(t, "-m", "fast", "stop")
+	stopped := time.Now()
+	// Started in any case, so that a failure here leaves the server up for
+	// the other tests. The outage is from stopped (pg_ctl stop returned) to
+	// starting (pg_ctl start run): the server may accept connections before
+	// pg_ctl start sees it and returns, at started.
+	var starting, started time.Time
+	restart := func() {
+		if started.IsZero() {
+			starting = time.Now()
+			pgCtl(t, "-l", filepath.Join(filepath.Dir(os.Getenv("CPROXY_TEST_PG_DATA")), "server.log"), "start")
+			started = time.Now()
+		}
+	}
+	defer restart()
+	seen(stopped, 503, "with the database stopped")
+	// Let the outage last beyond the first refusals, so that reconnection
+	// attempts are refused too.
+	mu.Lock()
+	n := len(outcomes)
+	mu.Unlock()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		more := len(outcomes) - n
+		mu.Unlock()
+		if more >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the load stalled with the database down")
+		}
+	}
+	restart()
+	seen(started, 200, "after the restart")
+	stopLoad()
+
+	// Every answer is 200 or the model route's 503; while the server was
+	// down (requests wholly inside the outage), 503 only.
+	recovered := map[string]time.Time{}
+	counts := map[string]map[int]int{}
+	for _, o := range outcomes {
+		if o.err != nil {
+			t.Errorf("%s: request at %v: %v", o.replica, o.start.Sub(stopped).Round(time.Millisecond), o.err)
+			continue
+		}
+		if o.start.After(stopped) && o.end.Before(starting) {
+			if counts[o.replica] == nil {
+				counts[o.replica] = map[int]int{}
+			}
+			counts[o.replica][o.status]++
+			if o.status != 503 {
+				t.Errorf("%s: request with the database down answered %d, want 503", o.replica, o.status)
+			}
+		}
+		if o.start.After(started) && o.status == 200 {
+			if _, ok := recovered[o.replica]; !ok {
+				recovered[o.replica] = o.end
+			}
+		}
+	}
+	for _, r := range replicas {
+		failedAfter := 0
+		for _, o := range outcomes {
+			if o.replica == r.name && o.start.After(started) && o.end.Before(recovered[r.name]) {
+				failedAfter++
+			}
+		}
+		t.Logf("%s: database down %v, answers %v; pg_ctl start took %v, then %d refused request(s), then 200 %v after it returned",
+			r.name, starting.Sub(stopped).Round(time.Millisecond), counts[r.name], started.Sub(starting).Round(time.Millisecond),
+			failedAfter, recovered[r.name].Sub(started).Round(time.Millisecond))
+		if failedAfter > 10 {
+			t.Errorf("%s: %d requests failed after the database was back, want a few at most", r.name, failedAfter)
+		}
+	}
+
+	a.revoke("conv-1")
+	for _, r := range replicas {
+		if got := status(t, r.s, tok); got != 401 {
+			t.Errorf("after the database restart, revoked through A, on %s: %d, want 401", r.name, got)
+		}
+	}
+	for _, r := range replicas {
+		if !strings.Contains(r.s.stderr.String(), "token store look-up failed") {
+			t.Errorf("%s: no log line for the failed look-ups:\n%s", r.name, r.s.stderr.String())
+		}
+	}
+	checkNoPassword(t, dsn, a, b)
 }
