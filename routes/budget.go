@@ -65,6 +65,7 @@ func newBudgets(store tokens.Store, log *slog.Logger, now func() time.Time) *bud
 }
 
 // reservation is one request's hold on its token's budget; settle ends it.
+// A nil reservation holds nothing (a budget that limits nothing).
 type reservation struct {
 	b     *budgets
 	acct  *account // nil: nothing metered (rate or concurrency only)
@@ -85,6 +86,10 @@ func budgetError(retry time.Duration, format string, args ...any) error {
 // reserve holds want (charged: a POST /v1/messages) of the budget for
 // the session's token, or refuses with a 429 before anything is sent.
 func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) (*reservation, error) {
+	if lim.Concurrent == 0 && lim.RequestsPerMinute == 0 && !(charged && metered(lim)) {
+		// Nothing to hold: no lock, and no entry for the token.
+		return nil, nil
+	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -219,7 +219,6 @@ func (s *Server) ProxyHandler() http.Handler {
 			rec.fail(writePlainError, refuse(ErrForbidden, "only requests for cproxy's own routes are served"))
 			return
 		}
-		relay := s.relayFor(r.URL.Path)
 		switch {
 		case strings.HasPrefix(r.URL.Path, "/v1/"):
 			rec.route = "model"
@@ -230,13 +229,18 @@ func (s *Server) ProxyHandler() http.Handler {
 		case strings.HasPrefix(r.URL.Path, "/npm/") && s.npm != nil:
 			rec.route = "npm"
 			s.serveNPM(rec, r)
-		case relay != nil:
-			rec.route = "relay." + relay.Config.Name
-			s.serveRelay(relay, rec, r)
 		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
 			rec.route = strings.Split(r.URL.Path, "/")[1]
 			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route is not available in this version of cproxy", rec.route))
 		default:
+			// Relays last: their prefixes never clash with the routes
+			// above (the config refuses that), and the model route, the
+			// hot one, need not look at them.
+			if relay := s.relayFor(r.URL.Path); relay != nil {
+				rec.route = "relay." + relay.Config.Name
+				s.serveRelay(relay, rec, r)
+				return
+			}
 			rec.route = "none"
 			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/, git under /github/, npm under /npm/ and the relays its config names"))
 		}
