@@ -532,12 +532,18 @@ func TestAdversarialTokensCorruptStore(t *testing.T) {
 // again the retried revocation holds.
 func TestAdversarialTokensStoreWritesFailReal(t *testing.T) {
 	if _, err := exec.LookPath("prlimit"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but prlimit(1) is not installed (Debian's util-linux has it)")
+		}
 		t.Skip("no prlimit(1): covered by routes' TestAdversarialTokensStoreWritesFail")
 	}
 	s, _, _ := advServeAll(t)
 	tok := s.mint("conv-1")
 	pid := strconv.Itoa(s.cmd.Process.Pid)
 	if out, err := exec.Command("prlimit", "--pid", pid, "--fsize=0:").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("prlimit cannot lower the file size limit: %v %s", err, out)
+		}
 		t.Skipf("prlimit cannot lower the file size limit here: %v %s", err, out)
 	}
 	resp, err := http.Post(s.admin+"/tokens?sandbox=conv-2", "", nil)
