@@ -2,6 +2,7 @@ package routes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -29,9 +30,22 @@ import (
 // restart the store's value, the lease, is what was spent — pessimistically,
 // as the issue asks. A clean stop saves the exact usage. Writes happen once
 // per lease step (a twentieth of a limit), not per request.
+//
+// Replicas sharing one store (shared) cannot count in memory: each would
+// see only its own spending. They reserve and settle in the store itself,
+// each in one atomic statement (tokens.Store.ReserveUsage, AdjustUsage), so
+// their spending adds up exactly, at one round trip to the store at each
+// end of a request. What the store holds is then what was spent plus what
+// requests in flight hold; a replica that dies with requests in flight
+// leaves their reservations charged, an over-charge, never an under-charge.
+// The rate and concurrency limits stay in each process's memory.
 type budgets struct {
 	store tokens.Store
-	log   *slog.Logger
+	// shared: other processes count in store too (PostgreSQL replicas), so
+	// every reservation and settlement is made in the store, atomically,
+	// and nothing is counted in accts.
+	shared bool
+	log    *slog.Logger
 	now   func() time.Time
 
 	mu    sync.Mutex
@@ -57,8 +71,8 @@ type tokenLimit struct {
 	inflight int64
 }
 
-func newBudgets(store tokens.Store, log *slog.Logger, now func() time.Time) *budgets {
-	b := &budgets{store: store, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
+func newBudgets(store tokens.Store, shared bool, log *slog.Logger, now func() time.Time) *budgets {
+	b := &budgets{store: store, shared: shared, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.flushLoop()
 	return b
@@ -68,7 +82,8 @@ func newBudgets(store tokens.Store, log *slog.Logger, now func() time.Time) *bud
 // A nil reservation holds nothing (a budget that limits nothing).
 type reservation struct {
 	b     *budgets
-	acct  *account // nil: nothing metered (rate or concurrency only)
+	acct  *account // nil: nothing metered here (rate or concurrency only, or shared)
+	key   string   // shared: the usage key the store holds want under; "": not shared
 	tl    *tokenLimit
 	want  tokens.Usage
 	once  sync.Once
@@ -91,8 +106,42 @@ func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget,
 		return nil, nil
 	}
 	now := b.now()
+	if !b.shared || !(charged && metered(lim)) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		res, err := b.admit(sess, lim, now)
+		if err != nil || !(charged && metered(lim)) {
+			return res, err
+		}
+		if err := b.holdLocal(ctx, res, sess, want, now); err != nil {
+			res.tl.inflight--
+			return nil, err
+		}
+		return res, nil
+	}
+	// Shared: the store does the counting, outside the lock, which would
+	// otherwise hold every request behind one database round trip.
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	res, err := b.admit(sess, lim, now)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	key, reset := usageWindow(sess.TokenID, lim.Window, now)
+	held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
+	if err != nil {
+		b.mu.Lock()
+		res.tl.inflight--
+		b.mu.Unlock()
+		return nil, b.refusal(err, sess, lim, held, want, now, reset)
+	}
+	res.key, res.want = key, want
+	return res, nil
+}
+
+// admit applies the token's rate and concurrency limits and takes one of
+// its in-flight slots; the caller holds b.mu.
+func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reservation, error) {
 	tl := b.limit[sess.TokenID]
 	if tl == nil {
 		tl = &tokenLimit{}
@@ -112,52 +161,80 @@ func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget,
 			return nil, budgetError(d, "sandbox %s's token is over its rate (budget requests_per_minute = %d); retry after %ds", sess.Sandbox, lim.RequestsPerMinute, retrySeconds(d))
 		}
 	}
-	res := &reservation{b: b, tl: tl, limit: lim}
-	if charged && metered(lim) {
-		key, reset := usageWindow(sess.TokenID, lim.Window, now)
-		acct, err := b.load(ctx, key)
-		if err != nil {
-			b.log.Error("budget: reading usage from the token store failed", "token_id", sess.TokenID, "err", err)
-			return nil, refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read (token store unavailable); try again later", sess.Sandbox)
-		}
-		if msg := overBudget(acct.used.Add(acct.reserved), want, lim); msg != "" {
-			retry := time.Duration(0)
-			if !reset.IsZero() {
-				retry = reset.Sub(now)
-			}
-			return nil, budgetError(retry, "sandbox %s's token is over its budget: %s", sess.Sandbox, msg)
-		}
-		need := acct.used.Add(acct.reserved).Add(want)
-		if lease, raise := leaseFor(acct.leased, need, lim); raise {
-			if err := b.store.SaveUsage(ctx, key, lease); err != nil {
-				b.log.Error("budget: saving usage to the token store failed", "token_id", sess.TokenID, "err", err)
-				return nil, refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be recorded (token store unavailable); try again later", sess.Sandbox)
-			}
-			acct.leased, acct.saved = lease, lease
-		}
-		acct.reserved = acct.reserved.Add(want)
-		acct.lastUse = now
-		res.acct, res.want = acct, want
-	}
 	tl.inflight++
-	return res, nil
+	return &reservation{b: b, tl: tl, limit: lim}, nil
+}
+
+// holdLocal reserves want in this process's account of the window, raising
+// the stored lease ahead of it; the caller holds b.mu.
+func (b *budgets) holdLocal(ctx context.Context, res *reservation, sess *Session, want tokens.Usage, now time.Time) error {
+	lim := res.limit
+	key, reset := usageWindow(sess.TokenID, lim.Window, now)
+	acct, err := b.load(ctx, key)
+	if err != nil {
+		return b.refusal(err, sess, lim, tokens.Usage{}, want, now, reset)
+	}
+	held := acct.used.Add(acct.reserved)
+	if !held.Add(want).Fits(caps(lim)) {
+		return b.refusal(tokens.ErrOverBudget, sess, lim, held, want, now, reset)
+	}
+	if lease, raise := leaseFor(acct.leased, held.Add(want), lim); raise {
+		if err := b.store.SaveUsage(ctx, key, lease); err != nil {
+			return b.refusal(err, sess, lim, held, want, now, reset)
+		}
+		acct.leased, acct.saved = lease, lease
+	}
+	acct.reserved = acct.reserved.Add(want)
+	acct.lastUse = now
+	res.acct, res.want = acct, want
+	return nil
+}
+
+// refusal is the answer to a reservation the budget or the store refused:
+// 429 naming what is exhausted (held is what the window holds), or 503.
+func (b *budgets) refusal(err error, sess *Session, lim policy.Budget, held, want tokens.Usage, now, reset time.Time) error {
+	if !errors.Is(err, tokens.ErrOverBudget) {
+		b.log.Error("budget: the token store failed", "token_id", sess.TokenID, "err", err)
+		return refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", sess.Sandbox)
+	}
+	retry := time.Duration(0)
+	if !reset.IsZero() {
+		retry = reset.Sub(now)
+	}
+	return budgetError(retry, "sandbox %s's token is over its budget: %s", sess.Sandbox, overBudget(held, want, lim))
+}
+
+// caps is what lim caps per window, as a usage (zero: no cap).
+func caps(lim policy.Budget) tokens.Usage {
+	return tokens.Usage{Requests: lim.Requests, Input: lim.InputTokens, Output: lim.OutputTokens,
+		CacheRead: lim.CacheReadTokens, CacheWrite: lim.CacheWriteTokens}
 }
 
 // settle ends the reservation with what the request really used; a
 // request that never got an answer settles with zero usage. It returns the
-// window's usage after it, and false when nothing is metered.
+// window's usage after it, and false when nothing is metered (or, shared,
+// when the store could not be told: the window then keeps what the
+// reservation held, an over-charge, never an under-charge).
 func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered bool) {
 	if r == nil {
 		return tokens.Usage{}, false
 	}
 	r.once.Do(func() {
 		r.b.mu.Lock()
-		defer r.b.mu.Unlock()
 		r.tl.inflight--
 		if r.acct != nil {
 			r.acct.reserved = r.acct.reserved.Sub(r.want)
 			r.acct.used = r.acct.used.Add(used)
 			total, metered = r.acct.used, true
+		}
+		r.b.mu.Unlock()
+		if r.key != "" {
+			var err error
+			total, err = r.b.store.AdjustUsage(context.Background(), r.key, used.Sub(r.want))
+			if err != nil {
+				r.b.log.Error("budget: settling a request in the token store failed; its reservation stays charged", "key", r.key, "err", err)
+			}
+			metered = err == nil
 		}
 	})
 	return total, metered

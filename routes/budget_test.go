@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -64,29 +68,7 @@ func messageBody(maxTokens int, stream bool) string {
 func TestBudgetConcurrent(t *testing.T) {
 	e := newBudgetEnv(t, nil)
 	tok := e.token("conv-1")
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	codes := map[int]int{}
-	for range 100 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", strings.NewReader(messageBody(50, false)))
-			req.Header.Set("Authorization", "Bearer "+tok)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Anthropic-Version", "2023-06-01")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			mu.Lock()
-			codes[resp.StatusCode]++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	codes := atOnce(t, 100, func(int) (string, string) { return e.proxy.URL, messageBody(50, false) }, tok)
 	if codes[200] != 10 || codes[429] != 90 {
 		t.Errorf("statuses %v, want 10 × 200 and 90 × 429", codes)
 	}
@@ -144,6 +126,38 @@ func TestBudgetOutputTokens(t *testing.T) {
 	}
 }
 
+// atOnce sends n model requests with tok at once, the i-th to the base URL
+// and with the body req(i) gives, reads each answer whole, and counts the
+// statuses.
+func atOnce(t *testing.T, n int, req func(i int) (base, body string), tok string) map[int]int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			base, body := req(i)
+			r, _ := http.NewRequest("POST", base+"/v1/messages", strings.NewReader(body))
+			r.Header.Set("Authorization", "Bearer "+tok)
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Anthropic-Version", "2023-06-01")
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return codes
+}
+
 func tokenID(t *testing.T, e *env, tok string) string {
 	t.Helper()
 	p, err := tokens.Parse(tok)
@@ -197,7 +211,7 @@ func TestBudgetPersists(t *testing.T) {
 	}
 	lim := e.srv.policy().Profiles["default"].Budget
 	// A crash: a second server on the same store reads what is there.
-	crashed := newBudgets(e.srv.store, e.srv.log, time.Now)
+	crashed := newBudgets(e.srv.store, false, e.srv.log, time.Now)
 	u, _ := crashed.usage(context.Background(), id, lim)
 	if u.Requests < 3 {
 		t.Errorf("after a crash: %d requests charged, want at least the 3 spent", u.Requests)
@@ -205,9 +219,57 @@ func TestBudgetPersists(t *testing.T) {
 	crashed.close()
 	// A clean stop saves the exact usage.
 	e.srv.budgets.close()
-	after := newBudgets(e.srv.store, e.srv.log, time.Now)
+	after := newBudgets(e.srv.store, false, e.srv.log, time.Now)
 	defer after.close()
 	if u, _ := after.usage(context.Background(), id, lim); u.Requests != 3 {
 		t.Errorf("after a clean stop: %d requests, want 3", u.Requests)
+	}
+}
+
+// Replicas on one store (SharedStore) add up their spending exactly: 100
+// requests at once, spread over two servers, against a budget of 10 send
+// exactly 10 upstream, and once they end the store holds what the upstream
+// reported, no reservation left behind. A request over the output budget is
+// refused with the same message as in one process.
+func TestBudgetShared(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, budgetPolicy)
+		o.SharedStore = true
+	})
+	u, _ := url.Parse(e.fake.URL)
+	other := New(Options{Store: e.srv.store, SharedStore: true, Policy: e.srv.policy(),
+		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}})
+	t.Cleanup(other.Close)
+	second := httptest.NewServer(other.ProxyHandler())
+	t.Cleanup(second.Close)
+
+	tok := e.token("conv-1")
+	codes := atOnce(t, 100, func(i int) (string, string) {
+		if i%2 == 1 {
+			return second.URL, messageBody(50, i%3 == 0)
+		}
+		return e.proxy.URL, messageBody(50, i%3 == 0)
+	}, tok)
+	if codes[200] != 10 || codes[429] != 90 {
+		t.Errorf("statuses %v, want 10 × 200 and 90 × 429", codes)
+	}
+	if n := len(e.fake.Requests()); n != 10 {
+		t.Errorf("the upstream got %d requests, want 10", n)
+	}
+	// The fake answers six output tokens per request; the reservations of
+	// 50 each were settled down to them.
+	got, err := e.srv.store.LoadUsage(context.Background(), tokens.UsageKey(tokenID(t, e, tok), ""))
+	if err != nil || got.Requests != 10 || got.Output != 60 {
+		t.Errorf("the store holds %+v, %v; want 10 requests and 60 output tokens", got, err)
+	}
+
+	auth := map[string]string{"Authorization": "Bearer " + e.token("tight-1"), "Anthropic-Version": "2023-06-01"}
+	if r := e.do("POST", "/v1/messages", auth, messageBody(90, false)); r.status != 200 {
+		t.Fatalf("90 of 100 = %d %s", r.status, r.body)
+	}
+	r := e.do("POST", "/v1/messages", auth, messageBody(95, false))
+	if r.status != 429 || !strings.Contains(r.body, "output_tokens: 6 of 100 used or held by requests in flight, and this request may use 95") ||
+		r.header.Get("Retry-After") == "" {
+		t.Errorf("over the shared output budget = %d %v %s", r.status, r.header, r.body)
 	}
 }

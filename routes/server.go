@@ -54,9 +54,15 @@ func (up Upstream) configured() bool { return up.Live != nil || !up.Credential.I
 
 // Options configure a Server. Store, Policy and Anthropic are required.
 type Options struct {
-	Store     tokens.Store
-	Policy    *policy.Policy
-	Anthropic Upstream
+	Store tokens.Store
+	// SharedStore says that other cproxy processes use Store at the same
+	// time (replicas on one PostgreSQL database): budgets are then reserved
+	// and settled in Store, atomically, on every request, so the replicas'
+	// spending adds up exactly. False: this process counts budgets in
+	// memory and saves them to Store ahead of use.
+	SharedStore bool
+	Policy      *policy.Policy
+	Anthropic   Upstream
 	// GitHub is the github route's upstream (github.com's git smart HTTP).
 	// A nil URL means the route has none: github requests are refused.
 	GitHub Upstream
@@ -128,7 +134,7 @@ func New(o Options) *Server {
 	if s.sockets != nil {
 		s.sockets.handler = s.ProxyHandler()
 	}
-	s.budgets = newBudgets(s.store, s.log, s.now)
+	s.budgets = newBudgets(s.store, o.SharedStore, s.log, s.now)
 	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), meterResponse)
 	if o.GitHub.URL != nil {
 		s.github = newForwarder(o.GitHub, setGitHubCredential, gitHubResponse)

@@ -361,6 +361,57 @@ func (s *BoltStore) SaveUsage(ctx context.Context, key string, u Usage) error {
 	return nil
 }
 
+// ReserveUsage adds want to the usage under key if it fits limit, in one
+// write transaction (bbolt runs one at a time).
+func (s *BoltStore) ReserveUsage(ctx context.Context, key string, want, limit Usage) (Usage, error) {
+	return s.updateUsage(ctx, "reserve", key, func(u Usage) (Usage, error) {
+		if next := u.Add(want); next.Fits(limit) {
+			return next, nil
+		}
+		return u, ErrOverBudget
+	})
+}
+
+// AdjustUsage adds delta to the usage under key, no count below zero.
+func (s *BoltStore) AdjustUsage(ctx context.Context, key string, delta Usage) (Usage, error) {
+	return s.updateUsage(ctx, "adjust", key, func(u Usage) (Usage, error) { return u.Add(delta).floor(), nil })
+}
+
+// updateUsage replaces the usage under key with what f makes of it, in one
+// write transaction; when f fails, nothing is written and it returns the
+// usage as it was with f's error.
+func (s *BoltStore) updateUsage(ctx context.Context, op, key string, f func(Usage) (Usage, error)) (Usage, error) {
+	if err := ctx.Err(); err != nil {
+		return Usage{}, err
+	}
+	var out Usage
+	var refused error
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketUsage)
+		var u Usage
+		if v := b.Get([]byte(key)); v != nil {
+			if err := json.Unmarshal(v, &u); err != nil {
+				return err
+			}
+		}
+		next, err := f(u)
+		if err != nil {
+			out, refused = u, err
+			return nil
+		}
+		v, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		out = next
+		return b.Put([]byte(key), v)
+	})
+	if err != nil {
+		return Usage{}, fmt.Errorf("%s usage %s: %w", op, key, err)
+	}
+	return out, refused
+}
+
 func indexKey(sandbox string, h Hash) []byte {
 	k := make([]byte, 0, len(sandbox)+1+len(h))
 	k = append(k, sandbox...)

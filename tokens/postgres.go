@@ -350,6 +350,82 @@ func (s *PostgresStore) SaveUsage(ctx context.Context, key string, u Usage) erro
 	return nil
 }
 
+const usageColumns = "requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens"
+
+func scanUsage(row pgx.Row) (Usage, error) {
+	var u Usage
+	err := row.Scan(&u.Requests, &u.Input, &u.Output, &u.CacheRead, &u.CacheWrite)
+	return u, err
+}
+
+// ReserveUsage adds want to the usage under key if it fits limit, in one
+// statement: the upsert locks the key's row, so reservations through every
+// replica at once are applied one after another, each checked against what
+// the one before left.
+func (s *PostgresStore) ReserveUsage(ctx context.Context, key string, want, limit Usage) (Usage, error) {
+	if err := ctx.Err(); err != nil {
+		return Usage{}, err
+	}
+	if !want.Fits(limit) {
+		// The first reservation of a window inserts its row unchecked, so
+		// a want that fits no window is refused here.
+		u, err := s.LoadUsage(ctx, key)
+		if err != nil {
+			return Usage{}, err
+		}
+		return u, ErrOverBudget
+	}
+	u, err := call(ctx, func(ctx context.Context) (Usage, error) {
+		return scanUsage(s.pool.QueryRow(ctx, `INSERT INTO usage AS u (key, `+usageColumns+`)
+			VALUES ($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint)
+			ON CONFLICT (key) DO UPDATE SET
+				requests = u.requests + $2, input_tokens = u.input_tokens + $3, output_tokens = u.output_tokens + $4,
+				cache_read_tokens = u.cache_read_tokens + $5, cache_write_tokens = u.cache_write_tokens + $6
+			WHERE ($7::bigint = 0 OR u.requests + $2 <= $7) AND ($8::bigint = 0 OR u.input_tokens + $3 <= $8)
+				AND ($9::bigint = 0 OR u.output_tokens + $4 <= $9) AND ($10::bigint = 0 OR u.cache_read_tokens + $5 <= $10)
+				AND ($11::bigint = 0 OR u.cache_write_tokens + $6 <= $11)
+			RETURNING `+usageColumns,
+			key, want.Requests, want.Input, want.Output, want.CacheRead, want.CacheWrite,
+			limit.Requests, limit.Input, limit.Output, limit.CacheRead, limit.CacheWrite))
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The row is there and the sum would pass a cap: nothing changed.
+		u, err := s.LoadUsage(ctx, key)
+		if err != nil {
+			return Usage{}, err
+		}
+		return u, ErrOverBudget
+	}
+	if err != nil {
+		return Usage{}, s.wrap("reserve usage "+key, err)
+	}
+	return u, nil
+}
+
+// AdjustUsage adds delta to the usage under key, no count below zero, in
+// one statement.
+func (s *PostgresStore) AdjustUsage(ctx context.Context, key string, delta Usage) (Usage, error) {
+	if err := ctx.Err(); err != nil {
+		return Usage{}, err
+	}
+	fresh := delta.floor()
+	u, err := call(ctx, func(ctx context.Context) (Usage, error) {
+		return scanUsage(s.pool.QueryRow(ctx, `INSERT INTO usage AS u (key, `+usageColumns+`)
+			VALUES ($1, $7::bigint, $8::bigint, $9::bigint, $10::bigint, $11::bigint)
+			ON CONFLICT (key) DO UPDATE SET
+				requests = greatest(u.requests + $2, 0), input_tokens = greatest(u.input_tokens + $3, 0),
+				output_tokens = greatest(u.output_tokens + $4, 0), cache_read_tokens = greatest(u.cache_read_tokens + $5, 0),
+				cache_write_tokens = greatest(u.cache_write_tokens + $6, 0)
+			RETURNING `+usageColumns,
+			key, delta.Requests, delta.Input, delta.Output, delta.CacheRead, delta.CacheWrite,
+			fresh.Requests, fresh.Input, fresh.Output, fresh.CacheRead, fresh.CacheWrite))
+	})
+	if err != nil {
+		return Usage{}, s.wrap("adjust usage "+key, err)
+	}
+	return u, nil
+}
+
 func (s *PostgresStore) Close() error {
 	s.pool.Close()
 	return nil

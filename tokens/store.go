@@ -97,7 +97,33 @@ type Store interface {
 	LoadUsage(ctx context.Context, key string) (Usage, error)
 	// SaveUsage stores u under key. The change is durable before it returns.
 	SaveUsage(ctx context.Context, key string, u Usage) error
+	// ReserveUsage adds want to the usage under key if, for every kind limit caps (a non-zero count), the sum
+	// stays within the cap; in one atomic step, so that reservations made at once, by any number of processes
+	// sharing the store, never pass a cap together. It returns the usage under key after it, or, with
+	// ErrOverBudget, the usage as it is (unchanged). Durable before it returns.
+	ReserveUsage(ctx context.Context, key string, want, limit Usage) (Usage, error)
+	// AdjustUsage adds delta, whose counts may be negative (a reservation settled below what it held), to the
+	// usage under key, atomically, never taking a count below zero, and returns the usage after it. Durable
+	// before it returns.
+	AdjustUsage(ctx context.Context, key string, delta Usage) (Usage, error)
 	Close() error
+}
+
+// ErrOverBudget is ReserveUsage's refusal: the reservation would take a
+// count past its cap.
+var ErrOverBudget = errors.New("over budget")
+
+// Fits reports whether u stays within every cap limit sets (a zero count
+// caps nothing).
+func (u Usage) Fits(limit Usage) bool {
+	ok := func(n, l int64) bool { return l <= 0 || n <= l }
+	return ok(u.Requests, limit.Requests) && ok(u.Input, limit.Input) && ok(u.Output, limit.Output) &&
+		ok(u.CacheRead, limit.CacheRead) && ok(u.CacheWrite, limit.CacheWrite)
+}
+
+// floor returns u with every negative count raised to zero.
+func (u Usage) floor() Usage {
+	return Usage{max(u.Requests, 0), max(u.Input, 0), max(u.Output, 0), max(u.CacheRead, 0), max(u.CacheWrite, 0)}
 }
 
 // checkRevoke refuses a RevokeSandbox that every store would refuse: a

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -363,6 +364,81 @@ func TestStoreDurableAcrossReopen(t *testing.T) {
 		}
 		if recs, err := s.List(ctx); err != nil || len(recs) != 2 || recs[0].ID != kept.ID() {
 			t.Errorf("List after reopen: %+v, %v", recs, err)
+		}
+	})
+}
+
+func TestStoreReserveAndAdjustUsage(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, reopen func(Store) Store) {
+		limit := Usage{Requests: 3, Output: 100} // input and the cache kinds: no cap
+		want := Usage{Requests: 1, Input: 1 << 40, Output: 40}
+		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); err != nil || u != want {
+			t.Fatalf("first reservation = %+v, %v; want %+v", u, err, want)
+		}
+		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); err != nil || u != want.Add(want) {
+			t.Fatalf("second reservation = %+v, %v", u, err)
+		}
+		// A third would take output to 120 of 100: refused, nothing changed.
+		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); !errors.Is(err, ErrOverBudget) || u != want.Add(want) {
+			t.Fatalf("over the output cap = %+v, %v; want ErrOverBudget and the usage as it was", u, err)
+		}
+		// Settling one reservation lower (40 held, 15 used) makes room.
+		if u, err := s.AdjustUsage(ctx, "tok_r", Usage{Output: -25}); err != nil || u.Output != 55 || u.Requests != 2 {
+			t.Fatalf("adjust = %+v, %v", u, err)
+		}
+		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); err != nil || u.Requests != 3 || u.Output != 95 {
+			t.Fatalf("after settling = %+v, %v", u, err)
+		}
+		if _, err := s.ReserveUsage(ctx, "tok_r", Usage{Requests: 1}, limit); !errors.Is(err, ErrOverBudget) {
+			t.Fatalf("a fourth request of 3 = %v, want ErrOverBudget", err)
+		}
+		// A want that fits no window is refused on a fresh key too, and
+		// leaves nothing behind.
+		if u, err := s.ReserveUsage(ctx, "tok_new", Usage{Output: 101}, limit); !errors.Is(err, ErrOverBudget) || u != (Usage{}) {
+			t.Fatalf("a want over the cap on a fresh key = %+v, %v", u, err)
+		}
+		if u, _ := s.LoadUsage(ctx, "tok_new"); u != (Usage{}) {
+			t.Errorf("a refused reservation left %+v", u)
+		}
+		// No count goes below zero, and a fresh key starts from zero.
+		if u, err := s.AdjustUsage(ctx, "tok_r", Usage{Requests: -10, Output: 5}); err != nil || u.Requests != 0 || u.Output != 100 {
+			t.Errorf("adjust below zero = %+v, %v", u, err)
+		}
+		if u, err := s.AdjustUsage(ctx, "tok_fresh", Usage{Requests: -1, Output: 7}); err != nil || u != (Usage{Output: 7}) {
+			t.Errorf("adjust of a fresh key = %+v, %v", u, err)
+		}
+		s = reopen(s)
+		if u, err := s.LoadUsage(ctx, "tok_r"); err != nil || u.Output != 100 || u.Input != 3<<40 {
+			t.Errorf("usage after reopen = %+v, %v", u, err)
+		}
+	})
+}
+
+// Reservations made at once never pass a cap together: of 60 concurrent
+// reservations of one request against a cap of 10, exactly 10 succeed.
+func TestStoreReserveUsageConcurrent(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		granted := 0
+		for range 60 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := s.ReserveUsage(ctx, "tok_c", Usage{Requests: 1, Output: 3}, Usage{Requests: 10})
+				switch {
+				case err == nil:
+					mu.Lock()
+					granted++
+					mu.Unlock()
+				case !errors.Is(err, ErrOverBudget):
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if u, err := s.LoadUsage(ctx, "tok_c"); granted != 10 || err != nil || u != (Usage{Requests: 10, Output: 30}) {
+			t.Errorf("%d reservations granted, usage %+v, %v; want 10 and 10 requests", granted, u, err)
 		}
 	})
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/routes"
+)
+
+// startBudgetReplica is startReplica with a policy file: every sandbox
+// gets pol's default profile.
+func startBudgetReplica(t *testing.T, upstream, pol string) *served {
+	t.Helper()
+	dir := t.TempDir()
+	writeServeConfig(t, dir, upstream)
+	cfgPath := filepath.Join(dir, "cproxy.toml")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := "policy = \"policy.toml\"\n" +
+		strings.Replace(string(b), "[store]\npath = \"cproxy.db\"\n", "[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n", 1)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServe(t, dir)
+}
+
+// The budget issue's concurrency test against three replicas at once: of
+// 90 requests sent together through A, B and C with one token whose budget
+// is 10 requests, exactly 10 reach the upstream and the rest are refused
+// with 429 before any upstream contact; every replica then lists the
+// token's usage as exactly what the upstream reported.
+func TestReplicasShareBudget(t *testing.T) {
+	dsn := pgTestDatabase(t)
+	t.Setenv("CPROXY_PG_DSN", dsn)
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	const pol = `
+[profile.default]
+models = ["claude-*"]
+budget = { requests = 10, output_tokens = 100000, window = "day" }
+`
+	replicas := []*served{startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol)}
+	tok := replicas[0].mint("conv-budget")
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 90 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := sdkClient(replicas[i%3].proxy, option.WithAuthToken(tok)).Messages.New(t.Context(), helloParams())
+			code := 200
+			var apiErr *anthropic.Error
+			switch {
+			case errors.As(err, &apiErr):
+				code = apiErr.StatusCode
+				if code == 429 && !strings.Contains(apiErr.Error(), "requests: 10 of 10 used or held by requests in flight") {
+					t.Errorf("429 without the budget's reason: %v", apiErr)
+				}
+			case err != nil:
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[200] != 10 || codes[429] != 80 {
+		t.Errorf("statuses %v, want 10 × 200 and 80 × 429", codes)
+	}
+	if n := len(fake.Requests()); n != 10 {
+		t.Errorf("the upstream got %d requests, want 10", n)
+	}
+	for i, r := range replicas {
+		u := listedUsage(t, r, "conv-budget")
+		if u.Requests != 10 || u.Output != 60 {
+			t.Errorf("replica %d lists usage %+v, want 10 requests and 60 output tokens (6 per answer)", i, u)
+		}
+	}
+	if got := status(t, replicas[2], tok); got != 429 {
+		t.Errorf("an eleventh request through C: %d, want 429", got)
+	}
+	checkNoPassword(t, dsn, replicas...)
+}
+
+// listedUsage is the usage GET /tokens on r lists for sandbox's token.
+func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, Output int64 }) {
+	t.Helper()
+	resp, err := http.Get(r.admin + "/tokens?sandbox=" + sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Tokens []routes.TokenInfo }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Tokens) != 1 || out.Tokens[0].Usage == nil {
+		t.Fatalf("GET /tokens?sandbox=%s: %s %+v %v", sandbox, resp.Status, out, err)
+	}
+	return struct{ Requests, Output int64 }{out.Tokens[0].Usage.Requests, out.Tokens[0].Usage.Output}
+}
