@@ -46,11 +46,12 @@ type budgets struct {
 	// and nothing is counted in accts.
 	shared bool
 	log    *slog.Logger
-	now   func() time.Time
+	now    func() time.Time
 
 	mu    sync.Mutex
-	accts map[string]*account    // by usage key: token id, or id/day
-	limit map[string]*tokenLimit // by token id: rate and concurrency
+	accts map[string]*account      // by usage key: token id, or id/day
+	limit map[string]*tokenLimit   // by token id: rate and concurrency
+	slots map[tokens.Slot]struct{} // shared: the in-flight slots this process holds, renewed by the flusher
 	stop  chan struct{}
 	done  chan struct{}
 }
@@ -73,7 +74,8 @@ type tokenLimit struct {
 
 func newBudgets(store tokens.Store, shared bool, log *slog.Logger, now func() time.Time) *budgets {
 	b := &budgets{store: store, shared: shared, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		slots: map[tokens.Slot]struct{}{},
+		stop:  make(chan struct{}), done: make(chan struct{})}
 	go b.flushLoop()
 	return b
 }
@@ -82,8 +84,9 @@ func newBudgets(store tokens.Store, shared bool, log *slog.Logger, now func() ti
 // A nil reservation holds nothing (a budget that limits nothing).
 type reservation struct {
 	b     *budgets
-	acct  *account // nil: nothing metered here (rate or concurrency only, or shared)
-	key   string   // shared: the usage key the store holds want under; "": not shared
+	acct  *account    // nil: nothing metered here (rate or concurrency only, or shared)
+	key   string      // shared: the usage key the store holds want under; "": not shared
+	slot  tokens.Slot // shared: the in-flight slot held in the store; 0: none
 	tl    *tokenLimit
 	want  tokens.Usage
 	once  sync.Once
@@ -101,42 +104,81 @@ func budgetError(retry time.Duration, format string, args ...any) error {
 // reserve holds want (charged: a POST /v1/messages) of the budget for
 // the session's token, or refuses with a 429 before anything is sent.
 func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) (*reservation, error) {
-	if lim.Concurrent == 0 && lim.RequestsPerMinute == 0 && !(charged && metered(lim)) {
+	meter := charged && metered(lim)
+	if lim.Concurrent == 0 && lim.RequestsPerMinute == 0 && !meter {
 		// Nothing to hold: no lock, and no entry for the token.
 		return nil, nil
 	}
 	now := b.now()
-	if !b.shared || !(charged && metered(lim)) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		res, err := b.admit(sess, lim, now)
-		if err != nil || !(charged && metered(lim)) {
-			return res, err
-		}
-		if err := b.holdLocal(ctx, res, sess, want, now); err != nil {
-			res.tl.inflight--
-			return nil, err
-		}
-		return res, nil
+	if b.shared {
+		return b.reserveShared(ctx, sess, lim, want, meter, now)
 	}
-	// Shared: the store does the counting, outside the lock, which would
-	// otherwise hold every request behind one database round trip.
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	res, err := b.admit(sess, lim, now)
-	b.mu.Unlock()
-	if err != nil {
+	if err != nil || !meter {
+		return res, err
+	}
+	if err := b.holdLocal(ctx, res, sess, want, now); err != nil {
+		res.tl.inflight--
 		return nil, err
 	}
-	key, reset := usageWindow(sess.TokenID, lim.Window, now)
-	held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
-	if err != nil {
-		b.mu.Lock()
-		res.tl.inflight--
-		b.mu.Unlock()
-		return nil, b.refusal(err, sess, lim, held, want, now, reset)
-	}
-	res.key, res.want = key, want
 	return res, nil
+}
+
+// reserveShared is reserve for replicas sharing the store: the token's
+// in-flight slots, its rate and its window's usage are all counted in the
+// store, outside b.mu (which would otherwise hold every request behind a
+// database round trip).
+func (b *budgets) reserveShared(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, meter bool, now time.Time) (*reservation, error) {
+	res := &reservation{b: b, limit: lim}
+	if lim.Concurrent > 0 {
+		slot, err := b.store.AcquireSlot(ctx, sess.TokenID, lim.Concurrent, slotLease)
+		if errors.Is(err, tokens.ErrOverBudget) {
+			return nil, inFlightError(sess, lim.Concurrent, lim)
+		}
+		if err != nil {
+			return nil, b.storeFailed(err, sess)
+		}
+		res.slot = slot
+		b.mu.Lock()
+		b.slots[slot] = struct{}{}
+		b.mu.Unlock()
+	}
+	if lim.RequestsPerMinute > 0 {
+		wait, err := b.store.TakeRate(ctx, sess.TokenID, lim.RequestsPerMinute)
+		if err == nil && wait > 0 {
+			err = rateError(sess, wait, lim)
+		} else if err != nil {
+			err = b.storeFailed(err, sess)
+		}
+		if err != nil {
+			res.release()
+			return nil, err
+		}
+	}
+	if meter {
+		key, reset := usageWindow(sess.TokenID, lim.Window, now)
+		held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
+		if err != nil {
+			res.release()
+			return nil, b.refusal(err, sess, lim, held, want, now, reset)
+		}
+		res.key, res.want = key, want
+	}
+	return res, nil
+}
+
+// slotLease is how long a replica's in-flight slot outlives the replica:
+// the flusher renews every slot it holds each flushEvery, well inside it.
+const slotLease = 30 * time.Second
+
+func inFlightError(sess *Session, n int64, lim policy.Budget) error {
+	return budgetError(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d); retry when one ends", n, sess.Sandbox, lim.Concurrent)
+}
+
+func rateError(sess *Session, wait time.Duration, lim policy.Budget) error {
+	return budgetError(wait, "sandbox %s's token is over its rate (budget requests_per_minute = %d); retry after %ds", sess.Sandbox, lim.RequestsPerMinute, retrySeconds(wait))
 }
 
 // admit applies the token's rate and concurrency limits and takes one of
@@ -148,7 +190,7 @@ func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reser
 		b.limit[sess.TokenID] = tl
 	}
 	if lim.Concurrent > 0 && tl.inflight >= lim.Concurrent {
-		return nil, budgetError(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d); retry when one ends", tl.inflight, sess.Sandbox, lim.Concurrent)
+		return nil, inFlightError(sess, tl.inflight, lim)
 	}
 	if lim.RequestsPerMinute > 0 {
 		if tl.limiter == nil || tl.rpm != lim.RequestsPerMinute {
@@ -158,7 +200,7 @@ func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reser
 		r := tl.limiter.ReserveN(now, 1)
 		if d := r.DelayFrom(now); d > 0 {
 			r.CancelAt(now)
-			return nil, budgetError(d, "sandbox %s's token is over its rate (budget requests_per_minute = %d); retry after %ds", sess.Sandbox, lim.RequestsPerMinute, retrySeconds(d))
+			return nil, rateError(sess, d, lim)
 		}
 	}
 	tl.inflight++
@@ -194,14 +236,21 @@ func (b *budgets) holdLocal(ctx context.Context, res *reservation, sess *Session
 // 429 naming what is exhausted (held is what the window holds), or 503.
 func (b *budgets) refusal(err error, sess *Session, lim policy.Budget, held, want tokens.Usage, now, reset time.Time) error {
 	if !errors.Is(err, tokens.ErrOverBudget) {
-		b.log.Error("budget: the token store failed", "token_id", sess.TokenID, "err", err)
-		return refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", sess.Sandbox)
+		return b.storeFailed(err, sess)
 	}
 	retry := time.Duration(0)
 	if !reset.IsZero() {
 		retry = reset.Sub(now)
 	}
 	return budgetError(retry, "sandbox %s's token is over its budget: %s", sess.Sandbox, overBudget(held, want, lim))
+}
+
+// storeFailed logs a token store failure on the budget's path and is the
+// 503 that refuses the request: a budget that cannot be counted is not
+// passed.
+func (b *budgets) storeFailed(err error, sess *Session) error {
+	b.log.Error("budget: the token store failed", "token_id", sess.TokenID, "err", err)
+	return refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", sess.Sandbox)
 }
 
 // caps is what lim caps per window, as a usage (zero: no cap).
@@ -221,7 +270,9 @@ func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered boo
 	}
 	r.once.Do(func() {
 		r.b.mu.Lock()
-		r.tl.inflight--
+		if r.tl != nil {
+			r.tl.inflight--
+		}
 		if r.acct != nil {
 			r.acct.reserved = r.acct.reserved.Sub(r.want)
 			r.acct.used = r.acct.used.Add(used)
@@ -236,8 +287,24 @@ func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered boo
 			}
 			metered = err == nil
 		}
+		r.release()
 	})
 	return total, metered
+}
+
+// release frees the reservation's shared in-flight slot, if it holds one.
+// A slot the store could not free is freed by its lease running out.
+func (r *reservation) release() {
+	if r.slot == 0 {
+		return
+	}
+	r.b.mu.Lock()
+	delete(r.b.slots, r.slot)
+	r.b.mu.Unlock()
+	if err := r.b.store.ReleaseSlot(context.Background(), r.slot); err != nil {
+		r.b.log.Error("budget: freeing an in-flight slot in the token store failed; its lease frees it", "err", err)
+	}
+	r.slot = 0
 }
 
 // remaining is what lim leaves of each limited kind after used, for the
@@ -348,7 +415,7 @@ func leaseFor(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool)
 // what was spent.
 func (b *budgets) flushLoop() {
 	defer close(b.done)
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(flushEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -356,7 +423,26 @@ func (b *budgets) flushLoop() {
 			return
 		case <-t.C:
 			b.flush(false)
+			b.renewSlots()
 		}
+	}
+}
+
+// flushEvery is how often the flusher saves usage and renews slots.
+const flushEvery = 5 * time.Second
+
+// renewSlots extends the lease of every shared in-flight slot this process
+// holds, so that only a process that stops renewing (one that died) has
+// its slots freed under requests still in flight.
+func (b *budgets) renewSlots() {
+	b.mu.Lock()
+	held := make([]tokens.Slot, 0, len(b.slots))
+	for s := range b.slots {
+		held = append(held, s)
+	}
+	b.mu.Unlock()
+	if err := b.store.RenewSlots(context.Background(), held, slotLease); err != nil {
+		b.log.Error("budget: renewing in-flight slots in the token store failed", "slots", len(held), "err", err)
 	}
 }
 

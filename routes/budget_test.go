@@ -232,21 +232,12 @@ func TestBudgetPersists(t *testing.T) {
 // reported, no reservation left behind. A request over the output budget is
 // refused with the same message as in one process.
 func TestBudgetShared(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
-		o.Policy = mustPolicy(t, budgetPolicy)
-		o.SharedStore = true
-	})
-	u, _ := url.Parse(e.fake.URL)
-	other := New(Options{Store: e.srv.store, SharedStore: true, Policy: e.srv.policy(),
-		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}})
-	t.Cleanup(other.Close)
-	second := httptest.NewServer(other.ProxyHandler())
-	t.Cleanup(second.Close)
+	e, second := newSharedBudgetEnv(t)
 
 	tok := e.token("conv-1")
 	codes := atOnce(t, 100, func(i int) (string, string) {
 		if i%2 == 1 {
-			return second.URL, messageBody(50, i%3 == 0)
+			return second, messageBody(50, i%3 == 0)
 		}
 		return e.proxy.URL, messageBody(50, i%3 == 0)
 	}, tok)
@@ -271,5 +262,59 @@ func TestBudgetShared(t *testing.T) {
 	if r.status != 429 || !strings.Contains(r.body, "output_tokens: 6 of 100 used or held by requests in flight, and this request may use 95") ||
 		r.header.Get("Retry-After") == "" {
 		t.Errorf("over the shared output budget = %d %v %s", r.status, r.header, r.body)
+	}
+}
+
+// newSharedBudgetEnv is newBudgetEnv with SharedStore, and a second server
+// on the same store and upstream, as a second replica; it returns that
+// server's proxy URL.
+func newSharedBudgetEnv(t *testing.T) (*env, string) {
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, budgetPolicy)
+		o.SharedStore = true
+	})
+	u, _ := url.Parse(e.fake.URL)
+	other := New(Options{Store: e.srv.store, SharedStore: true, Policy: e.srv.policy(),
+		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}})
+	t.Cleanup(other.Close)
+	second := httptest.NewServer(other.ProxyHandler())
+	t.Cleanup(second.Close)
+	return e, second.URL
+}
+
+// The rate and concurrency limits hold across replicas too: two requests
+// of 2 a minute, one through each, leave none for either; with one request
+// in flight through one, the other refuses a second.
+func TestBudgetSharedRateAndConcurrency(t *testing.T) {
+	e, second := newSharedBudgetEnv(t)
+	count := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`
+	auth := map[string]string{"Authorization": "Bearer " + e.token("rate-1"), "Anthropic-Version": "2023-06-01"}
+	if r := e.do("POST", "/v1/messages/count_tokens", auth, count); r.status != 200 {
+		t.Fatalf("first = %d", r.status)
+	}
+	if r := e.doAt(second, "POST", "/v1/messages/count_tokens", auth, count); r.status != 200 {
+		t.Fatalf("second, through the other replica = %d", r.status)
+	}
+	for _, base := range []string{e.proxy.URL, second} {
+		r := e.doAt(base, "POST", "/v1/messages/count_tokens", auth, count)
+		if r.status != 429 || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, "over its rate (budget requests_per_minute = 2)") {
+			t.Errorf("a third in a minute through %s = %d %v %s", base, r.status, r.header, r.body)
+		}
+	}
+
+	gate := e.fake.HoldHeaders()
+	one := map[string]string{"Authorization": "Bearer " + e.token("one-1"), "Anthropic-Version": "2023-06-01"}
+	done := make(chan reply)
+	go func() { done <- e.do("POST", "/v1/messages", one, messageBody(10, false)) }()
+	<-gate.Reached()
+	if r := e.doAt(second, "POST", "/v1/messages", one, messageBody(10, false)); r.status != 429 || !strings.Contains(r.body, "1 requests of sandbox one-1's token are in flight") {
+		t.Errorf("a second at once, through the other replica = %d %s", r.status, r.body)
+	}
+	gate.Release()
+	if r := <-done; r.status != 200 {
+		t.Errorf("the first = %d", r.status)
+	}
+	if r := e.doAt(second, "POST", "/v1/messages", one, messageBody(10, false)); r.status != 200 {
+		t.Errorf("after the first ended, through the other replica = %d %s", r.status, r.body)
 	}
 }

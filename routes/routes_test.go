@@ -125,7 +125,13 @@ type reply struct {
 
 func (e *env) do(method, path string, header map[string]string, body string) reply {
 	e.t.Helper()
-	req, _ := http.NewRequest(method, e.proxy.URL+path, strings.NewReader(body))
+	return e.doAt(e.proxy.URL, method, path, header, body)
+}
+
+// doAt is do through the proxy at base (another server's).
+func (e *env) doAt(base, method, path string, header map[string]string, body string) reply {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}

@@ -58,6 +58,8 @@ var (
 // does not cache what it read (gen tells it so).
 type BoltStore struct {
 	db *bolt.DB
+	// Rates and slots are in memory: the file has one process.
+	*memLimits
 
 	mu    sync.RWMutex
 	cache map[Hash]Record
@@ -110,7 +112,7 @@ func OpenBolt(path string) (*BoltStore, error) {
 		}
 		return nil, err
 	}
-	return &BoltStore{db: db, cache: make(map[Hash]Record)}, nil
+	return &BoltStore{db: db, memLimits: newMemLimits(time.Now), cache: make(map[Hash]Record)}, nil
 }
 
 // panicError carries a panic from bbolt, which panics rather than returning an error on some damaged files (a

@@ -426,6 +426,106 @@ func (s *PostgresStore) AdjustUsage(ctx context.Context, key string, delta Usage
 	return u, nil
 }
 
+// TakeRate is the generic cell rate algorithm in one statement, timed by
+// the database's clock (so replicas' clocks need not agree): the upsert
+// moves the key's theoretical arrival time one step ahead of max(itself,
+// now) only if that stays within perMinute steps of now; the row lock
+// orders events from every replica.
+func (s *PostgresStore) TakeRate(ctx context.Context, key string, perMinute int64) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	step, burst := rateStep(perMinute), time.Duration(max(perMinute, 1))*rateStep(perMinute)
+	wait, err := call(ctx, func(ctx context.Context) (time.Duration, error) {
+		var us int64
+		err := s.pool.QueryRow(ctx, `WITH taken AS (
+				INSERT INTO rates AS r (key, tat) VALUES ($1, now() + $2::bigint * interval '1 microsecond')
+				ON CONFLICT (key) DO UPDATE SET tat = greatest(r.tat, now()) + $2::bigint * interval '1 microsecond'
+				WHERE greatest(r.tat, now()) + $2::bigint * interval '1 microsecond' <= now() + $3::bigint * interval '1 microsecond'
+				RETURNING 0::bigint AS wait)
+			SELECT wait FROM taken
+			UNION ALL
+			SELECT greatest(1, (extract(epoch FROM greatest(r.tat, now()) + $2::bigint * interval '1 microsecond' - now()) * 1e6)::bigint - $3::bigint)
+				FROM rates r WHERE r.key = $1 AND NOT EXISTS (SELECT FROM taken)`,
+			key, step.Microseconds(), burst.Microseconds()).Scan(&us)
+		return time.Duration(us) * time.Microsecond, err
+	})
+	if err != nil {
+		return 0, s.wrap("take rate "+key, err)
+	}
+	return wait, nil
+}
+
+// AcquireSlot counts the key's live slots and takes one if there is room,
+// under a transaction-scoped advisory lock on the key, so that replicas
+// acquiring at once are counted one after another; expired slots (their
+// replica died) are deleted on the way.
+func (s *PostgresStore) AcquireSlot(ctx context.Context, key string, limit int64, lease time.Duration) (Slot, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	slot, err := call(ctx, func(ctx context.Context) (Slot, error) {
+		var slot Slot
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('cproxy slot ' || $1, 0))", key); err != nil {
+				return err
+			}
+			var held int64
+			if err := tx.QueryRow(ctx, `WITH gone AS (DELETE FROM slots WHERE key = $1 AND expires_at <= now())
+				SELECT count(*) FROM slots WHERE key = $1 AND expires_at > now()`, key).Scan(&held); err != nil {
+				return err
+			}
+			if held >= limit {
+				return ErrOverBudget
+			}
+			return tx.QueryRow(ctx, "INSERT INTO slots (key, expires_at) VALUES ($1, now() + $2::bigint * interval '1 microsecond') RETURNING id",
+				key, lease.Microseconds()).Scan(&slot)
+		})
+		return slot, err
+	})
+	if errors.Is(err, ErrOverBudget) {
+		return 0, err
+	}
+	if err != nil {
+		return 0, s.wrap("acquire slot "+key, err)
+	}
+	return slot, nil
+}
+
+func (s *PostgresStore) RenewSlots(ctx context.Context, slots []Slot, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(slots) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(slots))
+	for i, id := range slots {
+		ids[i] = int64(id)
+	}
+	_, err := call(ctx, func(ctx context.Context) (pgconn.CommandTag, error) {
+		return s.pool.Exec(ctx, `UPDATE slots SET expires_at = now() + $2::bigint * interval '1 microsecond'
+			WHERE id = ANY($1) AND expires_at > now()`, ids, lease.Microseconds())
+	})
+	if err != nil {
+		return s.wrap("renew slots", err)
+	}
+	return nil
+}
+
+func (s *PostgresStore) ReleaseSlot(ctx context.Context, slot Slot) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := call(ctx, func(ctx context.Context) (pgconn.CommandTag, error) {
+		return s.pool.Exec(ctx, "DELETE FROM slots WHERE id = $1", int64(slot))
+	})
+	if err != nil {
+		return s.wrap("release slot", err)
+	}
+	return nil
+}
+
 func (s *PostgresStore) Close() error {
 	s.pool.Close()
 	return nil

@@ -62,6 +62,27 @@ func TestPostgresMigrationsConcurrentAndIdempotent(t *testing.T) {
 	}
 }
 
+// A database at schema 1 (the first release) is upgraded in place: what
+// it held stays, and what later schemas add works.
+func TestPostgresUpgradesSchema1(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	pgExec(t, dsn, "CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+	pgExec(t, dsn, knownMigrations()[0].sql)
+	pgExec(t, dsn, "INSERT INTO schema_version (version) VALUES (1)")
+	pgExec(t, dsn, "INSERT INTO usage VALUES ('tok_old', 3, 30, 300, 0, 0)")
+	s := openPG(t, dsn)
+	if u, err := s.LoadUsage(ctx, "tok_old"); err != nil || u != (Usage{Requests: 3, Input: 30, Output: 300}) {
+		t.Errorf("usage kept from schema 1: %+v, %v", u, err)
+	}
+	if wait, err := s.TakeRate(ctx, "tok_old", 1); err != nil || wait != 0 {
+		t.Errorf("TakeRate after the upgrade: %v, %v", wait, err)
+	}
+	var v int
+	if err := s.pool.QueryRow(ctx, "SELECT max(version) FROM schema_version").Scan(&v); err != nil || v != PostgresSchemaVersion() {
+		t.Errorf("schema after the upgrade: %d, %v; want %d", v, err, PostgresSchemaVersion())
+	}
+}
+
 func TestPostgresRefusesNewerSchema(t *testing.T) {
 	dsn := NewTestDatabase(t)
 	openPG(t, dsn).Close()

@@ -106,11 +106,27 @@ type Store interface {
 	// usage under key, atomically, never taking a count below zero, and returns the usage after it. Durable
 	// before it returns.
 	AdjustUsage(ctx context.Context, key string, delta Usage) (Usage, error)
+	// TakeRate admits one event under key if its rate allows: perMinute events a minute, up to perMinute of them
+	// at once (a bucket of perMinute, full at first, refilled at perMinute a minute), counted atomically across
+	// every process sharing the store. It returns zero when the event is admitted, else how long until one would
+	// be (nothing is taken then).
+	TakeRate(ctx context.Context, key string, perMinute int64) (time.Duration, error)
+	// AcquireSlot takes one of limit slots under key, atomically across every process sharing the store, or
+	// returns ErrOverBudget when all are taken. A slot is held until ReleaseSlot, or until lease passes without
+	// RenewSlots: a process that dies holding slots frees them within lease.
+	AcquireSlot(ctx context.Context, key string, limit int64, lease time.Duration) (Slot, error)
+	// RenewSlots extends the lease of each slot still held to lease from now.
+	RenewSlots(ctx context.Context, slots []Slot, lease time.Duration) error
+	// ReleaseSlot frees slot; releasing a slot that expired is not an error.
+	ReleaseSlot(ctx context.Context, slot Slot) error
 	Close() error
 }
 
-// ErrOverBudget is ReserveUsage's refusal: the reservation would take a
-// count past its cap.
+// Slot is one slot AcquireSlot took.
+type Slot int64
+
+// ErrOverBudget is ReserveUsage's and AcquireSlot's refusal: the
+// reservation would take a count past its cap, or every slot is taken.
 var ErrOverBudget = errors.New("over budget")
 
 // Fits reports whether u stays within every cap limit sets (a zero count

@@ -442,3 +442,99 @@ func TestStoreReserveUsageConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// A rate of 3 a minute admits 3 at once, then one every 20 seconds, and
+// says how long to wait; keys are counted apart.
+func TestStoreTakeRate(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		for i := range 3 {
+			if wait, err := s.TakeRate(ctx, "tok_a", 3); err != nil || wait != 0 {
+				t.Fatalf("event %d of a burst of 3: wait %v, %v", i+1, wait, err)
+			}
+		}
+		wait, err := s.TakeRate(ctx, "tok_a", 3)
+		if err != nil || wait <= 15*time.Second || wait > 20*time.Second {
+			t.Errorf("a fourth at once: wait %v, %v; want up to 20s (one step)", wait, err)
+		}
+		// A refused event takes nothing: the wait does not grow.
+		if again, _ := s.TakeRate(ctx, "tok_a", 3); again > wait {
+			t.Errorf("a refused event moved the bucket: wait %v after %v", again, wait)
+		}
+		if wait, err := s.TakeRate(ctx, "tok_b", 3); err != nil || wait != 0 {
+			t.Errorf("another key: wait %v, %v", wait, err)
+		}
+	})
+}
+
+// Slots: limit at once, freed by ReleaseSlot or by their lease running out
+// unrenewed (a process that died), kept by RenewSlots.
+func TestStoreSlots(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		a, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute); !errors.Is(err, ErrOverBudget) {
+			t.Fatalf("a third of 2 slots: %v, want ErrOverBudget", err)
+		}
+		if _, err := s.AcquireSlot(ctx, "tok_other", 1, time.Minute); err != nil {
+			t.Errorf("another key's slot: %v", err)
+		}
+		if err := s.ReleaseSlot(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute); err != nil {
+			t.Errorf("after a release: %v", err)
+		}
+
+		short, err := s.AcquireSlot(ctx, "tok_lease", 1, 300*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond)
+		kept, err := s.AcquireSlot(ctx, "tok_lease", 1, 300*time.Millisecond)
+		if err != nil {
+			t.Fatalf("a slot whose lease ran out was not freed: %v", err)
+		}
+		if err := s.ReleaseSlot(ctx, short); err != nil {
+			t.Errorf("releasing an expired slot: %v", err)
+		}
+		if err := s.RenewSlots(ctx, []Slot{kept}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond)
+		if _, err := s.AcquireSlot(ctx, "tok_lease", 1, time.Minute); !errors.Is(err, ErrOverBudget) {
+			t.Errorf("a renewed slot was freed: %v, want ErrOverBudget", err)
+		}
+	})
+}
+
+// Slots taken at once never pass the limit: of 40 concurrent acquisitions
+// of 5 slots, exactly 5 succeed.
+func TestStoreSlotsConcurrent(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		got := 0
+		for range 40 {
+			wg.Go(func() {
+				_, err := s.AcquireSlot(ctx, "tok_c", 5, time.Minute)
+				switch {
+				case err == nil:
+					mu.Lock()
+					got++
+					mu.Unlock()
+				case !errors.Is(err, ErrOverBudget):
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if got != 5 {
+			t.Errorf("%d of 40 acquisitions of 5 slots succeeded", got)
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -39,22 +40,24 @@ func startBudgetReplica(t *testing.T, upstream, pol string) *served {
 	return startServe(t, dir)
 }
 
+// budgetReplicas starts three replicas on a new database, in front of a
+// new fake upstream, with every sandbox on a profile of budget.
+func budgetReplicas(t *testing.T, budget string) (*fakes.Anthropic, []*served) {
+	t.Helper()
+	t.Setenv("CPROXY_PG_DSN", pgTestDatabase(t))
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	pol := "[profile.default]\nmodels = [\"claude-*\"]\n" + budget + "\n"
+	return fake, []*served{startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol)}
+}
+
 // The budget issue's concurrency test against three replicas at once: of
 // 90 requests sent together through A, B and C with one token whose budget
 // is 10 requests, exactly 10 reach the upstream and the rest are refused
 // with 429 before any upstream contact; every replica then lists the
 // token's usage as exactly what the upstream reported.
 func TestReplicasShareBudget(t *testing.T) {
-	dsn := pgTestDatabase(t)
-	t.Setenv("CPROXY_PG_DSN", dsn)
-	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
-	t.Cleanup(fake.Close)
-	const pol = `
-[profile.default]
-models = ["claude-*"]
-budget = { requests = 10, output_tokens = 100000, window = "day" }
-`
-	replicas := []*served{startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol)}
+	fake, replicas := budgetReplicas(t, `budget = { requests = 10, output_tokens = 100000, window = "day" }`)
 	tok := replicas[0].mint("conv-budget")
 
 	var wg sync.WaitGroup
@@ -98,7 +101,7 @@ budget = { requests = 10, output_tokens = 100000, window = "day" }
 	if got := status(t, replicas[2], tok); got != 429 {
 		t.Errorf("an eleventh request through C: %d, want 429", got)
 	}
-	checkNoPassword(t, dsn, replicas...)
+	checkNoPassword(t, os.Getenv("CPROXY_PG_DSN"), replicas...)
 }
 
 // listedUsage is the usage GET /tokens on r lists for sandbox's token.
@@ -114,4 +117,39 @@ func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, O
 		t.Fatalf("GET /tokens?sandbox=%s: %s %+v %v", sandbox, resp.Status, out, err)
 	}
 	return struct{ Requests, Output int64 }{out.Tokens[0].Usage.Requests, out.Tokens[0].Usage.Output}
+}
+
+// The concurrency limit across three replicas: with a token's two slots
+// held by requests in flight (the upstream holds its answers), a request
+// through any replica is refused; once they end, one passes.
+func TestReplicasShareConcurrency(t *testing.T) {
+	fake, replicas := budgetReplicas(t, `budget = { concurrent = 2 }`)
+	tok := replicas[0].mint("conv-slots")
+
+	gate := fake.HoldHeaders()
+	held := make(chan int, 2)
+	for _, r := range replicas[:2] {
+		go func() { held <- status(t, r, tok) }()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fake.Requests()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(fake.Requests()); n != 2 {
+		t.Fatalf("%d requests reached the upstream, want the 2 held", n)
+	}
+	for i, r := range replicas {
+		if got := status(t, r, tok); got != 429 {
+			t.Errorf("a third request in flight, through replica %d: %d, want 429", i, got)
+		}
+	}
+	gate.Release()
+	for range 2 {
+		if got := <-held; got != 200 {
+			t.Errorf("a held request ended with %d", got)
+		}
+	}
+	if got := status(t, replicas[2], tok); got != 200 {
+		t.Errorf("after they ended: %d, want 200", got)
+	}
 }
