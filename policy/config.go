@@ -100,6 +100,14 @@ type Store struct {
 	// "keyring:NAME", never the string itself. Required with kind = "postgres";
 	// empty otherwise.
 	DSN string `toml:"dsn"`
+	// LookupCache is how long a replica may answer a token look-up from
+	// memory instead of the database, with kind = "postgres" only. Another
+	// replica's revocation drops the sandbox's entries when its notification
+	// arrives (LISTEN/NOTIFY), so the entries are in force until then, not
+	// for the whole duration; the duration bounds them should a notification
+	// never come. Zero (the default): no cache, every look-up reads the
+	// database.
+	LookupCache Duration `toml:"lookup_cache"`
 }
 
 // Store kinds.
@@ -584,6 +592,9 @@ func checkPositive(d *decoder, p path, v Duration, example string) {
 }
 
 func (s Store) validate(d *decoder) {
+	if s.LookupCache.Duration < 0 {
+		d.atValue(keyPath("store", "lookup_cache"), `store.lookup_cache: must not be negative (e.g. "30s"; "0s" is no cache)`)
+	}
 	switch s.Kind {
 	case StoreBolt:
 		if s.Path == "" {
@@ -591,6 +602,9 @@ func (s Store) validate(d *decoder) {
 		}
 		if s.DSN != "" {
 			d.atValue(keyPath("store", "dsn"), `store.dsn: only for kind = "postgres" (the embedded store is a file: store.path)`)
+		}
+		if s.LookupCache.Duration > 0 {
+			d.atValue(keyPath("store", "lookup_cache"), `store.lookup_cache: only for kind = "postgres" (the embedded store keeps its records in memory already): remove it, or set kind = "postgres"`)
 		}
 	case StorePostgres:
 		p := keyPath("store", "dsn")

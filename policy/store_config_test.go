@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStoreConfig(t *testing.T) {
@@ -22,8 +23,17 @@ dsn = "file:pg.dsn"
 	if len(probs) > 0 || c.Store.DSN != "env:CPROXY_PG_DSN" {
 		t.Errorf("env dsn: %+v %v", c.Store, probs)
 	}
-	if d := Default().Store; d.Kind != StoreBolt || d.DSN != "" {
-		t.Errorf("default store = %+v; want bolt without a dsn", d)
+	if d := Default().Store; d.Kind != StoreBolt || d.DSN != "" || d.LookupCache.Duration != 0 {
+		t.Errorf("default store = %+v; want bolt without a dsn or a look-up cache", d)
+	}
+	if c, probs := loadConfig("cproxy.toml", []byte("[store]\nkind = \"bolt\"\nlookup_cache = \"0s\"\n"), readFile); len(probs) > 0 || c.Store.LookupCache.Duration != 0 {
+		t.Errorf(`lookup_cache = "0s" with kind = "bolt" (the default, written out): %v`, probs)
+	}
+	for src, want := range map[string]time.Duration{`"30s"`: 30 * time.Second, `"0s"`: 0} {
+		c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = "+src+"\n"), readFile)
+		if len(probs) > 0 || c.Store.LookupCache.Duration != want {
+			t.Errorf("lookup_cache = %s: %v %v; want %v", src, c.Store.LookupCache, probs, want)
+		}
 	}
 }
 
@@ -57,6 +67,18 @@ func TestStoreConfigProblems(t *testing.T) {
 		}},
 		{"dsn with bolt", "[store]\ndsn = \"env:PG\"\n", []string{
 			`cproxy.toml:2:7: store.dsn: only for kind = "postgres" (the embedded store is a file: store.path)`,
+		}},
+		{"lookup_cache with bolt", "[store]\nkind = \"bolt\"\nlookup_cache = \"30s\"\n", []string{
+			`cproxy.toml:3:16: store.lookup_cache: only for kind = "postgres" (the embedded store keeps its records in memory already): remove it, or set kind = "postgres"`,
+		}},
+		{"negative lookup_cache", "[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = \"-1s\"\n", []string{
+			`cproxy.toml:4:16: store.lookup_cache: must not be negative (e.g. "30s"; "0s" is no cache)`,
+		}},
+		{"lookup_cache not a duration", "[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = \"30\"\n", []string{
+			`cproxy.toml:4:16: store.lookup_cache: "30" is not a duration (e.g. "30s", "10m", "1h30m")`,
+		}},
+		{"lookup_cache empty", "[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = \"\"\n", []string{
+			`cproxy.toml:4:16: store.lookup_cache: "" is not a duration (e.g. "30s", "10m", "1h30m")`,
 		}},
 	}
 	for _, tt := range tests {

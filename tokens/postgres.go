@@ -30,8 +30,8 @@ const (
 	migrationLock = 0x6370726f78796d67
 
 	// RevokedChannel is the NOTIFY channel RevokeSandbox announces each revocation on, with the sandbox id as the
-	// payload, in the revoking transaction (so only a committed revocation is announced). cproxy itself does not
-	// listen (see PostgresStore); it is there for operators' tools and for a future cache.
+	// payload, in the revoking transaction (so only a committed revocation is announced). PostgresCache listens
+	// to it; so may operators' tools.
 	RevokedChannel = "cproxy_revoked"
 
 	// pgConnectTimeout bounds a connection attempt when the DSN sets no connect_timeout, so an unreachable
@@ -48,10 +48,9 @@ const (
 // It does not cache look-ups. A revocation made through any replica is then in force on every replica for the
 // very next request, with no propagation delay and nothing to go wrong when a notification is missed. The price
 // is one primary-key SELECT per proxied request, a fraction of a millisecond on a nearby database
-// (BenchmarkStoreLookup measures it), which is small beside the upstream round trip every request makes anyway. A
-// cache invalidated by LISTEN/NOTIFY would save that, at the cost of a window (the notification's delivery) in
-// which another replica still serves a revoked token; RevokedChannel is announced so that one can be added if
-// the SELECT ever matters.
+// (BenchmarkStoreLookup measures it), which is small beside the upstream round trip every request makes anyway.
+// PostgresCache, opt-in, saves that SELECT at the cost of a window (a notification's delivery) in which another
+// replica still serves a revoked token.
 type PostgresStore struct {
 	pool     *pgxpool.Pool
 	password string // scrubbed from every error, in case a driver message ever quotes it

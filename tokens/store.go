@@ -79,8 +79,9 @@ func (r Record) Check(now time.Time) error {
 
 // Store keeps token hashes and their records. Implementations must be safe for concurrent use.
 //
-// Lookup runs on every proxied request, so implementations keep it cheap, and they do not cache: a revocation must
-// take effect on the very next request.
+// Lookup runs on every proxied request, so implementations keep it cheap, and they do not cache what another
+// process may change: a revocation must take effect on the very next request. (PostgresCache is the one opt-in
+// exception; see there.)
 type Store interface {
 	// Create stores r under h, with r.ID set to h.ID(). It fails if h already exists or r.Sandbox is not a valid
 	// sandbox id, which would break the per-sandbox index.

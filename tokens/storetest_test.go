@@ -54,6 +54,18 @@ func storeKinds(t *testing.T) []storeKind {
 				return s
 			}
 			return open(), func(s Store) Store { s.Close(); return open() }
+		}}, storeKind{"postgres+cache", func(t *testing.T) (Store, func(Store) Store) {
+			dsn := NewTestDatabase(t)
+			open := func() Store {
+				s, err := OpenPostgres(ctx, dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := NewPostgresCache(ctx, s, time.Hour, nil)
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			return open(), func(s Store) Store { s.Close(); return open() }
 		}})
 	}
 	return kinds

@@ -72,6 +72,12 @@ func pgAdmin(t *testing.T, sql string, args ...any) {
 // database dsn, in front of upstream.
 func startReplica(t *testing.T, upstream string) *served {
 	t.Helper()
+	return startReplicaWith(t, upstream, "")
+}
+
+// startReplicaWith is startReplica with more [store] keys.
+func startReplicaWith(t *testing.T, upstream, storeKeys string) *served {
+	t.Helper()
 	dir := t.TempDir()
 	writeServeConfig(t, dir, upstream)
 	cfgPath := filepath.Join(dir, "cproxy.toml")
@@ -79,7 +85,7 @@ func startReplica(t *testing.T, upstream string) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.Replace(string(b), "[store]\npath = \"cproxy.db\"\n", "[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n", 1)
+	cfg := strings.Replace(string(b), "[store]\npath = \"cproxy.db\"\n", "[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n"+storeKeys, 1)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +151,98 @@ func TestReplicasShareRevocation(t *testing.T) {
 	}
 	checkUpstreamGotCredential(t, fake)
 	checkNoPassword(t, dsn, a, b, c)
+}
+
+// The same with store.lookup_cache on every replica: A and B answer the
+// token from memory once they have seen it, and C's revocation reaches them
+// as a notification. The bound is the notification's delivery: the test
+// polls A and B until they refuse, logs how long that took after C
+// answered, fails past 2 s (a bound on the notification path on a busy
+// machine, not a benchmark), and checks that no request succeeds after
+// the first refusal.
+func TestReplicasShareRevocationCached(t *testing.T) {
+	dsn := pgTestDatabase(t)
+	t.Setenv("CPROXY_PG_DSN", dsn)
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	const cached = "lookup_cache = \"1m\"\n"
+	a, b, c := startReplicaWith(t, fake.URL, cached), startReplicaWith(t, fake.URL, cached), startReplicaWith(t, fake.URL, cached)
+
+	tok, other := a.mint("conv-shared"), b.mint("conv-other")
+	for _, r := range []*served{a, b, a, b} { // the second round from the caches
+		if got := status(t, r, tok); got != 200 {
+			t.Fatalf("token minted on A, used through %s: %d, want 200", r.proxy, got)
+		}
+	}
+
+	if n := pgListeners(t, dsn); n != 3 {
+		t.Fatalf("%d revocation listeners on the database, want one per replica", n)
+	}
+
+	const bound = 2 * time.Second
+	c.revoke("conv-shared")
+	revoked := time.Now()
+	var wg sync.WaitGroup
+	for _, r := range []struct {
+		name string
+		s    *served
+	}{{"A", a}, {"B", b}} {
+		wg.Go(func() {
+			client := sdkClient(r.s.proxy, option.WithAuthToken(tok))
+			var refused time.Duration
+			requests := 0
+			for refused == 0 || requests < 20 {
+				_, err := client.Messages.New(t.Context(), helloParams())
+				requests++
+				var apiErr *anthropic.Error
+				switch {
+				case err == nil && refused != 0:
+					t.Errorf("%s: a request succeeded after the token was first refused", r.name)
+					return
+				case err == nil && time.Since(revoked) > bound:
+					t.Errorf("%s: still served %v after the revocation through C answered, want refused within %v", r.name, time.Since(revoked), bound)
+					return
+				case err == nil:
+				case errors.As(err, &apiErr) && apiErr.StatusCode == 401:
+					if refused == 0 {
+						refused = time.Since(revoked)
+						t.Logf("revocation through C in force on %s (cached): refused %v after C answered, at request %d", r.name, refused.Round(time.Microsecond), requests)
+					}
+				default:
+					t.Errorf("%s: %v", r.name, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := status(t, a, other); got != 200 {
+		t.Errorf("another sandbox's token after the revocation: %d, want 200", got)
+	}
+	for _, r := range []*served{a, b, c} {
+		if !strings.Contains(r.stderr.String(), "look-up cache 1m0s") {
+			t.Errorf("a replica does not log its look-up cache:\n%s", r.stderr.String())
+		}
+	}
+	checkUpstreamGotCredential(t, fake)
+	checkNoPassword(t, dsn, a, b, c)
+}
+
+// pgListeners counts the replicas' revocation listeners on dsn's database.
+func pgListeners(t *testing.T, dsn string) int {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), os.Getenv("CPROXY_TEST_PG_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	u, _ := url.Parse(dsn)
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'cproxy revocation listener'",
+		strings.TrimPrefix(u.Path, "/")).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // The database going away while replicas run: look-ups fail closed with

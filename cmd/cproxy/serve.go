@@ -283,7 +283,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 	for _, c := range creds {
 		go c.Watch(watching) // claude-code: rereads Claude Code's login when it changes
 	}
-	store, storeName, err := openStore(ctx, cfg, loader)
+	store, storeName, err := openStore(ctx, cfg, loader, log)
 	if err != nil {
 		return err
 	}
@@ -370,10 +370,11 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 // at start, which may wait for another replica's migration.
 const storeOpenTimeout = time.Minute
 
-// openStore opens the token store store.kind names, and says where it is for
-// the log: the embedded store's path, or PostgreSQL's host, port, database
-// and user (never its password).
-func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader) (tokens.Store, string, error) {
+// openStore opens the token store store.kind names, with a look-up cache in
+// front of PostgreSQL when store.lookup_cache asks for one, and says where it
+// is for the log: the embedded store's path, or PostgreSQL's host, port,
+// database and user (never its password).
+func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (tokens.Store, string, error) {
 	if cfg.Store.Kind != policy.StorePostgres {
 		store, err := tokens.OpenBolt(cfg.Store.Path)
 		if err != nil {
@@ -390,6 +391,10 @@ func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader) 
 	store, err := tokens.OpenPostgres(ctx, dsn.Reveal())
 	if err != nil {
 		return nil, "", fail("check store.dsn's connection string (host, port, database, user, password) and that PostgreSQL runs there; the user must be allowed to create tables in that database", "%v", err)
+	}
+	if ttl := cfg.Store.LookupCache.Duration; ttl > 0 {
+		cache := tokens.NewPostgresCache(ctx, store, ttl, log)
+		return cache, cache.String(), nil
 	}
 	return store, store.String(), nil
 }
