@@ -20,6 +20,9 @@
 // a Report (every number of the run, the machine, the versions), and
 // `go run ./internal/bench/cmd/benchcharts` draws the SVG charts of
 // docs/benchmarks.md from those reports (package chart draws them);
-// .ci/bench-all does both. Nothing here runs in the normal test suite beyond
+// .ci/bench-all does both. benchreport -store (.ci/bench-store) runs
+// RunStore instead: cproxy on the embedded store against PostgreSQL with and
+// without store.lookup_cache, and revocation across replicas (issue 9).
+// Nothing here runs in the normal test suite beyond
 // a few fast checks of the harness itself and of the reports and charts.
 package bench

@@ -295,8 +295,10 @@ func (p *proc) stop() {
 }
 
 // pids is the process and its children (nginx's workers).
-func (p *proc) pids() []int {
-	pid := p.cmd.Process.Pid
+func (p *proc) pids() []int { return withChildren(p.cmd.Process.Pid) }
+
+// withChildren is pid and its children's pids.
+func withChildren(pid int) []int {
 	pids := []int{pid}
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	for _, f := range strings.Fields(string(b)) {
@@ -617,9 +619,12 @@ func mintToken(admin, sandbox string) (string, string, error) {
 
 // CPU is the processor time the target's processes have used so far, user
 // and system, from /proc/PID/stat (in clock ticks of 10 ms); zero for direct.
-func (t *Target) CPU() (time.Duration, error) {
+func (t *Target) CPU() (time.Duration, error) { return procCPU(t.PIDs()) }
+
+// procCPU is the processor time the processes pids have used so far.
+func procCPU(pids []int) (time.Duration, error) {
 	var ticks int64
-	for _, pid := range t.PIDs() {
+	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			return 0, err

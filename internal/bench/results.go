@@ -18,6 +18,9 @@ const (
 	BenchModelRoute = "model-route"
 	BenchGitClone   = "git-clone"
 	BenchNPMCI      = "npm-ci"
+	// BenchPostgresStore (.ci/bench-store) has no file in docs/benchmarks/
+	// and no chart: its tables are in docs/benchmarks.md.
+	BenchPostgresStore = "postgres-store"
 )
 
 // ResultFiles name the JSON file of each benchmark in a results directory.
@@ -34,8 +37,8 @@ var ResultFiles = map[string]string{
 // nanoseconds and sizes bytes; field names carry the unit and do not change
 // (a new quantity gets a new field).
 type Report struct {
-	// Benchmark is BenchModelRoute, BenchGitClone or BenchNPMCI, and says which of the
-	// three result fields is set.
+	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI or
+	// BenchPostgresStore, and says which of the result fields is set.
 	Benchmark string `json:"benchmark"`
 	// Date is when the run started, in UTC.
 	Date     time.Time `json:"date"`
@@ -47,6 +50,8 @@ type Report struct {
 	ModelRoute *Result    `json:"model_route,omitempty"`
 	GitClone   *GitResult `json:"git_clone,omitempty"`
 	NPMCI      *NPMResult `json:"npm_ci,omitempty"`
+	// PostgresStore is BenchPostgresStore's.
+	PostgresStore *StoreResult `json:"postgres_store,omitempty"`
 }
 
 // Machine is what the run ran on.
@@ -77,8 +82,8 @@ type Versions struct {
 	Node   string `json:"node,omitempty"`
 }
 
-// NewReport wraps a finished run. res is a *Result, *GitResult or
-// *NPMResult; loadBefore is /proc/loadavg as read when the run started.
+// NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult
+// or *StoreResult; loadBefore is /proc/loadavg as read when the run started.
 func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	r := &Report{Machine: currentMachine(), Versions: Versions{Go: runtime.Version(), Cproxy: buildCommit()}, Args: args}
 	if r.Args == nil {
@@ -95,6 +100,8 @@ func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	case *NPMResult:
 		r.Benchmark, r.NPMCI, r.Date = BenchNPMCI, res, res.Started
 		r.Versions.NPM, r.Versions.Node = res.NPMVersion, res.NodeVersion
+	case *StoreResult:
+		r.Benchmark, r.PostgresStore, r.Date = BenchPostgresStore, res, res.Started
 	default:
 		return nil, fmt.Errorf("no report for a %T", res)
 	}

@@ -2,7 +2,8 @@
 // prints its table in Markdown on stdout, progress on stderr. .ci/bench runs
 // it; docs/benchmarks.md says what each row means. With -git it runs the git
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
-// (.ci/bench-npm). With -json FILE it also writes everything the run measured
+// (.ci/bench-npm), with -store the PostgreSQL store benchmark
+// (.ci/bench-store). With -json FILE it also writes everything the run measured
 // to FILE as a bench.Report, which benchcharts draws charts from.
 package main
 
@@ -43,6 +44,14 @@ func main() {
 	n := bench.DefaultNPMOptions
 	flag.IntVar(&n.Packages, "npm-packages", n.Packages, "with -npm: packages in the generated dependency tree")
 	flag.IntVar(&n.Reps, "npm-reps", n.Reps, "with -npm: npm ci runs per way")
+	storeMode := flag.Bool("store", false, "run the PostgreSQL store benchmark instead (.ci/bench-store): -cproxy, -dir and the -store-* flags apply")
+	st := bench.DefaultStoreOptions
+	flag.StringVar(&st.DSN, "store-dsn", os.Getenv("CPROXY_TEST_PG_DSN"), "with -store: a postgres:// `URL` of a role that may create databases (default $CPROXY_TEST_PG_DSN)")
+	flag.StringVar(&st.PGData, "store-pgdata", os.Getenv("CPROXY_TEST_PG_DATA"), "with -store: the server's data `DIR`, to count its CPU (default $CPROXY_TEST_PG_DATA)")
+	flag.IntVar(&st.Rounds, "store-rounds", st.Rounds, "with -store: turns per target and measure")
+	flag.DurationVar(&st.Slice, "store-slice", st.Slice, "with -store: length of one turn")
+	flag.IntVar(&st.Revocations, "store-revocations", st.Revocations, "with -store: revocations timed per mode")
+	flag.DurationVar(&st.LookupCache, "store-cache", st.LookupCache, "with -store: store.lookup_cache of the cached cproxy and replicas")
 	jsonPath := flag.String("json", "", "also write the full results as JSON to `FILE` (what benchcharts reads)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -56,7 +65,10 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *gitMode, *npmMode, o, p, g, n, *jsonPath); err != nil {
+	if *storeMode {
+		st.Cproxy, st.Dir, st.Progress = o.Cproxy, o.Dir, os.Stderr
+	}
+	if err := run(ctx, *gitMode, *npmMode, *storeMode, o, p, g, n, st, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
 	}
@@ -64,13 +76,15 @@ func main() {
 
 // run runs the benchmark asked for, prints its tables and, with jsonPath
 // set, writes its report.
-func run(ctx context.Context, gitMode, npmMode bool, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, jsonPath string) error {
+func run(ctx context.Context, gitMode, npmMode, storeMode bool, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, st bench.StoreOptions, jsonPath string) error {
 	loadBefore := bench.LoadAverage()
 	var (
 		res interface{ Markdown(io.Writer) }
 		err error
 	)
 	switch {
+	case storeMode:
+		res, err = bench.RunStore(ctx, st)
 	case npmMode:
 		n.Cproxy, n.Dir, n.Progress = o.Cproxy, o.Dir, os.Stderr
 		res, err = bench.RunNPM(ctx, n)
