@@ -61,21 +61,24 @@ func TestContainerfile(t *testing.T) {
 		t.Error("the runtime stage does not copy /out/cproxy to /cproxy")
 	}
 
-	m := loadManifests(t)
-	pod := only(t, "Deployment", m.deployments).Spec.Template.Spec
-	c := only(t, "container", pod.Containers)
-	if !slices.Equal(entrypoint, c.Command) {
-		t.Errorf("ENTRYPOINT %q and the Deployment's command %q differ", entrypoint, c.Command)
-	}
-	var ports []string
-	for _, p := range c.Ports {
-		ports = append(ports, strconv.Itoa(int(p.ContainerPort)))
-	}
-	if !slices.Equal(exposed, ports) {
-		t.Errorf("EXPOSE %v, the Deployment's ports %v", exposed, ports)
-	}
-	uid, _, _ := strings.Cut(user, ":")
-	if n, err := strconv.ParseInt(uid, 10, 64); err != nil || n == 0 || n != *pod.SecurityContext.RunAsUser {
-		t.Errorf("USER %q: want the non-root UID the Deployment runs as (%d)", user, *pod.SecurityContext.RunAsUser)
+	// Both Deployments run the image: the one-replica set's and replicas/.
+	for _, files := range [][]string{singleReplicaFiles(t), replicaFiles(t)} {
+		d := only(t, "Deployment", loadManifests(t, files).deployments)
+		pod := d.Spec.Template.Spec
+		c := only(t, "container", pod.Containers)
+		if !slices.Equal(entrypoint, c.Command) {
+			t.Errorf("ENTRYPOINT %q and the Deployment's command %q differ", entrypoint, c.Command)
+		}
+		var ports []string
+		for _, p := range c.Ports {
+			ports = append(ports, strconv.Itoa(int(p.ContainerPort)))
+		}
+		if !slices.Equal(exposed, ports) {
+			t.Errorf("EXPOSE %v, the Deployment's ports %v", exposed, ports)
+		}
+		uid, _, _ := strings.Cut(user, ":")
+		if n, err := strconv.ParseInt(uid, 10, 64); err != nil || n == 0 || n != *pod.SecurityContext.RunAsUser {
+			t.Errorf("USER %q: want the non-root UID the Deployment runs as (%d)", user, *pod.SecurityContext.RunAsUser)
+		}
 	}
 }

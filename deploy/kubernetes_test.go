@@ -3,6 +3,8 @@ package deploy
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -21,15 +24,51 @@ import (
 	"github.com/cproxy/cproxy/policy"
 )
 
-// manifests is every object in deploy/kubernetes, decoded strictly.
+// manifests is every object of one set of files under deploy/kubernetes,
+// decoded strictly.
 type manifests struct {
 	namespaces  []corev1.Namespace
 	configMaps  []corev1.ConfigMap
 	pvcs        []corev1.PersistentVolumeClaim
 	deployments []appsv1.Deployment
 	services    []corev1.Service
+	pdbs        []policyv1.PodDisruptionBudget
 	policies    []networkingv1.NetworkPolicy // cproxy's namespace
 	sandbox     []networkingv1.NetworkPolicy // sandboxes/, applied in the sandboxes' namespace
+}
+
+// replacedByReplicas are the files of deploy/kubernetes that the replicas/
+// folder takes the place of; the others are applied with it.
+var replacedByReplicas = []string{"10-configmap.yaml", "20-pvc.yaml", "30-deployment.yaml"}
+
+// singleReplicaFiles is what kubectl apply -f kubernetes/ and
+// kubectl apply -f kubernetes/sandboxes/ apply: the one-replica set.
+func singleReplicaFiles(t *testing.T) []string {
+	t.Helper()
+	files, _ := filepath.Glob("kubernetes/*.yaml")
+	sandboxFiles, _ := filepath.Glob("kubernetes/sandboxes/*.yaml")
+	if len(files) == 0 || len(sandboxFiles) == 0 {
+		t.Fatal("no manifests under kubernetes/")
+	}
+	return append(files, sandboxFiles...)
+}
+
+// replicaFiles is the set for several replicas on the shared PostgreSQL
+// store: kubernetes/*.yaml but replacedByReplicas, then kubernetes/replicas/
+// and kubernetes/sandboxes/.
+func replicaFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, f := range singleReplicaFiles(t) {
+		if filepath.Dir(f) != "kubernetes" || !slices.Contains(replacedByReplicas, filepath.Base(f)) {
+			files = append(files, f)
+		}
+	}
+	replicas, _ := filepath.Glob("kubernetes/replicas/*.yaml")
+	if len(replicas) == 0 || len(files) != len(singleReplicaFiles(t))-len(replacedByReplicas) {
+		t.Fatalf("want kubernetes/replicas/*.yaml, and %v in kubernetes/ for them to replace", replacedByReplicas)
+	}
+	return append(files, replicas...)
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -37,15 +76,10 @@ var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
 // loadManifests decodes each YAML document into its Kubernetes API type with
 // decode: an unknown or misspelt field, or one given twice, fails the test,
 // as kubectl apply --validate=strict would.
-func loadManifests(t *testing.T) manifests {
+func loadManifests(t *testing.T, files []string) manifests {
 	t.Helper()
 	var m manifests
-	files, _ := filepath.Glob("kubernetes/*.yaml")
-	sandboxFiles, _ := filepath.Glob("kubernetes/sandboxes/*.yaml")
-	if len(files) == 0 || len(sandboxFiles) == 0 {
-		t.Fatal("no manifests under kubernetes/")
-	}
-	for _, file := range append(files, sandboxFiles...) {
+	for _, file := range files {
 		for i, doc := range docSep.Split(readFile(t, file), -1) {
 			if strings.TrimSpace(stripComments(doc)) == "" {
 				continue
@@ -70,6 +104,8 @@ func loadManifests(t *testing.T) manifests {
 				err = decode(doc, &m.deployments)
 			case "v1 Service":
 				err = decode(doc, &m.services)
+			case "policy/v1 PodDisruptionBudget":
+				err = decode(doc, &m.pdbs)
 			case "networking.k8s.io/v1 NetworkPolicy":
 				if filepath.Base(filepath.Dir(file)) == "sandboxes" {
 					err = decode(doc, &m.sandbox)
@@ -140,7 +176,57 @@ const (
 )
 
 func TestKubernetesManifests(t *testing.T) {
-	m := loadManifests(t)
+	m := loadManifests(t, singleReplicaFiles(t))
+	p := checkDeployment(t, m)
+
+	// One process per store: one replica, and the old pod gone before the
+	// new one opens the file.
+	if p.d.Spec.Replicas == nil || *p.d.Spec.Replicas != 1 {
+		t.Error("Deployment: want replicas: 1 (the embedded store is one process's)")
+	}
+	if p.d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("Deployment strategy %q, want Recreate", p.d.Spec.Strategy.Type)
+	}
+	pvc := only(t, "PersistentVolumeClaim", m.pvcs)
+	if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {
+		t.Errorf("PVC access modes %v, want [ReadWriteOnce]", pvc.Spec.AccessModes)
+	}
+	if grace := p.pod.TerminationGracePeriodSeconds; grace == nil || float64(*grace) <= p.cfg.Listen.Drain.Seconds() {
+		t.Errorf("terminationGracePeriodSeconds must be above listen.drain (%s)", p.cfg.Listen.Drain)
+	}
+
+	// The store on the PVC.
+	stMount, ok := p.mounts[stateDir]
+	if !ok || stMount.ReadOnly {
+		t.Fatalf("want a writable mount at %s", stateDir)
+	}
+	if v := p.volumes[stMount.Name]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
+		t.Errorf("volume %s: want PVC %s", stMount.Name, pvc.Name)
+	}
+	if filepath.Dir(p.cfg.Store.Path) != stateDir {
+		t.Errorf("store.path %s is not on the PVC mounted at %s", p.cfg.Store.Path, stateDir)
+	}
+
+	checkNetworkPolicies(t, only(t, "NetworkPolicy for cproxy", m.policies), m.sandbox, p.labels)
+}
+
+// deployed is what checkDeployment found, for the checks particular to
+// each set.
+type deployed struct {
+	d       appsv1.Deployment
+	pod     corev1.PodSpec
+	c       corev1.Container
+	labels  labels.Set
+	cfg     *policy.Config // the ConfigMap's, with paths as the pod sees them
+	mounts  map[string]corev1.VolumeMount
+	volumes map[string]corev1.Volume
+}
+
+// checkDeployment checks what the one-replica and the replicas sets share:
+// the namespace, the pod's security, ports, probes, config mount and
+// credentials, and the Services.
+func checkDeployment(t *testing.T, m manifests) deployed {
+	t.Helper()
 	ns := only(t, "Namespace", m.namespaces)
 	if ns.Name != namespace {
 		t.Errorf("Namespace %q, want %q", ns.Name, namespace)
@@ -165,19 +251,6 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("Deployment selector %s does not match its pods' labels %s", sel, podLabels)
 	}
 
-	// One process per store: one replica, and the old pod gone before the
-	// new one opens the file.
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-		t.Error("Deployment: want replicas: 1 (the embedded store is one process's)")
-	}
-	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("Deployment strategy %q, want Recreate", d.Spec.Strategy.Type)
-	}
-	pvc := only(t, "PersistentVolumeClaim", m.pvcs)
-	if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {
-		t.Errorf("PVC access modes %v, want [ReadWriteOnce]", pvc.Spec.AccessModes)
-	}
-
 	pod := d.Spec.Template.Spec
 	c := only(t, "container", pod.Containers)
 	checkSecurity(t, pod, c)
@@ -194,9 +267,6 @@ func TestKubernetesManifests(t *testing.T) {
 	if cfg.Listen.Proxy != fmt.Sprintf(":%d", proxyPort) || cfg.Listen.Admin != fmt.Sprintf(":%d", adminPort) {
 		t.Errorf("ConfigMap listen.proxy %q, listen.admin %q: want :%d and :%d", cfg.Listen.Proxy, cfg.Listen.Admin, proxyPort, adminPort)
 	}
-	if grace := pod.TerminationGracePeriodSeconds; grace == nil || float64(*grace) <= cfg.Listen.Drain.Seconds() {
-		t.Errorf("terminationGracePeriodSeconds must be above listen.drain (%s)", cfg.Listen.Drain)
-	}
 
 	// Probes: GET /healthz on the admin listener.
 	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
@@ -212,8 +282,7 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Error("container resources: want cpu and memory requests and a memory limit")
 	}
 
-	// Config and state mounts: the command's --config inside the ConfigMap's
-	// mount, the store on the PVC.
+	// The config mount: the command's --config inside the ConfigMap's mount.
 	if !slices.Equal(c.Command, []string{"/cproxy", "serve", "--config", configFile}) {
 		t.Errorf("command %q", c.Command)
 	}
@@ -242,29 +311,17 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("ConfigMap %s has no key %s, which the pod reads at %s", cm.Name, key, filepath.Join(configDir, key))
 		}
 	}
-	stMount, ok := mounts[stateDir]
-	if !ok || stMount.ReadOnly {
-		t.Fatalf("want a writable mount at %s", stateDir)
-	}
-	if v := volumes[stMount.Name]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
-		t.Errorf("volume %s: want PVC %s", stMount.Name, pvc.Name)
-	}
-	if filepath.Dir(cfg.Store.Path) != stateDir {
-		t.Errorf("store.path %s is not on the PVC mounted at %s", cfg.Store.Path, stateDir)
-	}
 
 	// The credential: the env var the config names, from a Secret.
 	if cfg.Upstream.Anthropic.Credential != "env:"+credentialEnv {
 		t.Errorf("upstream.anthropic.credential = %q, want env:%s", cfg.Upstream.Anthropic.Credential, credentialEnv)
 	}
-	env := map[string]corev1.EnvVar{}
 	for _, e := range c.Env {
-		env[e.Name] = e
 		if e.Value != "" {
 			t.Errorf("env %s has a literal value: credentials come from a Secret", e.Name)
 		}
 	}
-	if e := env[credentialEnv]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional {
+	if ref := secretRef(c, credentialEnv); ref == nil || ref.Optional != nil && *ref.Optional {
 		t.Errorf("env %s: want a required secretKeyRef", credentialEnv)
 	}
 
@@ -282,8 +339,18 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(svcs) != 2 {
 		t.Errorf("want the Services cproxy-proxy and cproxy-admin, have %d", len(svcs))
 	}
+	return deployed{d: d, pod: pod, c: c, labels: podLabels, cfg: cfg, mounts: mounts, volumes: volumes}
+}
 
-	checkNetworkPolicies(t, m, podLabels)
+// secretRef returns the Secret key that environment variable name of c comes
+// from, or nil.
+func secretRef(c corev1.Container, name string) *corev1.SecretKeySelector {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil {
+			return e.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
 }
 
 func checkSecurity(t *testing.T, pod corev1.PodSpec, c corev1.Container) {
@@ -351,9 +418,8 @@ func resolvePort(t *testing.T, c corev1.Container, p intstr.IntOrString) int32 {
 // checkNetworkPolicies checks the rules the cookbook asks for: sandbox pods
 // reach cproxy's proxy port and nothing else; only the harness reaches the
 // admin port; cproxy itself reaches DNS and HTTPS outside private ranges.
-func checkNetworkPolicies(t *testing.T, m manifests, podLabels labels.Set) {
+func checkNetworkPolicies(t *testing.T, np networkingv1.NetworkPolicy, sandbox []networkingv1.NetworkPolicy, podLabels labels.Set) {
 	t.Helper()
-	np := only(t, "NetworkPolicy for cproxy", m.policies)
 	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Matches(podLabels) || sel.Empty() {
 		t.Fatalf("NetworkPolicy %s does not select cproxy's pods", np.Name)
 	}
@@ -413,7 +479,7 @@ func checkNetworkPolicies(t *testing.T, m manifests, podLabels labels.Set) {
 
 	// The sandboxes' own egress: cproxy's pods, proxy port, nothing else
 	// (no DNS either).
-	sp := only(t, "NetworkPolicy in sandboxes/", m.sandbox)
+	sp := only(t, "NetworkPolicy in sandboxes/", sandbox)
 	sel, err := metav1.LabelSelectorAsSelector(&sp.Spec.PodSelector)
 	if err != nil || sel.String() != sandboxLabel {
 		t.Errorf("sandbox NetworkPolicy selects %v, want %s", sel, sandboxLabel)
@@ -456,6 +522,9 @@ func namespaced(m manifests) []object {
 	for _, o := range m.services {
 		objs = append(objs, object{"Service", o.ObjectMeta})
 	}
+	for _, o := range m.pdbs {
+		objs = append(objs, object{"PodDisruptionBudget", o.ObjectMeta})
+	}
 	for _, o := range m.policies {
 		objs = append(objs, object{"NetworkPolicy", o.ObjectMeta})
 	}
@@ -482,11 +551,205 @@ func loadConfigMapConfig(t *testing.T, cm corev1.ConfigMap) *policy.Config {
 }
 
 func TestKubernetesConfigLoads(t *testing.T) {
-	cfg := loadConfigMapConfig(t, only(t, "ConfigMap", loadManifests(t).configMaps))
+	cfg := loadConfigMapConfig(t, only(t, "ConfigMap", loadManifests(t, singleReplicaFiles(t)).configMaps))
 	if cfg.PolicyPath() != filepath.Join(configDir, "policy.toml") {
 		t.Errorf("policy = %q, want policy.toml beside cproxy.toml", cfg.PolicyPath())
 	}
 	if cfg.Log.Format != "json" {
 		t.Errorf("log.format %q: want json for the cluster's log collector", cfg.Log.Format)
 	}
+}
+
+const (
+	pgEnv       = "CPROXY_PG_DSN" // the PostgreSQL connection string, in the replicas' environment
+	pgSecret    = "cproxy-postgres"
+	pgSecretKey = "dsn"
+	pgPort      = 5432
+)
+
+// TestKubernetesReplicas checks kubernetes/replicas/, applied with the
+// rest of kubernetes/ but replacedByReplicas: everything the one-replica set
+// is checked for, and what running several pods on the shared store needs.
+func TestKubernetesReplicas(t *testing.T) {
+	m := loadManifests(t, replicaFiles(t))
+	p := checkDeployment(t, m)
+
+	// Several pods, rolled one at a time with never fewer ready.
+	if p.d.Spec.Replicas == nil || *p.d.Spec.Replicas < 2 {
+		t.Fatal("Deployment: want replicas: 2 or more")
+	}
+	replicas := int(*p.d.Spec.Replicas)
+	st := p.d.Spec.Strategy
+	if st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
+		st.RollingUpdate.MaxUnavailable == nil || st.RollingUpdate.MaxSurge == nil {
+		t.Fatalf("Deployment strategy %+v: want RollingUpdate with maxUnavailable and maxSurge", st)
+	}
+	unavailable, err1 := intstr.GetScaledValueFromIntOrPercent(st.RollingUpdate.MaxUnavailable, replicas, false)
+	surge, err2 := intstr.GetScaledValueFromIntOrPercent(st.RollingUpdate.MaxSurge, replicas, true)
+	if err1 != nil || err2 != nil || unavailable != 0 || surge < 1 {
+		t.Errorf("rollingUpdate maxUnavailable %s, maxSurge %s: want 0 and at least 1", st.RollingUpdate.MaxUnavailable.String(), st.RollingUpdate.MaxSurge.String())
+	}
+
+	// No volume but the config: the store is the database, named by a
+	// Secret.
+	if len(m.pvcs) != 0 {
+		t.Errorf("%d PersistentVolumeClaims: replicas keep no state", len(m.pvcs))
+	}
+	for _, v := range p.pod.Volumes {
+		if v.ConfigMap == nil {
+			t.Errorf("volume %s: want only the config, from the ConfigMap", v.Name)
+		}
+	}
+	if p.cfg.Store.Kind != policy.StorePostgres || p.cfg.Store.DSN != "env:"+pgEnv {
+		t.Errorf("store.kind %q, store.dsn %q: want %q and env:%s", p.cfg.Store.Kind, p.cfg.Store.DSN, policy.StorePostgres, pgEnv)
+	}
+	if ref := secretRef(p.c, pgEnv); ref == nil || ref.Name != pgSecret || ref.Key != pgSecretKey || ref.Optional != nil && *ref.Optional {
+		t.Errorf("env %s: want a required secretKeyRef to Secret %s, key %s", pgEnv, pgSecret, pgSecretKey)
+	}
+
+	// Stopping: the preStop sleep while the endpoints are updated, then the
+	// drain, both within the grace period.
+	var sleep int64
+	if lc := p.c.Lifecycle; lc != nil && lc.PreStop != nil && lc.PreStop.Sleep != nil {
+		sleep = lc.PreStop.Sleep.Seconds
+	}
+	if sleep <= 0 {
+		t.Error("want a preStop sleep: a stopping pod still gets new connections until every node has seen it leave the endpoints")
+	}
+	if grace := p.pod.TerminationGracePeriodSeconds; grace == nil || float64(*grace) <= float64(sleep)+p.cfg.Listen.Drain.Seconds() {
+		t.Errorf("terminationGracePeriodSeconds must be above the preStop sleep (%ds) plus listen.drain (%s)", sleep, p.cfg.Listen.Drain)
+	}
+
+	// Spread: at most one pod more on any node than on another, counting
+	// the current revision's pods and the nodes they may run on.
+	perNode := false
+	for i, tsc := range p.pod.TopologySpreadConstraints {
+		sel, err := metav1.LabelSelectorAsSelector(tsc.LabelSelector)
+		if err != nil || sel.Empty() || !sel.Matches(p.labels) {
+			t.Errorf("topologySpreadConstraints[%d] does not select cproxy's pods", i)
+		}
+		if !slices.Contains(tsc.MatchLabelKeys, appsv1.DefaultDeploymentUniqueLabelKey) {
+			t.Errorf("topologySpreadConstraints[%d]: want matchLabelKeys [%s], or a rollout counts the old pods too", i, appsv1.DefaultDeploymentUniqueLabelKey)
+		}
+		if tsc.TopologyKey == corev1.LabelHostname && tsc.WhenUnsatisfiable == corev1.DoNotSchedule && tsc.MaxSkew == 1 {
+			perNode = true
+			if tsc.NodeTaintsPolicy == nil || *tsc.NodeTaintsPolicy != corev1.NodeInclusionPolicyHonor {
+				t.Errorf("topologySpreadConstraints[%d]: want nodeTaintsPolicy Honor, or a node no pod may run on (a tainted control plane) counts as empty and blocks the second pod", i)
+			}
+		}
+	}
+	if !perNode {
+		t.Errorf("want a topologySpreadConstraint on %s, maxSkew 1, DoNotSchedule: replicas on different nodes", corev1.LabelHostname)
+	}
+
+	// Voluntary disruptions: a node can always be drained (one pod may go)
+	// and two pods are left serving.
+	pdb := only(t, "PodDisruptionBudget", m.pdbs)
+	if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || sel.Empty() || !sel.Matches(p.labels) {
+		t.Errorf("PodDisruptionBudget %s does not select cproxy's pods", pdb.Name)
+	}
+	var down int
+	switch {
+	case pdb.Spec.MaxUnavailable != nil && pdb.Spec.MinAvailable == nil:
+		down, _ = intstr.GetScaledValueFromIntOrPercent(pdb.Spec.MaxUnavailable, replicas, true)
+	case pdb.Spec.MinAvailable != nil && pdb.Spec.MaxUnavailable == nil:
+		least, _ := intstr.GetScaledValueFromIntOrPercent(pdb.Spec.MinAvailable, replicas, true)
+		down = replicas - least
+	default:
+		t.Fatalf("PodDisruptionBudget %s: want one of minAvailable and maxUnavailable", pdb.Name)
+	}
+	if down < 1 || replicas-down < 2 {
+		t.Errorf("PodDisruptionBudget %s lets %d of %d pods go at once: want at least 1, leaving at least 2", pdb.Name, down, replicas)
+	}
+
+	// NetworkPolicies: the one-replica set's, unchanged, and the way to the
+	// database.
+	byName := map[string]networkingv1.NetworkPolicy{}
+	for _, np := range m.policies {
+		byName[np.Name] = np
+	}
+	if _, ok := byName["cproxy"]; !ok || len(byName) != 2 {
+		t.Fatalf("want NetworkPolicies cproxy and cproxy-postgres, have %v", slices.Sorted(maps.Keys(byName)))
+	}
+	if _, ok := byName["cproxy-postgres"]; !ok {
+		t.Fatalf("want NetworkPolicies cproxy and cproxy-postgres, have %v", slices.Sorted(maps.Keys(byName)))
+	}
+	checkNetworkPolicies(t, byName["cproxy"], m.sandbox, p.labels)
+	checkPostgresPolicy(t, byName["cproxy-postgres"], p.labels)
+}
+
+// checkPostgresPolicy checks that np lets cproxy's pods reach TCP 5432 on
+// the database, named by its pods or an address block, and nothing else.
+func checkPostgresPolicy(t *testing.T, np networkingv1.NetworkPolicy, podLabels labels.Set) {
+	t.Helper()
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || sel.Empty() || !sel.Matches(podLabels) {
+		t.Fatalf("NetworkPolicy %q does not select cproxy's pods", np.Name)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) || len(np.Spec.Ingress) != 0 {
+		t.Errorf("NetworkPolicy %s: policyTypes %v: want Egress alone", np.Name, np.Spec.PolicyTypes)
+	}
+	if len(np.Spec.Egress) == 0 {
+		t.Fatalf("NetworkPolicy %s has no egress rule", np.Name)
+	}
+	for i, rule := range np.Spec.Egress {
+		if len(rule.To) == 0 {
+			t.Errorf("egress[%d]: no peer allows every destination", i)
+		}
+		for j, to := range rule.To {
+			switch {
+			case to.IPBlock != nil:
+				if pfx, err := netip.ParsePrefix(to.IPBlock.CIDR); err != nil || pfx.Bits() == 0 {
+					t.Errorf("egress[%d].to[%d]: ipBlock %s: want the database's address or subnet", i, j, to.IPBlock.CIDR)
+				}
+			case to.NamespaceSelector == nil || to.PodSelector == nil || len(to.PodSelector.MatchLabels)+len(to.PodSelector.MatchExpressions) == 0:
+				t.Errorf("egress[%d].to[%d]: want the database's pods by namespace and labels, or its ipBlock", i, j)
+			}
+		}
+		port := only(t, fmt.Sprintf("port of egress[%d]", i), rule.Ports)
+		if port.Port == nil || port.Port.Type != intstr.Int || port.Port.IntVal != pgPort || port.Protocol == nil || *port.Protocol != corev1.ProtocolTCP {
+			t.Errorf("egress[%d]: port %v: want TCP %d", i, port.Port, pgPort)
+		}
+	}
+}
+
+// The replicas' ConfigMap is the one-replica set's but for [store], so a
+// change made to one and not the other shows.
+func TestKubernetesReplicasConfigMatches(t *testing.T) {
+	single := only(t, "ConfigMap", loadManifests(t, singleReplicaFiles(t)).configMaps)
+	replicas := only(t, "ConfigMap", loadManifests(t, replicaFiles(t)).configMaps)
+	if single.Name != replicas.Name {
+		t.Errorf("ConfigMap %s and replicas/ %s: want the same name, so applying one replaces the other", single.Name, replicas.Name)
+	}
+	if !slices.Equal(slices.Sorted(maps.Keys(single.Data)), slices.Sorted(maps.Keys(replicas.Data))) {
+		t.Fatalf("ConfigMap keys differ: %v and %v", slices.Sorted(maps.Keys(single.Data)), slices.Sorted(maps.Keys(replicas.Data)))
+	}
+	for key := range single.Data {
+		a, b := withoutTable(single.Data[key], "store"), withoutTable(replicas.Data[key], "store")
+		if a != b {
+			t.Errorf("%s differs between 10-configmap.yaml and replicas/10-configmap.yaml beyond [store]:\n%s\n----\n%s", key, a, b)
+		}
+	}
+}
+
+// withoutTable removes TOML table [name] (its header to the next header)
+// from text, and every comment and blank line. No value in these files
+// holds a #.
+func withoutTable(text, name string) string {
+	var b strings.Builder
+	in := false
+	for line := range strings.Lines(text) {
+		if trimmed := strings.TrimSpace(line); strings.HasPrefix(trimmed, "[") {
+			in = trimmed == "["+name+"]"
+		}
+		if in {
+			continue
+		}
+		if code, _, ok := strings.Cut(line, "#"); ok {
+			line = strings.TrimRight(code, " ") + "\n"
+		}
+		if strings.TrimSpace(line) != "" {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

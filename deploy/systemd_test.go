@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"bufio"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +17,10 @@ import (
 	"github.com/cproxy/cproxy/policy"
 )
 
-const unitFile = "systemd/cproxy.service"
+const (
+	unitFile        = "systemd/cproxy.service"
+	replicaUnitFile = "systemd/cproxy@.service" // one instance per replica on the shared PostgreSQL store
+)
 
 // unit is a systemd unit file as section → key → values, in file order. A
 // key may appear more than once (SystemCallFilter=, Environment=).
@@ -57,6 +62,16 @@ func parseUnit(t *testing.T, path string) unit {
 }
 
 // one returns the single value of key, failing if it is missing or repeated.
+// wantService checks that [Service] sets each key of want once, to its value.
+func (u unit) wantService(t *testing.T, want map[string]string) {
+	t.Helper()
+	for key, value := range want {
+		if got := u.one(t, "Service", key); got != value {
+			t.Errorf("[Service] %s=%s, want %s=%s", key, got, key, value)
+		}
+	}
+}
+
 func (u unit) one(t *testing.T, section, key string) string {
 	t.Helper()
 	v := u[section][key]
@@ -98,11 +113,7 @@ func TestSystemdUnitHardening(t *testing.T) {
 		"MemoryDenyWriteExecute":  "yes",
 		"SystemCallArchitectures": "native",
 	}
-	for key, value := range want {
-		if got := u.one(t, "Service", key); got != value {
-			t.Errorf("[Service] %s=%s, want %s=%s", key, got, key, value)
-		}
-	}
+	u.wantService(t, want)
 	if got := u["Service"]["SystemCallFilter"]; len(got) == 0 || got[0] != "@system-service" {
 		t.Errorf("[Service] SystemCallFilter=%q, want @system-service first", got)
 	}
@@ -193,38 +204,204 @@ func TestSystemdConfigMatchesUnit(t *testing.T) {
 	// mode cproxy's file: source accepts.
 }
 
-// TestSystemdAnalyzeVerify runs systemd's own checker on the unit. The unit's
+// The replica unit is cproxy.service but where a replica on the shared
+// PostgreSQL store differs: a config per instance, no state directory, a
+// log and runtime directory per instance, and the database's credential.
+// Every other setting, the hardening included, is the same.
+func TestSystemdReplicaUnit(t *testing.T) {
+	single, replica := parseUnit(t, unitFile), parseUnit(t, replicaUnitFile)
+	differ := map[string]bool{
+		"ExecStart": true, "StateDirectory": true, "StateDirectoryMode": true, "Environment": true,
+		"LogsDirectory": true, "RuntimeDirectory": true, "LoadCredential": true,
+	}
+	keys := map[string]bool{}
+	for _, u := range []unit{single, replica} {
+		for key := range u["Service"] {
+			keys[key] = true
+		}
+	}
+	for key := range keys {
+		if !differ[key] && !slices.Equal(single["Service"][key], replica["Service"][key]) {
+			t.Errorf("[Service] %s: %q in %s, %q in %s: keep them the same", key,
+				single["Service"][key], unitFile, replica["Service"][key], replicaUnitFile)
+		}
+	}
+	if !maps.EqualFunc(single["Install"], replica["Install"], slices.Equal) {
+		t.Errorf("[Install] %v in %s, %v in %s", single["Install"], unitFile, replica["Install"], replicaUnitFile)
+	}
+
+	want := map[string]string{
+		"ExecStart":         "/usr/local/bin/cproxy serve --config /etc/cproxy/replica-%i.toml",
+		"LogsDirectory":     "cproxy-%i",
+		"LogsDirectoryMode": "0700",
+		"RuntimeDirectory":  "cproxy-%i cproxy-%i/sandboxes",
+	}
+	replica.wantService(t, want)
+	// Instances must not share a directory systemd removes at stop or
+	// chowns at start, and the store is the database.
+	for _, key := range []string{"StateDirectory", "Environment"} {
+		if v, ok := replica["Service"][key]; ok {
+			t.Errorf("[Service] %s=%q: a replica keeps no state on the machine", key, v)
+		}
+	}
+	if lc := replica["Service"]["LoadCredential"]; !slices.Contains(lc, pgCredential+":/etc/cproxy/credentials/"+pgCredential) {
+		t.Errorf("LoadCredential=%q: want %s:/etc/cproxy/credentials/%s", lc, pgCredential, pgCredential)
+	}
+}
+
+// pgCredential is the name under which the replica unit passes the
+// PostgreSQL connection string.
+const pgCredential = "postgres-dsn"
+
+// replicaConfig is deploy/systemd/replica-1.toml made into replica n's as
+// its header comment says: n for the 1 of 8081, 9011, cproxy-1 and
+// cproxy@1.
+func replicaConfig(t *testing.T, n int) string {
+	t.Helper()
+	data := readFile(t, "systemd/replica-1.toml")
+	for _, s := range []string{":8081\"", ":9011\"", "/cproxy-1/", "/cproxy@1.service/"} {
+		if !strings.Contains(data, s) {
+			t.Fatalf("systemd/replica-1.toml has no %s: update this test and the file's header", s)
+		}
+		data = strings.ReplaceAll(data, s, strings.Replace(s, "1", strconv.Itoa(n), 1))
+	}
+	return data
+}
+
+// loadReplicaConfig loads replica n's config and the shared policy.toml
+// with cproxy's own loader, as /etc/cproxy would hold them, log.audit's
+// directory moved into a temporary directory (the loader checks that it
+// exists) and put back in the result.
+func loadReplicaConfig(t *testing.T, n int) *policy.Config {
+	t.Helper()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "log")
+	if err := os.Mkdir(logs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logDir := fmt.Sprintf("/var/log/cproxy-%d/", n)
+	data := replicaConfig(t, n)
+	if !strings.Contains(data, `"`+logDir) {
+		t.Fatalf("replica %d: log.audit is not under %s: update this test", n, logDir)
+	}
+	writeFile(t, filepath.Join(dir, fmt.Sprintf("replica-%d.toml", n)), strings.ReplaceAll(data, `"`+logDir, `"`+logs+"/"))
+	writeFile(t, filepath.Join(dir, "policy.toml"), readFile(t, "systemd/policy.toml"))
+	cfg, err := policy.LoadConfig(filepath.Join(dir, fmt.Sprintf("replica-%d.toml", n)))
+	if err != nil {
+		t.Fatalf("systemd/replica-1.toml as replica %d does not load: %v", n, err)
+	}
+	if rest, ok := strings.CutPrefix(cfg.Log.Audit, logs+"/"); ok {
+		cfg.Log.Audit = logDir + rest
+	}
+	if filepath.Dir(cfg.PolicyPath()) != dir {
+		t.Errorf("replica %d: policy %s is not beside the config: every replica shares /etc/cproxy/policy.toml", n, cfg.PolicyPath())
+	}
+	return cfg
+}
+
+// Three replicas made from replica-1.toml each load, on the shared store,
+// with their own ports, log and credentials where their instance of the
+// unit puts them.
+func TestSystemdReplicaConfigMatchesUnit(t *testing.T) {
+	u := parseUnit(t, replicaUnitFile)
+	stop, err := time.ParseDuration(u.one(t, "Service", "TimeoutStopSec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]bool{}
+	for _, lc := range u["Service"]["LoadCredential"] {
+		name, _, _ := strings.Cut(lc, ":")
+		creds[name] = true
+	}
+	ports := map[string]int{}
+	publicURL := ""
+	for n := 1; n <= 3; n++ {
+		instance := func(s string) string { return strings.ReplaceAll(s, "%i", strconv.Itoa(n)) }
+		cfg := loadReplicaConfig(t, n)
+
+		if want := fmt.Sprintf("replica-%d.toml", n); filepath.Base(instance(u.one(t, "Service", "ExecStart"))) != want {
+			t.Errorf("replica %d: the unit's ExecStart does not read %s", n, want)
+		}
+		if cfg.Store.Kind != policy.StorePostgres {
+			t.Errorf("replica %d: store.kind = %q, want %q", n, cfg.Store.Kind, policy.StorePostgres)
+		}
+		credDir := instance("file:/run/credentials/cproxy@%i.service/")
+		if want := credDir + pgCredential; cfg.Store.DSN != want {
+			t.Errorf("replica %d: store.dsn = %q, want %q (the unit's LoadCredential=%s:…)", n, cfg.Store.DSN, want, pgCredential)
+		}
+		for _, c := range []string{cfg.Store.DSN, cfg.Upstream.Anthropic.Credential, cfg.Upstream.GitHub.Credential, cfg.Upstream.NPM.Credential} {
+			if !strings.HasPrefix(c, "file:") {
+				continue
+			}
+			name, ok := strings.CutPrefix(c, credDir)
+			if !ok || !creds[name] {
+				t.Errorf("replica %d reads %s, which no LoadCredential= of %s provides", n, c, instance("cproxy@%i.service"))
+			}
+		}
+		if logDir := "/var/log/" + instance(u.one(t, "Service", "LogsDirectory")) + "/"; !strings.HasPrefix(cfg.Log.Audit, logDir) {
+			t.Errorf("replica %d: log.audit = %q, want it under the unit's LogsDirectory %s", n, cfg.Log.Audit, logDir)
+		}
+		if stop <= cfg.Listen.Drain.Duration {
+			t.Errorf("TimeoutStopSec=%s is not above replica %d's listen.drain = %s", stop, n, cfg.Listen.Drain)
+		}
+		for _, addr := range []string{cfg.Listen.Proxy, cfg.Listen.Admin} {
+			if m, dup := ports[addr]; dup {
+				t.Errorf("replicas %d and %d both listen on %s", m, n, addr)
+			}
+			ports[addr] = n
+		}
+		// Sandboxes are given the load balancer's address, whichever
+		// replica minted their token.
+		if n == 1 {
+			publicURL = cfg.Listen.PublicURL
+		} else if cfg.Listen.PublicURL != publicURL {
+			t.Errorf("replica %d: listen.public_url %q, replica 1's %q: want the load balancer's, the same for all", n, cfg.Listen.PublicURL, publicURL)
+		}
+	}
+	if publicURL == "" {
+		t.Error("listen.public_url is not set: npm tarball URLs would name the replica's own address, not the load balancer's")
+	}
+}
+
+// TestSystemdAnalyzeVerify runs systemd's own checker on the units. Their
 // ExecStart names /usr/local/bin/cproxy, which is not installed here, and
-// verify refuses a unit whose program does not exist; the unit is checked
+// verify refuses a unit whose program does not exist; each unit is checked
 // with that path pointed at a stand-in executable, everything else as
 // shipped. verify exits 0 on an unknown or misspelt key (it only warns), so
-// any output fails the test.
+// any output fails the test. verify checks a template (cproxy@.service) as
+// the instance cproxy@i.service.
 func TestSystemdAnalyzeVerify(t *testing.T) {
 	tool, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("systemd-analyze is not installed; .ci/run installs Debian's systemd package for it")
 		}
-		t.Skip("systemd-analyze is not installed (Debian package systemd): the unit was not verified")
+		t.Skip("systemd-analyze is not installed (Debian package systemd): the units were not verified")
 	}
+	for _, file := range []string{unitFile, replicaUnitFile} {
+		t.Run(filepath.Base(file), func(t *testing.T) { verifyUnit(t, tool, file) })
+	}
+}
+
+func verifyUnit(t *testing.T, tool, file string) {
 	dir := t.TempDir()
 	stub := filepath.Join(dir, "cproxy")
 	writeFile(t, stub, "#!/bin/sh\nexit 0\n")
 	if err := os.Chmod(stub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	unitText := readFile(t, unitFile)
+	unitText := readFile(t, file)
 	if !strings.Contains(unitText, "/usr/local/bin/cproxy ") {
-		t.Fatal("ExecStart no longer names /usr/local/bin/cproxy: update this test")
+		t.Fatalf("%s: ExecStart no longer names /usr/local/bin/cproxy: update this test", file)
 	}
-	path := filepath.Join(dir, "cproxy.service")
+	path := filepath.Join(dir, filepath.Base(file))
 	writeFile(t, path, strings.ReplaceAll(unitText, "/usr/local/bin/cproxy ", stub+" "))
 
 	cmd := exec.Command(tool, "verify", path)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+		t.Fatalf("systemd-analyze verify %s: %v\n%s", file, err, out)
 	}
 
 	// systemd's own exposure score for the hardening settings (0 is the
@@ -237,9 +414,9 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 		return
 	}
 	score, _ := strconv.ParseFloat(string(m[1]), 64)
-	t.Logf("systemd-analyze security: exposure %.1f", score)
+	t.Logf("systemd-analyze security %s: exposure %.1f", file, score)
 	if score > 2.0 {
-		t.Errorf("systemd-analyze security rates the unit's exposure %.1f, want at most 2.0:\n%s", score, out)
+		t.Errorf("systemd-analyze security rates %s's exposure %.1f, want at most 2.0:\n%s", file, score, out)
 	}
 }
 
