@@ -67,6 +67,27 @@ func (s *advStore) SaveUsage(ctx context.Context, key string, u tokens.Usage) er
 	return s.Store.SaveUsage(ctx, key, u)
 }
 
+func (s *advStore) ReserveUsage(ctx context.Context, key string, want, limit tokens.Usage) (tokens.Usage, error) {
+	if s.failWrites.Load() {
+		return tokens.Usage{}, errAdvDiskFull
+	}
+	return s.Store.ReserveUsage(ctx, key, want, limit)
+}
+
+func (s *advStore) AdjustUsage(ctx context.Context, key string, delta tokens.Usage) (tokens.Usage, error) {
+	if s.failWrites.Load() {
+		return tokens.Usage{}, errAdvDiskFull
+	}
+	return s.Store.AdjustUsage(ctx, key, delta)
+}
+
+func (s *advStore) AcquireSlot(ctx context.Context, key string, limit int64, lease time.Duration) (tokens.Slot, error) {
+	if s.failWrites.Load() {
+		return 0, errAdvDiskFull
+	}
+	return s.Store.AcquireSlot(ctx, key, limit, lease)
+}
+
 func newAdvEnv(t *testing.T) (*env, *advStore) {
 	var st *advStore
 	e := newEnv(t, func(o *Options) {

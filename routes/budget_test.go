@@ -318,3 +318,48 @@ func TestBudgetSharedRateAndConcurrency(t *testing.T) {
 		t.Errorf("after the first ended, through the other replica = %d %s", r.status, r.body)
 	}
 }
+
+// A shared store that fails: a reservation that cannot be made refuses the
+// request with 503 before anything is sent, and a settlement that cannot be
+// made leaves the reservation charged (max_tokens, not the 6 tokens used):
+// an over-charge, logged, never an under-charge.
+func TestBudgetSharedStoreFails(t *testing.T) {
+	var st *advStore
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, budgetPolicy)
+		o.SharedStore = true
+		st = &advStore{Store: o.Store}
+		o.Store = st
+	})
+	tok, one := e.token("tight-1"), e.token("one-1")
+	auth := map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}
+	st.failWrites.Store(true)
+	if r := e.do("POST", "/v1/messages", auth, messageBody(50, false)); r.status != 503 || !strings.Contains(r.body, "token store unavailable") {
+		t.Errorf("reserving with the store failing = %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/messages", map[string]string{"Authorization": "Bearer " + one, "Anthropic-Version": "2023-06-01"}, messageBody(50, false)); r.status != 503 {
+		t.Errorf("taking a concurrency slot with the store failing = %d %s", r.status, r.body)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("%d requests reached the upstream", n)
+	}
+	st.failWrites.Store(false)
+
+	gate := e.fake.HoldHeaders()
+	done := make(chan reply)
+	go func() { done <- e.do("POST", "/v1/messages", auth, messageBody(50, false)) }()
+	<-gate.Reached()
+	st.failWrites.Store(true) // reserved; now the settlement fails
+	gate.Release()
+	if r := <-done; r.status != 200 {
+		t.Fatalf("the request = %d %s", r.status, r.body)
+	}
+	st.failWrites.Store(false)
+	key, _ := usageWindow(tokenID(t, e, tok), "day", time.Now())
+	if u, err := st.LoadUsage(context.Background(), key); err != nil || u.Output != 50 || u.Requests != 1 {
+		t.Errorf("after a failed settlement the store holds %+v, %v; want the reservation: 1 request, 50 output tokens", u, err)
+	}
+	if !strings.Contains(e.logs.String(), "settling a request in the token store failed") {
+		t.Errorf("no log line for the failed settlement:\n%s", e.logs.String())
+	}
+}
