@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -79,14 +80,13 @@ func (b *usageBody) Close() error {
 // end, else what was seen before the client went away.
 func (b *usageBody) finish() {
 	b.once.Do(func() {
-		if !b.sse {
-			var doc struct {
-				Usage *usageJSON `json:"usage"`
+		if !b.sse && !b.overflow {
+			if raw, ok := jsonMember(b.copy.Bytes(), "usage"); ok {
+				if _, ok := usageInto(raw, &b.u); ok {
+					b.deltaSeen = true
+				}
 			}
-			if !b.overflow && json.Unmarshal(b.copy.Bytes(), &doc) == nil && doc.Usage != nil {
-				doc.Usage.into(&b.u)
-				b.deltaSeen = true
-			}
+			b.copy = bytes.Buffer{}
 		}
 		if !b.deltaSeen {
 			// The stream stopped before its final usage: charge what was
@@ -139,21 +139,16 @@ func (b *usageBody) handle(line []byte) {
 		data := bytes.TrimSpace(line[len("data:"):])
 		switch b.event {
 		case "message_start":
-			var ev struct {
-				Message struct {
-					Usage *usageJSON `json:"usage"`
-				} `json:"message"`
-			}
-			if json.Unmarshal(data, &ev) == nil && ev.Message.Usage != nil {
-				ev.Message.Usage.into(&b.u)
+			if msg, ok := jsonMember(data, "message"); ok {
+				if raw, ok := jsonMember(msg, "usage"); ok {
+					usageInto(raw, &b.u)
+				}
 			}
 		case "message_delta":
-			var ev struct {
-				Usage *usageJSON `json:"usage"`
-			}
-			if json.Unmarshal(data, &ev) == nil && ev.Usage != nil {
-				ev.Usage.into(&b.u)
-				b.deltaSeen = b.deltaSeen || ev.Usage.Output != nil
+			if raw, ok := jsonMember(data, "usage"); ok {
+				if output, ok := usageInto(raw, &b.u); ok && output {
+					b.deltaSeen = true
+				}
 			}
 		case "content_block_delta":
 			b.streamed += int64(len(data))
@@ -161,23 +156,114 @@ func (b *usageBody) handle(line []byte) {
 	}
 }
 
-// usageJSON is the API's usage object; absent fields leave what is known.
-// message_delta's counts are cumulative, so a later one replaces an
-// earlier one.
-type usageJSON struct {
-	Input      *int64 `json:"input_tokens"`
-	Output     *int64 `json:"output_tokens"`
-	CacheRead  *int64 `json:"cache_read_input_tokens"`
-	CacheWrite *int64 `json:"cache_creation_input_tokens"`
+// The usage object's members, as the API names them. message_delta's
+// counts are cumulative, so a later one replaces an earlier one.
+var usageFields = [...]string{"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
+
+// usageInto sets the counts the usage object raw holds into u: an absent
+// or null count leaves what is known, a negative one is ignored. It reports
+// whether the object gave the output count (a negative one included). A
+// count that is not an integer makes the whole object unreadable: nothing
+// is set and ok is false, as when decoding it with encoding/json.
+//
+// These walks run on every model answer and on the events of every stream,
+// so they read the few members they need in place, with the same walk as
+// requestModel, instead of decoding whole events with encoding/json. Keys
+// are matched exactly (the API spells them in lower case).
+func usageInto(raw []byte, u *tokens.Usage) (output, ok bool) {
+	var got [len(usageFields)]int64
+	var has [len(usageFields)]bool
+	ok = jsonMembers(raw, func(key, val []byte) bool {
+		for f, name := range usageFields {
+			if string(key) != name {
+				continue
+			}
+			if string(val) == "null" {
+				has[f] = false
+				return true
+			}
+			n, err := strconv.ParseInt(string(val), 10, 64)
+			if err != nil {
+				return false
+			}
+			got[f], has[f] = n, true
+		}
+		return true
+	})
+	if !ok {
+		return false, false
+	}
+	for f, dst := range [...]*int64{&u.Input, &u.Output, &u.CacheRead, &u.CacheWrite} {
+		if has[f] && got[f] >= 0 {
+			*dst = got[f]
+		}
+	}
+	return has[1], true
 }
 
-func (j *usageJSON) into(u *tokens.Usage) {
-	for _, f := range []struct {
-		src *int64
-		dst *int64
-	}{{j.Input, &u.Input}, {j.Output, &u.Output}, {j.CacheRead, &u.CacheRead}, {j.CacheWrite, &u.CacheWrite}} {
-		if f.src != nil && *f.src >= 0 {
-			*f.dst = *f.src
+// jsonMember returns the raw value of the member key of the JSON object
+// obj (the last one, if it is named twice, as encoding/json reads it).
+func jsonMember(obj []byte, key string) ([]byte, bool) {
+	var found []byte
+	ok := jsonMembers(obj, func(k, v []byte) bool {
+		if string(k) == key {
+			found = v
 		}
+		return true
+	})
+	return found, ok && found != nil
+}
+
+// jsonMembers calls member with each key (unquoted; a key with an escape
+// is passed decoded) and raw value of the JSON object obj, in order, until
+// member returns false. It reports whether obj is an object it could walk
+// to its end and member never returned false. Values are skipped by their
+// structure, not validated.
+func jsonMembers(obj []byte, member func(key, val []byte) bool) bool {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	i = skipSpace(obj, i+1)
+	if i < len(obj) && obj[i] == '}' {
+		return skipSpace(obj, i+1) == len(obj)
+	}
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return false
+		}
+		end, escaped := scanString(obj, i)
+		if end < 0 {
+			return false
+		}
+		key := obj[i+1 : end-1]
+		if escaped {
+			var k string
+			if json.Unmarshal(obj[i:end], &k) != nil {
+				return false
+			}
+			key = []byte(k)
+		}
+		i = skipSpace(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return false
+		}
+		i = skipSpace(obj, i+1)
+		start := i
+		if i = skipJSONValue(obj, i); i < 0 {
+			return false
+		}
+		if !member(key, obj[start:i]) {
+			return false
+		}
+		i = skipSpace(obj, i)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+			continue
+		}
+		if i < len(obj) && obj[i] == '}' {
+			return skipSpace(obj, i+1) == len(obj)
+		}
+		return false
 	}
 }

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -75,5 +76,83 @@ func TestUsageFromJSON(t *testing.T) {
 	u, complete, _ = readUsage(t, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, "application/json", false, 0)
 	if complete || u != (tokens.Usage{}) {
 		t.Errorf("an error answer: usage %+v complete %v", u, complete)
+	}
+}
+
+// FuzzUsageInto: on valid JSON, the in-place walk reads the same counts as
+// decoding the answer with encoding/json (keys matched exactly, the last of
+// a repeated key winning), and finds nothing where encoding/json finds no
+// usage object with integer counts.
+func FuzzUsageInto(f *testing.F) {
+	f.Add(`{"id":"msg_1","usage":{"input_tokens":12,"output_tokens":4,"cache_read_input_tokens":100}}`)
+	f.Add(`{"usage":{"input_tokens":1.5}}`)
+	f.Add(`{"usage":null,"usage":{"output_tokens":-3,"input_tokens":null}}`)
+	f.Add(`{"u\u0073age":{"output_tokens":7}} `)
+	f.Add(`{"usage":{"output_tokens":"7"}}`)
+	f.Add(`[{"usage":{"output_tokens":7}}]`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		if !json.Valid([]byte(doc)) {
+			return
+		}
+		start := tokens.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite: 4}
+		got, gotOut, gotOK := start, false, false
+		if raw, ok := jsonMember([]byte(doc), "usage"); ok {
+			gotOut, gotOK = usageInto(raw, &got)
+		}
+		want, wantOut, wantOK := start, false, false
+		var top map[string]json.RawMessage
+		var fields map[string]json.RawMessage
+		if json.Unmarshal([]byte(doc), &top) == nil && json.Unmarshal(top["usage"], &fields) == nil && fields != nil {
+			wantOK = true
+			var counts [4]*int64
+			for i, name := range usageFields {
+				if raw, ok := fields[name]; ok && json.Unmarshal(raw, &counts[i]) != nil {
+					wantOK = false
+				}
+			}
+			if wantOK {
+				wantOut = counts[1] != nil
+				for i, dst := range []*int64{&want.Input, &want.Output, &want.CacheRead, &want.CacheWrite} {
+					if counts[i] != nil && *counts[i] >= 0 {
+						*dst = *counts[i]
+					}
+				}
+			}
+		}
+		if !wantOK {
+			want, wantOut = start, false
+		}
+		if got != want || gotOK != wantOK || gotOut != wantOut {
+			t.Fatalf("%s: walk read %+v (output %v, ok %v), encoding/json %+v (output %v, ok %v)", doc, got, gotOut, gotOK, want, wantOut, wantOK)
+		}
+	})
+}
+
+// BenchmarkUsageBody reads a model answer through the usage scanner, as
+// every model response is: a JSON message and an SSE stream.
+func BenchmarkUsageBody(b *testing.B) {
+	message := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"` +
+		strings.Repeat("The test fails because get3 returns the wrapped error first. ", 4) + `"}],"stop_reason":"end_turn",` +
+		`"usage":{"input_tokens":5120,"cache_creation_input_tokens":0,"cache_read_input_tokens":4096,"output_tokens":31,"service_tier":"standard"}}`
+	for _, c := range []struct{ name, body, ct string }{
+		{"json", message, "application/json"},
+		{"sse", sseStream, "text/event-stream; charset=utf-8"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.body)))
+			buf := make([]byte, 8<<10)
+			r := strings.NewReader(c.body)
+			for b.Loop() {
+				r.Reset(c.body)
+				ub := newUsageBody(io.NopCloser(r), c.ct, func(tokens.Usage, bool) {})
+				for {
+					if _, err := ub.Read(buf); err != nil {
+						break
+					}
+				}
+				ub.Close()
+			}
+		})
 	}
 }
