@@ -81,11 +81,25 @@ type audit struct {
 // server decides from its Body whether an unread body (after an Expect:
 // 100-continue that was never answered) may be skipped or must be drained.
 func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *http.Request) {
-	body := &countingBody{ReadCloser: r.Body}
-	r2 := new(http.Request)
-	*r2 = *r
-	r2.Body = body
-	return &audit{log: s.audit, metrics: s.metrics, w: &auditWriter{ResponseWriter: w}, r: r2, start: s.now(), body: body, sink: s.auditLog}, r2
+	// One allocation for what lives exactly as long as the request.
+	st := &auditState{
+		audit: audit{log: s.audit, metrics: s.metrics, start: s.now(), sink: s.auditLog},
+		w:     auditWriter{ResponseWriter: w},
+		body:  countingBody{ReadCloser: r.Body},
+		r:     *r,
+	}
+	a := &st.audit
+	a.w, a.body, a.r = &st.w, &st.body, &st.r
+	st.r.Body = a.body
+	return a, a.r
+}
+
+// auditState is an audit with what it points to, allocated together.
+type auditState struct {
+	audit audit
+	w     auditWriter
+	body  countingBody
+	r     http.Request
 }
 
 // countingBody counts the request body bytes read.
@@ -150,7 +164,7 @@ func (a *audit) finish() {
 		attrs = append(attrs, slog.String("reason", a.reason))
 	}
 	if !a.usage.IsZero() {
-		attrs = append(attrs, slog.Group("usage",
+		attrs = append(attrs, slog.GroupAttrs("usage",
 			slog.Int64("input_tokens", a.usage.Input), slog.Int64("output_tokens", a.usage.Output),
 			slog.Int64("cache_read_input_tokens", a.usage.CacheRead), slog.Int64("cache_creation_input_tokens", a.usage.CacheWrite)))
 	}

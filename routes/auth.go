@@ -119,7 +119,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	case err != nil:
 		return known, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
 	}
-	prof, err := s.policy().ProfileFor(rec.Sandbox, rec.Profile)
+	prof, err := s.decisions.profileFor(s.policy(), rec.Sandbox, rec.Profile)
 	if err != nil {
 		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, refuse(ErrForbidden, "no policy profile for sandbox %s: %v", rec.Sandbox, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -31,7 +32,44 @@ type target struct {
 	maxTokens int64
 }
 
-type targetKey struct{}
+// callKey keys a forwarded request's *call in its context.
+type callKey struct{}
+
+// call is one forwarded request as ReverseProxy's hooks see it: where it
+// goes, its header timer, and how a failure is answered. One value in the
+// context, allocated once, instead of one context layer for each.
+type call struct {
+	t        target
+	f        *forwarder
+	a        *audit
+	r        *http.Request // as the route handed it to forward
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	writeErr func(http.ResponseWriter, error) int
+	timer    headerTimer // unused when the upstream has no HeaderTimeout
+	body     timedBody   // r's body, when the timer waits for it to be sent
+}
+
+func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call) }
+
+// fail answers a request ReverseProxy could not complete.
+func (c *call) fail(err error) {
+	var ref *refusal
+	switch {
+	case errors.As(err, &ref):
+		c.a.fail(c.writeErr, err)
+	case context.Cause(c.ctx) == errHeaderTimeout:
+		c.a.fail(c.writeErr, refuse(ErrTimeout, "the upstream sent no response within %s (header_timeout)", c.f.up.HeaderTimeout))
+	case c.r.Context().Err() != nil:
+		// The client went away; there is no one to answer.
+		c.a.reason = "client disconnected"
+	default:
+		c.a.log.Warn("upstream request failed", "route", c.a.route, "err", err)
+		c.a.fail(c.writeErr, refuse(ErrUpstream, "the upstream %s could not be reached; try again later", c.f.up.URL.Host))
+	}
+}
+
+func (c *call) timedOut() { c.cancel(errHeaderTimeout) }
 
 // clientAddressHeaders claim a client's address to an upstream behind a
 // proxy; a sandbox must not make cproxy's requests claim one.
@@ -45,6 +83,12 @@ var errHeaderTimeout = errors.New("no response headers in time")
 // copyBuffers lends ReverseProxy its response copy buffers, so each
 // response does not allocate (and the collector reclaim) a fresh 32 KiB.
 var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+
+// eventCopyBuffers are the model route's: its answers are server-sent
+// events of a few hundred bytes each, or JSON messages of a few KB, each
+// written (and flushed) as it comes, so a larger buffer would only be held,
+// mostly unused, by every open stream.
+var eventCopyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}}
 
 type bufferPool struct{ pool sync.Pool }
 
@@ -95,7 +139,7 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		// client named in Connection) are gone before it runs, and
 		// X-Forwarded-* from the client are dropped.
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			t := pr.In.Context().Value(targetKey{}).(target)
+			t := &callOf(pr.In).t
 			pr.Out.URL = &url.URL{
 				Scheme:   base.Scheme,
 				Host:     base.Host,
@@ -135,12 +179,12 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// Filled in per request by forward, which knows the route's
 			// error format.
-			r.Context().Value(errorHandlerKey{}).(func(error))(err)
+			callOf(r).fail(err)
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			upstreamAnswered(resp.Request.Context())
-			if t, ok := resp.Request.Context().Value(headerTimerKey{}).(*headerTimer); ok {
-				t.stop()
+			if c := callOf(resp.Request); c.f.up.HeaderTimeout > 0 {
+				c.timer.stop()
 			}
 			if checkResponse != nil {
 				return checkResponse(resp)
@@ -150,9 +194,6 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 	}
 	return f
 }
-
-type errorHandlerKey struct{}
-type headerTimerKey struct{}
 
 // headerTimer bounds the wait for response headers. It starts once the
 // request body has been sent: a large push may take minutes to upload, and
@@ -212,37 +253,106 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 		return
 	}
 	t.cred = cred
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	ctx = context.WithValue(ctx, targetKey{}, t)
+	c := &call{t: t, f: f, a: a, r: r, writeErr: writeErr}
+	c.ctx, c.cancel = context.WithCancelCause(r.Context())
+	defer c.cancel(nil)
+	ctx := context.WithValue(c.ctx, callKey{}, c)
 	if f.up.HeaderTimeout > 0 {
-		timer := &headerTimer{d: f.up.HeaderTimeout, fire: func() { cancel(errHeaderTimeout) }}
-		defer timer.stop()
-		ctx = context.WithValue(ctx, headerTimerKey{}, timer)
+		c.timer = headerTimer{d: f.up.HeaderTimeout, fire: c.timedOut}
+		defer c.timer.stop()
 		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-			timer.start()
+			c.timer.start()
 		} else {
-			r.Body = &timedBody{ReadCloser: r.Body, timer: timer, left: r.ContentLength}
+			c.body = timedBody{ReadCloser: r.Body, timer: &c.timer, left: r.ContentLength}
+			r.Body = &c.body
 		}
 	}
-	ctx = context.WithValue(ctx, errorHandlerKey{}, func(err error) {
-		var ref *refusal
-		switch {
-		case errors.As(err, &ref):
-			a.fail(writeErr, err)
-		case context.Cause(ctx) == errHeaderTimeout:
-			a.fail(writeErr, refuse(ErrTimeout, "the upstream sent no response within %s (header_timeout)", f.up.HeaderTimeout))
-		case r.Context().Err() != nil:
-			// The client went away; there is no one to answer.
-			a.reason = "client disconnected"
-		default:
-			a.log.Warn("upstream request failed", "route", a.route, "err", err)
-			a.fail(writeErr, refuse(ErrUpstream, "the upstream %s could not be reached; try again later", f.up.URL.Host))
-		}
-	})
 	ctx, done := a.metrics.forwarding(ctx, a.route)
 	defer done()
 	f.proxy.ServeHTTP(a.w, r.WithContext(ctx))
+}
+
+// checkedBody is a request body cproxy has read whole (to check it), as the
+// upstream gets it. It lets go of its buffer as soon as the upstream has read
+// every byte, giving it back to bodyBuffers: a stream stays open for minutes
+// after the upstream has its request, and keeping each open stream's request
+// (tens of KB from Claude Code) until its answer ends would be a large part
+// of cproxy's memory with many streams open. (Close comes too late for that:
+// ReverseProxy keeps the transport from closing the body, and closes it
+// itself when the answer ends.) Nothing reads a body twice: the transport
+// retries a request whose body it has read only with GetBody, which a
+// proxied request does not have.
+type checkedBody struct {
+	b   []byte
+	off int
+	// lent, when b came from bodyBuffers, is what goes back there.
+	lent *[]byte
+}
+
+func (rb *checkedBody) Read(p []byte) (int, error) {
+	if rb.off >= len(rb.b) {
+		return 0, io.EOF
+	}
+	n := copy(p, rb.b[rb.off:])
+	rb.off += n
+	if rb.off == len(rb.b) {
+		// The last byte has been copied out: the buffer is no longer this
+		// request's. Only Read touches it, so no other read can be under way.
+		if rb.lent != nil {
+			putBodyBuffer(rb.lent)
+		}
+		rb.b, rb.off, rb.lent = nil, 0, nil
+	}
+	return n, nil
+}
+
+// Close does nothing: the buffer goes back when its last byte is read, by
+// the goroutine that reads it; ReverseProxy may close a body while the
+// transport is still reading it.
+func (rb *checkedBody) Close() error { return nil }
+
+// Request body buffers are lent by size, in powers of two from 16 KiB to
+// 2 MiB; a body that fits none is allocated for itself. A body of n bytes takes a buffer of the smallest class that
+// holds it, so a lent buffer is never more than twice its body.
+const (
+	minBodyBufferShift = 14 // 16 KiB
+	maxBodyBufferShift = 21 // 2 MiB
+)
+
+var bodyBuffers [maxBodyBufferShift - minBodyBufferShift + 1]sync.Pool
+
+// bodyBufferClass is the pool a body of n bytes takes its buffer from, or
+// -1 for none.
+func bodyBufferClass(n int) int {
+	if n <= 0 || n > 1<<maxBodyBufferShift {
+		return -1
+	}
+	c := max(bits.Len(uint(n-1)), minBodyBufferShift)
+	return c - minBodyBufferShift
+}
+
+// getBodyBuffer returns a buffer of n bytes for a request body and, when
+// it is lent, what to give back to putBodyBuffer once the body has been
+// read (nil when it was allocated for this body alone). A lent buffer holds
+// an earlier request's bytes: the caller must fill all n before anything
+// reads them.
+func getBodyBuffer(n int) ([]byte, *[]byte) {
+	c := bodyBufferClass(n)
+	if c < 0 {
+		return make([]byte, n), nil
+	}
+	lent, ok := bodyBuffers[c].Get().(*[]byte)
+	if !ok {
+		b := make([]byte, 1<<(c+minBodyBufferShift))
+		lent = &b
+	}
+	return (*lent)[:n], lent
+}
+
+func putBodyBuffer(lent *[]byte) {
+	if c := bodyBufferClass(cap(*lent)); c >= 0 && cap(*lent) == 1<<(c+minBodyBufferShift) {
+		bodyBuffers[c].Put(lent)
+	}
 }
 
 func joinPath(base, p string) string {

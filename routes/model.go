@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -143,7 +144,7 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 	}
 	t.maxTokens = maxTokens
 	a.target = model
-	d := a.session.Profile.Model(model)
+	d := s.decisions.model(a.session.Profile, model)
 	a.rule = d.Rule
 	if !d.Allow {
 		return target{}, refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, a.session.Sandbox, d.Rule)
@@ -156,6 +157,10 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 func allowQuery(raw string, allowed []string) (string, error) {
 	if raw == "" {
 		return "", nil
+	}
+	if raw == "beta=true" && slices.Contains(allowed, "beta") {
+		// What Claude Code sends on every request, already canonical.
+		return raw, nil
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
@@ -187,11 +192,13 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 	var b []byte
 	var err error
+	var lent *[]byte
 	if r.ContentLength > 0 {
-		// One allocation of the declared size (net/http holds the body to
-		// it) instead of ReadAll's doublings: on the hot path their garbage
-		// cost more CPU than everything else cproxy does.
-		b = make([]byte, r.ContentLength)
+		// A buffer of the declared size (net/http holds the body to it),
+		// lent until the upstream has read it, instead of ReadAll's
+		// doublings: on the hot path their garbage cost more CPU than
+		// everything else cproxy does. ReadFull fills every byte of it.
+		b, lent = getBodyBuffer(int(r.ContentLength))
 		_, err = io.ReadFull(r.Body, b)
 	} else {
 		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
@@ -205,7 +212,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if int64(len(b)) > limit {
 		return nil, refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(b))
+	r.Body = &checkedBody{b: b, lent: lent}
 	r.ContentLength = int64(len(b))
 	r.Header.Del("Transfer-Encoding")
 	return b, nil
@@ -223,7 +230,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // this against encoding/json). Invalid JSON that the walk does not notice
 // is refused whole by the upstream, so its model is never used.
 func requestModel(body []byte) (string, int64, error) {
-	bad := refuse(ErrBadRequest, "the request body is not valid JSON")
+	bad := errNotJSON
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return "", 0, refuse(ErrBadRequest, "the request body is not a JSON object")
@@ -243,11 +250,15 @@ func requestModel(body []byte) (string, int64, error) {
 			if end < 0 {
 				return "", 0, bad
 			}
-			key := string(body[i+1 : end-1])
+			// Compared as bytes: a key cproxy does not look for costs no
+			// allocation. Only a key with an escape is decoded.
+			key := body[i+1 : end-1]
 			if escaped {
-				if json.Unmarshal(body[i:end], &key) != nil {
+				var k string
+				if json.Unmarshal(body[i:end], &k) != nil {
 					return "", 0, bad
 				}
+				key = []byte(k)
 			}
 			i = skipSpace(body, end)
 			if i >= len(body) || body[i] != ':' {
@@ -258,13 +269,18 @@ func requestModel(body []byte) (string, int64, error) {
 			if i = skipJSONValue(body, i); i < 0 {
 				return "", 0, bad
 			}
-			switch key {
+			switch string(key) {
 			case "model":
 				if seen {
 					return "", 0, refuse(ErrBadRequest, "the request body names \"model\" twice")
 				}
 				seen = true
-				if body[start] != '"' || json.Unmarshal(body[start:i], &model) != nil {
+				if body[start] != '"' {
+					return "", 0, refuse(ErrBadRequest, "\"model\" must be a string")
+				}
+				if m, ok := plainString(body[start:i]); ok {
+					model = m
+				} else if json.Unmarshal(body[start:i], &model) != nil {
 					return "", 0, refuse(ErrBadRequest, "\"model\" must be a string")
 				}
 			case "max_tokens":
@@ -298,6 +314,27 @@ func requestModel(body []byte) (string, int64, error) {
 		return "", 0, refuse(ErrBadRequest, "the request body names no model")
 	}
 	return model, maxTokens, nil
+}
+
+// errNotJSON is requestModel's refusal of a body it cannot walk; made once,
+// since requestModel runs on every model request.
+var errNotJSON = refuse(ErrBadRequest, "the request body is not valid JSON")
+
+// plainString returns the JSON string s (quotes included) as Go text when
+// it needs no decoding: no escape, no control character, valid UTF-8. Then
+// it means exactly its bytes, as encoding/json would decode it; otherwise
+// ok is false and the caller decodes it.
+func plainString(s []byte) (string, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return "", false
+	}
+	s = s[1 : len(s)-1]
+	for _, c := range s {
+		if c < 0x20 || c == '\\' || c == '"' || c >= utf8.RuneSelf {
+			return "", false
+		}
+	}
+	return string(s), true
 }
 
 func skipSpace(b []byte, i int) int {

@@ -116,6 +116,7 @@ type Server struct {
 	// POST /tokens accepts.
 	relayValues []string
 	metrics     *metrics // GET /metrics on the admin listener
+	decisions   decisions
 }
 
 // New builds a Server.
@@ -136,6 +137,7 @@ func New(o Options) *Server {
 	}
 	s.budgets = newBudgets(s.store, o.SharedStore, s.log, s.now)
 	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), meterResponse)
+	s.model.proxy.BufferPool = eventCopyBuffers
 	if o.GitHub.URL != nil {
 		s.github = newForwarder(o.GitHub, setGitHubCredential, gitHubResponse)
 	}

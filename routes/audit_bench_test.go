@@ -1,0 +1,30 @@
+package routes
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+)
+
+// BenchmarkAuditLine is the audit line of one allowed model request, as
+// `cproxy serve` writes it by default (slog's text handler), to nowhere.
+func BenchmarkAuditLine(b *testing.B) {
+	s := &Server{audit: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}
+	r := httptest.NewRequest(http.MethodPost, "/v1/messages?beta=true", strings.NewReader("{}"))
+	r.Header.Set("X-Claude-Code-Session-Id", "0b6f5e8c-2f61-4a7e-9c1d-3f3c2b1a0e99")
+	sess := &Session{TokenID: "tok_0123456789ab", Sandbox: "bench-1", Profile: &policy.Profile{Name: "default"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		a, _ := s.startAudit(httptest.NewRecorder(), r)
+		a.route, a.session, a.target, a.rule = "model", sess, "claude-sonnet-4-5", `profile.default.models["claude-*"]`
+		a.w.status, a.w.bytes, a.body.n = 200, 541, 21900
+		a.usage = Usage{Input: 5120, Output: 31, CacheRead: 4096}
+		a.finish()
+	}
+}
