@@ -12,9 +12,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,6 +254,7 @@ func BenchmarkInProcess(b *testing.B) {
 		b.Run(h.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
+			cpu0 := processCPU(b)
 			for b.Loop() {
 				req := httptest.NewRequest(http.MethodPost, "/v1/messages?beta=true", bytes.NewReader(body))
 				for k, v := range clientHeader {
@@ -265,8 +269,21 @@ func BenchmarkInProcess(b *testing.B) {
 					b.Fatalf("%s: %d %s", h.name, rec.Code, rec.Body)
 				}
 			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// processCPU is the processor time this process has used, user and system.
+// Per operation it is steadier than ns/op on a shared machine: other
+// processes' load stretches wall time, not this process's own work (the
+// handler, the upstream and the collector, all in this process).
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // newRoutesServer builds routes.Server as `cproxy serve` does: a bbolt
@@ -305,4 +322,102 @@ func newRoutesServer(tb testing.TB, upstream *url.URL) (*routes.Server, string) 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	return srv, tok.Reveal()
+}
+
+// BenchmarkHeldStreams opens 500 streams at once through each handler, in
+// this process, each held open by the upstream after its first events, and
+// reports what the process holds while they are open, per stream: the heap
+// in use when the last one opened (garbage included: what RSS follows), the
+// live heap after a collection, and goroutine stacks. The client and the upstream are in the process too,
+// the same for both handlers, so what matters is the difference. This is
+// the benchmark to look at memory per open stream with: with
+// CPROXY_BENCH_HEAPPROFILE=FILE it also writes a heap profile of the live
+// heap while cproxy's streams are open.
+func BenchmarkHeldStreams(b *testing.B) {
+	const n = 500
+	if err := raiseFileLimit(4 * n); err != nil {
+		b.Skip(err)
+	}
+	body := Body(true)
+	for _, name := range []string{"goproxy", "cproxy"} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				heldStreams(b, name, n, body)
+			}
+		})
+	}
+}
+
+func heldStreams(b *testing.B, name string, n int, body []byte) {
+	upstream := NewUpstream(testKey)
+	up := httptest.NewServer(upstream)
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	var h http.Handler
+	tg := &Target{Name: name}
+	if name == "goproxy" {
+		h, tg.Header = NewGoProxy(u, testKey), bearer("cpx_ignored")
+	} else {
+		srv, token := newRoutesServer(b, u)
+		defer srv.Close()
+		h, tg.Header = srv.ProxyHandler(), bearer(token)
+	}
+	px := httptest.NewServer(h)
+	defer px.Close()
+	tg.URL = px.URL
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: n, MaxIdleConnsPerHost: n, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	ctx := context.Background()
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	g0 := runtime.NumGoroutine()
+	opened := make(chan error, n)
+	ended := make(chan error, n)
+	sem := make(chan struct{}, openInParallel)
+	for range n {
+		go func() {
+			sem <- struct{}{}
+			_, rest, err := tg.Stream(ctx, hc, body, true)
+			<-sem
+			opened <- err
+			if err == nil {
+				err = rest()
+			}
+			ended <- err
+		}()
+	}
+	for range n {
+		if err := <-opened; err != nil {
+			b.Fatal(err)
+		}
+	}
+	var peak, live runtime.MemStats
+	runtime.ReadMemStats(&peak)
+	g := runtime.NumGoroutine()
+	runtime.GC()
+	runtime.ReadMemStats(&live)
+	if p := os.Getenv("CPROXY_BENCH_HEAPPROFILE"); p != "" && name == "cproxy" {
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pprof.WriteHeapProfile(f)
+		f.Close()
+	}
+	if err := release(ctx, up.URL); err != nil {
+		b.Fatal(err)
+	}
+	for range n {
+		if err := <-ended; err != nil {
+			b.Fatal(err)
+		}
+	}
+	per := func(after, before uint64) float64 { return (float64(after) - float64(before)) / float64(n) }
+	b.ReportMetric(per(live.HeapAlloc, before.HeapAlloc), "live-heap-B/stream")
+	b.ReportMetric(per(live.StackInuse, before.StackInuse), "stack-B/stream")
+	b.ReportMetric(per(uint64(g), uint64(g0)), "goroutines/stream")
+	b.ReportMetric(per(peak.HeapInuse, before.HeapInuse), "heap-B/stream")
 }
