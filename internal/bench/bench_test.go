@@ -374,21 +374,7 @@ func heldStreams(b *testing.B, name string, n int, body []byte) {
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	g0 := runtime.NumGoroutine()
-	opened := make(chan error, n)
-	ended := make(chan error, n)
-	sem := make(chan struct{}, openInParallel)
-	for range n {
-		go func() {
-			sem <- struct{}{}
-			_, rest, err := tg.Stream(ctx, hc, body, true)
-			<-sem
-			opened <- err
-			if err == nil {
-				err = rest()
-			}
-			ended <- err
-		}()
-	}
+	opened, ended := tg.openStreams(ctx, hc, body, n)
 	for range n {
 		if err := <-opened; err != nil {
 			b.Fatal(err)

@@ -181,18 +181,11 @@ func loop(ctx context.Context, conc int, d time.Duration, maxOps int, do op) ([]
 	return slices.Concat(per...), wall, nil
 }
 
-// HoldStreams opens n streams through t at once, each held open by the
-// upstream after its first events, and reads t's memory while all n are
-// open. It then releases them and checks that each one ends whole.
-func (t *Target) HoldStreams(ctx context.Context, upstreamURL string, n int, body []byte) (Mem, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, streamsTimeout, errors.New("streams not done in time"))
-	defer cancel()
-	tr := &http.Transport{Proxy: nil, MaxIdleConns: n, MaxIdleConnsPerHost: n, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
-
-	opened := make(chan error, n)
-	ended := make(chan error, n)
+// openStreams starts n streams through t, openInParallel at a time. Each
+// sends on opened what opening it returned and, once it has ended (at once
+// when it failed to open), on ended what reading the rest returned.
+func (t *Target) openStreams(ctx context.Context, hc *http.Client, body []byte, n int) (opened, ended chan error) {
+	opened, ended = make(chan error, n), make(chan error, n)
 	sem := make(chan struct{}, openInParallel)
 	for range n {
 		go func() {
@@ -206,6 +199,20 @@ func (t *Target) HoldStreams(ctx context.Context, upstreamURL string, n int, bod
 			ended <- err
 		}()
 	}
+	return opened, ended
+}
+
+// HoldStreams opens n streams through t at once, each held open by the
+// upstream after its first events, and reads t's memory while all n are
+// open. It then releases them and checks that each one ends whole.
+func (t *Target) HoldStreams(ctx context.Context, upstreamURL string, n int, body []byte) (Mem, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, streamsTimeout, errors.New("streams not done in time"))
+	defer cancel()
+	tr := &http.Transport{Proxy: nil, MaxIdleConns: n, MaxIdleConnsPerHost: n, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+
+	opened, ended := t.openStreams(ctx, hc, body, n)
 	var openErr error
 	for range n {
 		if err := <-opened; err != nil && openErr == nil {
