@@ -72,6 +72,8 @@ type audit struct {
 	decision string
 	// usage is what a model request cost, as the upstream reported it.
 	usage Usage
+	// meter settles a model request's budget; nil for the other routes.
+	meter *meter
 }
 
 // startAudit begins the audit of r and returns the request routes work on:
@@ -133,6 +135,20 @@ func (a *audit) finish() {
 		a.writeRecord(status, time.Since(a.start))
 		return
 	}
+	if h, ok := a.log.Handler().(*textHandler); ok {
+		// The same line, formatted for the audit record alone.
+		if h.Enabled(a.r.Context(), slog.LevelInfo) {
+			h.writeAuditLine(a, status, time.Since(a.start), time.Now())
+		}
+		return
+	}
+	a.log.LogAttrs(a.r.Context(), slog.LevelInfo, "request", a.attrs(status, time.Since(a.start))...)
+}
+
+// attrs are the audit line's attributes, in order. textHandler's
+// writeAuditLine writes the same line without them, and must follow any
+// change here.
+func (a *audit) attrs(status int, d time.Duration) []slog.Attr {
 	attrs := make([]slog.Attr, 0, 14)
 	attrs = append(attrs, slog.String("route", a.route))
 	if a.session != nil {
@@ -156,7 +172,7 @@ func (a *audit) finish() {
 	}
 	attrs = append(attrs,
 		slog.Int("status", status),
-		slog.Duration("duration", time.Since(a.start)),
+		slog.Duration("duration", d),
 		slog.Int64("bytes_in", a.body.n),
 		slog.Int64("bytes_out", a.w.bytes),
 	)
@@ -168,7 +184,7 @@ func (a *audit) finish() {
 			slog.Int64("input_tokens", a.usage.Input), slog.Int64("output_tokens", a.usage.Output),
 			slog.Int64("cache_read_input_tokens", a.usage.CacheRead), slog.Int64("cache_creation_input_tokens", a.usage.CacheWrite)))
 	}
-	a.log.LogAttrs(a.r.Context(), slog.LevelInfo, "request", attrs...)
+	return attrs
 }
 
 // clip bounds what a client-chosen string can put in a log line, and keeps

@@ -12,10 +12,23 @@ import (
 	"github.com/cproxy/cproxy/policy"
 )
 
-// BenchmarkAuditLine is the audit line of one allowed model request, as
-// `cproxy serve` writes it by default (slog's text handler), to nowhere.
+// BenchmarkAuditLine is the audit line of one allowed model request, to
+// nowhere: as `cproxy serve` writes it by default (NewTextHandler), and as
+// slog's text handler writes the same line.
 func BenchmarkAuditLine(b *testing.B) {
-	s := &Server{audit: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}
+	for _, h := range []struct {
+		name    string
+		handler slog.Handler
+	}{
+		{"serve", NewTextHandler(io.Discard, nil)},
+		{"slog", slog.NewTextHandler(io.Discard, nil)},
+	} {
+		b.Run(h.name, func(b *testing.B) { benchmarkAuditLine(b, h.handler) })
+	}
+}
+
+func benchmarkAuditLine(b *testing.B, h slog.Handler) {
+	s := &Server{audit: slog.New(h), now: time.Now}
 	r := httptest.NewRequest(http.MethodPost, "/v1/messages?beta=true", strings.NewReader("{}"))
 	r.Header.Set("X-Claude-Code-Session-Id", "0b6f5e8c-2f61-4a7e-9c1d-3f3c2b1a0e99")
 	sess := &Session{TokenID: "tok_0123456789ab", Sandbox: "bench-1", Profile: &policy.Profile{Name: "default"}}

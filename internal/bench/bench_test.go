@@ -288,8 +288,8 @@ func processCPU(tb testing.TB) time.Duration {
 
 // newRoutesServer builds routes.Server as `cproxy serve` does: a bbolt
 // store with one token, the policy of the out-of-process target, the
-// api-key credential, and audit lines formatted by slog's text handler
-// (written nowhere).
+// api-key credential, and audit lines formatted as cproxy serve formats
+// them by default (written nowhere).
 func newRoutesServer(tb testing.TB, upstream *url.URL) (*routes.Server, string) {
 	dir := tb.TempDir()
 	store, err := tokens.OpenBolt(filepath.Join(dir, "cproxy.db"))
@@ -320,6 +320,7 @@ func newRoutesServer(tb testing.TB, upstream *url.URL) (*routes.Server, string) 
 			URL: upstream, Credential: secrets.New(testKey), Auth: policy.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Audit:  slog.New(routes.NewTextHandler(io.Discard, nil)),
 	})
 	return srv, tok.Reveal()
 }

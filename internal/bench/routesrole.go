@@ -55,6 +55,7 @@ func newRoutesRole() (*http.Server, func(), error) {
 			URL: u, Credential: secrets.New(os.Getenv(keyEnv)), Auth: policy.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		},
 		Logger: log,
+		Audit:  slog.New(routes.NewTextHandler(os.Stderr, nil)),
 	})
 	hs := &http.Server{
 		Handler: srv.ProxyHandler(), ReadHeaderTimeout: serveReadHeaderTimeout, IdleTimeout: serveIdleTimeout,

@@ -1,0 +1,158 @@
+package routes
+
+import (
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// NewTextHandler is slog.NewTextHandler(w, opts) for the audit log: every
+// record is written as slog's text handler writes it, and the audit line of
+// a request (one per request, on the hot path) is formatted by a path made
+// for its fixed attributes, into the same bytes. That path skips what
+// slog.Logger and the generic handler do per record (finding the caller,
+// copying the attributes into a Record, formatting each by its kind), and
+// still writes each line in one Write. With opts.AddSource or
+// opts.ReplaceAttr, which it does not reproduce, it is slog's handler alone.
+func NewTextHandler(w io.Writer, opts *slog.HandlerOptions) slog.Handler {
+	if opts == nil {
+		opts = &slog.HandlerOptions{}
+	}
+	if opts.AddSource || opts.ReplaceAttr != nil {
+		return slog.NewTextHandler(w, opts)
+	}
+	lw := &lockedWriter{w: w}
+	return &textHandler{Handler: slog.NewTextHandler(lw, opts), w: lw}
+}
+
+// textHandler is slog's text handler with a faster way for the audit line.
+// Both write through w, so no two lines are written at once.
+type textHandler struct {
+	slog.Handler
+	w *lockedWriter
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// lineBuffers hold audit lines while they are formatted.
+var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledLine bounds the buffers kept for reuse: a line with a long
+// reason should not keep its buffer.
+const maxPooledLine = 16 << 10
+
+// writeAuditLine writes a's audit line, with the attributes (*audit).finish
+// gives slog in the same order, as slog's text handler would format it at
+// time now.
+func (h *textHandler) writeAuditLine(a *audit, status int, d time.Duration, now time.Time) {
+	bp := lineBuffers.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, "time="...)
+	b = appendRFC3339Millis(b, now)
+	b = append(b, " level=INFO msg=request"...)
+	b = appendTextAttr(b, "route", a.route)
+	if a.session != nil {
+		b = appendTextAttr(b, "sandbox", a.session.Sandbox)
+		b = appendTextAttr(b, "token_id", a.session.TokenID)
+		if a.session.Profile != nil {
+			b = appendTextAttr(b, "profile", a.session.Profile.Name)
+		}
+	}
+	if sid := a.r.Header.Get("X-Claude-Code-Session-Id"); sid != "" && a.session != nil {
+		b = appendTextAttr(b, "session_id", clip(sid, 128))
+	}
+	b = appendTextAttr(b, "method", a.r.Method)
+	b = appendTextAttr(b, "path", clip(a.r.URL.Path, 256))
+	if a.target != "" {
+		b = appendTextAttr(b, "target", clip(a.target, 256))
+	}
+	if a.rule != "" {
+		b = appendTextAttr(b, "rule", a.rule)
+	}
+	b = append(b, " status="...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, " duration="...)
+	b = append(b, d.String()...)
+	b = append(b, " bytes_in="...)
+	b = strconv.AppendInt(b, a.body.n, 10)
+	b = append(b, " bytes_out="...)
+	b = strconv.AppendInt(b, a.w.bytes, 10)
+	if a.reason != "" {
+		b = appendTextAttr(b, "reason", a.reason)
+	}
+	if !a.usage.IsZero() {
+		b = append(b, " usage.input_tokens="...)
+		b = strconv.AppendInt(b, a.usage.Input, 10)
+		b = append(b, " usage.output_tokens="...)
+		b = strconv.AppendInt(b, a.usage.Output, 10)
+		b = append(b, " usage.cache_read_input_tokens="...)
+		b = strconv.AppendInt(b, a.usage.CacheRead, 10)
+		b = append(b, " usage.cache_creation_input_tokens="...)
+		b = strconv.AppendInt(b, a.usage.CacheWrite, 10)
+	}
+	b = append(b, '\n')
+	h.w.Write(b) // as slog.Logger does, a failed write is not reported
+	if cap(b) <= maxPooledLine {
+		*bp = b
+		lineBuffers.Put(bp)
+	}
+}
+
+// appendTextAttr appends " key=value", the key being one of the audit
+// line's own (which need no quoting).
+func appendTextAttr(b []byte, key, value string) []byte {
+	b = append(b, ' ')
+	b = append(b, key...)
+	b = append(b, '=')
+	if needsQuoting(value) {
+		return strconv.AppendQuote(b, value)
+	}
+	return append(b, value...)
+}
+
+// rfc3339Millis is the time layout of slog's text handler: RFC 3339 with
+// milliseconds, always three digits (a layout, unlike RFC3339Nano, keeps
+// trailing zeros and truncates rather than rounds, as slog does).
+const rfc3339Millis = "2006-01-02T15:04:05.000Z07:00"
+
+func appendRFC3339Millis(b []byte, t time.Time) []byte {
+	return t.AppendFormat(b, rfc3339Millis)
+}
+
+// needsQuoting reports whether slog's text handler writes s quoted: when it
+// is empty, or holds a space, '=', '"' or an ASCII control byte, or a rune
+// that is invalid UTF-8, a space or not printable. TestAuditLineAsSlogWritesIt
+// and FuzzAuditLine hold it to slog's own output.
+func needsQuoting(s string) bool {
+	if s == "" {
+		return true
+	}
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			// Invalid UTF-8 decodes to RuneError too; a literal U+FFFD is
+			// printable but slog quotes it just the same.
+			return true
+		case r < utf8.RuneSelf:
+			if r <= ' ' || r == '=' || r == '"' {
+				return true
+			}
+		case unicode.IsSpace(r) || !unicode.IsPrint(r):
+			return true
+		}
+	}
+	return false
+}
