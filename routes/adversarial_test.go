@@ -400,3 +400,14 @@ func TestAdversarialPathsRelayInvalidUTF8(t *testing.T) {
 		t.Errorf("valid UTF-8 refused: %+v %v", p, err)
 	}
 }
+
+// TestHeaderListsAreCanonical: the forwarder removes these headers with
+// delete, which finds a header only under its canonical name, the name
+// net/http files a request's header under and Header.Del looks up.
+func TestHeaderListsAreCanonical(t *testing.T) {
+	for _, h := range append(append([]string{"Connection", "Upgrade"}, credentialHeaders...), clientAddressHeaders...) {
+		if c := http.CanonicalHeaderKey(h); c != h {
+			t.Errorf("%q is not canonical: %q", h, c)
+		}
+	}
+}

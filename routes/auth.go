@@ -36,7 +36,7 @@ var credentialHeaders = []string{"Authorization", "X-Api-Key", "Proxy-Authorizat
 // password of Basic, which git sends) or X-Api-Key. Two different tokens in
 // one request are refused: which one counts would be a guess.
 func presentedToken(r *http.Request) (string, error) {
-	var found []string
+	found := make([]string, 0, 2) // at most one of each header
 	authz := r.Header.Values("Authorization")
 	if len(authz) > 1 {
 		return "", refuse(ErrUnauthorized, "more than one Authorization header")

@@ -48,6 +48,10 @@ type call struct {
 	writeErr func(http.ResponseWriter, error) int
 	timer    headerTimer // unused when the upstream has no HeaderTimeout
 	body     timedBody   // r's body, when the timer waits for it to be sent
+	// series are the route's metrics, nil without metrics; sent is when
+	// the request was handed to the upstream, for the time to its answer.
+	series *routeSeries
+	sent   time.Time
 }
 
 func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call) }
@@ -71,6 +75,15 @@ func (c *call) fail(err error) {
 
 func (c *call) timedOut() { c.cancel(errHeaderTimeout) }
 
+// answered observes the time to the upstream's response headers.
+// ReverseProxy calls ModifyResponse once per request, so each is observed
+// once; a request the upstream never answered is not.
+func (c *call) answered() {
+	if c.series != nil {
+		c.series.upstream.Observe(time.Since(c.sent).Seconds())
+	}
+}
+
 // clientAddressHeaders claim a client's address to an upstream behind a
 // proxy; a sandbox must not make cproxy's requests claim one.
 var clientAddressHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip", "Fastly-Client-Ip", "X-Original-Forwarded-For"}
@@ -87,8 +100,26 @@ var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte
 // eventCopyBuffers are the model route's: its answers are server-sent
 // events of a few hundred bytes each, or JSON messages of a few KB, each
 // written (and flushed) as it comes, so a larger buffer would only be held,
-// mostly unused, by every open stream.
-var eventCopyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 8<<10); return &b }}}
+// mostly unused, by every open stream. They are kept as arrays, so giving
+// one back allocates nothing (bufferPool's Put boxes a slice).
+var eventCopyBuffers = &eventBufferPool{}
+
+type eventBuffer = [8 << 10]byte
+
+type eventBufferPool struct{ pool sync.Pool }
+
+func (p *eventBufferPool) Get() []byte {
+	if b, ok := p.pool.Get().(*eventBuffer); ok {
+		return b[:]
+	}
+	return new(eventBuffer)[:]
+}
+
+func (p *eventBufferPool) Put(b []byte) {
+	if len(b) == len(eventBuffer{}) {
+		p.pool.Put((*eventBuffer)(b))
+	}
+}
 
 type bufferPool struct{ pool sync.Pool }
 
@@ -140,7 +171,8 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		// X-Forwarded-* from the client are dropped.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := &callOf(pr.In).t
-			pr.Out.URL = &url.URL{
+			// pr.Out's URL is its own copy (ReverseProxy clones the request).
+			*pr.Out.URL = url.URL{
 				Scheme:   base.Scheme,
 				Host:     base.Host,
 				Path:     joinPath(base.Path, t.path),
@@ -154,19 +186,21 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			// after removing the hop-by-hop headers, and an upstream's 101
 			// would turn this one checked request into a raw tunnel past
 			// every later check. The upstream gets an ordinary request.
-			pr.Out.Header.Del("Connection")
-			pr.Out.Header.Del("Upgrade")
+			delete(pr.Out.Header, "Connection")
+			delete(pr.Out.Header, "Upgrade")
 			// Request trailers arrive after the body, unchecked, and can
 			// carry the sandbox token (Authorization: Bearer cpx_…) where
 			// credentialHeaders do not reach: none is forwarded.
 			pr.Out.Trailer = nil
+			// delete, not Header.Del: the names are already canonical
+			// (TestHeaderListsAreCanonical), as Del would make them.
 			for _, h := range credentialHeaders {
-				pr.Out.Header.Del(h)
+				delete(pr.Out.Header, h)
 			}
 			// Rewrite drops X-Forwarded-* and Forwarded; these other
 			// client-address headers a sandbox could spoof go too.
 			for _, h := range clientAddressHeaders {
-				pr.Out.Header.Del(h)
+				delete(pr.Out.Header, h)
 			}
 			setCredential(pr.Out.Header, t.cred)
 			for k, vs := range t.headers {
@@ -182,8 +216,9 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			callOf(r).fail(err)
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			upstreamAnswered(resp.Request.Context())
-			if c := callOf(resp.Request); c.f.up.HeaderTimeout > 0 {
+			c := callOf(resp.Request)
+			c.answered()
+			if c.f.up.HeaderTimeout > 0 {
 				c.timer.stop()
 			}
 			if checkResponse != nil {
@@ -267,8 +302,10 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 			r.Body = &c.body
 		}
 	}
-	ctx, done := a.metrics.forwarding(ctx, a.route)
-	defer done()
+	if c.series = a.metrics.forwarding(a.route); c.series != nil {
+		defer c.series.open.Dec()
+		c.sent = time.Now()
+	}
 	f.proxy.ServeHTTP(a.w, r.WithContext(ctx))
 }
 

@@ -45,7 +45,40 @@ type metrics struct {
 	open        *prometheus.GaugeVec
 	modelTokens *prometheus.CounterVec
 	budget      *prometheus.GaugeVec
+
+	// routes are each configured route's series, looked up once: a label
+	// look-up hashes and checks its values on every call. Read-only once
+	// built.
+	routes map[string]*routeSeries
+	// requestSeries and tokenSeries remember the series request and usage
+	// have looked up, by their labels (route, profile and status; profile
+	// and kind), which come from the config, the policy and the upstream's
+	// status, not from clients; bounded by maxRememberedSeries all the same.
+	mu            sync.RWMutex
+	requestSeries map[requestLabels]prometheus.Counter
+	tokenSeries   map[tokenLabels]prometheus.Counter
 }
+
+// routeSeries are one route's series of the metrics labelled by route alone.
+type routeSeries struct {
+	upstream          prometheus.Observer
+	bytesIn, bytesOut prometheus.Counter
+	open              prometheus.Gauge
+}
+
+type requestLabels struct {
+	route, profile string
+	status         int
+}
+
+type tokenLabels struct {
+	profile string
+	kind    int // in modelTokenKinds
+}
+
+// maxRememberedSeries bounds each map of series remembered; past it, series
+// are looked up by label each time.
+const maxRememberedSeries = 1024
 
 // newMetrics builds the registry: cproxy's metrics, the token store's
 // counts, build info, and the Go runtime's and the process's collectors.
@@ -98,11 +131,11 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.routes = make(map[string]*routeSeries, len(routes))
+	m.requestSeries = make(map[requestLabels]prometheus.Counter)
+	m.tokenSeries = make(map[tokenLabels]prometheus.Counter)
 	for _, r := range routes {
-		m.upstream.WithLabelValues(r)
-		m.bytesIn.WithLabelValues(r)
-		m.bytesOut.WithLabelValues(r)
-		m.open.WithLabelValues(r)
+		m.routes[r] = m.newRouteSeries(r)
 	}
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -135,38 +168,78 @@ func (m *metrics) request(a *audit, status int) {
 	if a.session != nil && a.session.Profile != nil {
 		profile = a.session.Profile.Name
 	}
-	m.requests.WithLabelValues(route, profile, strconv.Itoa(status)).Inc()
-	m.bytesIn.WithLabelValues(route).Add(float64(a.body.n))
-	m.bytesOut.WithLabelValues(route).Add(float64(a.w.bytes))
+	m.requestCounter(route, profile, status).Inc()
+	rs := m.route(route)
+	rs.bytesIn.Add(float64(a.body.n))
+	rs.bytesOut.Add(float64(a.w.bytes))
 }
 
-type upstreamClockKey struct{}
-
-// upstreamClock times one forwarded request until its response headers.
-type upstreamClock struct {
-	hist  prometheus.Observer
-	start time.Time
+func (m *metrics) newRouteSeries(route string) *routeSeries {
+	return &routeSeries{
+		upstream: m.upstream.WithLabelValues(route),
+		bytesIn:  m.bytesIn.WithLabelValues(route),
+		bytesOut: m.bytesOut.WithLabelValues(route),
+		open:     m.open.WithLabelValues(route),
+	}
 }
 
-// forwarding counts a request on route as open until the returned func
-// runs, and returns ctx with a clock that upstreamAnswered stops.
-func (m *metrics) forwarding(ctx context.Context, route string) (context.Context, func()) {
+// route is route's series: a configured route's, made at start; any other
+// (a refused request's "none") looked up now.
+func (m *metrics) route(route string) *routeSeries {
+	if rs, ok := m.routes[route]; ok {
+		return rs
+	}
+	return m.newRouteSeries(route)
+}
+
+func (m *metrics) requestCounter(route, profile string, status int) prometheus.Counter {
+	k := requestLabels{route, profile, status}
+	m.mu.RLock()
+	c, ok := m.requestSeries[k]
+	m.mu.RUnlock()
+	if ok {
+		return c
+	}
+	c = m.requests.WithLabelValues(route, profile, strconv.Itoa(status))
+	m.mu.Lock()
+	if len(m.requestSeries) < maxRememberedSeries {
+		m.requestSeries[k] = c
+	}
+	m.mu.Unlock()
+	return c
+}
+
+// modelTokenKinds are cproxy_model_tokens_total's kinds, in the order of
+// usage's arguments.
+var modelTokenKinds = [4]string{"input", "output", "cache_read", "cache_write"}
+
+func (m *metrics) tokenCounter(profile string, kind int) prometheus.Counter {
+	k := tokenLabels{profile, kind}
+	m.mu.RLock()
+	c, ok := m.tokenSeries[k]
+	m.mu.RUnlock()
+	if ok {
+		return c
+	}
+	c = m.modelTokens.WithLabelValues(profile, modelTokenKinds[kind])
+	m.mu.Lock()
+	if len(m.tokenSeries) < maxRememberedSeries {
+		m.tokenSeries[k] = c
+	}
+	m.mu.Unlock()
+	return c
+}
+
+// forwarding counts a request on route as open, until the caller calls
+// the returned series' open.Dec, and returns the route's series: nil, and
+// nothing counted, for a nil *metrics.
+func (m *metrics) forwarding(route string) *routeSeries {
 	if m == nil {
-		return ctx, func() {}
+		return nil
 	}
-	open := m.open.WithLabelValues(route)
-	open.Inc()
-	clock := &upstreamClock{hist: m.upstream.WithLabelValues(route), start: time.Now()}
-	return context.WithValue(ctx, upstreamClockKey{}, clock), open.Dec
-}
-
-// upstreamAnswered observes the time to the upstream's response headers of
-// the request whose context is ctx. ReverseProxy calls ModifyResponse once
-// per request, so each is observed once.
-func upstreamAnswered(ctx context.Context) {
-	if c, ok := ctx.Value(upstreamClockKey{}).(*upstreamClock); ok {
-		c.hist.Observe(time.Since(c.start).Seconds())
-	}
+	rs := m.route(route)
+	rs.open.Inc()
+	return rs
 }
 
 // usage adds the model tokens one response used to profile's counts. The
@@ -175,12 +248,9 @@ func (m *metrics) usage(profile string, input, output, cacheRead, cacheWrite int
 	if m == nil {
 		return
 	}
-	for _, k := range []struct {
-		kind string
-		n    int64
-	}{{"input", input}, {"output", output}, {"cache_read", cacheRead}, {"cache_write", cacheWrite}} {
-		if k.n > 0 {
-			m.modelTokens.WithLabelValues(profile, k.kind).Add(float64(k.n))
+	for i, n := range [4]int64{input, output, cacheRead, cacheWrite} {
+		if n > 0 {
+			m.tokenCounter(profile, i).Add(float64(n))
 		}
 	}
 }

@@ -2,7 +2,6 @@ package routes
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -56,13 +55,10 @@ func (s *Server) serveModel(a *audit, r *http.Request) {
 		a.fail(writeAnthropicError, err)
 		return
 	}
-	m := &meter{a: a, res: res, charged: charged, s: s}
-	defer m.end(tokens.Usage{}, false) // no answer came: nothing used but the slot
-	r = r.WithContext(context.WithValue(r.Context(), meterKey{}, m))
+	a.meter = &meter{a: a, res: res, charged: charged, s: s}
+	defer a.meter.end(tokens.Usage{}, false) // no answer came: nothing used but the slot
 	s.model.forward(a, r, t, writeAnthropicError)
 }
-
-type meterKey struct{}
 
 // meter settles one model request: with the usage its response reports,
 // or, when no response came, with none.
@@ -94,8 +90,8 @@ func (m *meter) end(u tokens.Usage, answered bool) {
 // meterResponse reads the usage of a model response as it streams to the
 // client, and settles the request's budget when it ends.
 func meterResponse(resp *http.Response) error {
-	m, ok := resp.Request.Context().Value(meterKey{}).(*meter)
-	if !ok {
+	m := callOf(resp.Request).a.meter
+	if m == nil {
 		return nil
 	}
 	if !m.charged || resp.StatusCode < 200 || resp.StatusCode > 299 {
