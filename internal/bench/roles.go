@@ -98,8 +98,10 @@ func runRole(role string) error {
 }
 
 // NewGoProxy is the do-nothing proxy: an httputil.ReverseProxy whose Rewrite
-// only sets the URL and one header (the real credential), streaming responses
-// as they come (FlushInterval -1). Its transport keeps as many idle upstream
+// only sets the URL and one header (the real credential), with the flush
+// interval cproxy's model route has (0, the default: ReverseProxy flushes
+// each write of an event stream or of an answer of unknown length anyway,
+// and writes an answer of known length whole). Its transport keeps as many idle upstream
 // connections as cproxy's does (64 per host), so that at 16 clients neither
 // proxy pays for new upstream connections and the comparison is of the code
 // on the request path. With http.DefaultTransport (2 idle per host) it would
@@ -124,8 +126,7 @@ func NewGoProxy(upstream *url.URL, key string) http.Handler {
 			pr.SetURL(upstream)
 			pr.Out.Header.Set("X-Api-Key", key)
 		},
-		Transport:     t,
-		FlushInterval: -1,
+		Transport: t,
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.NewResponseController(w).EnableFullDuplex()
