@@ -1,7 +1,6 @@
 package routes
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -305,13 +304,18 @@ func (a *audit) record(status int, d time.Duration) AuditRecord {
 }
 
 // writeRecord writes the record as one JSON line, in one Write, so lines
-// of concurrent requests never interleave.
+// of concurrent requests never interleave. The line is json.Marshal's
+// encoding of the record (appendAuditRecord), built in a pooled buffer: the
+// sink, an io.Writer, must not keep it (cmd/cproxy's copies it).
 func (a *audit) writeRecord(status int, d time.Duration) {
-	line, err := json.Marshal(a.record(status, d))
-	if err == nil {
-		_, err = a.sink.Write(append(line, '\n'))
-	}
-	if err != nil {
+	rec := a.record(status, d)
+	bp := lineBuffers.Get().(*[]byte)
+	line := append(appendAuditRecord((*bp)[:0], &rec), '\n')
+	if _, err := a.sink.Write(line); err != nil {
 		a.log.Error("audit record not written", "route", a.route, "err", err)
+	}
+	if cap(line) <= maxPooledLine {
+		*bp = line
+		lineBuffers.Put(bp)
 	}
 }

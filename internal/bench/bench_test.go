@@ -240,8 +240,10 @@ func BenchmarkInProcess(b *testing.B) {
 	up := httptest.NewServer(NewUpstream(testKey))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	srv, token := newRoutesServer(b, u)
+	srv, token := newRoutesServer(b, u, false)
 	defer srv.Close()
+	limited, limitedToken := newRoutesServer(b, u, true)
+	defer limited.Close()
 	body := Body(false)
 	for _, h := range []struct {
 		name    string
@@ -250,6 +252,7 @@ func BenchmarkInProcess(b *testing.B) {
 	}{
 		{"goproxy", NewGoProxy(u, testKey), bearer("cpx_ignored")},
 		{"cproxy", srv.ProxyHandler(), bearer(token)},
+		{"cproxy+limits", limited.ProxyHandler(), bearer(limitedToken)},
 	} {
 		b.Run(h.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -289,8 +292,9 @@ func processCPU(tb testing.TB) time.Duration {
 // newRoutesServer builds routes.Server as `cproxy serve` does: a bbolt
 // store with one token, the policy of the out-of-process target, the
 // api-key credential, and audit lines formatted as cproxy serve formats
-// them by default (written nowhere).
-func newRoutesServer(tb testing.TB, upstream *url.URL) (*routes.Server, string) {
+// them by default (written nowhere). With limits, as the cproxy+limits
+// target: its budget, and JSON audit records (written nowhere).
+func newRoutesServer(tb testing.TB, upstream *url.URL, limits bool) (*routes.Server, string) {
 	dir := tb.TempDir()
 	store, err := tokens.OpenBolt(filepath.Join(dir, "cproxy.db"))
 	if err != nil {
@@ -298,10 +302,15 @@ func newRoutesServer(tb testing.TB, upstream *url.URL) (*routes.Server, string) 
 	}
 	tb.Cleanup(func() { store.Close() })
 	polPath := filepath.Join(dir, "policy.toml")
-	if err := os.WriteFile(polPath, []byte(cproxyPolicy), 0o600); err != nil {
+	pol := cproxyPolicy
+	var auditLog io.Writer
+	if limits {
+		pol, auditLog = limitsPolicy, io.Discard
+	}
+	if err := os.WriteFile(polPath, []byte(pol), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	pol, err := policy.LoadPolicy(polPath)
+	loaded, err := policy.LoadPolicy(polPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -315,12 +324,13 @@ func newRoutesServer(tb testing.TB, upstream *url.URL) (*routes.Server, string) 
 	}
 	srv := routes.New(routes.Options{
 		Store:  store,
-		Policy: pol,
+		Policy: loaded,
 		Anthropic: routes.Upstream{
 			URL: upstream, Credential: secrets.New(testKey), Auth: policy.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Audit:  slog.New(routes.NewTextHandler(io.Discard, nil)),
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Audit:    slog.New(routes.NewTextHandler(io.Discard, nil)),
+		AuditLog: auditLog,
 	})
 	return srv, tok.Reveal()
 }
@@ -359,7 +369,7 @@ func heldStreams(b *testing.B, name string, n int, body []byte) {
 	if name == "goproxy" {
 		h, tg.Header = NewGoProxy(u, testKey), bearer("cpx_ignored")
 	} else {
-		srv, token := newRoutesServer(b, u)
+		srv, token := newRoutesServer(b, u, false)
 		defer srv.Close()
 		h, tg.Header = srv.ProxyHandler(), bearer(token)
 	}
