@@ -307,20 +307,21 @@ func (r *reservation) release() {
 	r.slot = 0
 }
 
-// remaining is what lim leaves of each limited kind after used, for the
-// budget gauge.
-func remaining(lim policy.Budget, used tokens.Usage) map[string]int64 {
-	out := map[string]int64{}
-	for _, x := range []struct {
-		kind        string
-		limit, used int64
-	}{{"requests", lim.Requests, used.Requests}, {"input", lim.InputTokens, used.Input}, {"output", lim.OutputTokens, used.Output},
-		{"cache_read", lim.CacheReadTokens, used.CacheRead}, {"cache_write", lim.CacheWriteTokens, used.CacheWrite}} {
+// budgetKinds are cproxy_budget_remaining's kinds, in remaining's order.
+var budgetKinds = [5]string{"requests", "input", "output", "cache_read", "cache_write"}
+
+// remaining is what lim leaves of each kind after used, in budgetKinds'
+// order, for the budget gauge: -1 for a kind lim does not limit.
+func remaining(lim policy.Budget, used tokens.Usage) [5]int64 {
+	left := [5]int64{}
+	for i, x := range [5]struct{ limit, used int64 }{{lim.Requests, used.Requests}, {lim.InputTokens, used.Input},
+		{lim.OutputTokens, used.Output}, {lim.CacheReadTokens, used.CacheRead}, {lim.CacheWriteTokens, used.CacheWrite}} {
+		left[i] = -1
 		if x.limit > 0 {
-			out[x.kind] = max(0, x.limit-x.used)
+			left[i] = max(0, x.limit-x.used)
 		}
 	}
-	return out
+	return left
 }
 
 // load returns the account under key, reading it from the store the first

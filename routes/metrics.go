@@ -57,6 +57,10 @@ type metrics struct {
 	mu            sync.RWMutex
 	requestSeries map[requestLabels]prometheus.Counter
 	tokenSeries   map[tokenLabels]prometheus.Counter
+	// budgetSeries are each sandbox's cproxy_budget_remaining series, by
+	// kind in budgetKinds' order (nil: not looked up yet); deleteBudget
+	// forgets a sandbox's with its series.
+	budgetSeries map[string][5]prometheus.Gauge
 }
 
 // routeSeries are one route's series of the metrics labelled by route alone.
@@ -134,6 +138,7 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 	m.routes = make(map[string]*routeSeries, len(routes))
 	m.requestSeries = make(map[requestLabels]prometheus.Counter)
 	m.tokenSeries = make(map[tokenLabels]prometheus.Counter)
+	m.budgetSeries = make(map[string][5]prometheus.Gauge)
 	for _, r := range routes {
 		m.routes[r] = m.newRouteSeries(r)
 	}
@@ -255,12 +260,55 @@ func (m *metrics) usage(profile string, input, output, cacheRead, cacheWrite int
 	}
 }
 
-// setBudgetRemaining sets what is left of sandbox's budget of kind.
-func (m *metrics) setBudgetRemaining(sandbox, kind string, v float64) {
+// setBudgetRemaining sets what is left of sandbox's budget, by kind in
+// budgetKinds' order; a kind at -1 (not limited) is left alone.
+func (m *metrics) setBudgetRemaining(sandbox string, left [5]int64) {
 	if m == nil {
 		return
 	}
-	m.budget.WithLabelValues(sandbox, kind).Set(v)
+	series := m.budgetGauges(sandbox, left)
+	for i, v := range left {
+		if v >= 0 {
+			series[i].Set(float64(v))
+		}
+	}
+}
+
+// budgetGauges returns sandbox's budget series, at least those of the
+// kinds left sets, remembered once looked up (for at most
+// maxRememberedSeries sandboxes). They are looked up and remembered under
+// mu's write lock, which deleteBudget holds while it deletes: a remembered
+// series is never one deleteBudget has deleted. (A Set racing a deletion
+// may land on a deleted series once, as a look-up by label could.)
+func (m *metrics) budgetGauges(sandbox string, left [5]int64) [5]prometheus.Gauge {
+	m.mu.RLock()
+	series, ok := m.budgetSeries[sandbox]
+	m.mu.RUnlock()
+	if ok && hasBudgetGauges(series, left) {
+		return series
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	series, ok = m.budgetSeries[sandbox]
+	for i, v := range left {
+		if v >= 0 && series[i] == nil {
+			series[i] = m.budget.WithLabelValues(sandbox, budgetKinds[i])
+		}
+	}
+	if ok || len(m.budgetSeries) < maxRememberedSeries {
+		m.budgetSeries[sandbox] = series
+	}
+	return series
+}
+
+// hasBudgetGauges reports whether series has one for each kind left sets.
+func hasBudgetGauges(series [5]prometheus.Gauge, left [5]int64) bool {
+	for i, v := range left {
+		if v >= 0 && series[i] == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteBudget drops every budget series of sandbox. It must run when the
@@ -269,6 +317,9 @@ func (m *metrics) deleteBudget(sandbox string) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.budgetSeries, sandbox)
 	m.budget.DeletePartialMatch(prometheus.Labels{"sandbox": sandbox})
 }
 

@@ -282,10 +282,10 @@ func TestMetricsUsageAndBudget(t *testing.T) {
 	m.usage("web", 100, 20, 0, 5)
 	m.usage("web", 1, 2, 3, 0)
 	m.usage("ci", 7, 0, 0, 0)
-	m.setBudgetRemaining("conv-1", "output", 500)
-	m.setBudgetRemaining("conv-1", "input", 9000)
-	m.setBudgetRemaining("conv-2", "output", 12)
-	m.setBudgetRemaining("conv-2", "output", 10)
+	m.setBudgetRemaining("conv-1", budgetLeft(map[string]int64{"output": 500}))
+	m.setBudgetRemaining("conv-1", budgetLeft(map[string]int64{"output": 500, "input": 9000}))
+	m.setBudgetRemaining("conv-2", budgetLeft(map[string]int64{"output": 12}))
+	m.setBudgetRemaining("conv-2", budgetLeft(map[string]int64{"output": 10}))
 	s := e.scrape()
 	for kind, want := range map[string]float64{"input": 101, "output": 22, "cache_read": 3, "cache_write": 5} {
 		s.want("cproxy_model_tokens_total", map[string]string{"profile": "web", "kind": kind}, want)
@@ -304,6 +304,27 @@ func TestMetricsUsageAndBudget(t *testing.T) {
 		t.Errorf("after deleteBudget(conv-1): %d budget series, want 1", n)
 	}
 	s.want("cproxy_budget_remaining", map[string]string{"sandbox": "conv-2", "kind": "output"}, 10)
+
+	// A sandbox whose series were deleted gets them again when it spends:
+	// the series remembered for it went with them.
+	m.setBudgetRemaining("conv-1", budgetLeft(map[string]int64{"requests": 3}))
+	s = e.scrape()
+	s.want("cproxy_budget_remaining", map[string]string{"sandbox": "conv-1", "kind": "requests"}, 3)
+	if s.find("cproxy_budget_remaining", map[string]string{"sandbox": "conv-1", "kind": "output"}) != nil {
+		t.Error("a deleted budget series came back unset")
+	}
+}
+
+// budgetLeft is setBudgetRemaining's argument: left by kind, the kinds not
+// named not limited.
+func budgetLeft(left map[string]int64) [5]int64 {
+	out := [5]int64{-1, -1, -1, -1, -1}
+	for i, kind := range budgetKinds {
+		if v, ok := left[kind]; ok {
+			out[i] = v
+		}
+	}
+	return out
 }
 
 func TestMetricsEndpoint(t *testing.T) {

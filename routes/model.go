@@ -76,9 +76,7 @@ func (m *meter) end(u tokens.Usage, answered bool) {
 			u.Requests = 1
 		}
 		if total, ok := m.res.settle(u); ok {
-			for kind, left := range remaining(m.res.limit, total) {
-				m.s.metrics.setBudgetRemaining(m.a.session.Sandbox, kind, float64(left))
-			}
+			m.s.metrics.setBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
 		}
 		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite}
 		if m.a.session != nil && m.a.session.Profile != nil {
