@@ -269,16 +269,16 @@ func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered boo
 		return tokens.Usage{}, false
 	}
 	r.once.Do(func() {
-		r.b.mu.Lock()
-		if r.tl != nil {
+		if r.tl != nil { // counted in this process (admit, holdLocal)
+			r.b.mu.Lock()
 			r.tl.inflight--
+			if r.acct != nil {
+				r.acct.reserved = r.acct.reserved.Sub(r.want)
+				r.acct.used = r.acct.used.Add(used)
+				total, metered = r.acct.used, true
+			}
+			r.b.mu.Unlock()
 		}
-		if r.acct != nil {
-			r.acct.reserved = r.acct.reserved.Sub(r.want)
-			r.acct.used = r.acct.used.Add(used)
-			total, metered = r.acct.used, true
-		}
-		r.b.mu.Unlock()
 		if r.key != "" {
 			var err error
 			total, err = r.b.store.AdjustUsage(context.Background(), r.key, used.Sub(r.want))

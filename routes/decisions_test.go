@@ -37,11 +37,11 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 		t.Error("a token naming a profile the policy does not have got one")
 	}
 	prof, _ := d.profileFor(old, "conv-1", "")
-	for i := range 3 * decisionsLimit {
+	for i := range 3 * memoLimit {
 		d.model(prof, fmt.Sprintf("made-up-%d", i))
 		d.profileFor(old, fmt.Sprintf("sandbox-%d", i), "")
 	}
-	if len(d.models) > decisionsLimit || len(d.profiles) > decisionsLimit {
-		t.Errorf("%d model and %d profile answers kept, limit %d", len(d.models), len(d.profiles), decisionsLimit)
+	if d.models.len() > memoLimit || d.profiles.len() > memoLimit {
+		t.Errorf("%d model and %d profile answers kept, limit %d", d.models.len(), d.profiles.len(), memoLimit)
 	}
 }

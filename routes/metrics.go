@@ -53,10 +53,10 @@ type metrics struct {
 	// requestSeries and tokenSeries remember the series request and usage
 	// have looked up, by their labels (route, profile and status; profile
 	// and kind), which come from the config, the policy and the upstream's
-	// status, not from clients; bounded by maxRememberedSeries all the same.
-	mu            sync.RWMutex
-	requestSeries map[requestLabels]prometheus.Counter
-	tokenSeries   map[tokenLabels]prometheus.Counter
+	// status, not from clients; bounded all the same.
+	requestSeries memo[requestLabels, prometheus.Counter]
+	tokenSeries   memo[tokenLabels, prometheus.Counter]
+	mu            sync.RWMutex // guards budgetSeries
 	// budgetSeries are each sandbox's cproxy_budget_remaining series, by
 	// kind in budgetKinds' order (nil: not looked up yet); deleteBudget
 	// forgets a sandbox's with its series.
@@ -80,8 +80,8 @@ type tokenLabels struct {
 	kind    int // in modelTokenKinds
 }
 
-// maxRememberedSeries bounds each map of series remembered; past it, series
-// are looked up by label each time.
+// maxRememberedSeries bounds the sandboxes whose budget series are
+// remembered; past it, theirs are looked up by label each time.
 const maxRememberedSeries = 1024
 
 // newMetrics builds the registry: cproxy's metrics, the token store's
@@ -136,8 +136,6 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.routes = make(map[string]*routeSeries, len(routes))
-	m.requestSeries = make(map[requestLabels]prometheus.Counter)
-	m.tokenSeries = make(map[tokenLabels]prometheus.Counter)
 	m.budgetSeries = make(map[string][5]prometheus.Gauge)
 	for _, r := range routes {
 		m.routes[r] = m.newRouteSeries(r)
@@ -199,18 +197,11 @@ func (m *metrics) route(route string) *routeSeries {
 
 func (m *metrics) requestCounter(route, profile string, status int) prometheus.Counter {
 	k := requestLabels{route, profile, status}
-	m.mu.RLock()
-	c, ok := m.requestSeries[k]
-	m.mu.RUnlock()
-	if ok {
+	if c, ok := m.requestSeries.get(k); ok {
 		return c
 	}
-	c = m.requests.WithLabelValues(route, profile, strconv.Itoa(status))
-	m.mu.Lock()
-	if len(m.requestSeries) < maxRememberedSeries {
-		m.requestSeries[k] = c
-	}
-	m.mu.Unlock()
+	c := m.requests.WithLabelValues(route, profile, strconv.Itoa(status))
+	m.requestSeries.put(k, c)
 	return c
 }
 
@@ -220,18 +211,11 @@ var modelTokenKinds = [4]string{"input", "output", "cache_read", "cache_write"}
 
 func (m *metrics) tokenCounter(profile string, kind int) prometheus.Counter {
 	k := tokenLabels{profile, kind}
-	m.mu.RLock()
-	c, ok := m.tokenSeries[k]
-	m.mu.RUnlock()
-	if ok {
+	if c, ok := m.tokenSeries.get(k); ok {
 		return c
 	}
-	c = m.modelTokens.WithLabelValues(profile, modelTokenKinds[kind])
-	m.mu.Lock()
-	if len(m.tokenSeries) < maxRememberedSeries {
-		m.tokenSeries[k] = c
-	}
-	m.mu.Unlock()
+	c := m.modelTokens.WithLabelValues(profile, modelTokenKinds[kind])
+	m.tokenSeries.put(k, c)
 	return c
 }
 
