@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,28 +17,6 @@ import (
 	"github.com/cproxy/cproxy/routes"
 )
 
-// startBudgetReplica is startReplica with a policy file: every sandbox
-// gets pol's default profile.
-func startBudgetReplica(t *testing.T, upstream, pol string) *served {
-	t.Helper()
-	dir := t.TempDir()
-	writeServeConfig(t, dir, upstream)
-	cfgPath := filepath.Join(dir, "cproxy.toml")
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := "policy = \"policy.toml\"\n" +
-		strings.Replace(string(b), "[store]\npath = \"cproxy.db\"\n", "[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n", 1)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(pol), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return startServe(t, dir)
-}
-
 // budgetReplicas starts three replicas on a new database, in front of a
 // new fake upstream, with every sandbox on a profile of budget.
 func budgetReplicas(t *testing.T, budget string) (*fakes.Anthropic, []*served) {
@@ -48,7 +25,7 @@ func budgetReplicas(t *testing.T, budget string) (*fakes.Anthropic, []*served) {
 	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
 	t.Cleanup(fake.Close)
 	pol := "[profile.default]\nmodels = [\"claude-*\"]\n" + budget + "\n"
-	return fake, []*served{startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol), startBudgetReplica(t, fake.URL, pol)}
+	return fake, []*served{startReplicaWith(t, fake.URL, "", pol), startReplicaWith(t, fake.URL, "", pol), startReplicaWith(t, fake.URL, "", pol)}
 }
 
 // The budget issue's concurrency test against three replicas at once: of

@@ -72,11 +72,12 @@ func pgAdmin(t *testing.T, sql string, args ...any) {
 // database dsn, in front of upstream.
 func startReplica(t *testing.T, upstream string) *served {
 	t.Helper()
-	return startReplicaWith(t, upstream, "")
+	return startReplicaWith(t, upstream, "", "")
 }
 
-// startReplicaWith is startReplica with more [store] keys.
-func startReplicaWith(t *testing.T, upstream, storeKeys string) *served {
+// startReplicaWith is startReplica with more [store] keys and, unless pol
+// is empty, pol as its policy file.
+func startReplicaWith(t *testing.T, upstream, storeKeys, pol string) *served {
 	t.Helper()
 	dir := t.TempDir()
 	writeServeConfig(t, dir, upstream)
@@ -86,6 +87,12 @@ func startReplicaWith(t *testing.T, upstream, storeKeys string) *served {
 		t.Fatal(err)
 	}
 	cfg := strings.Replace(string(b), "[store]\npath = \"cproxy.db\"\n", "[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n"+storeKeys, 1)
+	if pol != "" {
+		cfg = "policy = \"policy.toml\"\n" + cfg
+		if err := os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(pol), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +173,7 @@ func TestReplicasShareRevocationCached(t *testing.T) {
 	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
 	t.Cleanup(fake.Close)
 	const cached = "lookup_cache = \"1m\"\n"
-	a, b, c := startReplicaWith(t, fake.URL, cached), startReplicaWith(t, fake.URL, cached), startReplicaWith(t, fake.URL, cached)
+	a, b, c := startReplicaWith(t, fake.URL, cached, ""), startReplicaWith(t, fake.URL, cached, ""), startReplicaWith(t, fake.URL, cached, "")
 
 	tok, other := a.mint("conv-shared"), b.mint("conv-other")
 	for _, r := range []*served{a, b, a, b} { // the second round from the caches
