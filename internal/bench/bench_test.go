@@ -146,7 +146,7 @@ var shared sharedEnv
 
 func (s *sharedEnv) get(tb testing.TB) *Env {
 	s.once.Do(func() {
-		o := Options{Cproxy: os.Getenv("CPROXY_BENCH_CPROXY"), RequireNginx: os.Getenv("CI") == "true"}
+		o := Options{Cproxy: os.Getenv("CPROXY_BENCH_CPROXY"), Proxy: os.Getenv("CPROXY_BENCH_PROXY"), RequireNginx: os.Getenv("CI") == "true"}
 		s.env, s.err = Start(o)
 		if s.err == nil && s.env.NginxMissing != "" {
 			fmt.Fprintf(os.Stderr, "bench: nginx left out: %s\n", s.env.NginxMissing)

@@ -5,8 +5,10 @@
 //
 // Every proxy runs as its own process, so each one's CPU and memory are its
 // own: the upstream and the do-nothing proxy are this package's code, started
-// by re-executing the current binary with CPROXY_BENCH_ROLE set (see
-// RunRoleIfAsked); cproxy is the real `cproxy serve` binary with a minted
+// with CPROXY_BENCH_ROLE set (see RunRoleIfAsked), the upstream by
+// re-executing the current binary (the client's) and the do-nothing proxy from
+// a program of its own, cmd/benchproxy, so that no proxy shares its machine
+// code with the client and the upstream; cproxy is the real `cproxy serve` binary with a minted
 // sandbox token, so its whole path (authentication, store look-up, policy,
 // the body's model check, forwarding) is measured. A second cproxy,
 // LimitsTarget, runs with a metering budget, the JSON audit log to a file and

@@ -63,6 +63,10 @@ type Options struct {
 	// Cproxy is the cproxy binary. Empty: Start builds it with `go build`,
 	// which needs the go command and a working directory inside the module.
 	Cproxy string
+	// Proxy is the benchproxy binary, which runs the do-nothing Go proxy
+	// (and, with Profile, the routes stand-in) as a program of its own.
+	// Empty: Start builds it with `go build`, as for Cproxy.
+	Proxy string
 	// Nginx is the nginx binary. Empty: nginx on PATH, else /usr/sbin/nginx;
 	// when there is none the nginx target is left out and NginxMissing says so.
 	Nginx string
@@ -97,11 +101,12 @@ type Env struct {
 	// NginxVersion is what `nginx -v` printed, when nginx runs.
 	NginxVersion string
 
-	dir     string
-	ownDir  bool
-	profile string
-	procs   []*proc
-	scraper *scraper
+	dir      string
+	ownDir   bool
+	proxyBin string // benchproxy
+	profile  string
+	procs    []*proc
+	scraper  *scraper
 }
 
 // Start starts the upstream and the proxies in front of it, each as its own
@@ -129,17 +134,21 @@ func Start(o Options) (_ *Env, err error) {
 	key := "sk-ant-api03-bench-" + randomHex(16)
 
 	e.profile = o.Profile
-	_, addr, err := e.startRole("upstream", map[string]string{keyEnv: key})
-	if err != nil {
+	e.proxyBin = o.Proxy
+	if e.proxyBin == "" {
+		if e.proxyBin, err = e.build("benchproxy", "github.com/cproxy/cproxy/internal/bench/cmd/benchproxy"); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.startUpstream(key); err != nil {
 		return nil, err
 	}
-	e.UpstreamURL = "http://" + addr
 	e.Targets = append(e.Targets, &Target{Name: "direct", URL: e.UpstreamURL, Header: http.Header{"X-Api-Key": {key}}})
 
 	// The proxies all receive what Claude Code sends them with
 	// ANTHROPIC_AUTH_TOKEN set: the sandbox token as a bearer token. Only
 	// cproxy checks it; the others overwrite x-api-key with the real key.
-	gp, addr, err := e.startRole("goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
+	gp, addr, err := e.startRole(e.proxyBin, "goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
 	if err != nil {
 		return nil, err
 	}
@@ -309,13 +318,27 @@ func withChildren(pid int) []int {
 	return pids
 }
 
-// startRole re-executes the current binary as a role and reads the address
-// it listens on from its first line of output.
-func (e *Env) startRole(role string, env map[string]string) (*proc, string, error) {
-	exe, err := os.Executable()
+// startUpstream starts the upstream and sets UpstreamURL. It runs from this
+// executable, as the client does: it does the same work for every target,
+// direct included. The proxies run from executables of their own (see
+// cmd/benchproxy).
+func (e *Env) startUpstream(key string) error {
+	self, err := os.Executable()
 	if err != nil {
-		return nil, "", err
+		return err
 	}
+	_, addr, err := e.startRole(self, "upstream", map[string]string{keyEnv: key})
+	if err != nil {
+		return err
+	}
+	e.UpstreamURL = "http://" + addr
+	return nil
+}
+
+// startRole runs exe (this executable or benchproxy) as role, with env
+// added to this process's environment, and reads the address it listens on
+// from its first line of output.
+func (e *Env) startRole(exe, role string, env map[string]string) (*proc, string, error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), roleEnv+"="+role)
 	if e.profile != "" {
@@ -544,10 +567,15 @@ func (v cproxyVariant) files(upstreamURL, key string) map[string]string {
 
 // buildCproxy builds cproxy into the environment's directory.
 func (e *Env) buildCproxy() (string, error) {
-	bin := filepath.Join(e.dir, "cproxy")
-	build := exec.Command("go", "build", "-o", bin, "github.com/cproxy/cproxy/cmd/cproxy")
+	return e.build("cproxy", "github.com/cproxy/cproxy/cmd/cproxy")
+}
+
+// build builds the command pkg into the environment's directory as name.
+func (e *Env) build(name, pkg string) (string, error) {
+	bin := filepath.Join(e.dir, name)
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build cproxy: %v\n%s", err, out)
+		return "", fmt.Errorf("go build %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }

@@ -86,7 +86,7 @@ func (e *Env) startRoutes(key string) (*Target, error) {
 	if err := os.WriteFile(pol, []byte(cproxyPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	p, addr, err := e.startRole("routes", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL, storeEnv: store, policyEnv: pol})
+	p, addr, err := e.startRole(e.proxyBin, "routes", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL, storeEnv: store, policyEnv: pol})
 	if err != nil {
 		return nil, err
 	}

@@ -166,11 +166,9 @@ func RunStore(ctx context.Context, o StoreOptions) (_ *StoreResult, err error) {
 		}
 	}
 	key := "sk-ant-api03-bench-" + randomHex(16)
-	_, addr, err := e.startRole("upstream", map[string]string{keyEnv: key})
-	if err != nil {
+	if err := e.startUpstream(key); err != nil {
 		return nil, err
 	}
-	e.UpstreamURL = "http://" + addr
 	e.Targets = []*Target{{Name: "direct", URL: e.UpstreamURL, Header: http.Header{"X-Api-Key": {key}}}}
 	start := func(v cproxyVariant) (*Target, error) {
 		if err := os.MkdirAll(filepath.Join(e.dir, v.dir), 0o700); err != nil {

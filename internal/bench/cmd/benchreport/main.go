@@ -25,6 +25,7 @@ func main() {
 	var o bench.Options
 	p := bench.DefaultPlan
 	flag.StringVar(&o.Cproxy, "cproxy", "", "the cproxy `binary` to measure (default: go build it)")
+	flag.StringVar(&o.Proxy, "proxy", "", "the benchproxy `binary` that runs the do-nothing Go proxy (default: go build it)")
 	flag.StringVar(&o.Nginx, "nginx", "", "the nginx `binary` (default: nginx on PATH, else /usr/sbin/nginx)")
 	flag.StringVar(&o.Dir, "dir", "", "keep configs and logs in `DIR` (default: a temporary directory, removed)")
 	flag.StringVar(&o.Profile, "profile", "", "write CPU profiles of the Go proxy, the upstream and routes.Server (an extra target) into `DIR`")
