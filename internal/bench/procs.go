@@ -32,7 +32,8 @@ const (
 // Target is one way for the client to reach the upstream: directly or through
 // one of the proxies.
 type Target struct {
-	// Name is "direct", "goproxy", "nginx", "cproxy" or LimitsTarget.
+	// Name is "direct", "goproxy", "nginx", "cproxy", LimitsTarget, and with
+	// Options "routes" and SharedProxyTarget.
 	Name string
 	// URL is the base URL the client sends /v1/messages to.
 	URL string
@@ -67,6 +68,10 @@ type Options struct {
 	// (and, with Profile, the routes stand-in) as a program of its own.
 	// Empty: Start builds it with `go build`, as for Cproxy.
 	Proxy string
+	// SharedProxy adds SharedProxyTarget: the do-nothing Go proxy run from
+	// this executable, which the client and the upstream run too, as the
+	// floor was run until 2026-11-30 (see cmd/benchproxy).
+	SharedProxy bool
 	// Nginx is the nginx binary. Empty: nginx on PATH, else /usr/sbin/nginx;
 	// when there is none the nginx target is left out and NginxMissing says so.
 	Nginx string
@@ -153,6 +158,17 @@ func Start(o Options) (_ *Env, err error) {
 		return nil, err
 	}
 	e.Targets = append(e.Targets, &Target{Name: "goproxy", URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: gp})
+	if o.SharedProxy {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		p, addr, err := e.startRole(self, "goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
+		if err != nil {
+			return nil, err
+		}
+		e.Targets = append(e.Targets, &Target{Name: SharedProxyTarget, URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: p})
+	}
 
 	if !o.NoNginx {
 		nginx := o.Nginx
@@ -551,6 +567,10 @@ var (
 	plainCproxy  = cproxyVariant{name: "cproxy", config: cproxyConfig, policy: cproxyPolicy}
 	limitsCproxy = cproxyVariant{name: LimitsTarget, dir: "limits", config: limitsConfig, policy: limitsPolicy}
 )
+
+// SharedProxyTarget is the do-nothing Go proxy run from the benchmark's own
+// executable (Options.SharedProxy).
+const SharedProxyTarget = "goproxy-shared"
 
 // LimitsTarget is the cproxy target with budgets, the JSON audit log and a
 // metrics scraper on (issue 6); "cproxy" keeps the default config.

@@ -206,7 +206,7 @@ func formatRatio(a across) string {
 // columns are the targets in the order the table shows them.
 var columns = []struct{ target, title string }{
 	{"direct", "direct"}, {"goproxy", "Go proxy"}, {"nginx", "nginx"}, {"cproxy", "cproxy"}, {LimitsTarget, "cproxy+limits"},
-	{"routes", "routes.Server"},
+	{"routes", "routes.Server"}, {SharedProxyTarget, "Go proxy, shared executable"},
 }
 
 // ratioColumns divide one target's number by another's.
@@ -215,6 +215,7 @@ var ratioColumns = []struct{ num, den, title string }{
 	{"cproxy", "direct", "cproxy ÷ direct"},
 	{"nginx", "goproxy", "nginx ÷ Go proxy"},
 	{"routes", "goproxy", "routes.Server ÷ Go proxy"},
+	{"goproxy", SharedProxyTarget, "Go proxy ÷ Go proxy, shared executable"},
 }
 
 // Markdown writes the comparison table and what it was measured on.
