@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -64,6 +65,53 @@ func TestBodyIsAClaudeCodeSizedMessagesRequest(t *testing.T) {
 			t.Errorf("Body(%v) differs between calls", stream)
 		}
 	}
+}
+
+// TestClientSendsARequestInOneWrite: the load driver's client hands each
+// request, headers and body, to its connection in one write, as Claude Code
+// does, so no proxy gets the head of a request before the rest.
+func TestClientSendsARequestInOneWrite(t *testing.T) {
+	up := httptest.NewServer(NewUpstream(testKey))
+	defer up.Close()
+	hc := NewClient(1)
+	var mu sync.Mutex
+	var writes []int
+	tr := hc.Transport.(*http.Transport)
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		return &writeCountingConn{Conn: c, record: func(n int) { mu.Lock(); writes = append(writes, n); mu.Unlock() }}, err
+	}
+	tg := &Target{Name: "direct", URL: up.URL, Header: http.Header{"X-Api-Key": {testKey}}}
+	for _, stream := range []bool{false, true} {
+		mu.Lock()
+		writes = nil
+		mu.Unlock()
+		var err error
+		if stream {
+			_, err = tg.FirstEvent(context.Background(), hc, Body(true))
+		} else {
+			_, err = tg.Message(context.Background(), hc, Body(false))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(writes) != 1 || writes[0] < len(Body(stream)) {
+			t.Errorf("stream=%v: the request went out in writes of %v bytes, want one of the whole request (body %d bytes)", stream, writes, len(Body(stream)))
+		}
+		mu.Unlock()
+	}
+}
+
+type writeCountingConn struct {
+	net.Conn
+	record func(int)
+}
+
+func (c *writeCountingConn) Write(p []byte) (int, error) {
+	c.record(len(p))
+	return c.Conn.Write(p)
 }
 
 // TestGoProxyAndUpstream checks the in-process parts of the harness: the
