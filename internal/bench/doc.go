@@ -8,9 +8,9 @@
 // with CPROXY_BENCH_ROLE set (see RunRoleIfAsked), the upstream by
 // re-executing the current binary (the client's) and the do-nothing proxy from
 // a program of its own, cmd/benchproxy, so that no proxy shares its machine
-// code with the client and the upstream; cproxy is the real `cproxy serve` binary with a minted
-// sandbox token, so its whole path (authentication, store look-up, policy,
-// the body's model check, forwarding) is measured. A second cproxy,
+// code with the client and the upstream; cproxy is the real `cproxy serve`
+// binary with a minted sandbox token, so its whole path (authentication,
+// store look-up, policy, the body's model check, forwarding) is measured. A second cproxy,
 // LimitsTarget, runs with a metering budget, the JSON audit log to a file and
 // its /metrics scraped every few seconds (issue 6), and must show its token's
 // usage moved by every request.

@@ -153,21 +153,17 @@ func Start(o Options) (_ *Env, err error) {
 	// The proxies all receive what Claude Code sends them with
 	// ANTHROPIC_AUTH_TOKEN set: the sandbox token as a bearer token. Only
 	// cproxy checks it; the others overwrite x-api-key with the real key.
-	gp, addr, err := e.startRole(e.proxyBin, "goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
-	if err != nil {
+	if err := e.startGoProxy("goproxy", e.proxyBin, key); err != nil {
 		return nil, err
 	}
-	e.Targets = append(e.Targets, &Target{Name: "goproxy", URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: gp})
 	if o.SharedProxy {
 		self, err := os.Executable()
 		if err != nil {
 			return nil, err
 		}
-		p, addr, err := e.startRole(self, "goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
-		if err != nil {
+		if err := e.startGoProxy(SharedProxyTarget, self, key); err != nil {
 			return nil, err
 		}
-		e.Targets = append(e.Targets, &Target{Name: SharedProxyTarget, URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: p})
 	}
 
 	if !o.NoNginx {
@@ -348,6 +344,17 @@ func (e *Env) startUpstream(key string) error {
 		return err
 	}
 	e.UpstreamURL = "http://" + addr
+	return nil
+}
+
+// startGoProxy starts the do-nothing Go proxy from exe and adds it as the
+// target name.
+func (e *Env) startGoProxy(name, exe, key string) error {
+	p, addr, err := e.startRole(exe, "goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
+	if err != nil {
+		return err
+	}
+	e.Targets = append(e.Targets, &Target{Name: name, URL: "http://" + addr, Header: bearer("cpx_not-checked-by-this-proxy"), proc: p})
 	return nil
 }
 
