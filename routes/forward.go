@@ -349,8 +349,9 @@ func (rb *checkedBody) Read(p []byte) (int, error) {
 func (rb *checkedBody) Close() error { return nil }
 
 // Request body buffers are lent by size, in powers of two from 16 KiB to
-// 2 MiB; a body that fits none is allocated for itself. A body of n bytes takes a buffer of the smallest class that
-// holds it, so a lent buffer is never more than twice its body.
+// 2 MiB; a body that fits none is allocated for itself. A body of n bytes
+// takes a buffer of the smallest class that holds it, so a lent buffer is
+// never more than twice its body.
 const (
 	minBodyBufferShift = 14 // 16 KiB
 	maxBodyBufferShift = 21 // 2 MiB

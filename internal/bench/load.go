@@ -191,6 +191,72 @@ func loop(ctx context.Context, conc int, d time.Duration, maxOps int, do op) ([]
 	return slices.Concat(per...), wall, nil
 }
 
+// turns says how one measure is taken: conc clients, rounds of turns of at
+// most slice and maxOps requests per target.
+type turns struct {
+	conc, rounds, maxOps int
+	slice                time.Duration
+}
+
+// inTurns warms every target up, then runs the op opFor gives for each target
+// in rounds of turns that rotate through the targets, so that a burst of load
+// from elsewhere on the machine falls on all of them rather than on one. It
+// returns each target's Stats and, when side is not nil, how much side (the
+// CPU of a process the targets use) grew per request during its turns.
+func inTurns(ctx context.Context, targets []*Target, tn turns, opFor func(*Target) op, side func() (time.Duration, error)) (map[string]Stats, map[string]time.Duration, error) {
+	// Warm up: connections open, code paged in, pools filled.
+	for _, t := range targets {
+		if _, _, err := loop(ctx, tn.conc, tn.slice/4, tn.maxOps/10, opFor(t)); err != nil {
+			return nil, nil, fmt.Errorf("warming up: %w", err)
+		}
+	}
+	if side == nil {
+		side = func() (time.Duration, error) { return 0, nil }
+	}
+	lats := map[string][]time.Duration{}
+	walls, cpus, sides := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
+	for round := range tn.rounds {
+		for j := range targets {
+			t := targets[(j+round)%len(targets)]
+			cpu0, err := t.CPU()
+			if err != nil {
+				return nil, nil, err
+			}
+			side0, err := side()
+			if err != nil {
+				return nil, nil, err
+			}
+			l, wall, err := loop(ctx, tn.conc, tn.slice, tn.maxOps, opFor(t))
+			if err != nil {
+				return nil, nil, err
+			}
+			cpu1, err := t.CPU()
+			if err != nil {
+				return nil, nil, err
+			}
+			side1, err := side()
+			if err != nil {
+				return nil, nil, err
+			}
+			lats[t.Name] = append(lats[t.Name], l...)
+			walls[t.Name] += wall
+			cpus[t.Name] += cpu1 - cpu0
+			sides[t.Name] += side1 - side0
+		}
+	}
+	stats, perReq := map[string]Stats{}, map[string]time.Duration{}
+	for name, l := range lats {
+		slices.Sort(l)
+		n := time.Duration(max(1, len(l)))
+		stats[name] = Stats{
+			P50: percentile(l, 50), P90: percentile(l, 90), P99: percentile(l, 99), Ops: len(l),
+			PerSec: float64(len(l)) / walls[name].Seconds(), CPU: cpus[name] / n,
+		}
+		perReq[name] = sides[name] / n
+	}
+	return stats, perReq, nil
+}
+
 // openStreams starts n streams through t, openInParallel at a time. Each
 // sends on opened what opening it returned and, once it has ended (at once
 // when it failed to open), on ended what reading the rest returned.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 )
@@ -160,44 +159,12 @@ func measure(ctx context.Context, env *Env, p Plan) (Rep, error) {
 	}
 	for _, m := range measures {
 		fmt.Fprintf(p.Progress, "bench:   %s\n", m.name)
-		// Warm up: connections open, code paged in, pools filled.
-		for _, t := range env.Targets {
-			if _, _, err := loop(ctx, m.conc, p.Slice/4, p.MaxOps/10, opFor(t, m.stream)); err != nil {
-				return rep, fmt.Errorf("%s, warming up: %w", m.name, err)
-			}
+		tn := turns{conc: m.conc, rounds: p.Rounds, maxOps: p.MaxOps, slice: p.Slice}
+		stats, _, err := inTurns(ctx, env.Targets, tn, func(t *Target) op { return opFor(t, m.stream) }, nil)
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", m.name, err)
 		}
-		lats := map[string][]time.Duration{}
-		walls := map[string]time.Duration{}
-		cpus := map[string]time.Duration{}
-		for round := range p.Rounds {
-			for j := range env.Targets {
-				t := env.Targets[(j+round)%len(env.Targets)]
-				cpu0, err := t.CPU()
-				if err != nil {
-					return rep, err
-				}
-				l, wall, err := loop(ctx, m.conc, p.Slice, p.MaxOps, opFor(t, m.stream))
-				if err != nil {
-					return rep, fmt.Errorf("%s: %w", m.name, err)
-				}
-				cpu1, err := t.CPU()
-				if err != nil {
-					return rep, err
-				}
-				lats[t.Name] = append(lats[t.Name], l...)
-				walls[t.Name] += wall
-				cpus[t.Name] += cpu1 - cpu0
-			}
-		}
-		rep.Stats[m.name] = map[string]Stats{}
-		for name, l := range lats {
-			slices.Sort(l)
-			rep.Stats[m.name][name] = Stats{
-				P50: percentile(l, 50), P90: percentile(l, 90), P99: percentile(l, 99), Ops: len(l),
-				PerSec: float64(len(l)) / walls[name].Seconds(),
-				CPU:    cpus[name] / time.Duration(max(1, len(l))),
-			}
-		}
+		rep.Stats[m.name] = stats
 	}
 	for _, t := range env.Targets {
 		if t.proc == nil {

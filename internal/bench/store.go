@@ -282,58 +282,18 @@ func storeMeasure(ctx context.Context, targets []*Target, o StoreOptions) (map[s
 		conc int
 	}{{Latency1, 1}, {Latency16, 16}} {
 		fmt.Fprintf(o.Progress, "bench-store:   %s\n", m.name)
-		for _, t := range targets {
-			op := func(ctx context.Context) (time.Duration, error) { return t.Message(ctx, hc, body) }
-			if _, _, err := loop(ctx, m.conc, o.Slice/4, o.MaxOps/10, op); err != nil {
-				return nil, nil, fmt.Errorf("%s, warming up: %w", m.name, err)
-			}
+		tn := turns{conc: m.conc, rounds: o.Rounds, maxOps: o.MaxOps, slice: o.Slice}
+		message := func(t *Target) op {
+			return func(ctx context.Context) (time.Duration, error) { return t.Message(ctx, hc, body) }
 		}
-		lats := map[string][]time.Duration{}
-		walls, cpus, dbs := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
-		for round := range o.Rounds {
-			for j := range targets {
-				t := targets[(j+round)%len(targets)]
-				op := func(ctx context.Context) (time.Duration, error) { return t.Message(ctx, hc, body) }
-				cpu0, err := t.CPU()
-				if err != nil {
-					return nil, nil, err
-				}
-				db0, err := postgresCPU(o.PGData)
-				if err != nil {
-					return nil, nil, err
-				}
-				l, wall, err := loop(ctx, m.conc, o.Slice, o.MaxOps, op)
-				if err != nil {
-					return nil, nil, fmt.Errorf("%s: %w", m.name, err)
-				}
-				cpu1, err := t.CPU()
-				if err != nil {
-					return nil, nil, err
-				}
-				db1, err := postgresCPU(o.PGData)
-				if err != nil {
-					return nil, nil, err
-				}
-				lats[t.Name] = append(lats[t.Name], l...)
-				walls[t.Name] += wall
-				cpus[t.Name] += cpu1 - cpu0
-				dbs[t.Name] += db1 - db0
-			}
+		db := func() (time.Duration, error) { return postgresCPU(o.PGData) } // 0 without PGData
+		s, dbs, err := inTurns(ctx, targets, tn, message, db)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", m.name, err)
 		}
-		stats[m.name] = map[string]Stats{}
+		stats[m.name] = s
 		if o.PGData != "" {
-			dbCPUs[m.name] = map[string]time.Duration{}
-		}
-		for name, l := range lats {
-			slices.Sort(l)
-			n := time.Duration(max(1, len(l)))
-			stats[m.name][name] = Stats{
-				P50: percentile(l, 50), P90: percentile(l, 90), P99: percentile(l, 99), Ops: len(l),
-				PerSec: float64(len(l)) / walls[name].Seconds(), CPU: cpus[name] / n,
-			}
-			if o.PGData != "" {
-				dbCPUs[m.name][name] = dbs[name] / n
-			}
+			dbCPUs[m.name] = dbs
 		}
 	}
 	return stats, dbCPUs, nil
