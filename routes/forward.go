@@ -151,10 +151,7 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 	f := &forwarder{up: up}
 	f.transport = &http.Transport{
 		Proxy: nil, // never through an environment proxy: credentials go to the upstream alone
-		DialContext: (&net.Dialer{
-			Timeout:   30 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		DialContext: dialUpstream,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 64,
@@ -229,6 +226,37 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 	}
 	return f
 }
+
+// upstreamDialer opens connections to upstreams.
+var upstreamDialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+
+// dialUpstream connects to an upstream. Over TLS the transport wraps the
+// connection it returns.
+func dialUpstream(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := upstreamDialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return upstreamConn{c}, nil
+}
+
+// upstreamConn is a plain connection to an upstream whose request bodies
+// are copied through lent buffers. The HTTP/1 transport writes a body with
+// io.Copy to the connection, and net.TCPConn's ReadFrom, which cannot
+// splice or sendfile a body cproxy has read (or one a client is still
+// sending), then allocates a buffer of up to 32 KiB for each body: on the
+// model route, a Claude Code request's worth of garbage per request, most
+// of what cproxy allocates, and so most of how often its collector runs.
+type upstreamConn struct{ net.Conn }
+
+func (c upstreamConn) ReadFrom(r io.Reader) (int64, error) {
+	b := copyBuffers.Get()
+	defer copyBuffers.Put(b)
+	// writerOnly hides this ReadFrom, which io.CopyBuffer would call again.
+	return io.CopyBuffer(writerOnly{c.Conn}, r, b)
+}
+
+type writerOnly struct{ io.Writer }
 
 // headerTimer bounds the wait for response headers. It starts once the
 // request body has been sent: a large push may take minutes to upload, and
