@@ -1,6 +1,9 @@
 package policy
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 var policyKeys = []string{"profile", "sandbox"}
 
@@ -35,7 +38,7 @@ func Check(file string) Problems {
 		d := newDecoder(file, ix)
 		known := slices.Sorted(slices.Values(append(slices.Clone(configKeys), policyKeys...)))
 		d.hint = func(path, string) string {
-			return "neither a config key (policy, listen, store, upstream, log) nor a policy key (profile, sandbox)"
+			return "neither a config key (" + strings.Join(configKeys, ", ") + ") nor a policy key (" + strings.Join(policyKeys, ", ") + ")"
 		}
 		for _, k := range sortedKeys(tree) {
 			d.unknownKey(nil, k, known)

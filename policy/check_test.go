@@ -43,6 +43,8 @@ proxy = "localhost"
 	writeFile(t, filepath.Join(dir, "empty.toml"), "# just a comment\n")
 	writeFile(t, filepath.Join(dir, "unrelated.toml"), "name = \"x\"\n[profiles.web]\n")
 	writeFile(t, filepath.Join(dir, "syntax.toml"), "[profile.web\n")
+	// A config that sets only a table other than the first five is still a config.
+	writeFile(t, filepath.Join(dir, "runtime-only.toml"), "[runtime]\ncpus = -2\n")
 
 	tests := []struct {
 		file string
@@ -63,8 +65,11 @@ proxy = "localhost"
 			`empty.toml:1:1: empty: a config has policy, [listen], [store], [upstream] or [log]; a policy has [profile.NAME] and [[sandbox]]`,
 		}},
 		{"unrelated.toml", []string{
-			`unrelated.toml:1:1: unknown key "name" (neither a config key (policy, listen, store, upstream, log) nor a policy key (profile, sandbox))`,
+			`unrelated.toml:1:1: unknown key "name" (neither a config key (claude, keyring, listen, log, policy, relay, runtime, store, upstream) nor a policy key (profile, sandbox))`,
 			`unrelated.toml:2:2: unknown key "profiles" (did you mean "profile"?)`,
+		}},
+		{"runtime-only.toml", []string{
+			`runtime-only.toml:2:8: runtime.cpus: -2 is not a number of CPUs (use 1 to 1024, or 0 for as many as Go would use)`,
 		}},
 		{"syntax.toml", []string{`syntax.toml:1:13: invalid TOML: expected '.' or ']' to end table name, but got '\n' instead`}},
 		{"missing.toml", []string{`missing.toml: cannot read: no such file or directory`}},

@@ -27,6 +27,7 @@ type Config struct {
 	Log      Log       `toml:"log"`      // [log]; every key has a default
 	Keyring  Keyring   `toml:"keyring"`  // [keyring]; every key has a default
 	Claude   Claude    `toml:"claude"`   // [claude]; what cproxy env tells Claude Code in oauth mode
+	Runtime  Runtime   `toml:"runtime"`  // [runtime]; every key has a default
 	// Relays are the [relay.NAME] tables: extra services the proxy listener
 	// forwards to, by name.
 	Relays map[string]*Relay `toml:"relay"`
@@ -171,6 +172,32 @@ type Log struct {
 	Audit string `toml:"audit"`
 }
 
+// Runtime is how much of the machine cproxy serve uses.
+type Runtime struct {
+	// CPUs is how many CPUs may run cproxy's code at once: Go's GOMAXPROCS.
+	// Default 1, or GOMAXPROCS from the environment when that is set. 0
+	// means as many as Go would choose: the machine's CPUs, or fewer under
+	// a container's CPU limit. One is cproxy's default because it shares its
+	// machine with the sandboxes it serves and spends most of each request
+	// waiting: with more, Go's scheduler wakes and parks threads on the
+	// other CPUs for every request, CPU that the sandboxes lose and that
+	// makes each request slower (docs/benchmarks.md, "One CPU").
+	CPUs int64 `toml:"cpus"`
+}
+
+// maxCPUs is the most runtime.cpus may be: Go's own limit on GOMAXPROCS.
+const maxCPUs = 1024
+
+// defaultCPUs is runtime.cpus when nothing sets it: GOMAXPROCS from the
+// environment, as Go reads it (a positive integer; anything else is
+// ignored), else 1.
+func defaultCPUs() int64 {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
+		return int64(min(n, maxCPUs))
+	}
+	return 1
+}
+
 // AuditStdout is the log.audit that sends the audit records to standard
 // output.
 const AuditStdout = "stdout"
@@ -271,6 +298,7 @@ func Default() *Config {
 		},
 		Log:     Log{Format: "text", Level: "info"},
 		Keyring: Keyring{Backend: "auto", Service: "cproxy", FileDir: defaultKeyringDir()},
+		Runtime: Runtime{CPUs: defaultCPUs()},
 		Rules:   DefaultPolicy(),
 	}
 }
@@ -481,6 +509,9 @@ func (c *Config) validate(d *decoder) {
 	c.Claude.validate(d)
 	c.validateRelays(d)
 
+	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
+		d.atValue(keyPath("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)
+	}
 	if f := c.Log.Format; f != "text" && f != "json" {
 		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)
 	}

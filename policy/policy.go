@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -149,7 +150,9 @@ func loadPolicy(file string, data []byte) (*Policy, Problems) {
 	return p, nil
 }
 
-var configKeys = []string{"policy", "listen", "store", "upstream", "log"}
+// configKeys are the config file's top-level keys, from Config's fields:
+// policy, [listen], [store] and the other tables.
+var configKeys = slices.Sorted(maps.Keys(tomlFields(reflect.TypeFor[Config]())))
 
 func policyHint(p path, key string) string {
 	if len(p) == 0 && slices.Contains(configKeys, key) {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ Examples:
 			&cli.StringFlag{Name: "store", Usage: "token store `PATH` (store.path)", EnvVars: []string{"CPROXY_STORE"}},
 			&cli.StringFlag{Name: "log-format", Usage: "text or json (log.format)", EnvVars: []string{"CPROXY_LOG_FORMAT"}},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error (log.level)", EnvVars: []string{"CPROXY_LOG_LEVEL"}},
+			&cli.Int64Flag{Name: "cpus", Usage: "how many CPUs may run cproxy at once, 0 for all (runtime.cpus; default 1, or $GOMAXPROCS)", EnvVars: []string{"CPROXY_CPUS"}},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -119,6 +121,9 @@ func applyServeFlags(c *cli.Context, cfg *policy.Config) error {
 	set("store", &cfg.Store.Path)
 	set("log-format", &cfg.Log.Format)
 	set("log-level", &cfg.Log.Level)
+	if c.IsSet("cpus") {
+		cfg.Runtime.CPUs = c.Int64("cpus")
+	}
 	if err := cfg.Validate(); err != nil {
 		return configError(err)
 	}
@@ -254,6 +259,7 @@ func credentialError(cfg *policy.Config, key, source string, err error) error {
 }
 
 func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) error {
+	setCPUs(cfg.Runtime.CPUs)
 	log, auditLog := newLoggers(cfg.Log, stderr)
 	auditFile, err := serveAuditLog(cfg, stdout, log)
 	if err != nil {
@@ -337,7 +343,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 		go func() { served <- hs.Serve(listeners[i]) }()
 	}
 	log.Info("cproxy listening", "proxy", proxyAddr, "admin", adminLn.Addr().String(),
-		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg))
+		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg), "cpus", runtime.GOMAXPROCS(0))
 	if cfg.Listen.ReadyFile != "" {
 		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, Admin: adminLn.Addr().String(), SandboxSockets: sockets.Dir()}); err != nil {
 			return fail("", "ready file: %v", err)
@@ -361,6 +367,16 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 			log.Info("shutting down: no new connections; open requests may finish (signal again to stop at once)", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
 			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
 		}
+	}
+}
+
+// setCPUs sets how many CPUs run Go code at once (runtime.cpus); 0 gives
+// Go's own choice back, whatever GOMAXPROCS says.
+func setCPUs(n int64) {
+	if n > 0 {
+		runtime.GOMAXPROCS(int(n))
+	} else {
+		runtime.SetDefaultGOMAXPROCS()
 	}
 }
 
