@@ -72,6 +72,10 @@ type Options struct {
 	// this executable, which the client and the upstream run too, as the
 	// floor was run until 2026-11-30 (see cmd/benchproxy).
 	SharedProxy bool
+	// OneCPUProxy adds OneCPUProxyTarget: the do-nothing Go proxy on one
+	// CPU (GOMAXPROCS=1), as cproxy runs by default, to show how much of
+	// the difference between them is that setting.
+	OneCPUProxy bool
 	// Nginx is the nginx binary. Empty: nginx on PATH, else /usr/sbin/nginx;
 	// when there is none the nginx target is left out and NginxMissing says so.
 	Nginx string
@@ -162,6 +166,11 @@ func Start(o Options) (_ *Env, err error) {
 			return nil, err
 		}
 		if err := e.startGoProxy(SharedProxyTarget, self, key); err != nil {
+			return nil, err
+		}
+	}
+	if o.OneCPUProxy {
+		if err := e.startGoProxy(OneCPUProxyTarget, e.proxyBin, key, "GOMAXPROCS=1"); err != nil {
 			return nil, err
 		}
 	}
@@ -347,10 +356,15 @@ func (e *Env) startUpstream(key string) error {
 	return nil
 }
 
-// startGoProxy starts the do-nothing Go proxy from exe and adds it as the
-// target name.
-func (e *Env) startGoProxy(name, exe, key string) error {
-	p, addr, err := e.startRole(exe, "goproxy", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL})
+// startGoProxy starts the do-nothing Go proxy from exe, with env
+// (NAME=VALUE) added to its environment, and adds it as the target name.
+func (e *Env) startGoProxy(name, exe, key string, env ...string) error {
+	vars := map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	p, addr, err := e.startRole(exe, "goproxy", vars)
 	if err != nil {
 		return err
 	}
@@ -578,6 +592,10 @@ var (
 // SharedProxyTarget is the do-nothing Go proxy run from the benchmark's own
 // executable (Options.SharedProxy).
 const SharedProxyTarget = "goproxy-shared"
+
+// OneCPUProxyTarget is the do-nothing Go proxy on one CPU
+// (Options.OneCPUProxy).
+const OneCPUProxyTarget = "goproxy-1cpu"
 
 // LimitsTarget is the cproxy target with budgets, the JSON audit log and a
 // metrics scraper on (issue 6); "cproxy" keeps the default config.

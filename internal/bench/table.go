@@ -206,7 +206,7 @@ func formatRatio(a across) string {
 // columns are the targets in the order the table shows them.
 var columns = []struct{ target, title string }{
 	{"direct", "direct"}, {"goproxy", "Go proxy"}, {"nginx", "nginx"}, {"cproxy", "cproxy"}, {LimitsTarget, "cproxy+limits"},
-	{"routes", "routes.Server"}, {SharedProxyTarget, "Go proxy, shared executable"},
+	{"routes", "routes.Server"}, {SharedProxyTarget, "Go proxy, shared executable"}, {OneCPUProxyTarget, "Go proxy, 1 CPU"},
 }
 
 // ratioColumns divide one target's number by another's.
@@ -216,6 +216,7 @@ var ratioColumns = []struct{ num, den, title string }{
 	{"nginx", "goproxy", "nginx ÷ Go proxy"},
 	{"routes", "goproxy", "routes.Server ÷ Go proxy"},
 	{"goproxy", SharedProxyTarget, "Go proxy ÷ Go proxy, shared executable"},
+	{"cproxy", OneCPUProxyTarget, "cproxy ÷ Go proxy, 1 CPU"},
 }
 
 // Markdown writes the comparison table and what it was measured on.
