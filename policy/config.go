@@ -185,12 +185,13 @@ type Runtime struct {
 	CPUs int64 `toml:"cpus"`
 }
 
-// maxCPUs is the most runtime.cpus may be: Go's own limit on GOMAXPROCS.
+// maxCPUs is the most runtime.cpus may be. Go sets no limit; more than any
+// machine cproxy would run on is more likely a typo than a choice.
 const maxCPUs = 1024
 
 // defaultCPUs is runtime.cpus when nothing sets it: GOMAXPROCS from the
 // environment, as Go reads it (a positive integer; anything else is
-// ignored), else 1.
+// ignored; above maxCPUs, maxCPUs), else 1.
 func defaultCPUs() int64 {
 	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
 		return int64(min(n, maxCPUs))
