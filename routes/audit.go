@@ -314,8 +314,5 @@ func (a *audit) writeRecord(status int, d time.Duration) {
 	if _, err := a.sink.Write(line); err != nil {
 		a.log.Error("audit record not written", "route", a.route, "err", err)
 	}
-	if cap(line) <= maxPooledLine {
-		*bp = line
-		lineBuffers.Put(bp)
-	}
+	putLineBuffer(bp, line)
 }

@@ -54,6 +54,15 @@ var lineBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return
 // reason should not keep its buffer.
 const maxPooledLine = 16 << 10
 
+// putLineBuffer gives bp back to lineBuffers holding line, the buffer it
+// grew into, unless that is over maxPooledLine.
+func putLineBuffer(bp *[]byte, line []byte) {
+	if cap(line) <= maxPooledLine {
+		*bp = line
+		lineBuffers.Put(bp)
+	}
+}
+
 // writeAuditLine writes a's audit line, with the attributes (*audit).finish
 // gives slog in the same order, as slog's text handler would format it at
 // time now.
@@ -105,10 +114,7 @@ func (h *textHandler) writeAuditLine(a *audit, status int, d time.Duration, now 
 	}
 	b = append(b, '\n')
 	h.w.Write(b) // as slog.Logger does, a failed write is not reported
-	if cap(b) <= maxPooledLine {
-		*bp = b
-		lineBuffers.Put(bp)
-	}
+	putLineBuffer(bp, b)
 }
 
 // appendTextAttr appends " key=value", the key being one of the audit

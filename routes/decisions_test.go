@@ -45,3 +45,10 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 		t.Errorf("%d model and %d profile answers kept, limit %d", d.models.len(), d.profiles.len(), memoLimit)
 	}
 }
+
+// len is how many values m remembers.
+func (c *memo[K, V]) len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}

@@ -150,8 +150,8 @@ func (f *forwarder) credential() (secrets.Secret, error) {
 func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *forwarder {
 	f := &forwarder{up: up}
 	f.transport = &http.Transport{
-		Proxy: nil, // never through an environment proxy: credentials go to the upstream alone
-		DialContext: dialUpstream,
+		Proxy:               nil, // never through an environment proxy: credentials go to the upstream alone
+		DialContext:         dialUpstream,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConns:        256,
 		MaxIdleConnsPerHost: 64,

@@ -29,9 +29,3 @@ func (c *memo[K, V]) put(k K, v V) {
 	}
 	c.m[k] = v
 }
-
-func (c *memo[K, V]) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
-}

@@ -210,19 +210,20 @@ func inTurns(ctx context.Context, targets []*Target, tn turns, opFor func(*Targe
 			return nil, nil, fmt.Errorf("warming up: %w", err)
 		}
 	}
-	if side == nil {
-		side = func() (time.Duration, error) { return 0, nil }
+	// counters reads t's CPU and side's, around each turn.
+	counters := func(t *Target) (cpu, sd time.Duration, err error) {
+		if cpu, err = t.CPU(); err != nil || side == nil {
+			return cpu, 0, err
+		}
+		sd, err = side()
+		return cpu, sd, err
 	}
 	lats := map[string][]time.Duration{}
 	walls, cpus, sides := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
 	for round := range tn.rounds {
 		for j := range targets {
 			t := targets[(j+round)%len(targets)]
-			cpu0, err := t.CPU()
-			if err != nil {
-				return nil, nil, err
-			}
-			side0, err := side()
+			cpu0, side0, err := counters(t)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -230,11 +231,7 @@ func inTurns(ctx context.Context, targets []*Target, tn turns, opFor func(*Targe
 			if err != nil {
 				return nil, nil, err
 			}
-			cpu1, err := t.CPU()
-			if err != nil {
-				return nil, nil, err
-			}
-			side1, err := side()
+			cpu1, side1, err := counters(t)
 			if err != nil {
 				return nil, nil, err
 			}
