@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,7 +34,7 @@ const (
 // one of the proxies.
 type Target struct {
 	// Name is "direct", "goproxy", "nginx", "cproxy", LimitsTarget, and with
-	// Options "routes" and SharedProxyTarget.
+	// Options "routes", SharedProxyTarget and OneCPUProxyTarget.
 	Name string
 	// URL is the base URL the client sends /v1/messages to.
 	URL string
@@ -157,7 +158,7 @@ func Start(o Options) (_ *Env, err error) {
 	// The proxies all receive what Claude Code sends them with
 	// ANTHROPIC_AUTH_TOKEN set: the sandbox token as a bearer token. Only
 	// cproxy checks it; the others overwrite x-api-key with the real key.
-	if err := e.startGoProxy("goproxy", e.proxyBin, key); err != nil {
+	if err := e.startGoProxy("goproxy", e.proxyBin, key, nil); err != nil {
 		return nil, err
 	}
 	if o.SharedProxy {
@@ -165,12 +166,12 @@ func Start(o Options) (_ *Env, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := e.startGoProxy(SharedProxyTarget, self, key); err != nil {
+		if err := e.startGoProxy(SharedProxyTarget, self, key, nil); err != nil {
 			return nil, err
 		}
 	}
 	if o.OneCPUProxy {
-		if err := e.startGoProxy(OneCPUProxyTarget, e.proxyBin, key, "GOMAXPROCS=1"); err != nil {
+		if err := e.startGoProxy(OneCPUProxyTarget, e.proxyBin, key, map[string]string{"GOMAXPROCS": "1"}); err != nil {
 			return nil, err
 		}
 	}
@@ -356,14 +357,11 @@ func (e *Env) startUpstream(key string) error {
 	return nil
 }
 
-// startGoProxy starts the do-nothing Go proxy from exe, with env
-// (NAME=VALUE) added to its environment, and adds it as the target name.
-func (e *Env) startGoProxy(name, exe, key string, env ...string) error {
+// startGoProxy starts the do-nothing Go proxy from exe, with env added to
+// its environment, and adds it as the target name.
+func (e *Env) startGoProxy(name, exe, key string, env map[string]string) error {
 	vars := map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
+	maps.Copy(vars, env)
 	p, addr, err := e.startRole(exe, "goproxy", vars)
 	if err != nil {
 		return err
