@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -405,7 +406,7 @@ func TestAdversarialPathsRelayInvalidUTF8(t *testing.T) {
 // delete, which finds a header only under its canonical name, the name
 // net/http files a request's header under and Header.Del looks up.
 func TestHeaderListsAreCanonical(t *testing.T) {
-	for _, h := range append(append([]string{"Connection", "Upgrade"}, credentialHeaders...), clientAddressHeaders...) {
+	for _, h := range slices.Concat([]string{"Connection", "Upgrade"}, credentialHeaders, clientAddressHeaders, overrideHeaders) {
 		if c := http.CanonicalHeaderKey(h); c != h {
 			t.Errorf("%q is not canonical: %q", h, c)
 		}

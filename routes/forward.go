@@ -88,6 +88,15 @@ func (c *call) answered() {
 // proxy; a sandbox must not make cproxy's requests claim one.
 var clientAddressHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "Cf-Connecting-Ip", "X-Cluster-Client-Ip", "Fastly-Client-Ip", "X-Original-Forwarded-For"}
 
+// overrideHeaders ask an upstream (or a proxy or framework in front of it)
+// to serve another method or path than the request line's: Google APIs,
+// Symfony, Rails and OData honour the method ones, IIS's URL Rewrite and
+// Symfony the URL ones, nginx's auth_request and Traefik's forward-auth the
+// X-Original-* and X-Forwarded-Method/Uri ones. cproxy checked the request
+// line, so a GET-only relay must not carry a DELETE this way.
+var overrideHeaders = []string{"X-Http-Method-Override", "X-Method-Override", "X-Http-Method", "X-Original-Method", "X-Forwarded-Method",
+	"X-Original-Url", "X-Rewrite-Url", "X-Original-Uri", "X-Forwarded-Uri", "X-Forwarded-Path", "X-Forwarded-Prefix"}
+
 // errHeaderTimeout is the cause given to a request's context when the
 // upstream sends no response headers in time, so the error handler can tell
 // a 504 from a 502.
@@ -197,6 +206,9 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			// Rewrite drops X-Forwarded-* and Forwarded; these other
 			// client-address headers a sandbox could spoof go too.
 			for _, h := range clientAddressHeaders {
+				delete(pr.Out.Header, h)
+			}
+			for _, h := range overrideHeaders {
 				delete(pr.Out.Header, h)
 			}
 			setCredential(pr.Out.Header, t.cred)

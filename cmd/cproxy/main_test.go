@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -671,9 +673,14 @@ func cmdNPMAdvisory(ts *testscript.TestScript, neg bool, args []string) {
 
 // relayrequests: print each request the fake relay upstream ($FAKE_RELAY)
 // received since the last call: method, path and query as sent, and its
-// Authorization and X-Mod-Token headers, named by which canary they hold.
-// A sandbox token in any header fails the script.
+// Authorization and X-Mod-Token headers, named by which canary they hold;
+// with -headers, the names (never the values) of every header it received
+// too. A sandbox token in any header fails the script.
 func cmdRelayRequests(ts *testscript.TestScript, neg bool, args []string) {
+	names := len(args) == 1 && args[0] == "-headers"
+	if neg || len(args) > 0 && !names {
+		ts.Fatalf("usage: relayrequests [-headers]")
+	}
 	reqs := ts.Value("relay").(*fakes.Echo).Requests()
 	seen := ts.Value("relayseen").(*int)
 	name := map[string]string{"": "none", "Bearer " + canaryHub: "hub", canaryMod: "mod"}
@@ -696,7 +703,11 @@ func cmdRelayRequests(ts *testscript.TestScript, neg bool, args []string) {
 		if r.Query != "" {
 			line += "?" + r.Query
 		}
-		fmt.Fprintf(w, "%s authorization=%s x-mod-token=%s\n", line, label("Authorization"), label("X-Mod-Token"))
+		line += " authorization=" + label("Authorization") + " x-mod-token=" + label("X-Mod-Token")
+		if names {
+			line += " headers=" + strings.Join(slices.Sorted(maps.Keys(r.Header)), ",")
+		}
+		fmt.Fprintln(w, line)
 	}
 	*seen = len(reqs)
 }
