@@ -151,13 +151,13 @@ func (e Env) Environ() []string {
 	return out
 }
 
-// Shell renders `export NAME='value'` lines that are safe under eval in any
-// POSIX shell whatever the value holds: single quotes leave every byte
-// literal, and a single quote itself is closed, escaped and reopened.
-// npm's per-registry token variable, which no shell can export, is left
-// out: a shell gives npm the token through the file NPMRC prints.
+// Shell renders `export NAME='value';` lines that mean the same under eval
+// "$(…)" and eval $(…) in any POSIX shell, whatever a value holds (see
+// shellScript). npm's per-registry token variable, which no shell can
+// export, is left out: a shell gives npm the token through the file NPMRC
+// prints.
 func (e Env) Shell() (string, error) {
-	var b strings.Builder
+	var s shellScript
 	for _, v := range e {
 		if isNPMAuthName(v.Name) {
 			if strings.IndexByte(v.Value, 0) >= 0 {
@@ -168,18 +168,14 @@ func (e Env) Shell() (string, error) {
 		if err := v.check(); err != nil {
 			return "", err
 		}
-		b.WriteString("export ")
-		b.WriteString(v.Name)
-		b.WriteByte('=')
-		b.WriteString(ShellQuote(v.Value))
-		b.WriteByte('\n')
+		if err := s.export(v.Name, v.Value); err != nil {
+			return "", fmt.Errorf("%s: %w", v.Name, err)
+		}
 	}
-	return b.String(), nil
-}
-
-// ShellQuote quotes s for a POSIX shell.
-func ShellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	if s.usedValue {
+		s.line("unset " + cproxyVar + ";")
+	}
+	return s.String(), nil
 }
 
 // EnvFile renders NAME=value lines, the format of `docker run --env-file`

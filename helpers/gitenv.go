@@ -97,36 +97,49 @@ func (g GitConfigs) Env(base int) Env {
 // Shell renders the settings as POSIX shell that numbers them when it is
 // evaluated, after the GIT_CONFIG_COUNT entries the evaluating shell
 // already has, so eval "$(cproxy env)" adds to them instead of replacing
-// them.
+// them. Like Env.Shell, it means the same under eval $(cproxy env)
+// unquoted (see shellScript): no case statement, whose patterns would need
+// glob characters, and a statement or keyword ending every line.
 //
 // The existing count is checked to be 1 to 9 decimal digits before any
 // arithmetic sees it: $((…)) would run a command hidden in an array
-// subscript (GIT_CONFIG_COUNT='a[$(cmd)]') and read 010 as octal. A count
-// that is not one leaves git's settings out with a message on stderr and a
-// non-zero status, as git would refuse it anyway. Keys and values are
-// single-quoted, like every other value cproxy env prints.
+// subscript (GIT_CONFIG_COUNT='a[$(cmd)]') and read 010 as octal. The
+// check strips leading digits, one of 0-9 at a time, and wants nothing
+// left. A count that is not one leaves git's settings out with a message
+// on stderr and a non-zero status, as git would refuse it anyway.
 func (g GitConfigs) Shell() (string, error) {
 	if len(g) == 0 {
 		return "", nil
 	}
-	var b strings.Builder
-	b.WriteString("cproxy_git_n=${GIT_CONFIG_COUNT:-0}\n")
-	b.WriteString("case $cproxy_git_n in\n")
-	b.WriteString("*[!0-9]*|??????????*)\n")
-	b.WriteString("\techo 'cproxy: GIT_CONFIG_COUNT is not a count: git settings left out' >&2\n")
-	b.WriteString("\tunset cproxy_git_n; false ;;\n")
-	b.WriteString("*)\n")
-	// Strip leading zeros: ${n%%[!0]*} is the run of zeros n starts with.
-	b.WriteString("\tcproxy_git_n=${cproxy_git_n#\"${cproxy_git_n%%[!0]*}\"}; cproxy_git_n=${cproxy_git_n:-0}\n")
+	var s shellScript
+	s.line("cproxy_git_n=${GIT_CONFIG_COUNT:-0};")
+	s.line("cproxy_r=x;")
+	s.line(fmt.Sprintf("if test \"${#cproxy_git_n}\" -le %d; then", len(strconv.Itoa(maxGitConfigCount))))
+	s.line("\tcproxy_r=$cproxy_git_n; cproxy_s=;")
+	s.line("\twhile test \"$cproxy_r\" != \"$cproxy_s\"; do")
+	s.line("\t\tcproxy_s=$cproxy_r;")
+	s.line("\t\tfor cproxy_d in 0 1 2 3 4 5 6 7 8 9; do cproxy_r=${cproxy_r#\"$cproxy_d\"}; done;")
+	s.line("\tdone;")
+	s.line("fi;")
+	unset := "unset cproxy_git_n cproxy_r cproxy_s cproxy_d " + cproxyVar + ";"
+	s.line("if test -n \"$cproxy_r\"; then")
+	s.line("\techo 'cproxy: GIT_CONFIG_COUNT is not a count: git settings left out' >&2;")
+	s.line("\t" + unset + " false;")
+	s.line("else")
+	s.indent = "\t"
+	s.line("while test \"${cproxy_git_n#0}\" != \"$cproxy_git_n\"; do cproxy_git_n=${cproxy_git_n#0}; done;")
+	s.line("cproxy_git_n=${cproxy_git_n:-0};")
 	for i, c := range g {
-		if strings.IndexByte(c.Key+c.Value, 0) >= 0 {
-			return "", fmt.Errorf("a git setting cannot hold a NUL byte")
+		if err := s.export(fmt.Sprintf("\"GIT_CONFIG_KEY_$((cproxy_git_n+%d))\"", i), c.Key); err != nil {
+			return "", fmt.Errorf("a git setting: %w", err)
 		}
-		fmt.Fprintf(&b, "\texport \"GIT_CONFIG_KEY_$((cproxy_git_n + %d))\"=%s \"GIT_CONFIG_VALUE_$((cproxy_git_n + %d))\"=%s\n",
-			i, ShellQuote(c.Key), i, ShellQuote(c.Value))
+		if err := s.export(fmt.Sprintf("\"GIT_CONFIG_VALUE_$((cproxy_git_n+%d))\"", i), c.Value); err != nil {
+			return "", fmt.Errorf("a git setting: %w", err)
+		}
 	}
-	fmt.Fprintf(&b, "\texport GIT_CONFIG_COUNT=\"$((cproxy_git_n + %d))\"\n", len(g))
-	b.WriteString("\tunset cproxy_git_n ;;\n")
-	b.WriteString("esac\n")
-	return b.String(), nil
+	s.line(fmt.Sprintf("export GIT_CONFIG_COUNT=\"$((cproxy_git_n+%d))\";", len(g)))
+	s.line(unset)
+	s.indent = ""
+	s.line("fi;")
+	return s.String(), nil
 }

@@ -47,8 +47,8 @@ func TestSandboxNPMEnv(t *testing.T) {
 		t.Errorf("json: %v\n%s", err, j)
 	}
 	s, err := e.Shell()
-	if err != nil || strings.Contains(s, "_authToken") || !strings.Contains(s, "export npm_config_registry='https://gw.example/cproxy/npm/'\n") ||
-		!strings.Contains(s, "export NPM_CONFIG_USERCONFIG='/etc/cproxy/npmrc'\n") {
+	if err != nil || strings.Contains(s, "_authToken") || !strings.Contains(s, "export npm_config_registry='https://gw.example/cproxy/npm/';\n") ||
+		!strings.Contains(s, "export NPM_CONFIG_USERCONFIG='/etc/cproxy/npmrc';\n") {
 		t.Errorf("sh: %v\n%s", err, s)
 	}
 	// --npm=false: nothing of npm's.
@@ -93,7 +93,7 @@ func TestNPMScrub(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 	u := e.UnsetShell()
-	if !strings.Contains(u, " NPM_CONFIG_REGISTRY NPM_CONFIG_USERCONFIG NPM_CONFIG__AUTH NPM_CONFIG__AUTHTOKEN YARN_NPM_SCOPES YARN_NPM_PUBLISH_REGISTRY YARN_NPM_AUTH_IDENT\n") {
+	if !strings.Contains(u, " NPM_CONFIG_REGISTRY NPM_CONFIG_USERCONFIG NPM_CONFIG__AUTH NPM_CONFIG__AUTHTOKEN YARN_NPM_SCOPES YARN_NPM_PUBLISH_REGISTRY YARN_NPM_AUTH_IDENT;\n") {
 		t.Errorf("unset: %q", u)
 	}
 }

@@ -58,7 +58,7 @@ func (e Env) UnsetShell() string {
 	if len(names) == 0 {
 		return ""
 	}
-	return "unset " + strings.Join(names, " ") + "\n"
+	return "unset " + strings.Join(names, " ") + ";\n"
 }
 
 func (e Env) has(name string) bool {

@@ -329,9 +329,9 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("CLAUDE", path)
 }
 
-// condition answers [claude], [git], [npm], [pnpm], [yarn], [tsc] and
-// [tmux]: whether that client is installed. In CI a missing client is an
-// error, not a reason to skip.
+// condition answers [claude], [git], [npm], [pnpm], [yarn], [tsc], [tmux],
+// [dash], [zsh] and [fish]: whether that client or shell is installed. In
+// CI a missing one is an error, not a reason to skip.
 func condition(cond string) (bool, error) {
 	found, install := false, ""
 	switch cond {
@@ -343,7 +343,7 @@ func condition(cond string) (bool, error) {
 		found, install = yarnBinary() != "", ".ci/test installs yarn berry and sets CPROXY_TEST_YARN"
 	case "tsc":
 		found, install = os.Getenv("CPROXY_TEST_TSC") != "", ".ci/test installs typescript and sets CPROXY_TEST_TSC"
-	case "git", "npm", "tmux":
+	case "git", "npm", "tmux", "dash", "zsh", "fish":
 		_, err := exec.LookPath(cond)
 		found, install = err == nil, ".ci/run installs it from Debian's packages"
 	default:
