@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -214,10 +215,37 @@ func (s *Server) Close() {
 	}
 }
 
+// rootAnswer is the body of the answer to a bare GET / or HEAD /: that
+// this is cproxy, and nothing of its configuration.
+const rootAnswer = "cproxy\n"
+
+// isBareRoot reports a GET or HEAD of "/" with no query: what Claude Code
+// sends when it starts, to see that its base URL answers.
+func isBareRoot(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.RequestURI == "/"
+}
+
+// answerRoot answers a bare GET / or HEAD / with a 200 and no audit record:
+// it reaches no upstream and reads no token, and Claude Code sends one at
+// every session start, so a refusal line there would be noise in the audit.
+func (s *Server) answerRoot(w http.ResponseWriter, r *http.Request) {
+	s.log.Debug("answered a bare request for /", "method", r.Method)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(rootAnswer)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		io.WriteString(w, rootAnswer)
+	}
+}
+
 // ProxyHandler serves the sandboxes. It knows a fixed set of route prefixes;
 // anything else is refused without being forwarded.
 func (s *Server) ProxyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isBareRoot(r) {
+			s.answerRoot(w, r)
+			return
+		}
 		rec, r := s.startAudit(w, r)
 		defer func() {
 			// ReverseProxy aborts a response it cannot finish (the upstream
