@@ -277,7 +277,7 @@ func (s *Server) ProxyHandler() http.Handler {
 			s.serveNPM(rec, r)
 		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
 			rec.route = strings.Split(r.URL.Path, "/")[1]
-			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route is not available in this version of cproxy", rec.route))
+			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route has no upstream: the operator must set upstream.%s.url (and upstream.%s.credential) in cproxy's config; do not retry", rec.route, rec.route, rec.route))
 		default:
 			// Relays last: their prefixes never clash with the routes
 			// above (the config refuses that), and the model route, the
