@@ -213,9 +213,11 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 }
 
 // requestModel finds the top-level "model" (and "max_tokens", zero when
-// absent) of a JSON request body, as the upstream will read it. It matches the key exactly (encoding/json would also
-// take "MODEL") and refuses a body that names it twice, since the upstream's
-// parser, not ours, would choose which one counts.
+// absent) of a JSON request body, as the upstream will read it. It refuses
+// a body that names either twice, or under another casing as well ("MODEL",
+// "Max_Tokens"; encoding/json matches keys without regard to case, and
+// other parsers may too), since the upstream's parser, not ours, would
+// choose which one counts.
 //
 // It walks only the top-level object and skips every other value by its
 // string and bracket structure, without decoding it: a 50 KB Claude Code
@@ -288,6 +290,10 @@ func requestModel(body []byte) (string, int64, error) {
 					return "", 0, refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
 				}
 				maxTokens = n
+			default:
+				if name, ok := casingOf(key); ok {
+					return "", 0, refuse(ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", clip(string(key), 64), name, name)
+				}
 			}
 			i = skipSpace(body, i)
 			if i < len(body) && body[i] == ',' {
@@ -308,6 +314,21 @@ func requestModel(body []byte) (string, int64, error) {
 		return "", 0, refuse(ErrBadRequest, "the request body names no model")
 	}
 	return model, maxTokens, nil
+}
+
+// checkedKeys are the top-level keys requestModel reads.
+var checkedKeys = [...]string{"model", "max_tokens"}
+
+// casingOf reports which key cproxy reads key is another casing of, with
+// the folding encoding/json matches keys with (bytes.EqualFold's: "K", the
+// Kelvin sign, is a "k"). An exact key is not another casing.
+func casingOf(key []byte) (string, bool) {
+	for _, name := range checkedKeys {
+		if string(key) != name && bytes.EqualFold(key, []byte(name)) {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // errNotJSON is requestModel's refusal of a body it cannot walk; made once,
