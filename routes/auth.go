@@ -121,7 +121,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	}
 	prof, err := s.decisions.profileFor(s.policy(), rec.Sandbox, rec.Profile)
 	if err != nil {
-		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, refuse(ErrForbidden, "no policy profile for sandbox %s: %v", rec.Sandbox, err)
+		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, s.noProfile(rec, err)
 	}
 	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof, Budget: prof.Budget}
 	if err := checkChannel(r, rec, prof); err != nil {
@@ -193,4 +193,16 @@ func peerAddr(r *http.Request) (netip.Addr, string) {
 	}
 	a := ap.Addr().Unmap().WithZone("")
 	return a, a.String()
+}
+
+// noProfile refuses a token whose sandbox the policy in force gives no
+// profile. The sandbox is told which profile its token names, if any, and
+// to ask the operator; what the policy has instead, and where its file is
+// on the host, go to the operator's log only.
+func (s *Server) noProfile(rec tokens.Record, err error) error {
+	s.log.Warn("no policy profile for a sandbox's token", "sandbox", rec.Sandbox, "token_id", rec.ID, "err", err)
+	if rec.Profile != "" {
+		return refuse(ErrForbidden, "no policy profile for sandbox %s: its token names profile %q, which the policy in force does not have; ask the operator, do not retry", rec.Sandbox, rec.Profile)
+	}
+	return refuse(ErrForbidden, "no policy profile for sandbox %s: no rule of the policy in force gives it one; ask the operator, do not retry", rec.Sandbox)
 }

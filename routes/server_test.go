@@ -24,3 +24,22 @@ func TestRouteWithoutUpstreamSaysWhatToSet(t *testing.T) {
 		t.Fatalf("upstream got %d requests", n)
 	}
 }
+
+// TestNoProfileNamesNoHostPath: a sandbox the policy gives no profile is
+// told so and to ask the operator; the policy file's path on the host and
+// the profiles it has go to the operator's log only.
+func TestNoProfileNamesNoHostPath(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, "[profile.web]\nmodels = [\"claude-*\"]\n\n[[sandbox]]\nmatch = \"conv-*\"\nprofile = \"web\"\n")
+	})
+	r := e.do("POST", "/v1/messages", bearer(e.token("build-9")), hello)
+	if r.status != 403 || !strings.Contains(r.body, "cproxy: no policy profile for sandbox build-9: no rule of the policy in force gives it one; ask the operator, do not retry") {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if path := e.srv.policy().Path; path == "" || strings.Contains(r.body, path) || strings.Contains(r.body, "web") {
+		t.Fatalf("the refusal shows the policy: %s", r.body)
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, `"msg":"no policy profile for a sandbox's token","sandbox":"build-9"`) || !strings.Contains(logs, e.srv.policy().Path) {
+		t.Fatalf("the operator's log lacks the detail:\n%s", logs)
+	}
+}
