@@ -102,6 +102,7 @@ func TestSandboxEnv(t *testing.T) {
 		"CPROXY_TOKEN=cpx_x",
 		"CLAUDE_CONFIG_DIR=/w/.claude",
 		"npm_config_registry=http://10.0.0.1:8080/npm/",
+		"npm_config_update_notifier=false",
 		"npm_config_//10.0.0.1:8080/npm/:_authToken=cpx_x",
 		"YARN_NPM_REGISTRY_SERVER=http://10.0.0.1:8080/npm",
 		"YARN_NPM_AUTH_TOKEN=cpx_x",

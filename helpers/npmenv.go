@@ -39,7 +39,9 @@ func NPMNerfDart(registry string) (string, error) {
 }
 
 // sandboxNPM returns the variables that send npm to cproxy's npm route with
-// the sandbox token: the registry, the token for that registry's URL, and,
+// the sandbox token: the registry, the update notifier off (its check asks
+// the registry for the npm package, which a policy seldom allows, so each
+// npm command would log a denial), the token for that registry's URL, and,
 // when userconfig is set, NPM_CONFIG_USERCONFIG naming the file `cproxy
 // npmrc` printed (for a shell, which cannot export the token's name); then
 // yarn's (see sandboxYarn). pnpm reads the registry and the userconfig
@@ -50,7 +52,7 @@ func sandboxNPM(base, token, userconfig string) (Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := Env{{"npm_config_registry", reg}}
+	e := Env{{"npm_config_registry", reg}, {"npm_config_update_notifier", "false"}}
 	if userconfig != "" {
 		e = append(e, Var{"NPM_CONFIG_USERCONFIG", userconfig})
 	}
@@ -79,7 +81,7 @@ func sandboxYarn(reg, token string) Env {
 // NPMRC is the content of an npm userconfig file for cproxy at base that
 // holds no secret: npm replaces ${CPROXY_TOKEN} with the variable's value
 // each time it reads the file (unset, npm has no valid token and cproxy
-// answers 401).
+// answers 401). The update notifier is off, as in sandboxNPM.
 func NPMRC(base string) (string, error) {
 	reg := NPMRegistry(base)
 	nerf, err := NPMNerfDart(reg)
@@ -92,6 +94,7 @@ func NPMRC(base string) (string, error) {
 	return "; npm settings for cproxy (cproxy npmrc). No secret here: npm reads the\n" +
 		"; sandbox token from CPROXY_TOKEN in the environment.\n" +
 		"registry=" + reg + "\n" +
+		"update-notifier=false\n" +
 		nerf + ":_authToken=${CPROXY_TOKEN}\n", nil
 }
 

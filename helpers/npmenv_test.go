@@ -28,6 +28,7 @@ func TestSandboxNPMEnv(t *testing.T) {
 	}
 	got := strings.Join(e.Environ()[6:], "\n")
 	want := "npm_config_registry=https://gw.example/cproxy/npm/\n" +
+		"npm_config_update_notifier=false\n" +
 		"NPM_CONFIG_USERCONFIG=/etc/cproxy/npmrc\n" +
 		"npm_config_//gw.example/cproxy/npm/:_authToken=cpx_x\n" +
 		// https: no http whitelist for yarn.
@@ -103,6 +104,7 @@ func TestNPMRC(t *testing.T) {
 	want := "; npm settings for cproxy (cproxy npmrc). No secret here: npm reads the\n" +
 		"; sandbox token from CPROXY_TOKEN in the environment.\n" +
 		"registry=http://10.20.30.4:8080/npm/\n" +
+		"update-notifier=false\n" +
 		"//10.20.30.4:8080/npm/:_authToken=${CPROXY_TOKEN}\n"
 	if err != nil || got != want {
 		t.Errorf("got %q, %v", got, err)
