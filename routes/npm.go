@@ -205,7 +205,12 @@ func parseNPMSpecial(method, rest, rawQuery string) (npmRequest, error) {
 	return npmRequest{}, refuse(ErrForbidden, "%s /npm/%s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, clip(rest, 128))
 }
 
-type npmRewriteKey struct{}
+// npmRewriteKey keys a packument request's *npmRewrite in its context;
+// npmRequestKey keys every forwarded request's npmRequest.
+type (
+	npmRewriteKey struct{}
+	npmRequestKey struct{}
+)
 
 // npmRewrite is what the response hook needs to rewrite one packument.
 type npmRewrite struct {
@@ -307,6 +312,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 		}
 		r = r.WithContext(context.WithValue(r.Context(), npmRewriteKey{}, rw))
 	}
+	r = r.WithContext(context.WithValue(r.Context(), npmRequestKey{}, n))
 	s.npm.forward(a, r, n.target(), writeNPMError)
 }
 
@@ -495,9 +501,13 @@ func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string)
 	} else if ce != "" && ce != "identity" {
 		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, clip(ce, 32))
 	}
-	// Read as far as time[version], holding one key or value at a time.
+	// Read to the end, holding time alone.
 	published, err := packumentPublished(body, version)
-	if err != nil {
+	var dup *duplicateKeyError
+	switch {
+	case errors.As(err, &dup):
+		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is ambiguous: %v", n.name, base.Host, err)
+	case err != nil:
 		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
 	return published, nil
@@ -542,6 +552,13 @@ func npmResponse(base *url.URL) func(*http.Response) error {
 			}
 			return refuse(ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
 		}
+		n, _ := resp.Request.Context().Value(npmRequestKey{}).(npmRequest)
+		if n.kind != npmPackument && n.kind != npmTarball {
+			return nil
+		}
+		if err := npmStatus(resp, n); err != nil {
+			return err
+		}
 		rw, ok := resp.Request.Context().Value(npmRewriteKey{}).(*npmRewrite)
 		if !ok {
 			return nil
@@ -554,6 +571,29 @@ func npmResponse(base *url.URL) func(*http.Response) error {
 		}
 		return rewritePackumentResponse(resp, base, rw)
 	}
+}
+
+// npmStatus refuses an answer to a packument or tarball request that npm
+// would take as a success but cproxy has not checked: npm takes any status
+// below 400 as one, and cproxy rewrites (or, for a tarball, passes) a 200
+// alone. A 304 passes only when cproxy asked with a validator, so that npm's
+// cached copy, which came through cproxy, is what it names. Errors (400 and
+// up) pass: npm reads no packument or tarball from them.
+func npmStatus(resp *http.Response, n npmRequest) error {
+	code := resp.StatusCode
+	switch {
+	case code == http.StatusOK || code >= 400:
+		return nil
+	case code == http.StatusNotModified:
+		if h := resp.Request.Header; h.Get("If-None-Match") != "" || h.Get("If-Modified-Since") != "" {
+			return nil
+		}
+	}
+	what := "packument"
+	if n.kind == npmTarball {
+		what = "tarball " + n.file
+	}
+	return refuse(ErrUpstream, "npm route: the upstream %s answered %d for the %s of %s; cproxy passes only 200, a 304 to a conditional request, and errors", resp.Request.URL.Host, code, what, n.name)
 }
 
 // proxyTarballPath is cproxy's path for a tarball URL on the upstream, or

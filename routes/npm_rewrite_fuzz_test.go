@@ -16,9 +16,10 @@ import (
 // FuzzRewritePackument checks the streaming rewrite against oraclePackument,
 // a simple map-based rewrite of the whole document: for any input, with and
 // without a version policy, both refuse it, or both give the same JSON value
-// (key order aside). The streaming one may also refuse a packument with a
-// duplicate versions, dist-tags or time key, or a version named twice, which
-// the oracle resolves by keeping the last. Whatever it sends is valid JSON in
+// (key order aside), with only the members of npm's documented format. The
+// streaming one may also refuse a packument that gives one of those members
+// twice, a key twice in dist-tags or time, or a version twice, which the
+// oracle resolves by keeping the last. Whatever it sends is valid JSON in
 // which every tarball is on cproxy, every version came from the input, and
 // every integrity and shasum is the upstream's, byte for byte. Reading the
 // input one byte at a time changes nothing.
@@ -124,8 +125,8 @@ func unmarshalNumbers(b []byte, v any) error {
 	return d.Decode(v)
 }
 
-// hasDuplicateKeys reports whether the packument has a duplicate versions,
-// dist-tags or time key, or names a version twice.
+// hasDuplicateKeys reports whether the packument gives a member it keeps
+// twice, or a key twice in dist-tags or time, or names a version twice.
 func hasDuplicateKeys(raw []byte) bool {
 	keys := func(obj []byte) (ks []string, vs []json.RawMessage) {
 		d := json.NewDecoder(bytes.NewReader(obj))
@@ -148,16 +149,16 @@ func hasDuplicateKeys(raw []byte) bool {
 	seen := map[string]bool{}
 	ks, vs := keys(raw)
 	for i, k := range ks {
-		if k == "versions" || k == "dist-tags" || k == "time" {
+		if packumentMembers[k] {
 			if seen[k] {
 				return true
 			}
 			seen[k] = true
 		}
-		if k == "versions" {
+		if k == "dist-tags" || k == "time" || k == "versions" {
 			names := map[string]bool{}
-			vks, _ := keys(vs[i])
-			for _, n := range vks {
+			nks, _ := keys(vs[i])
+			for _, n := range nks {
 				if names[n] {
 					return true
 				}
@@ -174,6 +175,11 @@ func oraclePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) 
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, refuse(ErrUpstream, "not a JSON object")
+	}
+	for k := range doc {
+		if !packumentMembers[k] {
+			delete(doc, k)
+		}
 	}
 	bad := func() error { return refuse(ErrUpstream, "malformed versions") }
 	var versions map[string]json.RawMessage

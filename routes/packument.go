@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"net/http"
@@ -39,6 +40,19 @@ const (
 	// maxJSONDepth is encoding/json's nesting limit.
 	maxJSONDepth = 10000
 )
+
+// packumentMembers are the top-level members of a packument as npm's
+// registry documents it (docs/responses/package-metadata.md in
+// github.com/npm/registry: the full format's, the fields hoisted from the
+// latest version, and the abbreviated format's modified). Only these reach
+// the client; any other is dropped, above all those npm-pick-manifest picks
+// versions from besides versions (policyRestrictions, stagedVersions), which
+// cproxy does not filter. Each may come once.
+var packumentMembers = map[string]bool{
+	"_id": true, "_rev": true, "name": true, "dist-tags": true, "versions": true, "time": true, "modified": true, "users": true,
+	"author": true, "bugs": true, "contributors": true, "description": true, "homepage": true, "keywords": true,
+	"license": true, "maintainers": true, "readme": true, "readmeFilename": true, "repository": true,
+}
 
 // rewritePackumentResponse replaces resp's body with the rewritten
 // packument, decoded (identity): whole with its length when it is small,
@@ -151,10 +165,11 @@ func (b *packumentBody) Close() error {
 // tarball is anywhere else (and the dist-tags naming them). With rw.profile
 // set it also drops the versions the profile's npm version policy denies (and
 // their time entries); a latest tag it drops is moved to the highest release
-// left. Whitespace goes; values (integrity, shasum, everything else) keep
-// their bytes, and so does the order of the top-level keys, except that
-// cproxy moves dist-tags (and time, when it filters it) to the end. npm does
-// not care about key order.
+// left. Top-level members other than packumentMembers are dropped.
+// Whitespace goes; values (integrity, shasum, everything else) keep their
+// bytes, and so does the order of the top-level keys, except that cproxy
+// moves dist-tags (and time, when it filters it) to the end. npm does not
+// care about key order.
 type packumentStream struct {
 	sc       *jsonScanner
 	out      jsonOut // the rewritten packument, handed on in chunks
@@ -249,20 +264,21 @@ func (p *packumentStream) run() error {
 			if err != nil {
 				return p.fault(err, "a key")
 			}
-			switch key {
-			case "versions", "dist-tags", "time":
+			if packumentMembers[key] {
 				if p.seenTop[key] {
 					return refuse(ErrUpstream, "the packument of %s from %s has more than one %q", p.rw.req.name, p.base.Host, key)
 				}
 				p.seenTop[key] = true
 			}
 			switch {
+			case !packumentMembers[key]:
+				err = sc.copyValue(nil)
 			case key == "versions":
 				err = p.versions(rawKey)
 			case key == "dist-tags":
-				p.distTags, err = p.hold("dist-tags")
-			case key == "time" && p.rw.profile != nil:
-				err = p.readTime()
+				err = p.readDistTags()
+			case key == "time":
+				err = p.readTime(rawKey)
 			default:
 				if err = p.member(rawKey); err == nil {
 					err = sc.copyValue(&p.out)
@@ -375,21 +391,50 @@ func (p *packumentStream) hold(what string) ([]byte, error) {
 	return o.b, p.account(len(o.b), what)
 }
 
-// readTime holds time, which the policy filters, and decides the versions
-// waiting for it.
-func (p *packumentStream) readTime() error {
+// readDistTags holds dist-tags, which are written last, without the tags
+// naming a version the rewrite drops.
+func (p *packumentStream) readDistTags() error {
+	raw, err := p.hold("dist-tags")
+	if err != nil {
+		return err
+	}
+	if _, err := objectMembers(raw); err != nil && err != errNotObject {
+		return p.duplicate("dist-tags", err)
+	}
+	p.distTags = raw
+	return nil
+}
+
+// readTime holds time, whose keys must each come once (npmPublished reads
+// it for a tarball as this rewrite does for the packument). Without a
+// version policy it is written where it came; with one, it is filtered and
+// written last, and the versions waiting for it are decided.
+func (p *packumentStream) readTime(rawKey []byte) error {
 	raw, err := p.hold("time")
 	if err != nil {
 		return err
 	}
-	p.timeRaw = raw
-	if json.Unmarshal(raw, &p.times) != nil {
-		p.times = nil // not an object: no version has a known time
+	times, err := objectMembers(raw)
+	if err != nil && err != errNotObject {
+		return p.duplicate("time", err)
 	}
+	if p.rw.profile == nil {
+		p.held -= len(raw)
+		if err := p.member(rawKey); err != nil {
+			return err
+		}
+		return p.out.write(raw)
+	}
+	p.timeRaw, p.times = raw, times // times is nil when time is not an object: no version has a known time
 	if p.pendingOn {
 		return p.writePending()
 	}
 	return nil
+}
+
+// duplicate is the refusal of a member whose object gives a key twice.
+func (p *packumentStream) duplicate(member string, err error) error {
+	return refuse(ErrUpstream, "the packument of %s from %s is ambiguous: %s in %q", p.rw.req.name, p.base.Host, err, member)
 }
 
 // versions reads the versions object, rewriting each version as it comes.
@@ -503,14 +548,7 @@ func (p *packumentStream) rewriteVersion(raw []byte) (manifest []byte, keep bool
 // if it stays.
 func (p *packumentStream) writeVersion(rawKey []byte, ver string, manifest []byte) error {
 	if pr := p.rw.profile; pr != nil {
-		var published time.Time
-		var ts string
-		if json.Unmarshal(p.times[ver], &ts) == nil {
-			if t, err := time.Parse(time.RFC3339, ts); err == nil {
-				published = t
-			}
-		}
-		if !pr.NPMVersion(p.rw.req.name, ver, published, p.rw.now).Allow {
+		if !pr.NPMVersion(p.rw.req.name, ver, publishedAt(p.times, ver), p.rw.now).Allow {
 			p.denied[ver], p.removed[ver] = true, true
 			return nil
 		}
@@ -558,8 +596,7 @@ func (p *packumentStream) writePending() error {
 // "npm install pkg" gets the newest allowed one.
 func (p *packumentStream) writeDistTags() error {
 	out := p.distTags
-	var tags map[string]json.RawMessage
-	if len(p.removed) > 0 && json.Unmarshal(out, &tags) == nil {
+	if tags, err := objectMembers(out); len(p.removed) > 0 && err == nil {
 		latestDenied := false
 		for tag, v := range tags {
 			var s string
@@ -594,78 +631,126 @@ func (p *packumentStream) writeTime() error {
 	return p.out.write(out)
 }
 
-// packumentPublished reads a packument from r as far as time[version] and
-// returns that time; zero when the packument has none for the version, or
-// one that is not an RFC 3339 time. It holds one key or value at a time.
+// packumentPublished reads a packument from r and returns time[version];
+// zero when the packument has none for the version, or one that is not an
+// RFC 3339 time. It reads time as the rewrite does (objectMembers,
+// publishedAt), holding it alone, and reads to the end, refusing a second
+// time or a key given twice in it: what a tarball check reads is what the
+// packument's reader was shown.
 func packumentPublished(r io.Reader, version string) (time.Time, error) {
 	sc := newJSONScanner(r)
+	c, err := sc.peekIn()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if c != '{' {
+		return time.Time{}, errJSONSyntax
+	}
+	sc.pos++
+	var published time.Time
+	seenTime := false
 	var tmp jsonOut
-	// members calls each for every member of the object that comes next
-	// (after its colon), and reads past the object's end.
-	members := func(each func(key string) error) error {
-		c, err := sc.peekIn()
+	if c, err = sc.peekIn(); err != nil {
+		return time.Time{}, err
+	}
+	for c != '}' {
+		tmp.b, tmp.max = tmp.b[:0], maxPackument
+		k, err := sc.key(&tmp)
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
-		if c != '{' {
-			return errJSONSyntax
+		if k != "time" {
+			if err := sc.copyValue(nil); err != nil {
+				return time.Time{}, err
+			}
+		} else {
+			if seenTime {
+				return time.Time{}, &duplicateKeyError{"time"}
+			}
+			seenTime = true
+			val := jsonOut{max: maxPackument}
+			if err := sc.copyValue(&val); err != nil {
+				return time.Time{}, err
+			}
+			times, err := objectMembers(val.b)
+			if err != nil && err != errNotObject {
+				return time.Time{}, fmt.Errorf(`%w in "time"`, err)
+			}
+			published = publishedAt(times, version)
 		}
-		sc.pos++
-		if c, err = sc.peekIn(); err != nil || c == '}' {
+		if c, err = sc.peekIn(); err != nil {
+			return time.Time{}, err
+		}
+		if c == ',' {
 			sc.pos++
-			return err
-		}
-		for {
-			tmp.b, tmp.max = tmp.b[:0], maxPackument
-			k, err := sc.key(&tmp)
-			if err != nil {
-				return err
-			}
-			if err := each(k); err != nil {
-				return err
-			}
-			if c, err = sc.peekIn(); err != nil {
-				return err
-			}
-			sc.pos++
-			if c == '}' {
-				return nil
-			}
-			if c != ',' {
-				return errJSONSyntax
-			}
+		} else if c != '}' {
+			return time.Time{}, errJSONSyntax
 		}
 	}
-	errFound := errors.New("found")
-	var published time.Time
-	err := members(func(key string) error {
-		if key != "time" {
-			return sc.copyValue(nil)
+	sc.pos++
+	if _, err := sc.peek(); err != io.EOF {
+		if err == nil {
+			err = errJSONSyntax
 		}
-		if c, err := sc.peekIn(); err != nil || c == 'n' {
-			return sc.copyValue(nil)
-		}
-		return members(func(v string) error {
-			if v != version {
-				return sc.copyValue(nil)
-			}
-			val := jsonOut{max: 1 << 10}
-			if err := sc.copyValue(&val); err != nil && err != errHeldFull {
-				return err
-			}
-			var ts string
-			if json.Unmarshal(val.b, &ts) == nil {
-				if t, err := time.Parse(time.RFC3339, ts); err == nil {
-					published = t
-				}
-			}
-			return errFound
-		})
-	})
-	if err != nil && err != errFound {
 		return time.Time{}, err
 	}
 	return published, nil
+}
+
+// publishedAt is version's publish time in a packument's time, decoded by
+// objectMembers; zero when there is none or it is not an RFC 3339 time.
+func publishedAt(times map[string]json.RawMessage, version string) time.Time {
+	var ts string
+	if json.Unmarshal(times[version], &ts) != nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, ts)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// errNotObject says a JSON value is not an object.
+var errNotObject = errors.New("not a JSON object")
+
+// duplicateKeyError names a key an object gives twice.
+type duplicateKeyError struct{ key string }
+
+func (e *duplicateKeyError) Error() string {
+	return "key " + strconv.Quote(clip(e.key, 64)) + " comes twice"
+}
+
+// objectMembers decodes a JSON object into its members as json.Unmarshal
+// into a map does, except that a key given twice is an error: encoding/json
+// keeps the last value, a reader that stops at the first sees another, and
+// cproxy must decide on what its client will read. errNotObject for any
+// other value.
+func objectMembers(raw []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errNotObject
+	}
+	out := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, errNotObject
+		}
+		k, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, errNotObject
+		}
+		if _, ok := out[k]; ok {
+			return nil, &duplicateKeyError{k}
+		}
+		out[k] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, errNotObject
+	}
+	return out, nil
 }
 
 // jsonOut collects JSON text: held, up to max bytes (0: no limit), or, with

@@ -361,7 +361,10 @@ func TestRewritePackumentRefusals(t *testing.T) {
 		`{"versions":[]}`:                    "malformed versions",
 		`{"versions":{"1.0.0":1}}`:           "malformed versions",
 		`{"time":{},"time":{}}`:              `more than one "time"`,
-		`{"versions":{"1.0.0":null,"1.0.0":null}}`: `version "1.0.0" twice`,
+		`{"versions":{"1.0.0":null,"1.0.0":null}}`:  `version "1.0.0" twice`,
+		`{"name":"a","name":"b"}`:                   `more than one "name"`,
+		`{"time":{"1.0.0":"x","1.0.\u0030":"y"}}`:   `ambiguous: key "1.0.0" comes twice in "time"`,
+		`{"dist-tags":{"latest":"1","latest":"2"}}`: `ambiguous: key "latest" comes twice in "dist-tags"`,
 	} {
 		if _, err := rewritePackument([]byte(in), base, rw); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.40q: %v, want %q", in, err, want)
@@ -369,17 +372,38 @@ func TestRewritePackumentRefusals(t *testing.T) {
 	}
 }
 
+// TestRewritePackumentMembers: only the documented top-level members pass;
+// the rest (policyRestrictions, stagedVersions, anything else) are dropped,
+// given twice or not.
+func TestRewritePackumentMembers(t *testing.T) {
+	base, _ := url.Parse("https://registry.example/")
+	rw := &npmRewrite{req: npmRequest{kind: npmPackument, name: "is-x"}, public: "http://p:1"}
+	in := `{"name":"is-x","policyRestrictions":{"versions":{"1.1.0":{"dist":{"tarball":"https://evil.example/x.tgz"}}}},` +
+		`"stagedVersions":{"versions":{}},"stagedVersions":1,"_attachments":{},"Versions":{},"readme":"r","modified":"m"}`
+	out, err := rewritePackument([]byte(in), base, rw)
+	if want := `{"name":"is-x","readme":"r","modified":"m"}`; err != nil || string(out) != want {
+		t.Errorf("got %s, %v\nwant %s", out, err, want)
+	}
+}
+
 func TestPackumentPublished(t *testing.T) {
 	big := `"versions":{"1.0.0":{"readme":"` + strings.Repeat("x", 1<<20) + `"}}`
 	for _, c := range []struct{ in, want string }{
-		{`{` + big + `,"time":{"created":"2020-01-01T00:00:00Z","1.0.0":"2021-02-03T04:05:06.000Z"},"readme":"`, "2021-02-03T04:05:06Z"},
+		{`{` + big + `,"time":{"created":"2020-01-01T00:00:00Z","1.0.0":"2021-02-03T04:05:06.000Z"},"readme":"r"}`, "2021-02-03T04:05:06Z"},
+		// Read to the end: what follows time counts too.
+		{`{"time":{"1.0.0":"2021-02-03T04:05:06Z"},"readme":"`, "error"},
+		// A key given twice is refused, as the rewrite refuses it.
+		{`{"time":{"1.0.0":"2020-01-01T00:00:00Z","1.0.0":"2026-11-30T00:00:00Z"}}`, "error"},
+		{`{"time":{"1.0.0":"2020-01-01T00:00:00Z","1.0.\u0030":"2026-11-30T00:00:00Z"}}`, "error"},
+		{`{"time":{"1.0.0":"2020-01-01T00:00:00Z"},"time":{"1.0.0":"2026-11-30T00:00:00Z"}}`, "error"},
+		{`{}`, "zero"},
 		{`{"time":{"1.0.0":"2021-02-03T04:05:06Z"}}`, "2021-02-03T04:05:06Z"},
 		{`{"time":{"1.0.1":"2021-02-03T04:05:06Z"}}`, "zero"},
 		{`{"time":{"1.0.0":"yesterday"}}`, "zero"},
 		{`{"time":{"1.0.0":7}}`, "zero"},
 		{`{"time":null}`, "zero"},
 		{`{` + big + `}`, "zero"},
-		{`{"time":"x"}`, "error"},
+		{`{"time":"x"}`, "zero"},
 		{`{"time":{"1.0.1":1,}}`, "error"},
 		{`[]`, "error"},
 	} {

@@ -162,6 +162,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmforeign":    cmdNPMForeign,
 			"npmtime":       cmdNPMTime,
 			"npmrequests":   cmdNPMRequests,
+			"npmhostile":    cmdNPMHostile,
 			"unixbridge":    cmdUnixBridge,
 			"gobuild":       gobuild,
 		},
@@ -731,6 +732,46 @@ func cmdNPMForeign(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: npmforeign NAME VERSION URL")
 	}
 	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetTarballURL(args[0], args[1], args[2]))
+}
+
+// npmhostile makes the fake registry answer as a hostile one would:
+//
+//	npmhostile status CODE: every packument and tarball answered with CODE
+//	npmhostile elsewhere NAME MEMBER VERSION...: those versions offered under
+//	  the top-level MEMBER (policyRestrictions, stagedVersions) instead of
+//	  versions, each with a dist-tag hostile-VERSION
+//	npmhostile earliertime NAME VERSION AGO: time names VERSION twice, first
+//	  as published AGO (a duration) ago
+//	npmhostile ignorecase: package names looked up in any case
+//	npmhostile redirect PATH CODE LOCATION: PATH answered with a redirect
+func cmdNPMHostile(ts *testscript.TestScript, neg bool, args []string) {
+	reg := ts.Value("npm").(*fakes.NPMRegistry)
+	usage := func() {
+		ts.Fatalf("usage: npmhostile status CODE | elsewhere NAME MEMBER VERSION... | earliertime NAME VERSION AGO | ignorecase | redirect PATH CODE LOCATION")
+	}
+	if neg || len(args) == 0 {
+		usage()
+	}
+	switch a := args[1:]; {
+	case args[0] == "status" && len(a) == 1:
+		code, err := strconv.Atoi(a[0])
+		ts.Check(err)
+		reg.SetStatus(code)
+	case args[0] == "elsewhere" && len(a) >= 3:
+		ts.Check(reg.OfferElsewhere(a[0], a[1], a[2:]...))
+	case args[0] == "earliertime" && len(a) == 3:
+		d, err := time.ParseDuration(a[2])
+		ts.Check(err)
+		ts.Check(reg.SetEarlierTime(a[0], a[1], time.Now().Add(-d)))
+	case args[0] == "ignorecase" && len(a) == 0:
+		reg.SetIgnoreCase(true)
+	case args[0] == "redirect" && len(a) == 3:
+		code, err := strconv.Atoi(a[1])
+		ts.Check(err)
+		reg.SetRedirect(a[0], code, a[2])
+	default:
+		usage()
+	}
 }
 
 // npmrequests: print the fake registry's requests since the last call, one

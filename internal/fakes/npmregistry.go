@@ -48,6 +48,15 @@ type NPMRegistry struct {
 	pkgs       map[string]*npmPackage
 	advisories map[string][]NPMAdvisory
 	reqs       []NPMRequest
+	hostile    npmHostile
+}
+
+// npmHostile is how the registry answers when told to act as a compromised
+// mirror or a hostile private registry would; the zero value is honest.
+type npmHostile struct {
+	status     int               // of packuments and tarballs; 0: 200
+	ignoreCase bool              // names are looked up in any case
+	redirects  map[string]string // path as sent -> "STATUS LOCATION"
 }
 
 // NPMAdvisory is a vulnerability the registry's audit endpoint reports, in
@@ -68,6 +77,10 @@ type NPMAdvisory struct {
 type npmPackage struct {
 	versions map[string]*npmVersion
 	latest   string
+	// elsewhere are versions left out of versions and offered under
+	// another top-level member instead (policyRestrictions,
+	// stagedVersions), by version.
+	elsewhere map[string]string
 }
 
 type npmVersion struct {
@@ -78,6 +91,9 @@ type npmVersion struct {
 	url       string    // the dist.tarball URL; "" means the registry's own
 	published time.Time // time[version]; zero means 2020-01-01
 	noTime    bool      // leave the version out of time
+	// earlier, when set, is a first time[version] before the real one: the
+	// key given twice.
+	earlier time.Time
 }
 
 // NewNPMRegistry starts a fake registry.
@@ -175,6 +191,88 @@ func (g *NPMRegistry) SetPublishTime(name, version string, t time.Time) error {
 	return nil
 }
 
+// SetStatus makes the registry answer every packument and tarball it has
+// with code instead of 200 (a hostile registry: 203 or 299 are successes to
+// npm); 0 is 200 again.
+func (g *NPMRegistry) SetStatus(code int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hostile.status = code
+}
+
+// OfferElsewhere takes versions of name out of the packument's versions and
+// offers them under the top-level member instead (policyRestrictions or
+// stagedVersions, which npm-pick-manifest picks from), each with a dist-tag
+// "hostile-VERSION", a tarball on the registry, and a manifest version with
+// "+hostile" appended (npm refuses a policyRestrictions entry only when the
+// version it picked is a key there).
+func (g *NPMRegistry) OfferElsewhere(name, member string, versions ...string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pkgs[name]
+	if p == nil {
+		return fmt.Errorf("no package %s", name)
+	}
+	for _, v := range versions {
+		if p.versions[v] == nil {
+			return fmt.Errorf("no package %s@%s", name, v)
+		}
+		if p.elsewhere == nil {
+			p.elsewhere = map[string]string{}
+		}
+		p.elsewhere[v] = member
+	}
+	return nil
+}
+
+// SetEarlierTime gives name@version a first time entry at t, before its
+// real one: time names the version twice.
+func (g *NPMRegistry) SetEarlierTime(name, version string, t time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.pkgs[name]
+	if p == nil || p.versions[version] == nil {
+		return fmt.Errorf("no package %s@%s", name, version)
+	}
+	p.versions[version].earlier = t
+	return nil
+}
+
+// SetIgnoreCase makes the registry look package names up in any case, so
+// that /Evstream serves evstream.
+func (g *NPMRegistry) SetIgnoreCase(on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hostile.ignoreCase = on
+}
+
+// SetRedirect makes the registry answer a request for path (as sent, still
+// percent-encoded) with a redirect: code and a Location of location.
+func (g *NPMRegistry) SetRedirect(path string, code int, location string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hostile.redirects == nil {
+		g.hostile.redirects = map[string]string{}
+	}
+	g.hostile.redirects[path] = fmt.Sprintf("%d %s", code, location)
+}
+
+// lookup is the package a request names, in any case when the registry
+// ignores case; "" and nil when there is none.
+func (g *NPMRegistry) lookup(name string) (string, *npmPackage) {
+	if p := g.pkgs[name]; p != nil {
+		return name, p
+	}
+	if g.hostile.ignoreCase {
+		for n, p := range g.pkgs {
+			if strings.EqualFold(n, name) {
+				return n, p
+			}
+		}
+	}
+	return "", nil
+}
+
 // Requests returns what the registry received, in order.
 func (g *NPMRegistry) Requests() []NPMRequest {
 	g.mu.Lock()
@@ -234,6 +332,17 @@ func (g *NPMRegistry) serve(w http.ResponseWriter, r *http.Request) {
 		npmFakeError(w, http.StatusUnauthorized, "authentication required")
 		return
 	}
+	g.mu.Lock()
+	redirect, status := g.hostile.redirects[r.URL.EscapedPath()], g.hostile.status
+	g.mu.Unlock()
+	if code, loc, ok := strings.Cut(redirect, " "); ok {
+		w.Header().Set("Location", loc)
+		w.WriteHeader(map[string]int{"301": 301, "302": 302, "303": 303, "307": 307, "308": 308}[code])
+		return
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/-/npm/v1/security/advisories/bulk":
 		g.audit(w, r, body)
@@ -255,12 +364,15 @@ func (g *NPMRegistry) serve(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if name, file, ok := strings.Cut(path, "/-/"); ok {
-		p := g.pkgs[name]
+		_, p := g.lookup(name)
 		base := name[strings.LastIndexByte(name, '/')+1:]
-		if p != nil {
-			if v := p.versions[strings.TrimSuffix(strings.TrimPrefix(file, base+"-"), ".tgz")]; v != nil && file == base+"-"+strings.TrimSuffix(strings.TrimPrefix(file, base+"-"), ".tgz")+".tgz" {
+		prefix := len(file) > len(base) && file[len(base)] == '-' &&
+			(file[:len(base)] == base || g.hostile.ignoreCase && strings.EqualFold(file[:len(base)], base))
+		if p != nil && prefix && strings.HasSuffix(file, ".tgz") {
+			if v := p.versions[strings.TrimSuffix(file[len(base)+1:], ".tgz")]; v != nil {
 				w.Header().Set("Content-Type", "application/octet-stream")
 				w.Header().Set("Content-Length", fmt.Sprint(len(v.tarball)))
+				w.WriteHeader(status)
 				w.Write(v.tarball)
 				return
 			}
@@ -268,13 +380,13 @@ func (g *NPMRegistry) serve(w http.ResponseWriter, r *http.Request) {
 		npmFakeError(w, http.StatusNotFound, "Not found")
 		return
 	}
-	p := g.pkgs[path]
+	name, p := g.lookup(path)
 	if p == nil {
 		npmFakeError(w, http.StatusNotFound, "Not found")
 		return
 	}
 	abbreviated := strings.Contains(r.Header.Get("Accept"), "application/vnd.npm.install-v1+json")
-	body = g.packument(path, p, abbreviated)
+	body = g.packument(name, p, abbreviated)
 	ct := "application/json"
 	if abbreviated {
 		ct = "application/vnd.npm.install-v1+json"
@@ -290,13 +402,17 @@ func (g *NPMRegistry) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Encoding", "gzip")
 	}
 	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(status)
 	w.Write(body)
 }
 
 func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []byte {
 	base := name[strings.LastIndexByte(name, '/')+1:]
 	versions := map[string]any{}
+	elsewhere := map[string]map[string]any{} // member -> version -> manifest
+	distTags := map[string]string{"latest": p.latest}
 	times := map[string]string{"created": "2020-01-01T00:00:00.000Z", "modified": "2020-01-02T00:00:00.000Z"}
+	var earlier []string // "VERSION":"TIME", a key time gives twice
 	var vs []string
 	for v := range p.versions {
 		vs = append(vs, v)
@@ -320,7 +436,19 @@ func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []
 			doc["main"] = "index.js"
 			doc["description"] = "a <fake> package & more"
 		}
-		versions[v] = doc
+		if member := p.elsewhere[v]; member != "" {
+			doc["version"] = v + "+hostile"
+			if elsewhere[member] == nil {
+				elsewhere[member] = map[string]any{}
+			}
+			elsewhere[member][v] = doc
+			distTags["hostile-"+v] = v
+		} else {
+			versions[v] = doc
+		}
+		if !pv.earlier.IsZero() {
+			earlier = append(earlier, fmt.Sprintf("%q:%q,", v, pv.earlier.UTC().Format("2006-01-02T15:04:05.000Z")))
+		}
 		switch {
 		case pv.noTime:
 		case !pv.published.IsZero():
@@ -329,12 +457,19 @@ func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []
 			times[v] = "2020-01-01T00:00:00.000Z"
 		}
 	}
-	doc := map[string]any{"name": name, "dist-tags": map[string]string{"latest": p.latest}, "versions": versions}
+	doc := map[string]any{"name": name, "dist-tags": distTags, "versions": versions}
+	for member, vs := range elsewhere {
+		doc[member] = map[string]any{"message": "offered by a hostile registry", "versions": vs}
+	}
 	if abbreviated {
 		doc["modified"] = times["modified"]
 	} else {
 		doc["_id"] = name
-		doc["time"] = times
+		t, _ := json.Marshal(times)
+		// The earlier entries come first, so a reader keeping the first
+		// sees them and one keeping the last (encoding/json, JSON.parse)
+		// does not.
+		doc["time"] = json.RawMessage("{" + strings.Join(earlier, "") + string(t[1:]))
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return b
