@@ -339,6 +339,12 @@ func TestSocketDirChecks(t *testing.T) {
 	if _, err := OpenSandboxSockets(open, newSrv, nil); err == nil || !strings.Contains(err.Error(), "is writable by everyone") {
 		t.Errorf("world-writable dir: %v", err)
 	}
+	group := filepath.Join(dir, "group")
+	os.Mkdir(group, 0o770)
+	os.Chmod(group, 0o770)
+	if _, err := OpenSandboxSockets(group, newSrv, nil); err == nil || !strings.Contains(err.Error(), "is writable by its group") {
+		t.Errorf("group-writable dir: %v", err)
+	}
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, nil, 0o600)
 	if _, err := OpenSandboxSockets(file, newSrv, nil); err == nil || !strings.Contains(err.Error(), "is not a directory") {

@@ -102,7 +102,11 @@ func checkSocketDir(dir string) error {
 	case !st.IsDir():
 		return fmt.Errorf("%s is not a directory", dir)
 	case st.Mode().Perm()&0o002 != 0:
-		return fmt.Errorf("%s is writable by everyone: a sandbox could put its own socket in another's place (chmod o-w %s)", dir, dir)
+		return fmt.Errorf("%s is writable by everyone: a sandbox could put its own socket in another's place (chmod go-w %s)", dir, dir)
+	case st.Mode().Perm()&0o020 != 0:
+		// Sandboxes are given a group to connect with (SocketMode); if that
+		// group may write here, they may replace each other's sockets.
+		return fmt.Errorf("%s is writable by its group: a sandbox given that group to connect with could put its own socket in another's place (chmod g-w %s)", dir, dir)
 	}
 	return nil
 }
