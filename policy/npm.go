@@ -140,13 +140,18 @@ type NPMDecision struct {
 // list alone; it allows unless a rule's package glob and range both match. A
 // version that is not semver is denied when a rule names the package (fail
 // closed), since cproxy cannot tell whether it is in the range.
+//
+// A rule's glob matches the name in any case: a registry that ignores case
+// serves event-stream for Event-Stream, and a rule must not be dodged by
+// asking for it so. (packages, which allow, match as written: a name in
+// another case may be another package, such as JSONStream and jsonstream.)
 func (pr *Profile) NPMDeny(name, version string) NPMDecision {
 	if pr == nil {
 		return NPMDecision{Decision: Decision{Rule: "no profile"}, Reason: "the sandbox has no profile"}
 	}
 	var v *semver.Version
 	for i, r := range pr.NPM.Deny {
-		if !matchGlob(r.Package, name) {
+		if !matchGlob(strings.ToLower(r.Package), strings.ToLower(name)) {
 			continue
 		}
 		if v == nil {

@@ -50,6 +50,10 @@ func TestNPMVersionDecisions(t *testing.T) {
 	}{
 		{web, "event-stream", "3.3.6", old, false, "profile.web.npm.deny[0]", `versions "3.3.6"): compromised`},
 		{web, "event-stream", "3.3.5", old, true, "profile.web.npm", ""},
+		// A registry that ignores case serves event-stream for these.
+		{web, "Event-Stream", "3.3.6", old, false, "profile.web.npm.deny[0]", `versions "3.3.6"): compromised`},
+		{web, "EVENT-STREAM", "3.3.6", old, false, "profile.web.npm.deny[0]", ""},
+		{web, "@acme/UTIL", "2.0.2", old, false, "profile.web.npm.deny[1]", ""},
 		{web, "@acme/util", "2.0.2", old, false, "profile.web.npm.deny[1]", `">=2.0.0 <2.0.3"`},
 		{web, "@acme/util", "2.0.3", old, true, "profile.web.npm", ""},
 		{web, "@acme/util", "2.0.1-beta.1", old, false, "profile.web.npm.deny[1]", ""},
