@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -130,72 +131,87 @@ func (a *audit) finish() {
 	}
 	// Before the line: once a request's line is out, it is counted.
 	a.metrics.request(a, status)
+	d := time.Since(a.start)
+	rec := a.record(status, d)
 	if a.sink != nil {
-		a.writeRecord(status, time.Since(a.start))
+		a.writeRecord(&rec)
 		return
 	}
 	if h, ok := a.log.Handler().(*textHandler); ok {
 		// The same line, formatted for the audit record alone.
 		if h.Enabled(a.r.Context(), slog.LevelInfo) {
-			h.writeAuditLine(a, status, time.Since(a.start), time.Now())
+			h.writeAuditLine(&rec, d, time.Now())
 		}
 		return
 	}
-	a.log.LogAttrs(a.r.Context(), slog.LevelInfo, "request", a.attrs(status, time.Since(a.start))...)
+	a.log.LogAttrs(a.r.Context(), slog.LevelInfo, "request", auditAttrs(&rec, d)...)
 }
 
-// attrs are the audit line's attributes, in order. textHandler's
+// auditAttrs are the audit line's attributes, in order: the record's
+// fields, each left out where the JSON record leaves it out (path and
+// method excepted), the duration as a duration. textHandler's
 // writeAuditLine writes the same line without them, and must follow any
 // change here.
-func (a *audit) attrs(status int, d time.Duration) []slog.Attr {
-	attrs := make([]slog.Attr, 0, 14)
-	attrs = append(attrs, slog.String("route", a.route))
-	if a.session != nil {
-		attrs = append(attrs, slog.String("sandbox", a.session.Sandbox), slog.String("token_id", a.session.TokenID))
-		if a.session.Profile != nil {
-			attrs = append(attrs, slog.String("profile", a.session.Profile.Name))
+func auditAttrs(rec *AuditRecord, d time.Duration) []slog.Attr {
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs, slog.String("route", rec.Route))
+	for _, f := range [...]struct{ key, value string }{{"sandbox", rec.Sandbox}, {"token_id", rec.TokenID}, {"profile", rec.Profile}, {"session_id", rec.SessionID}} {
+		if f.value != "" {
+			attrs = append(attrs, slog.String(f.key, f.value))
 		}
 	}
-	if sid := a.r.Header.Get("X-Claude-Code-Session-Id"); sid != "" && a.session != nil {
-		attrs = append(attrs, slog.String("session_id", clip(sid, 128)))
-	}
 	attrs = append(attrs,
-		slog.String("method", a.r.Method),
-		slog.String("path", clip(a.r.URL.Path, 256)),
+		slog.String("method", rec.Method),
+		slog.String("path", rec.Path),
 	)
-	if a.target != "" {
-		attrs = append(attrs, slog.String("target", clip(a.target, 256)))
+	if rec.Target != "" {
+		attrs = append(attrs, slog.String("target", rec.Target))
 	}
-	if a.rule != "" {
-		attrs = append(attrs, slog.String("rule", a.rule))
+	if rec.Rule != "" {
+		attrs = append(attrs, slog.String("rule", rec.Rule))
 	}
 	attrs = append(attrs,
-		slog.Int("status", status),
+		slog.Int("status", rec.Status),
 		slog.Duration("duration", d),
-		slog.Int64("bytes_in", a.body.n),
-		slog.Int64("bytes_out", a.w.bytes),
+		slog.Int64("bytes_in", rec.BytesIn),
+		slog.Int64("bytes_out", rec.BytesOut),
 	)
-	if a.reason != "" {
-		attrs = append(attrs, slog.String("reason", a.reason))
+	if rec.Reason != "" {
+		attrs = append(attrs, slog.String("reason", rec.Reason))
 	}
-	if !a.usage.IsZero() {
+	if u := rec.Usage; u != nil {
 		attrs = append(attrs, slog.GroupAttrs("usage",
-			slog.Int64("input_tokens", a.usage.Input), slog.Int64("output_tokens", a.usage.Output),
-			slog.Int64("cache_read_input_tokens", a.usage.CacheRead), slog.Int64("cache_creation_input_tokens", a.usage.CacheWrite)))
+			slog.Int64("input_tokens", u.Input), slog.Int64("output_tokens", u.Output),
+			slog.Int64("cache_read_input_tokens", u.CacheRead), slog.Int64("cache_creation_input_tokens", u.CacheWrite)))
+	}
+	if len(rec.Truncated) > 0 {
+		attrs = append(attrs, slog.String("truncated", strings.Join(rec.Truncated, ",")))
+	}
+	if rec.RefsOmitted > 0 {
+		attrs = append(attrs, slog.Int("refs_omitted", rec.RefsOmitted))
 	}
 	return attrs
 }
 
-// clip bounds what a client-chosen string can put in a log line, and keeps
-// anything shaped like a sandbox token out of it.
+// withheldToken stands for the token-shaped part of a client's text in
+// audit records and refusals (tokens.Withhold).
+const withheldToken = "[token-withheld]"
+
+// clip bounds what a client-chosen string can put in a refusal or an audit
+// record, and withholds any token-shaped part of it. It is the one place
+// that decides what of a client's text is kept, for every field and format.
 func clip(s string, n int) string {
-	if strings.Contains(s, tokens.Prefix) {
-		return "(withheld: looks like a sandbox token)"
-	}
-	if len(s) > n {
-		return s[:n] + "…"
-	}
+	s, _ = cut(s, n)
 	return s
+}
+
+// cut is clip, also saying whether s was cut to n bytes (and "…" added).
+func cut(s string, n int) (string, bool) {
+	s, _ = tokens.Withhold(s, withheldToken)
+	if len(s) > n {
+		return s[:n] + "…", true
+	}
+	return s, false
 }
 
 // The decisions an audit record tells.
@@ -244,6 +260,13 @@ type AuditRecord struct {
 	DurationMS float64 `json:"duration_ms"`
 	BytesIn    int64   `json:"bytes_in"`
 	BytesOut   int64   `json:"bytes_out"`
+	// Truncated names the fields cut to their bound, in the record's order:
+	// "session_id", "method", "path", "target", "refs" (a ref name cut, or
+	// more than 100 updates), "reason". A cut string ends in "…". Empty:
+	// nothing was cut.
+	Truncated []string `json:"truncated,omitempty"`
+	// RefsOmitted is how many of a push's ref updates Refs does not list.
+	RefsOmitted int `json:"refs_omitted,omitempty"`
 }
 
 // RefUpdate is one ref a push updates: old and new object ids, the zero id
@@ -261,18 +284,16 @@ const maxAuditRefs = 100
 // AuditTimeFormat is the audit record's time: RFC 3339 with milliseconds.
 const AuditTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// record is the audit record of the finished request.
+// record is the audit record of the finished request. Every string a
+// client chose goes through clip's rule here, and nowhere else: the JSON
+// record and the text line both write what it holds.
 func (a *audit) record(status int, d time.Duration) AuditRecord {
 	rec := AuditRecord{
 		Time:       a.start.Add(d).UTC().Format(AuditTimeFormat),
 		Route:      a.route,
-		Method:     clip(a.r.Method, 32),
-		Path:       clip(a.r.URL.Path, 256),
-		Target:     clip(a.target, 256),
 		Decision:   a.decision,
 		Rule:       a.rule,
 		Status:     status,
-		Reason:     clip(a.reason, 1024),
 		DurationMS: float64(d.Microseconds()) / 1000,
 		BytesIn:    a.body.n,
 		BytesOut:   a.w.bytes,
@@ -282,17 +303,24 @@ func (a *audit) record(status int, d time.Duration) AuditRecord {
 		if a.session.Profile != nil {
 			rec.Profile = a.session.Profile.Name
 		}
-		rec.SessionID = clip(a.r.Header.Get("X-Claude-Code-Session-Id"), 128)
+		rec.SessionID = rec.bound("session_id", a.r.Header.Get("X-Claude-Code-Session-Id"), 128)
 	}
-	if a.version != "" && rec.Target == a.target {
-		rec.Target = clip(a.target+"@"+a.version, 256)
+	rec.Method = rec.bound("method", a.r.Method, 32)
+	rec.Path = rec.bound("path", a.r.URL.Path, 256)
+	target := a.target
+	if a.version != "" {
+		target += "@" + a.version
 	}
+	rec.Target = rec.bound("target", target, 256)
 	for i, u := range a.refs {
 		if i == maxAuditRefs {
+			rec.RefsOmitted = len(a.refs) - maxAuditRefs
+			rec.markCut("refs")
 			break
 		}
-		rec.Refs = append(rec.Refs, RefUpdate{Ref: clip(u.Ref, 256), Old: clip(u.Old, 64), New: clip(u.New, 64)})
+		rec.Refs = append(rec.Refs, RefUpdate{Ref: rec.bound("refs", u.Ref, 256), Old: rec.bound("refs", u.Old, 64), New: rec.bound("refs", u.New, 64)})
 	}
+	rec.Reason = rec.bound("reason", a.reason, 1024)
 	if rec.Decision == "" {
 		rec.Decision = decisionAllow
 	}
@@ -303,14 +331,29 @@ func (a *audit) record(status int, d time.Duration) AuditRecord {
 	return rec
 }
 
+// bound is clip(s, n) for the record's field, which Truncated names if s
+// was cut.
+func (rec *AuditRecord) bound(field, s string, n int) string {
+	s, cut := cut(s, n)
+	if cut {
+		rec.markCut(field)
+	}
+	return s
+}
+
+func (rec *AuditRecord) markCut(field string) {
+	if !slices.Contains(rec.Truncated, field) {
+		rec.Truncated = append(rec.Truncated, field)
+	}
+}
+
 // writeRecord writes the record as one JSON line, in one Write, so lines
 // of concurrent requests never interleave. The line is json.Marshal's
 // encoding of the record (appendAuditRecord), built in a pooled buffer: the
 // sink, an io.Writer, must not keep it (cmd/cproxy's copies it).
-func (a *audit) writeRecord(status int, d time.Duration) {
-	rec := a.record(status, d)
+func (a *audit) writeRecord(rec *AuditRecord) {
 	bp := lineBuffers.Get().(*[]byte)
-	line := append(appendAuditRecord((*bp)[:0], &rec), '\n')
+	line := append(appendAuditRecord((*bp)[:0], rec), '\n')
 	if _, err := a.sink.Write(line); err != nil {
 		a.log.Error("audit record not written", "route", a.route, "err", err)
 	}

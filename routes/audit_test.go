@@ -1,7 +1,10 @@
 package routes
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,6 +31,10 @@ func auditRecords(t *testing.T, sink *syncBuffer) []map[string]any {
 		out = append(out, rec)
 	}
 	return out
+}
+
+func sonnetOnly(t *testing.T) envOpt {
+	return func(o *Options) { o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n") }
 }
 
 func withAuditLog(sink *syncBuffer) envOpt {
@@ -124,7 +131,8 @@ func TestAuditRecordErrorAndUsage(t *testing.T) {
 		start: time.Now(), route: "npm", target: "is-thing", version: "1.1.0", rule: "r", body: &countingBody{ReadCloser: http.NoBody},
 		sink: sink2, usage: Usage{Input: 12, Output: 40, CacheRead: 100, CacheWrite: 7},
 	}
-	a.writeRecord(200, 1500*time.Microsecond)
+	r := a.record(200, 1500*time.Microsecond)
+	a.writeRecord(&r)
 	rec := auditRecords(t, sink2)[0]
 	if rec["target"] != "is-thing@1.1.0" || rec["decision"] != "allow" || rec["duration_ms"] != 1.5 {
 		t.Errorf("record: %v", rec)
@@ -135,14 +143,19 @@ func TestAuditRecordErrorAndUsage(t *testing.T) {
 	}
 }
 
+// pushEnv is a git environment with an audit sink, and the headers of a
+// push by sandbox conv-42.
+func pushEnv(t *testing.T) (*env, *syncBuffer, map[string]string) {
+	sink := &syncBuffer{}
+	u := newGitEnv(t, newGitUpstream(t))
+	u.srv.auditLog = sink
+	return u, sink, with(basic(u.token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
+}
+
 // TestAuditRecordPush: a push's record lists its ref updates; a refused
 // one is a denial with the rule and reason.
 func TestAuditRecordPush(t *testing.T) {
-	sink := &syncBuffer{}
-	up := newGitUpstream(t)
-	u := newGitEnv(t, up)
-	u.srv.auditLog = sink
-	h := with(basic(u.token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
+	u, sink, h := pushEnv(t)
 	ok := pushBody("report-status", fakePack(64), oldID+" "+newID+" refs/heads/agent/x")
 	if r := u.do("POST", "/github/acme/app/git-receive-pack", h, string(ok)); r.status != 200 {
 		t.Fatalf("push: %d %s", r.status, r.body)
@@ -170,20 +183,99 @@ func TestAuditRecordPush(t *testing.T) {
 }
 
 // TestAuditRecordBoundsClientStrings: what a client chooses is clipped,
-// and a token-shaped string is withheld, in every field.
+// with the cut named in truncated, and only the token-shaped part of a
+// string is withheld, in every field.
 func TestAuditRecordBoundsClientStrings(t *testing.T) {
 	sink := &syncBuffer{}
-	e := newEnv(t, withAuditLog(sink))
+	e := newEnv(t, withAuditLog(sink), sonnetOnly(t))
 	tok := e.token("conv-42")
 	h := bearer(tok)
 	h["X-Claude-Code-Session-Id"] = "s-" + tok
 	e.do("POST", "/v1/"+strings.Repeat("x", 5000), h, "")
+	e.do("POST", "/v1/messages", bearer(tok), `{"model":"claude-`+tok+`-x","max_tokens":8,"messages":[]}`)
 	e.proxy.Close()
 	out := sink.String()
-	if strings.Contains(out, "cpx_") || len(out) > 2000 {
-		t.Errorf("record not bounded or holds the token (%d bytes):\n%s", len(out), out)
+	if strings.Contains(out, "cpx_") || strings.Contains(out, tok[len("cpx_"):]) || len(out) > 4000 {
+		t.Errorf("records not bounded or hold the token (%d bytes):\n%s", len(out), out)
 	}
-	if rec := auditRecords(t, sink)[0]; rec["session_id"] != "(withheld: looks like a sandbox token)" {
-		t.Errorf("session_id = %v", rec["session_id"])
+	recs := auditRecords(t, sink)
+	if recs[0]["session_id"] != "s-[token-withheld]" || len(recs[0]["path"].(string)) != 256+len("…") {
+		t.Errorf("long path: %v", recs[0])
+	}
+	if cut, _ := json.Marshal(recs[0]["truncated"]); string(cut) != `["path","reason"]` {
+		t.Errorf("truncated = %s, want [\"path\",\"reason\"]", cut)
+	}
+	if recs[1]["target"] != "claude-[token-withheld]-x" || !strings.HasPrefix(recs[1]["reason"].(string), "cproxy: model claude-[token-withheld]-x is not allowed") || recs[1]["truncated"] != nil {
+		t.Errorf("token in the model: %v", recs[1])
+	}
+}
+
+// TestAuditLineBoundsClientStrings: the text line keeps of a client's text
+// what the JSON record keeps: the refusal's reason too has the token
+// withheld, and a cut is named.
+func TestAuditLineBoundsClientStrings(t *testing.T) {
+	var buf syncBuffer
+	e := newEnv(t, func(o *Options) { o.Audit = slog.New(NewTextHandler(&buf, nil)) }, sonnetOnly(t))
+	tok := e.token("conv-42")
+	e.do("POST", "/v1/messages", bearer(tok), `{"model":"CPX_`+tok[len("cpx_"):]+`","max_tokens":8,"messages":[]}`)
+	e.do("GET", "/v1/"+strings.Repeat("y", 300), bearer(tok), "")
+	e.proxy.Close()
+	out := buf.String()
+	if strings.Contains(out, tok[len("cpx_"):]) {
+		t.Errorf("the audit lines hold the token:\n%s", out)
+	}
+	for _, want := range []string{` target=[token-withheld] `, ` reason="cproxy: model [token-withheld] is not allowed`, ` truncated=path`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("audit lines lack %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestAuditRecordPushCut: a push with more refs than a record lists says
+// how many it left out, and that the target was cut, in both formats.
+func TestAuditRecordPushCut(t *testing.T) {
+	u, sink, h := pushEnv(t)
+	var cmds []string
+	for i := range maxAuditRefs + 3 {
+		cmds = append(cmds, fmt.Sprintf("%s %s refs/heads/agent/b%03d", zeroID, newID, i))
+	}
+	u.do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status", fakePack(64), cmds...)))
+	u.proxy.Close()
+	rec := auditRecords(t, sink)[0]
+	refs, _ := rec["refs"].([]any)
+	cut, _ := json.Marshal(rec["truncated"])
+	if len(refs) != maxAuditRefs || rec["refs_omitted"] != 3.0 || string(cut) != `["target","refs"]` || !strings.HasSuffix(rec["target"].(string), "…") {
+		t.Errorf("%d refs, refs_omitted %v, truncated %s, target %v", len(refs), rec["refs_omitted"], cut, rec["target"])
+	}
+
+	var line bytes.Buffer
+	h2, _ := NewTextHandler(&line, nil).(*textHandler)
+	a := &audit{r: httptest.NewRequest("POST", "/github/acme/app/git-receive-pack", nil), w: &auditWriter{}, body: &countingBody{}, route: "github", target: "acme/app " + strings.Repeat("refs/heads/x,", 101)}
+	for range 101 {
+		a.refs = append(a.refs, RefUpdate{Ref: "refs/heads/x"})
+	}
+	r := a.record(200, time.Second)
+	h2.writeAuditLine(&r, time.Second, time.Now())
+	if !strings.Contains(line.String(), `…" status=200 `) || !strings.HasSuffix(line.String(), " truncated=target,refs refs_omitted=1\n") {
+		t.Errorf("text line: %s", line.String())
+	}
+}
+
+// TestAuditRecordEscapesLineBreakers: characters a line reader takes for a
+// line break, and those that reorder text, are written as \u escapes in
+// the JSON record; decoded, the record holds them as sent.
+func TestAuditRecordEscapesLineBreakers(t *testing.T) {
+	sink := &syncBuffer{}
+	e := newEnv(t, withAuditLog(sink), sonnetOnly(t))
+	tok := e.token("conv-42")
+	model := `claude-\u0085x\u009b\u2028\u2029\u202ey\u2066\u200f\u061c`
+	e.do("POST", "/v1/messages", bearer(tok), `{"model":"`+model+`","max_tokens":8,"messages":[]}`)
+	e.proxy.Close()
+	out := sink.String()
+	if strings.ContainsFunc(out, breaksLine) || !strings.Contains(out, `"target":"`+model+`"`) {
+		t.Errorf("record:\n%s", out)
+	}
+	if rec := auditRecords(t, sink)[0]; rec["target"] != "claude-\u0085x\u009b\u2028\u2029\u202ey\u2066\u200f\u061c" {
+		t.Errorf("target decodes to %q", rec["target"])
 	}
 }

@@ -6,14 +6,17 @@ import (
 	"unicode/utf8"
 )
 
-// appendAuditRecord appends rec as json.Marshal encodes it, byte for byte:
-// the fields in AuditRecord's order, omitempty as tagged, strings escaped
-// as encoding/json escapes them (HTML characters, U+2028 and U+2029
-// included; invalid UTF-8 as U+FFFD) and duration_ms as it formats a
-// float64. The audit log is written once per request, and reflection, the
-// encoder's state and the copy it returns cost more than the record.
+// appendAuditRecord appends rec as json.Marshal encodes it, byte for byte,
+// but for the characters EscapeLineBreakers escapes: the fields in
+// AuditRecord's order, omitempty as tagged, strings escaped as
+// encoding/json escapes them (HTML characters, U+2028 and U+2029 included;
+// invalid UTF-8 as U+FFFD) and the C1 controls and bidirectional formatting
+// characters as \u escapes too, and duration_ms as it formats a float64.
+// The audit log is written once per request, and reflection, the encoder's
+// state and the copy it returns cost more than the record.
 // TestAuditRecordAsJSONMarshalsIt and FuzzAuditRecord hold it to
-// json.Marshal; a field added to AuditRecord must be added here too.
+// EscapeLineBreakers(json.Marshal(rec)); a field added to AuditRecord must
+// be added here too.
 func appendAuditRecord(b []byte, rec *AuditRecord) []byte {
 	b = append(b, `{"time":`...)
 	b = appendJSONString(b, rec.Time)
@@ -67,6 +70,20 @@ func appendAuditRecord(b []byte, rec *AuditRecord) []byte {
 	b = strconv.AppendInt(b, rec.BytesIn, 10)
 	b = append(b, `,"bytes_out":`...)
 	b = strconv.AppendInt(b, rec.BytesOut, 10)
+	if len(rec.Truncated) > 0 {
+		b = append(b, `,"truncated":[`...)
+		for i, f := range rec.Truncated {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, f)
+		}
+		b = append(b, ']')
+	}
+	if rec.RefsOmitted != 0 {
+		b = append(b, `,"refs_omitted":`...)
+		b = strconv.AppendInt(b, int64(rec.RefsOmitted), 10)
+	}
 	return append(b, '}')
 }
 
@@ -79,7 +96,8 @@ func appendJSONField(b []byte, key, s string) []byte {
 }
 
 // appendJSONString appends s quoted as encoding/json quotes a string (its
-// appendString with HTML escaping, which json.Marshal turns on).
+// appendString with HTML escaping, which json.Marshal turns on), and with
+// the characters breaksLine reports escaped too.
 func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -119,9 +137,9 @@ func appendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
+		if breaksLine(r) {
 			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			b = appendRuneEscape(b, r)
 			i += size
 			start = i
 			continue
@@ -130,6 +148,55 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// breaksLine reports whether r is a character that a reader of a line
+// log can take for a line break, or that changes how the text around it
+// looks: a C1 control (U+0085 is a line break to some readers, U+009B a
+// terminal's escape), the line and paragraph separators U+2028 and U+2029,
+// or a bidirectional formatting character (U+061C, U+200E, U+200F, U+202A
+// to U+202E, U+2066 to U+2069), with which a sandbox's text could make a
+// line read as something else. encoding/json escapes only U+2028 and
+// U+2029; the audit log escapes them all.
+func breaksLine(r rune) bool {
+	switch {
+	case 0x80 <= r && r <= 0x9f, r == 0x2028, r == 0x2029, r == 0x061c, r == 0x200e, r == 0x200f,
+		0x202a <= r && r <= 0x202e, 0x2066 <= r && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
+// appendRuneEscape appends r, below U+10000, as a JSON \u escape.
+func appendRuneEscape(b []byte, r rune) []byte {
+	const hex = "0123456789abcdef"
+	return append(b, '\\', 'u', hex[r>>12&0xF], hex[r>>8&0xF], hex[r>>4&0xF], hex[r&0xF])
+}
+
+// EscapeLineBreakers returns the JSON text j (valid UTF-8, as encoding/json
+// and log/slog write it) with each character breaksLine reports written as
+// a \u escape: the same JSON value, which a line-oriented reader and a
+// terminal take as it is. In such text those characters can only be inside
+// strings. j is returned as it is when it has none.
+func EscapeLineBreakers(j []byte) []byte {
+	var out []byte
+	start := 0
+	for i := 0; i < len(j); {
+		if j[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(j[i:])
+		if breaksLine(r) {
+			out = appendRuneEscape(append(out, j[start:i]...), r)
+			start = i + size
+		}
+		i += size
+	}
+	if out == nil {
+		return j
+	}
+	return append(out, j[start:]...)
 }
 
 // appendJSONFloat appends f as encoding/json writes a float64: like

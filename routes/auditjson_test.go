@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"math"
@@ -14,14 +15,20 @@ import (
 )
 
 // recordPair encodes rec both ways: with json.Marshal, as the audit log
-// was written before appendAuditRecord, and with appendAuditRecord.
+// was written before appendAuditRecord, its line breakers escaped
+// (EscapeLineBreakers), and with appendAuditRecord. Neither holds a line
+// breaker raw.
 func recordPair(t *testing.T, rec AuditRecord) (marshalled, appended string) {
 	t.Helper()
 	want, err := json.Marshal(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(want), string(appendAuditRecord(nil, &rec))
+	got := appendAuditRecord(nil, &rec)
+	if bytes.ContainsFunc(got, breaksLine) {
+		t.Errorf("appendAuditRecord wrote a line breaker raw: %q", got)
+	}
+	return string(EscapeLineBreakers(want)), string(got)
 }
 
 // TestAuditRecordAsJSONMarshalsIt: the audit log's JSON lines are, byte for
@@ -42,10 +49,12 @@ func TestAuditRecordAsJSONMarshalsIt(t *testing.T) {
 			Status: 403, Reason: "push to refs/tags/<v1> & more is refused", DurationMS: 1500}},
 		{"strings to escape", AuditRecord{Sandbox: "a\"b\\c", TokenID: "\x00\x01\x1f\x7f", Profile: "\b\f\n\r\t", SessionID: "<script>&</script>",
 			Route: "\u2028\u2029", Method: "é\u00a0\ufffd", Path: "/\xff\xc3/\xe2\x82", Target: "ünïcode 😀", Rule: "=", Reason: "line\nbreak"}},
+		{"line breakers", AuditRecord{Target: "a\u0085b\u009b[2J\u0080\u009f", Reason: "\u202eevil\u202c \u2066x\u2069\u200e\u200f\u061c\u202a\u202b\u202d\u2067\u2068",
+			Refs: []RefUpdate{{Ref: "refs/heads/\u2028"}}, Truncated: []string{"path", "\u0085"}, RefsOmitted: 7}},
 		{"durations", AuditRecord{DurationMS: 1e-7}},
 		{"long duration", AuditRecord{DurationMS: 1e21}},
 		{"negative duration", AuditRecord{DurationMS: -0.001, Usage: &Usage{}}},
-		{"large numbers", AuditRecord{Status: -1, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, Usage: &Usage{CacheWrite: -7}}},
+		{"large numbers", AuditRecord{RefsOmitted: -3, Status: -1, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, Usage: &Usage{CacheWrite: -7}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, got := recordPair(t, c.rec)
@@ -58,10 +67,11 @@ func TestAuditRecordAsJSONMarshalsIt(t *testing.T) {
 
 // FuzzAuditRecord: whatever strings a client, a push or the config puts in
 // an audit record, and whatever its numbers, appendAuditRecord writes what
-// json.Marshal writes.
+// json.Marshal writes, its line breakers escaped.
 func FuzzAuditRecord(f *testing.F) {
 	f.Add("2026-11-30T09:59:13.987Z", "bench-1", "tok_0123456789ab", "default", "sess", "model", "POST", "/v1/messages", "claude-sonnet-4-5", "", "allow", "rule", "", int64(5), int64(31), int64(1234567), 200, 0.343, true)
 	f.Add("", "a b", "x=y", "\"", "\t<>&", "", "", "/é\u00a0\u2028", "\xff", "refs/heads/\x00", "deny", "\\", "why\n", int64(0), int64(-1), int64(-5), 499, 1e-9, false)
+	f.Add("", "", "", "", "\u0085", "\u009b", "", "\u202e", "\u2066", "\u061c", "", "", "\u200f", int64(3), int64(0), int64(0), 0, 0.0, true)
 	f.Fuzz(func(t *testing.T, tm, sandbox, tokenID, profile, sid, route, method, path, target, ref, decision, rule, reason string, in, out, bytesIn int64, status int, ms float64, withUsage bool) {
 		if math.IsNaN(ms) || math.IsInf(ms, 0) {
 			return // a duration is neither; json.Marshal refuses them
@@ -70,6 +80,7 @@ func FuzzAuditRecord(f *testing.F) {
 			Target: target, Decision: decision, Rule: rule, Status: status, Reason: reason, DurationMS: ms, BytesIn: bytesIn, BytesOut: out}
 		if ref != "" {
 			rec.Refs = []RefUpdate{{Ref: ref, Old: sid, New: reason}, {Ref: target}}
+			rec.Truncated, rec.RefsOmitted = []string{route, ref}, int(in)
 		}
 		if withUsage {
 			rec.Usage = &Usage{Input: in, Output: out, CacheRead: bytesIn, CacheWrite: int64(status)}
@@ -95,7 +106,8 @@ func BenchmarkAuditRecord(b *testing.B) {
 	b.Run("append", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			a.writeRecord(200, 343*time.Microsecond)
+			rec := a.record(200, 343*time.Microsecond)
+			a.writeRecord(&rec)
 		}
 	})
 	b.Run("json.Marshal", func(b *testing.B) {

@@ -63,58 +63,67 @@ func putLineBuffer(bp *[]byte, line []byte) {
 	}
 }
 
-// writeAuditLine writes a's audit line, with the attributes (*audit).finish
+// writeAuditLine writes rec's audit line, with the attributes auditAttrs
 // gives slog in the same order, as slog's text handler would format it at
 // time now.
-func (h *textHandler) writeAuditLine(a *audit, status int, d time.Duration, now time.Time) {
+func (h *textHandler) writeAuditLine(rec *AuditRecord, d time.Duration, now time.Time) {
 	bp := lineBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	b = append(b, "time="...)
 	b = appendRFC3339Millis(b, now)
 	b = append(b, " level=INFO msg=request"...)
-	b = appendTextAttr(b, "route", a.route)
-	if a.session != nil {
-		b = appendTextAttr(b, "sandbox", a.session.Sandbox)
-		b = appendTextAttr(b, "token_id", a.session.TokenID)
-		if a.session.Profile != nil {
-			b = appendTextAttr(b, "profile", a.session.Profile.Name)
-		}
-	}
-	if sid := a.r.Header.Get("X-Claude-Code-Session-Id"); sid != "" && a.session != nil {
-		b = appendTextAttr(b, "session_id", clip(sid, 128))
-	}
-	b = appendTextAttr(b, "method", a.r.Method)
-	b = appendTextAttr(b, "path", clip(a.r.URL.Path, 256))
-	if a.target != "" {
-		b = appendTextAttr(b, "target", clip(a.target, 256))
-	}
-	if a.rule != "" {
-		b = appendTextAttr(b, "rule", a.rule)
-	}
+	b = appendTextAttr(b, "route", rec.Route)
+	b = appendTextField(b, "sandbox", rec.Sandbox)
+	b = appendTextField(b, "token_id", rec.TokenID)
+	b = appendTextField(b, "profile", rec.Profile)
+	b = appendTextField(b, "session_id", rec.SessionID)
+	b = appendTextAttr(b, "method", rec.Method)
+	b = appendTextAttr(b, "path", rec.Path)
+	b = appendTextField(b, "target", rec.Target)
+	b = appendTextField(b, "rule", rec.Rule)
 	b = append(b, " status="...)
-	b = strconv.AppendInt(b, int64(status), 10)
+	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = append(b, " duration="...)
 	b = append(b, d.String()...)
 	b = append(b, " bytes_in="...)
-	b = strconv.AppendInt(b, a.body.n, 10)
+	b = strconv.AppendInt(b, rec.BytesIn, 10)
 	b = append(b, " bytes_out="...)
-	b = strconv.AppendInt(b, a.w.bytes, 10)
-	if a.reason != "" {
-		b = appendTextAttr(b, "reason", a.reason)
-	}
-	if !a.usage.IsZero() {
+	b = strconv.AppendInt(b, rec.BytesOut, 10)
+	b = appendTextField(b, "reason", rec.Reason)
+	if u := rec.Usage; u != nil {
 		b = append(b, " usage.input_tokens="...)
-		b = strconv.AppendInt(b, a.usage.Input, 10)
+		b = strconv.AppendInt(b, u.Input, 10)
 		b = append(b, " usage.output_tokens="...)
-		b = strconv.AppendInt(b, a.usage.Output, 10)
+		b = strconv.AppendInt(b, u.Output, 10)
 		b = append(b, " usage.cache_read_input_tokens="...)
-		b = strconv.AppendInt(b, a.usage.CacheRead, 10)
+		b = strconv.AppendInt(b, u.CacheRead, 10)
 		b = append(b, " usage.cache_creation_input_tokens="...)
-		b = strconv.AppendInt(b, a.usage.CacheWrite, 10)
+		b = strconv.AppendInt(b, u.CacheWrite, 10)
+	}
+	for i, f := range rec.Truncated {
+		if i == 0 {
+			b = append(b, " truncated="...)
+		} else {
+			b = append(b, ',')
+		}
+		b = append(b, f...)
+	}
+	if rec.RefsOmitted > 0 {
+		b = append(b, " refs_omitted="...)
+		b = strconv.AppendInt(b, int64(rec.RefsOmitted), 10)
 	}
 	b = append(b, '\n')
 	h.w.Write(b) // as slog.Logger does, a failed write is not reported
 	putLineBuffer(bp, b)
+}
+
+// appendTextField is appendTextAttr, or nothing for an empty value (the
+// JSON record's omitempty).
+func appendTextField(b []byte, key, value string) []byte {
+	if value == "" {
+		return b
+	}
+	return appendTextAttr(b, key, value)
 }
 
 // appendTextAttr appends " key=value", the key being one of the audit

@@ -20,7 +20,8 @@ func auditLinePair(t *testing.T, a *audit, status int, d time.Duration, now time
 	t.Helper()
 	var want bytes.Buffer
 	rec := slog.NewRecord(now, slog.LevelInfo, "request", 0)
-	rec.AddAttrs(a.attrs(status, d)...)
+	ar := a.record(status, d)
+	rec.AddAttrs(auditAttrs(&ar, d)...)
 	if err := slog.NewTextHandler(&want, nil).Handle(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func auditLinePair(t *testing.T, a *audit, status int, d time.Duration, now time
 	if !ok {
 		t.Fatal("NewTextHandler without options has no fast path")
 	}
-	h.writeAuditLine(a, status, d, now)
+	h.writeAuditLine(&ar, d, now)
 	return want.String(), got.String()
 }
 
@@ -72,12 +73,17 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 		{"strings to quote", testAudit("none", "a b", "tok=1", `quo"te`, "tab\there", "GET", "/x y/é/\u00a0/\x7f/\\", "ünïcode", "rule with spaces", "line\nbreak \ufffd", Usage{CacheWrite: 7}, true, true), at, time.Millisecond},
 		{"empty strings", testAudit("", "", "", "", "", "", "", "", "", "", Usage{}, true, true), at, -time.Second},
 		{"invalid UTF-8", testAudit("model", "\xff", "tok", "p", "s\xc3", "POST", "/v1/\xe2\x82", "m\x80", "", "", Usage{Output: 1}, true, true), at, 5},
+		{"line breakers", testAudit("model", "s", "t", "p", "\u0085", "POST", "/v1/\u2028", "a\u009b[2J\u202eb", "", "\u2066x\u2069\u200f", Usage{}, true, true), at, 5},
+		{"cut", testAudit("model", "s", "t", "p", "", "POST", "/"+strings.Repeat("p", 300), strings.Repeat("m", 300), "", "", Usage{}, true, true), at, 5},
 		{"a sandbox token in the session id", testAudit("model", "s", "t", "p", "cpx_abc", "POST", "/v1/messages", strings.Repeat("m", 300), "", "", Usage{}, true, true), at, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, got := auditLinePair(t, c.a, 200, c.d, c.now)
 			if got != want {
 				t.Errorf("fast path wrote\n%q\nslog writes\n%q", got, want)
+			}
+			if strings.ContainsFunc(got, breaksLine) {
+				t.Errorf("a line breaker written raw: %q", got)
 			}
 		})
 	}
@@ -115,6 +121,9 @@ func FuzzAuditLine(f *testing.F) {
 		want, got := auditLinePair(t, a, status, time.Duration(d), now)
 		if got != want {
 			t.Fatalf("fast path wrote\n%q\nslog writes\n%q", got, want)
+		}
+		if strings.ContainsFunc(got, breaksLine) {
+			t.Fatalf("a line breaker written raw: %q", got)
 		}
 	})
 }

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -252,6 +254,20 @@ func (l *auditLog) Close(d time.Duration) {
 	}
 }
 
+// jsonLogWriter is the writer of serve's JSON logs (log.format = "json"):
+// each line slog writes, with the characters it leaves raw that a
+// line-oriented reader or a terminal could take for a line break or a
+// reordering escaped (routes.EscapeLineBreakers), as the audit file's are.
+type jsonLogWriter struct{ w io.Writer }
+
+// Write writes one line (slog writes each record in one Write).
+func (j jsonLogWriter) Write(p []byte) (int, error) {
+	if _, err := j.w.Write(routes.EscapeLineBreakers(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 func auditCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "audit",
@@ -443,7 +459,7 @@ func (p *auditPrinter) line(b []byte) {
 		}
 	}
 	if p.o.format == "json" {
-		p.w.Write(bytes.TrimRight(b, "\n"))
+		p.w.Write(routes.EscapeLineBreakers(bytes.TrimRight(b, "\n")))
 		p.w.WriteByte('\n')
 		return
 	}
@@ -452,13 +468,15 @@ func (p *auditPrinter) line(b []byte) {
 }
 
 // formatAuditRecord is one readable line: time, [sandbox,] route, method,
-// target (or path), decision, status, duration, usage, rule, reason.
+// target (or path), decision, status, duration, usage, rule, reason, and
+// what the record says was cut. Every string is quoted where it could
+// otherwise split or read differently (quoteIfNeeded).
 func formatAuditRecord(rec auditLine, sandbox bool) string {
 	if rec.Lost > 0 {
-		return fmt.Sprintf("%s LOST %d audit records: %s", rec.Time, rec.Lost, rec.Reason)
+		return fmt.Sprintf("%s LOST %d audit records: %s", quoteIfNeeded(rec.Time), rec.Lost, quoteIfNeeded(rec.Reason))
 	}
 	var b strings.Builder
-	b.WriteString(rec.Time)
+	b.WriteString(quoteIfNeeded(rec.Time))
 	if sandbox {
 		b.WriteString(" " + orDash(rec.Sandbox))
 	}
@@ -466,7 +484,7 @@ func formatAuditRecord(rec auditLine, sandbox bool) string {
 	if target == "" {
 		target = rec.Path
 	}
-	fmt.Fprintf(&b, " %s %s %s %s %d %s", orDash(rec.Route), orDash(printable(rec.Method)), orDash(printable(target)), orDash(rec.Decision), rec.Status,
+	fmt.Fprintf(&b, " %s %s %s %s %d %s", orDash(rec.Route), orDash(rec.Method), orDash(target), orDash(rec.Decision), rec.Status,
 		time.Duration(rec.DurationMS*float64(time.Millisecond)).Round(time.Microsecond))
 	if u := rec.Usage; u != nil {
 		fmt.Fprintf(&b, " tokens: in=%d out=%d", u.Input, u.Output)
@@ -483,29 +501,33 @@ func formatAuditRecord(rec auditLine, sandbox bool) string {
 	if rec.Reason != "" {
 		b.WriteString(" reason=" + quoteIfNeeded(rec.Reason))
 	}
+	if len(rec.Truncated) > 0 {
+		b.WriteString(" truncated=" + quoteIfNeeded(strings.Join(rec.Truncated, ",")))
+	}
+	if rec.RefsOmitted > 0 {
+		fmt.Fprintf(&b, " (+%d more refs)", rec.RefsOmitted)
+	}
 	return b.String()
 }
 
-// printable quotes a string that holds control characters, so a record
-// cannot forge lines or move the cursor of the terminal it is printed on.
-func printable(s string) string {
-	if strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		return strconv.Quote(s)
-	}
-	return s
-}
-
+// orDash is s as quoteIfNeeded writes it, or "-" for nothing.
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return quoteIfNeeded(s)
 }
 
-// quoteIfNeeded quotes a value with spaces or control characters, so a
-// line splits the same way whatever it holds.
+// quoteIfNeeded quotes a value, escaping what is not printable, when it
+// holds a space, a character that is not printable (C0 and C1
+// controls, U+2028 and U+2029, bidirectional formatting characters) or
+// invalid UTF-8: so a line splits the same way whatever a sandbox put in
+// it, and cannot forge another line, move a terminal's cursor or reorder
+// what is shown.
 func quoteIfNeeded(s string) string {
-	if strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+	if strings.ContainsFunc(s, func(r rune) bool {
+		return r == utf8.RuneError || unicode.IsSpace(r) || !unicode.IsPrint(r)
+	}) {
 		return strconv.Quote(s)
 	}
 	return s

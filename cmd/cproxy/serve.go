@@ -136,6 +136,7 @@ func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(cfg.Level))
 	if cfg.Format == "json" {
+		w = jsonLogWriter{w}
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), slog.New(slog.NewJSONHandler(w, nil))
 	}
 	// The audit log's lines are slog's text lines; routes' handler writes a
