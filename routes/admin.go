@@ -198,6 +198,13 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	if len(body) > maxValuesBody {
 		return nil, nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxValuesBody>>10)
 	}
+	const shape = `{"values": {"NAME": "VALUE", …}, "budget": {…}} (string values, no other keys)`
+	switch dup, err := duplicateKey(body); {
+	case errors.Is(err, errTooDeep):
+		return nil, nil, http.StatusBadRequest, err.Error() + ": it must be " + shape
+	case dup != "":
+		return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the key %q more than once (keys are matched without regard to case): send each key once", clip(dup, 64))
+	}
 	var req struct {
 		Values map[string]string `json:"values"`
 		Budget json.RawMessage   `json:"budget"`
@@ -205,7 +212,10 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil || dec.More() {
-		return nil, nil, http.StatusBadRequest, `the body is not {"values": {"NAME": "VALUE", …}, "budget": {…}} (string values, no other keys)`
+		if k := unknownKey(err); k != "" {
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the unknown key %s: it must be %s", clip(k, 64), shape)
+		}
+		return nil, nil, http.StatusBadRequest, "the body is not " + shape
 	}
 	if len(req.Values) > maxValues {
 		return nil, nil, http.StatusBadRequest, fmt.Sprintf("%d values: at most %d", len(req.Values), maxValues)

@@ -1,0 +1,34 @@
+package routes
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzDuplicateKey holds foldKey to encoding/json: whenever json.Unmarshal
+// would fill one field from two keys of a body, duplicateKey reports it.
+func FuzzDuplicateKey(f *testing.F) {
+	for _, k := range []string{"requests", "REQUESTS", "requeſts", "window", "\u212aey", "values", "other"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		name, err := json.Marshal(key)
+		if err != nil {
+			return
+		}
+		body := []byte(`{"requests":1,` + string(name) + `:2}`)
+		var v struct {
+			Requests int `json:"requests"`
+		}
+		if json.Unmarshal(body, &v) != nil {
+			return
+		}
+		dup, err := duplicateKey(body)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if v.Requests == 2 && dup == "" {
+			t.Fatalf("%s: json.Unmarshal took the second key, duplicateKey saw no duplicate", body)
+		}
+	})
+}
