@@ -14,7 +14,8 @@ const (
 
 // Budget caps what one token may spend on the model route
 // ([profile.NAME.budget], or per token at creation). Every limit is
-// optional: zero is no limit.
+// optional: zero is no limit, except RequestsPerMinute and Concurrent,
+// where zero is DefaultRequestsPerMinute and DefaultConcurrent.
 type Budget struct {
 	// Window is what the counts are over: WindowToken (default) or WindowDay.
 	Window string `toml:"window" json:"window,omitempty"`
@@ -26,11 +27,28 @@ type Budget struct {
 	OutputTokens     int64 `toml:"output_tokens" json:"output_tokens,omitempty"`
 	CacheReadTokens  int64 `toml:"cache_read_tokens" json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens int64 `toml:"cache_write_tokens" json:"cache_write_tokens,omitempty"`
-	// RequestsPerMinute caps the rate of model-route requests.
+	// RequestsPerMinute caps the rate of model-route requests. Zero:
+	// DefaultRequestsPerMinute.
 	RequestsPerMinute int64 `toml:"requests_per_minute" json:"requests_per_minute,omitempty"`
-	// Concurrent caps the model-route requests in flight at once.
+	// Concurrent caps the model-route requests in flight at once. Zero:
+	// DefaultConcurrent.
 	Concurrent int64 `toml:"concurrent" json:"concurrent,omitempty"`
 }
+
+// The bounds a token has when its budget sets none, so that one sandbox
+// cannot hold a whole host's connections and memory (each open stream
+// costs about 73 KiB, 4 goroutines and 2 file descriptors) or fill the
+// audit log at thousands of requests a second. Each process counts them in
+// its own memory, replicas included: they bound what one process spends.
+// They are far above what Claude Code does (a few requests in flight, a
+// few a second, subagents included); a profile sets its own to go higher.
+const (
+	// DefaultConcurrent is budget.concurrent when none is set.
+	DefaultConcurrent = 64
+	// DefaultRequestsPerMinute is budget.requests_per_minute when none is
+	// set: 50 a second sustained, up to 3000 at once.
+	DefaultRequestsPerMinute = 3000
+)
 
 // IsZero reports whether the budget limits nothing.
 func (b Budget) IsZero() bool {

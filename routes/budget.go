@@ -38,7 +38,9 @@ import (
 // end of a request. What the store holds is then what was spent plus what
 // requests in flight hold; a replica that dies with requests in flight
 // leaves their reservations charged, an over-charge, never an under-charge.
-// The rate and concurrency limits stay in each process's memory.
+// The default rate and concurrency limits (policy.DefaultConcurrent,
+// DefaultRequestsPerMinute), for a budget that sets none, are counted in
+// each process's memory: they bound what one process spends.
 type budgets struct {
 	store tokens.Store
 	// shared: other processes count in store too (PostgreSQL replicas), so
@@ -105,19 +107,24 @@ func budgetError(retry time.Duration, format string, args ...any) error {
 // the session's token, or refuses with a 429 before anything is sent.
 func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) (*reservation, error) {
 	meter := charged && metered(lim)
-	if lim.Concurrent == 0 && lim.RequestsPerMinute == 0 && !meter {
-		// Nothing to hold: no lock, and no entry for the token.
-		return nil, nil
-	}
 	now := b.now()
-	if b.shared {
-		return b.reserveShared(ctx, sess, lim, want, meter, now)
-	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	res, err := b.admit(sess, lim, now)
-	if err != nil || !meter {
-		return res, err
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	if b.shared {
+		b.mu.Unlock()
+		if err := b.reserveShared(ctx, res, sess, lim, want, meter, now); err != nil {
+			res.settle(tokens.Usage{})
+			return nil, err
+		}
+		return res, nil
+	}
+	defer b.mu.Unlock()
+	if !meter {
+		return res, nil
 	}
 	if err := b.holdLocal(ctx, res, sess, want, now); err != nil {
 		res.tl.inflight--
@@ -127,18 +134,18 @@ func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget,
 }
 
 // reserveShared is reserve for replicas sharing the store: the token's
-// in-flight slots, its rate and its window's usage are all counted in the
-// store, outside b.mu (which would otherwise hold every request behind a
-// database round trip).
-func (b *budgets) reserveShared(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, meter bool, now time.Time) (*reservation, error) {
-	res := &reservation{b: b, limit: lim}
+// in-flight slots, its rate and its window's usage, where lim sets them,
+// are all counted in the store, outside b.mu (which would otherwise hold
+// every request behind a database round trip). On an error the caller
+// settles res, which frees what it holds.
+func (b *budgets) reserveShared(ctx context.Context, res *reservation, sess *Session, lim policy.Budget, want tokens.Usage, meter bool, now time.Time) error {
 	if lim.Concurrent > 0 {
 		slot, err := b.store.AcquireSlot(ctx, sess.TokenID, lim.Concurrent, slotLease)
 		if errors.Is(err, tokens.ErrOverBudget) {
-			return nil, inFlightError(sess, lim.Concurrent, lim)
+			return inFlightError(sess, lim.Concurrent, lim.Concurrent, lim.Concurrent)
 		}
 		if err != nil {
-			return nil, b.storeFailed(err, sess)
+			return b.storeFailed(err, sess)
 		}
 		res.slot = slot
 		b.mu.Lock()
@@ -147,60 +154,83 @@ func (b *budgets) reserveShared(ctx context.Context, sess *Session, lim policy.B
 	}
 	if lim.RequestsPerMinute > 0 {
 		wait, err := b.store.TakeRate(ctx, sess.TokenID, lim.RequestsPerMinute)
-		if err == nil && wait > 0 {
-			err = rateError(sess, wait, lim)
-		} else if err != nil {
-			err = b.storeFailed(err, sess)
-		}
 		if err != nil {
-			res.release()
-			return nil, err
+			return b.storeFailed(err, sess)
+		}
+		if wait > 0 {
+			return rateError(sess, wait, lim.RequestsPerMinute, lim.RequestsPerMinute)
 		}
 	}
 	if meter {
 		key, reset := usageWindow(sess.TokenID, lim.Window, now)
 		held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
 		if err != nil {
-			res.release()
-			return nil, b.refusal(err, sess, lim, held, want, now, reset)
+			return b.refusal(err, sess, lim, held, want, now, reset)
 		}
 		res.key, res.want = key, want
 	}
-	return res, nil
+	return nil
 }
 
 // slotLease is how long a replica's in-flight slot outlives the replica:
 // the flusher renews every slot it holds each flushEvery, well inside it.
 const slotLease = 30 * time.Second
 
-func inFlightError(sess *Session, n int64, lim policy.Budget) error {
-	return budgetError(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d); retry when one ends", n, sess.Sandbox, lim.Concurrent)
+// inFlightError refuses a request over the token's concurrency limit;
+// set is what the budget sets (0: limit is cproxy's default).
+func inFlightError(sess *Session, n, limit, set int64) error {
+	return budgetError(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d%s); retry when one ends", n, sess.Sandbox, limit, defaultNote(set))
 }
 
-func rateError(sess *Session, wait time.Duration, lim policy.Budget) error {
-	return budgetError(wait, "sandbox %s's token is over its rate (budget requests_per_minute = %d); retry after %ds", sess.Sandbox, lim.RequestsPerMinute, retrySeconds(wait))
+// rateError refuses a request over the token's rate, rpm requests a
+// minute; set is what the budget sets (0: rpm is cproxy's default).
+func rateError(sess *Session, wait time.Duration, rpm, set int64) error {
+	return budgetError(wait, "sandbox %s's token is over its rate (budget requests_per_minute = %d%s); retry after %ds", sess.Sandbox, rpm, defaultNote(set), retrySeconds(wait))
+}
+
+// defaultNote says, in a refusal, that the limit is cproxy's default (the
+// budget left it out, set is 0) and how to change it.
+func defaultNote(set int64) string {
+	if set != 0 {
+		return ""
+	}
+	return ", cproxy's default when the profile's budget sets none; the operator can set another"
 }
 
 // admit applies the token's rate and concurrency limits and takes one of
-// its in-flight slots; the caller holds b.mu.
+// its in-flight slots; the caller holds b.mu. A limit lim leaves out is
+// cproxy's default (policy.DefaultConcurrent, DefaultRequestsPerMinute),
+// counted here, in this process, even when the store is shared; one lim
+// sets is counted here unless the store is shared (reserveShared counts
+// it there).
 func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reservation, error) {
+	concurrent, rpm := lim.Concurrent, lim.RequestsPerMinute
+	if b.shared {
+		concurrent, rpm = 0, 0
+	}
+	if lim.Concurrent == 0 {
+		concurrent = policy.DefaultConcurrent
+	}
+	if lim.RequestsPerMinute == 0 {
+		rpm = policy.DefaultRequestsPerMinute
+	}
 	tl := b.limit[sess.TokenID]
 	if tl == nil {
 		tl = &tokenLimit{}
 		b.limit[sess.TokenID] = tl
 	}
-	if lim.Concurrent > 0 && tl.inflight >= lim.Concurrent {
-		return nil, inFlightError(sess, tl.inflight, lim)
+	if concurrent > 0 && tl.inflight >= concurrent {
+		return nil, inFlightError(sess, tl.inflight, concurrent, lim.Concurrent)
 	}
-	if lim.RequestsPerMinute > 0 {
-		if tl.limiter == nil || tl.rpm != lim.RequestsPerMinute {
-			tl.limiter = rate.NewLimiter(rate.Limit(float64(lim.RequestsPerMinute)/60), int(min(lim.RequestsPerMinute, math.MaxInt32)))
-			tl.rpm = lim.RequestsPerMinute
+	if rpm > 0 {
+		if tl.limiter == nil || tl.rpm != rpm {
+			tl.limiter = rate.NewLimiter(rate.Limit(float64(rpm)/60), int(min(rpm, math.MaxInt32)))
+			tl.rpm = rpm
 		}
 		r := tl.limiter.ReserveN(now, 1)
 		if d := r.DelayFrom(now); d > 0 {
 			r.CancelAt(now)
-			return nil, rateError(sess, d, lim)
+			return nil, rateError(sess, d, rpm, lim.RequestsPerMinute)
 		}
 	}
 	tl.inflight++
@@ -471,6 +501,13 @@ func (b *budgets) flush(exact bool) {
 		}
 		if a.reserved == (tokens.Usage{}) && now.Sub(a.lastUse) > 48*time.Hour {
 			delete(b.accts, key)
+		}
+	}
+	// Every token that made a model request has a rate and a count: one
+	// with nothing in flight and a full rate bucket is as good as none.
+	for id, tl := range b.limit {
+		if tl.inflight == 0 && (tl.limiter == nil || tl.limiter.TokensAt(now) >= float64(tl.limiter.Burst())) {
+			delete(b.limit, id)
 		}
 	}
 	b.mu.Unlock()

@@ -57,7 +57,8 @@ func TestBodyBufferClass(t *testing.T) {
 // upstream receives each allowed body exactly as its client sent it.
 func TestCheckedBodiesNeverMix(t *testing.T) {
 	e := newEnv(t, func(o *Options) {
-		o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n")
+		// All 200 at once from one token: above the default concurrency.
+		o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\nbudget = { concurrent = 200 }\n")
 	})
 	tok := e.token("conv-1")
 	sent := make(chan string, 200)

@@ -67,9 +67,13 @@ func TestLimitsConfig(t *testing.T) {
 		}
 	}
 
+	// The plain target meters nothing, and its rate and concurrency are
+	// above cproxy's defaults as far as the limits target's.
 	plain, _ := loadVariant(t, plainCproxy)
-	if plain.Log.Audit != "" || !plain.Rules.Profiles["default"].Budget.IsZero() {
-		t.Errorf("plain cproxy: log.audit %q, budget %+v: want the defaults", plain.Log.Audit, plain.Rules.Profiles["default"].Budget)
+	pb := plain.Rules.Profiles["default"].Budget
+	if plain.Log.Audit != "" || pb.Requests != 0 || pb.InputTokens != 0 || pb.OutputTokens != 0 || pb.CacheReadTokens != 0 || pb.CacheWriteTokens != 0 ||
+		pb.RequestsPerMinute < 10_000_000 || pb.Concurrent < 10*int64(DefaultPlan.Streams) {
+		t.Errorf("plain cproxy: log.audit %q, budget %+v: want no audit file, nothing metered, rate and concurrency far above a run", plain.Log.Audit, pb)
 	}
 }
 

@@ -520,9 +520,17 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// cproxyPolicy is a policy a platform engineer would write: models by glob.
-const cproxyPolicy = `[profile.default]
+// modelsPolicy is a policy a platform engineer would write: models by glob.
+const modelsPolicy = `[profile.default]
 models = ["claude-*"]
+`
+
+// cproxyPolicy is modelsPolicy with a token's rate and requests in flight
+// raised far above cproxy's defaults (policy.DefaultRequestsPerMinute and
+// DefaultConcurrent), which the benchmark's one token, busier than any
+// sandbox (1,000 streams at once, up to ~10^6 requests a minute), would
+// pass. Nothing is metered.
+const cproxyPolicy = modelsPolicy + `budget = { requests_per_minute = 100_000_000, concurrent = 100_000 }
 `
 
 // cproxyConfig runs cproxy on ephemeral loopback ports with its store, key
@@ -554,7 +562,7 @@ credential = "file:anthropic-key"
 // budget this size leases a twentieth of itself from the store at the
 // first request and never again; one near its end would make a bbolt write
 // every twentieth of a limit.
-const limitsPolicy = cproxyPolicy + `
+const limitsPolicy = modelsPolicy + `
 [profile.default.budget]
 window = "day"
 requests = 100_000_000
