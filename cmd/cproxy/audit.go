@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +40,11 @@ const auditQueue = 4096
 // auditLostEvery is how often a still-failing audit log is reported again.
 const auditLostEvery = time.Minute
 
+// auditCheckEvery is how often the writer checks that its file is still
+// the one at the path: records written to a file deleted in between are
+// lost, so this bounds the loss to about a second's records.
+const auditCheckEvery = time.Second
+
 // auditLog writes the audit records, JSON lines, to a file or to stdout.
 // Requests hand it whole lines (Write); one goroutine writes them, in
 // order, one write each. It is fail-open: a record that cannot be written
@@ -55,6 +62,9 @@ type auditLog struct {
 
 	w io.Writer // the writer goroutine's own
 	f *os.File  // nil for stdout
+	// gone marks that the path could not be reopened after the file was
+	// deleted, so that a failure is reported once, not every second.
+	gone bool
 
 	// lost counts records not written since the last report; full marks
 	// that a full queue has been reported and not yet caught up with.
@@ -83,9 +93,52 @@ func openAuditLog(dest string, stdout io.Writer, log *slog.Logger) (*auditLog, e
 			return nil, err
 		}
 		l.w, l.f = f, f
+		l.markRunning()
 	}
 	go l.run()
 	return l, nil
+}
+
+// runningMarker is the file that says a serve is writing the audit file at
+// path: created when it opens the file, removed when it closes it. Found
+// at start, it means the serve before was killed (SIGKILL, a crash, the
+// machine stopping) and records of the requests it had in flight or queued
+// may be missing. It sits beside the audit file, hidden, so that a
+// rotation's pattern for the file does not take it.
+func runningMarker(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".running")
+}
+
+// uncleanNotice is the notice written when the serve before did not close
+// the audit log.
+const uncleanNotice = "cproxy: the previous run of cproxy serve ended without a clean shutdown (killed, crashed or the machine stopped): records of the requests in flight or queued then may be missing"
+
+// markRunning writes a notice to the file if the serve before it did not
+// remove its marker, and creates the marker for this one. A marker that
+// cannot be written only costs that notice next time; it is logged.
+func (l *auditLog) markRunning() {
+	marker := runningMarker(l.path)
+	if _, err := os.Stat(marker); err == nil {
+		l.log.Warn("the previous cproxy serve did not shut down cleanly: audit records of its last requests may be missing", "audit", l.path)
+		l.writeNotice(uncleanNotice)
+	}
+	if err := os.WriteFile(marker, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		l.log.Warn("audit log: cannot write the marker that tells an unclean shutdown at the next start", "marker", marker, "err", err.Error())
+	}
+}
+
+// noticeRecord is the audit log's own record of something a reader of it
+// should know: that records may be missing, and why.
+type noticeRecord struct {
+	Time   string `json:"time"`
+	Notice string `json:"notice"`
+}
+
+// writeNotice writes a notice record; one that cannot be written is
+// counted as a lost record.
+func (l *auditLog) writeNotice(text string) {
+	line, _ := json.Marshal(noticeRecord{Time: time.Now().UTC().Format(routes.AuditTimeFormat), Notice: text})
+	l.write(append(line, '\n'))
 }
 
 // auditFlushTimeout bounds how long serve, stopping, waits for the audit
@@ -147,16 +200,68 @@ func (l *auditLog) dest() string {
 
 func (l *auditLog) run() {
 	defer close(l.done)
-	for it := range l.queue {
-		if it.reopen != nil {
-			it.reopen <- l.reopenFile()
-			continue
-		}
-		l.write(it.line)
-	}
+	var check <-chan time.Time
 	if l.f != nil {
-		l.f.Close()
+		t := time.NewTicker(auditCheckEvery)
+		defer t.Stop()
+		check = t.C
 	}
+	for {
+		select {
+		case it, ok := <-l.queue:
+			if !ok {
+				if l.f != nil {
+					l.f.Close()
+				}
+				return
+			}
+			if it.reopen != nil {
+				it.reopen <- l.reopenFile()
+				continue
+			}
+			l.write(it.line)
+		case <-check:
+			l.checkPath()
+		}
+	}
+}
+
+// checkPath reopens the audit file at its path when the open file is no
+// longer there: deleted (its records since the last check are lost:
+// logged as an ERROR, and a notice starts the new file), or renamed away
+// without the SIGHUP that should follow (nothing is lost: logged at WARN).
+// A path that cannot be looked at is left alone.
+func (l *auditLog) checkPath() {
+	cur, err := l.f.Stat()
+	if err != nil {
+		return
+	}
+	at, err := os.Stat(l.path)
+	switch {
+	case err == nil && os.SameFile(at, cur):
+		l.gone = false
+		return
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return
+	}
+	deleted := false
+	if st, ok := cur.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+		deleted = true
+	}
+	if err := l.reopenFile(); err != nil {
+		if !l.gone {
+			l.gone = true
+			l.log.Error("audit log file is no longer at its path and cannot be reopened: records still go to the old file", "audit", l.path, "err", err.Error())
+		}
+		return
+	}
+	l.gone = false
+	if !deleted {
+		l.log.Warn("audit log file was renamed away without SIGHUP: reopened at its path", "audit", l.path)
+		return
+	}
+	l.log.Error("audit log file was deleted while in use: reopened at its path; records written since the last check, up to a second's, are lost", "audit", l.path)
+	l.writeNotice(fmt.Sprintf("cproxy: the audit file was deleted while in use and reopened at its path: records of up to %v before this one may be missing", auditCheckEvery))
 }
 
 // write writes one line; after losses, a record that says how many first.
@@ -248,6 +353,10 @@ func (l *auditLog) Close(d time.Duration) {
 	case <-l.done:
 		if n := l.lost.Load(); n > 0 {
 			l.log.Error("audit records were lost", "audit", l.dest(), "lost", n)
+		}
+		if l.path != "" {
+			// Every record is written: the next start has nothing to warn of.
+			os.Remove(runningMarker(l.path))
 		}
 	case <-time.After(d):
 		l.log.Error("audit log not flushed: records still queued are lost", "audit", l.dest(), "queued", len(l.queue))
@@ -441,7 +550,8 @@ type auditPrinter struct {
 // record of lost ones.
 type auditLine struct {
 	routes.AuditRecord
-	Lost int64 `json:"lost"`
+	Lost   int64  `json:"lost"`
+	Notice string `json:"notice"`
 }
 
 func (p *auditPrinter) line(b []byte) {
@@ -453,7 +563,7 @@ func (p *auditPrinter) line(b []byte) {
 		}
 		return
 	}
-	if rec.Lost == 0 {
+	if rec.Lost == 0 && rec.Notice == "" {
 		if ok, _ := path.Match(p.o.sandbox, rec.Sandbox); !ok {
 			return
 		}
@@ -473,7 +583,10 @@ func (p *auditPrinter) line(b []byte) {
 // otherwise split or read differently (quoteIfNeeded).
 func formatAuditRecord(rec auditLine, sandbox bool) string {
 	if rec.Lost > 0 {
-		return fmt.Sprintf("%s LOST %d audit records: %s", quoteIfNeeded(rec.Time), rec.Lost, quoteIfNeeded(rec.Reason))
+		return fmt.Sprintf("%s LOST %d audit records: %s", quoteIfNeeded(rec.Time), rec.Lost, printable(rec.Reason))
+	}
+	if rec.Notice != "" {
+		return fmt.Sprintf("%s NOTICE %s", quoteIfNeeded(rec.Time), printable(rec.Notice))
 	}
 	var b strings.Builder
 	b.WriteString(quoteIfNeeded(rec.Time))
@@ -508,6 +621,15 @@ func formatAuditRecord(rec auditLine, sandbox bool) string {
 		fmt.Fprintf(&b, " (+%d more refs)", rec.RefsOmitted)
 	}
 	return b.String()
+}
+
+// printable is the free text of the writer's own records as it is, or
+// quoted if it holds a character that is not printable (quoteIfNeeded).
+func printable(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return r != ' ' && (r == utf8.RuneError || !unicode.IsPrint(r)) }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // orDash is s as quoteIfNeeded writes it, or "-" for nothing.
