@@ -138,7 +138,7 @@ type noticeRecord struct {
 // counted as a lost record.
 func (l *auditLog) writeNotice(text string) {
 	line, _ := json.Marshal(noticeRecord{Time: time.Now().UTC().Format(routes.AuditTimeFormat), Notice: text})
-	l.write(append(line, '\n'))
+	l.write(append(routes.EscapeLineBreakers(line), '\n'))
 }
 
 // auditFlushTimeout bounds how long serve, stopping, waits for the audit
@@ -274,7 +274,7 @@ func (l *auditLog) write(line []byte) {
 	if l.lastErr != nil {
 		n := l.lost.Load()
 		mark, _ := json.Marshal(lostRecord{Time: time.Now().UTC().Format(routes.AuditTimeFormat), Lost: n, Reason: "cproxy: " + l.lastErr.Error()})
-		if _, err := l.w.Write(append(mark, '\n')); err != nil {
+		if _, err := l.w.Write(append(routes.EscapeLineBreakers(mark), '\n')); err != nil {
 			l.failed(err)
 			return
 		}
