@@ -14,10 +14,12 @@ import (
 // quotes in the output protect nothing at that stage. So the output
 //   - ends every statement with ";" (a line break becomes a space), and has
 //     no comment (it would run to the end of the joined line);
-//   - holds no *, ?, [ or \ anywhere, nor a ( that bash's extglob could
-//     read as a pattern, nor two blanks in a row, nor a tab or line break
-//     inside a value: a value holding any of them is written by printf
-//     from octal escapes, in a scratch variable (cproxyVar);
+//   - holds no *, ?, [ or \, nor a ( that bash's extglob could read as a
+//     pattern, nor two blanks in a row, nor a tab or line break inside a
+//     value: a value holding any of them is written by printf from octal
+//     escapes, in a scratch variable (cproxyVar). Those escapes are the
+//     only backslashes; bash 5.2, dash and zsh expand no word for one
+//     (helpers/shell_test.go checks it in a folder of look-alike names);
 //   - uses no case statement, whose patterns need glob characters.
 type shellScript struct {
 	b         strings.Builder
@@ -66,35 +68,40 @@ func shellQuote(v string) string {
 // plainShell says whether v can be written single-quoted as it is: no byte
 // that word splitting or pathname expansion would change (see shellScript).
 func plainShell(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if !plainShellByte(v[i]) || (v[i] == ' ' && i > 0 && v[i-1] == ' ') {
+	for i := range len(v) {
+		if !plainShellAt(v, i) {
 			return false
 		}
 	}
 	return true
 }
 
-func plainShellByte(c byte) bool {
-	switch c {
-	case '*', '?', '[', '\\', '(':
+// plainShellAt says whether v[i] can be written as it is: printable ASCII
+// or the bytes of UTF-8 text beyond it, but no *, ?, [ or \, no blank
+// after a blank, and no ( after one of bash's extglob marks +, @ and !.
+func plainShellAt(v string, i int) bool {
+	c := v[i]
+	switch {
+	case c == '*', c == '?', c == '[', c == '\\':
 		return false
+	case c == ' ':
+		return i == 0 || v[i-1] != ' '
+	case c == '(':
+		return i == 0 || !strings.ContainsRune("+@!", rune(v[i-1]))
 	}
-	// Printable ASCII and the bytes of UTF-8 text beyond it, which no
-	// shell splits or expands.
-	return c >= ' ' && c != 0x7f
+	return c > ' ' && c != 0x7f
 }
 
 // printfFormat is a printf format that writes v: plain bytes as they are
 // (% doubled), the others as 3-digit octal escapes, which bash, dash, zsh
-// and busybox's printf all read. Blanks are escaped too, so the format
-// has no run of them.
+// and busybox's printf all read.
 func printfFormat(v string) string {
 	var b strings.Builder
-	for i := 0; i < len(v); i++ {
+	for i := range len(v) {
 		switch c := v[i]; {
 		case c == '%':
 			b.WriteString("%%")
-		case plainShellByte(c) && c != ' ':
+		case plainShellAt(v, i):
 			b.WriteByte(c)
 		default:
 			fmt.Fprintf(&b, `\%03o`, c)

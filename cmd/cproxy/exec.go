@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -25,7 +26,9 @@ Examples:
 
    cproxy exec --sandbox conv-42 --proxy-url http://127.0.0.1:8080 -- claude -p 'fix the failing test'
    cproxy exec --sandbox conv-42 --config /etc/cproxy/cproxy.toml --ttl 2h -- cproxy verify`,
-		Flags: sandboxEnvFlags(),
+		Flags: append(sandboxEnvFlags(),
+			&cli.StringSliceFlag{Name: "pass", Usage: "also pass `NAME` from cproxy's environment to the command (repeatable); a pattern such as 'MY_*' passes the names it matches that do not look like credentials. Always passed: " + helpers.ExecBase()},
+		),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
 			if len(args) == 0 {
@@ -36,10 +39,19 @@ Examples:
 			if err != nil {
 				return lookPathError(args[0], err)
 			}
-			// git's settings go after the ones the command already has.
-			// A count git would refuse is refused here, before a token is
-			// minted.
-			count, set := os.LookupEnv("GIT_CONFIG_COUNT")
+			pass := c.StringSlice("pass")
+			if err := helpers.CheckPass(pass); err != nil {
+				return fail("pass a variable name, or a pattern such as 'MY_*'", "%v", err)
+			}
+			// The command starts from an environment built from a few
+			// of cproxy's own variables, not from all of them minus
+			// the ones known to be credentials, a list that can never
+			// be complete.
+			inherited := helpers.Env(nil).ExecEnviron(os.Environ(), pass)
+			// git's settings go after the ones the command gets
+			// (--pass 'GIT_CONFIG_*'). A count git would refuse is
+			// refused here, before a token is minted.
+			count, set := lookupEnviron(inherited, "GIT_CONFIG_COUNT")
 			base, err := helpers.ParseGitConfigCount(count, set)
 			if err != nil && c.Bool("git") {
 				return fail("git refuses it too: fix or unset GIT_CONFIG_COUNT, or pass --git=false", "%v", err)
@@ -51,9 +63,7 @@ Examples:
 			cmd := exec.Command(path, args[1:]...)
 			cmd.Args[0] = args[0]
 			// Later entries win: exec.Cmd keeps the last of a name.
-			// The command gets its token and never a real credential
-			// from cproxy's own environment.
-			cmd.Env = append(append(env.Scrub(os.Environ()), env.Environ()...), git.Env(base).Environ()...)
+			cmd.Env = append(append(env.ExecEnviron(os.Environ(), pass), env.Environ()...), git.Env(base).Environ()...)
 			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.App.Writer, c.App.ErrWriter
 			// The child shares the terminal and gets Ctrl-C itself; a
 			// signal sent to cproxy alone is passed on.
@@ -103,4 +113,14 @@ func lookPathError(name string, err error) error {
 		err = ee.Err
 	}
 	return &userError{msg: fmt.Sprintf("%s: cannot run: %v", name, err), code: 126}
+}
+
+// lookupEnviron is os.LookupEnv on a NAME=value list.
+func lookupEnviron(environ []string, name string) (string, bool) {
+	for _, kv := range environ {
+		if n, v, _ := strings.Cut(kv, "="); n == name {
+			return v, true
+		}
+	}
+	return "", false
 }
