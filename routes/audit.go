@@ -70,7 +70,8 @@ type audit struct {
 	// decision is decisionDeny or decisionError once cproxy refused or
 	// failed the request; empty means it was allowed.
 	decision string
-	// usage is what a model request cost, as the upstream reported it.
+	// usage is what a model request cost, as the upstream reported it
+	// (or, where it did not, as its budget was charged: Usage.NotReported).
 	usage Usage
 	// meter settles a model request's budget; nil for the other routes.
 	meter *meter
@@ -180,9 +181,12 @@ func auditAttrs(rec *AuditRecord, d time.Duration) []slog.Attr {
 		attrs = append(attrs, slog.String("reason", rec.Reason))
 	}
 	if u := rec.Usage; u != nil {
-		attrs = append(attrs, slog.GroupAttrs("usage",
-			slog.Int64("input_tokens", u.Input), slog.Int64("output_tokens", u.Output),
-			slog.Int64("cache_read_input_tokens", u.CacheRead), slog.Int64("cache_creation_input_tokens", u.CacheWrite)))
+		usage := []slog.Attr{slog.Int64("input_tokens", u.Input), slog.Int64("output_tokens", u.Output),
+			slog.Int64("cache_read_input_tokens", u.CacheRead), slog.Int64("cache_creation_input_tokens", u.CacheWrite)}
+		if u.NotReported {
+			usage = append(usage, slog.Bool("not_reported", true))
+		}
+		attrs = append(attrs, slog.GroupAttrs("usage", usage...))
 	}
 	if len(rec.Truncated) > 0 {
 		attrs = append(attrs, slog.String("truncated", strings.Join(rec.Truncated, ",")))

@@ -62,6 +62,9 @@ func appendAuditRecord(b []byte, rec *AuditRecord) []byte {
 		b = strconv.AppendInt(b, u.CacheRead, 10)
 		b = append(b, `,"cache_creation_input_tokens":`...)
 		b = strconv.AppendInt(b, u.CacheWrite, 10)
+		if u.NotReported {
+			b = append(b, `,"not_reported":true`...)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `,"duration_ms":`...)

@@ -55,6 +55,7 @@ func TestAuditRecordAsJSONMarshalsIt(t *testing.T) {
 		{"long duration", AuditRecord{DurationMS: 1e21}},
 		{"negative duration", AuditRecord{DurationMS: -0.001, Usage: &Usage{}}},
 		{"large numbers", AuditRecord{RefsOmitted: -3, Status: -1, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, Usage: &Usage{CacheWrite: -7}}},
+		{"usage not reported", AuditRecord{Status: 200, Usage: &Usage{Input: 203, Output: 40, CacheRead: 203, CacheWrite: 203, NotReported: true}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, got := recordPair(t, c.rec)

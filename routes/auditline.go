@@ -99,6 +99,9 @@ func (h *textHandler) writeAuditLine(rec *AuditRecord, d time.Duration, now time
 		b = strconv.AppendInt(b, u.CacheRead, 10)
 		b = append(b, " usage.cache_creation_input_tokens="...)
 		b = strconv.AppendInt(b, u.CacheWrite, 10)
+		if u.NotReported {
+			b = append(b, " usage.not_reported=true"...)
+		}
 	}
 	for i, f := range rec.Truncated {
 		if i == 0 {

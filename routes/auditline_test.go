@@ -72,6 +72,7 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 		{"revoked: no profile", testAudit("github", "sb", "tok_1", "", "", "GET", "/github/o/r.git/info/refs", "o/r", "", "sandbox token tok_1 was revoked", Usage{}, true, false), at.Add(999 * time.Microsecond), 90 * time.Second},
 		{"strings to quote", testAudit("none", "a b", "tok=1", `quo"te`, "tab\there", "GET", "/x y/é/\u00a0/\x7f/\\", "ünïcode", "rule with spaces", "line\nbreak \ufffd", Usage{CacheWrite: 7}, true, true), at, time.Millisecond},
 		{"empty strings", testAudit("", "", "", "", "", "", "", "", "", "", Usage{}, true, true), at, -time.Second},
+		{"usage not reported", testAudit("model", "sb", "tok", "p", "", "POST", "/v1/messages", "claude-sonnet-4-5", "", "client disconnected", Usage{Input: 203, Output: 40, NotReported: true}, true, true), at, time.Second},
 		{"invalid UTF-8", testAudit("model", "\xff", "tok", "p", "s\xc3", "POST", "/v1/\xe2\x82", "m\x80", "", "", Usage{Output: 1}, true, true), at, 5},
 		{"line breakers", testAudit("model", "s", "t", "p", "\u0085", "POST", "/v1/\u2028", "a\u009b[2J\u202eb", "", "\u2066x\u2069\u200f", Usage{}, true, true), at, 5},
 		{"cut", testAudit("model", "s", "t", "p", "", "POST", "/"+strings.Repeat("p", 300), strings.Repeat("m", 300), "", "", Usage{}, true, true), at, 5},

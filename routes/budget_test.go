@@ -36,9 +36,17 @@ budget = { requests_per_minute = 2 }
 models = ["claude-*"]
 budget = { concurrent = 1 }
 
+[profile.single]
+models = ["claude-*"]
+budget = { requests = 1 }
+
 [[sandbox]]
 match = "tight-*"
 profile = "tight"
+
+[[sandbox]]
+match = "single-*"
+profile = "single"
 
 [[sandbox]]
 match = "rate-*"

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"sync"
@@ -332,6 +333,10 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 	c.ctx, c.cancel = context.WithCancelCause(r.Context())
 	defer c.cancel(nil)
 	ctx := context.WithValue(c.ctx, callKey{}, c)
+	if a.meter != nil && a.meter.charged {
+		// A charged model request is charged once the upstream has it.
+		ctx = httptrace.WithClientTrace(ctx, a.meter.clientTrace())
+	}
 	if f.up.HeaderTimeout > 0 {
 		c.timer = headerTimer{d: f.up.HeaderTimeout, fire: c.timedOut}
 		defer c.timer.stop()

@@ -44,6 +44,7 @@ type metrics struct {
 	bytesOut    *prometheus.CounterVec
 	open        *prometheus.GaugeVec
 	modelTokens *prometheus.CounterVec
+	notReported *prometheus.CounterVec
 	budget      *prometheus.GaugeVec
 
 	// routes are each configured route's series, looked up once: a label
@@ -119,6 +120,10 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 			Name: "cproxy_model_tokens_total",
 			Help: "Model tokens the upstream reported using, by policy profile and kind (input, output, cache_read, cache_write).",
 		}, []string{"profile", "kind"}),
+		notReported: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_usage_not_reported_total",
+			Help: "Model requests the upstream had but reported no usage for (or not all of it), by route and policy profile; each was charged what it reserved.",
+		}, []string{"route", "profile"}),
 		budget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cproxy_budget_remaining",
 			Help: "What is left of a sandbox's budget, by sandbox and kind; a sandbox's series go when its tokens are revoked.",
@@ -130,7 +135,7 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 		ConstLabels: prometheus.Labels{"version": version},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.budget, build,
+	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -242,6 +247,16 @@ func (m *metrics) usage(profile string, input, output, cacheRead, cacheWrite int
 			m.tokenCounter(profile, i).Add(float64(n))
 		}
 	}
+}
+
+// usageNotReported counts a request on route that the upstream had but
+// did not report all usage for, and that was charged what it reserved. It
+// is rare (a stream cut short, a client gone): looked up each time.
+func (m *metrics) usageNotReported(route, profile string) {
+	if m == nil {
+		return
+	}
+	m.notReported.WithLabelValues(route, profile).Inc()
 }
 
 // setBudgetRemaining sets what is left of sandbox's budget, by kind in

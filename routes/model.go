@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/cproxy/cproxy/secrets"
@@ -55,48 +57,94 @@ func (s *Server) serveModel(a *audit, r *http.Request) {
 		a.fail(writeAnthropicError, err)
 		return
 	}
-	a.meter = &meter{a: a, res: res, charged: charged, s: s}
-	defer a.meter.end(tokens.Usage{}, false) // no answer came: nothing used but the slot
+	a.meter = &meter{a: a, res: res, want: want, charged: charged, s: s}
+	defer a.meter.unanswered()
 	s.model.forward(a, r, t, writeAnthropicError)
 }
 
-// meter settles one model request: with the usage its response reports,
-// or, when no response came, with none.
+// meter settles one model request. Once the upstream has the request, it
+// bills it whatever the client does next, so from then on the request is
+// charged: with the usage its answer reports, and, for a count the answer
+// does not report (a stream cut short or left by the client, an answer too
+// large to read, no answer at all), what the request reserved for it. A
+// request that never reached the upstream is charged nothing.
 type meter struct {
 	s       *Server
 	a       *audit
 	res     *reservation
+	want    tokens.Usage // what res holds: what an unreported count is charged
 	charged bool
-	once    sync.Once
+	// wrote is set when the transport has written the whole request (the
+	// trace's WroteRequest, from the transport's goroutine): the upstream
+	// has it.
+	wrote atomic.Bool
+	trace httptrace.ClientTrace
+	once  sync.Once
 }
 
-func (m *meter) end(u tokens.Usage, answered bool) {
+// clientTrace is the trace that tells m when the upstream has the request,
+// for the forwarded request's context.
+func (m *meter) clientTrace() *httptrace.ClientTrace {
+	m.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			m.wrote.Store(true)
+		}
+	}
+	return &m.trace
+}
+
+// answered settles a request the upstream answered, with the usage u it
+// reported; input and output say whether it reported those counts.
+func (m *meter) answered(u tokens.Usage, input, output bool) { m.end(u, true, input, output) }
+
+// unanswered settles a request that got no answer: charged what it
+// reserved if the upstream has it, else nothing. After answered, it does
+// nothing.
+func (m *meter) unanswered() { m.end(tokens.Usage{}, m.wrote.Load(), false, false) }
+
+func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 	m.once.Do(func() {
-		if m.charged && answered {
+		if !forwarded {
+			u = tokens.Usage{}
+		}
+		reported := u
+		if m.charged && forwarded {
 			u.Requests = 1
+			if !input {
+				u.Input, u.CacheRead, u.CacheWrite = m.want.Input, m.want.CacheRead, m.want.CacheWrite
+				reported.Input, reported.CacheRead, reported.CacheWrite = 0, 0, 0
+			}
+			if !output {
+				u.Output, reported.Output = m.want.Output, 0
+			}
 		}
 		if total, ok := m.res.settle(u); ok {
 			m.s.metrics.setBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
 		}
-		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite}
+		notReported := m.charged && forwarded && (!input || !output)
+		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
 		if m.a.session != nil && m.a.session.Profile != nil {
-			m.s.metrics.usage(m.a.session.Profile.Name, u.Input, u.Output, u.CacheRead, u.CacheWrite)
+			m.s.metrics.usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
+			if notReported {
+				m.s.metrics.usageNotReported(m.a.route, m.a.session.Profile.Name)
+			}
 		}
 	})
 }
 
 // meterResponse reads the usage of a model response as it streams to the
-// client, and settles the request's budget when it ends.
+// client, and settles the request's budget when it ends. An error answer
+// is charged the request alone: the upstream bills no tokens for it.
 func meterResponse(resp *http.Response) error {
 	m := callOf(resp.Request).a.meter
 	if m == nil {
 		return nil
 	}
 	if !m.charged || resp.StatusCode < 200 || resp.StatusCode > 299 {
-		m.end(tokens.Usage{}, true)
+		m.answered(tokens.Usage{}, true, true)
 		return nil
 	}
-	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), func(u tokens.Usage, _ bool) { m.end(u, true) })
+	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), m.answered)
 	return nil
 }
 

@@ -8,6 +8,12 @@ type Usage struct {
 	Output     int64 `json:"output_tokens"`
 	CacheRead  int64 `json:"cache_read_input_tokens"`
 	CacheWrite int64 `json:"cache_creation_input_tokens"`
+	// NotReported: the upstream had the request but did not report all of
+	// these counts (a stream cut short or left by the client, an answer
+	// too large to read, no answer at all); each count it did not report
+	// is what the request reserved, which its budget was charged. False:
+	// every count is the upstream's.
+	NotReported bool `json:"not_reported,omitempty"`
 }
 
 // IsZero reports whether u counts nothing: no usage was reported.

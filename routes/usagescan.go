@@ -16,36 +16,39 @@ import (
 // message_delta's usage, line by line as the events go by; from a JSON
 // answer, its top-level usage, from a bounded copy. Nothing is held back
 // from the client. When the body ends (or the client goes away and it is
-// closed early), done gets the usage once.
+// closed early), done gets the usage once, with which of its counts the
+// upstream reported: a stream's input counts come with message_start, its
+// output count with message_delta (message_start's is the first token
+// only); a JSON answer's come together, unless it was too large to read.
 type usageBody struct {
 	io.ReadCloser
 	sse bool
 
 	// SSE: the current partial line, and what the events said so far.
-	line      []byte
-	skipLine  bool // the current line is over maxUsageLine: not parsed
-	event     string
-	u         tokens.Usage
-	deltaSeen bool  // a message_delta reported output tokens
-	streamed  int64 // bytes of content_block_delta data lines, for an estimate
+	line       []byte
+	skipLine   bool // the current line is over maxUsageLine: not parsed
+	event      string
+	u          tokens.Usage
+	inputSeen  bool // message_start (or the JSON answer) reported the input counts
+	outputSeen bool // message_delta (or the JSON answer) reported the output count
 	// JSON: a copy of the answer, up to maxUsageJSON.
 	copy     bytes.Buffer
 	overflow bool
 
 	once sync.Once
-	done func(u tokens.Usage, complete bool)
-	eof  bool
+	done func(u tokens.Usage, input, output bool)
 }
 
 // Bounds on what is held to find usage: an SSE line (message_start carries
 // the whole message shell, small), and a JSON answer (a message with its
-// content; larger ones are still passed on, but charged from the reservation).
+// content; larger ones are still passed on, but their usage is not read:
+// the request is charged what it reserved).
 const (
 	maxUsageLine = 1 << 20
 	maxUsageJSON = 4 << 20
 )
 
-func newUsageBody(rc io.ReadCloser, contentType string, done func(tokens.Usage, bool)) *usageBody {
+func newUsageBody(rc io.ReadCloser, contentType string, done func(u tokens.Usage, input, output bool)) *usageBody {
 	return &usageBody{ReadCloser: rc, sse: strings.HasPrefix(strings.ToLower(contentType), "text/event-stream"), done: done}
 }
 
@@ -64,7 +67,6 @@ func (b *usageBody) Read(p []byte) (int, error) {
 		}
 	}
 	if err == io.EOF {
-		b.eof = true
 		b.finish()
 	}
 	return n, err
@@ -76,27 +78,17 @@ func (b *usageBody) Close() error {
 	return err
 }
 
-// finish reports the usage once: complete when the body was read to its
-// end, else what was seen before the client went away.
+// finish reports the usage once: what the upstream reported before the
+// body ended or the client went away.
 func (b *usageBody) finish() {
 	b.once.Do(func() {
 		if !b.sse && !b.overflow {
 			if raw, ok := jsonMember(b.copy.Bytes(), "usage"); ok {
-				if _, ok := usageInto(raw, &b.u); ok {
-					b.deltaSeen = true
-				}
+				b.outputSeen, b.inputSeen = usageInto(raw, &b.u)
 			}
 			b.copy = bytes.Buffer{}
 		}
-		if !b.deltaSeen {
-			// The stream stopped before its final usage: charge what was
-			// streamed, about four bytes of event data per token (JSON
-			// framing included, so more rather than less).
-			if est := (b.streamed + 3) / 4; est > b.u.Output {
-				b.u.Output = est
-			}
-		}
-		b.done(b.u, b.eof && b.deltaSeen)
+		b.done(b.u, b.inputSeen, b.outputSeen)
 	})
 }
 
@@ -141,17 +133,15 @@ func (b *usageBody) handle(line []byte) {
 		case "message_start":
 			if msg, ok := jsonMember(data, "message"); ok {
 				if raw, ok := jsonMember(msg, "usage"); ok {
-					usageInto(raw, &b.u)
+					_, b.inputSeen = usageInto(raw, &b.u)
 				}
 			}
 		case "message_delta":
 			if raw, ok := jsonMember(data, "usage"); ok {
 				if output, ok := usageInto(raw, &b.u); ok && output {
-					b.deltaSeen = true
+					b.outputSeen = true
 				}
 			}
-		case "content_block_delta":
-			b.streamed += int64(len(data))
 		}
 	}
 }

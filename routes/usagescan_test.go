@@ -19,63 +19,84 @@ const sseStream = "event: message_start\r\n" +
 	`data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}` + "\n\n" +
 	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
 
-func readUsage(t *testing.T, body, ct string, oneByte bool, closeEarly int) (tokens.Usage, bool, string) {
+// readUsage reads body through the usage scanner, whole or only its first
+// closeEarly bytes, and returns the usage reported to done, which counts it
+// says the upstream reported, and what passed through.
+func readUsage(t *testing.T, body, ct string, oneByte bool, closeEarly int) (u tokens.Usage, input, output bool, out string) {
 	t.Helper()
-	var got tokens.Usage
-	var complete bool
 	calls := 0
 	var r io.Reader = strings.NewReader(body)
 	if oneByte {
 		r = iotest.OneByteReader(r)
 	}
-	ub := newUsageBody(io.NopCloser(r), ct, func(u tokens.Usage, c bool) { got, complete = u, c; calls++ })
-	var out []byte
+	ub := newUsageBody(io.NopCloser(r), ct, func(got tokens.Usage, in, o bool) { u, input, output = got, in, o; calls++ })
+	var b []byte
 	if closeEarly > 0 {
-		out = make([]byte, closeEarly)
-		io.ReadFull(ub, out)
+		b = make([]byte, closeEarly)
+		io.ReadFull(ub, b)
 	} else {
-		out, _ = io.ReadAll(ub)
+		b, _ = io.ReadAll(ub)
 	}
 	ub.Close()
 	ub.Close()
 	if calls != 1 {
 		t.Errorf("done called %d times", calls)
 	}
-	return got, complete, string(out)
+	return u, input, output, string(b)
 }
 
 func TestUsageFromSSE(t *testing.T) {
 	for _, oneByte := range []bool{false, true} {
-		u, complete, out := readUsage(t, sseStream, "text/event-stream; charset=utf-8", oneByte, 0)
+		u, input, output, out := readUsage(t, sseStream, "text/event-stream; charset=utf-8", oneByte, 0)
 		if out != sseStream {
 			t.Fatal("the stream was changed on its way through")
 		}
 		want := tokens.Usage{Input: 25, Output: 15, CacheRead: 3, CacheWrite: 7}
-		if u != want || !complete {
-			t.Errorf("oneByte=%v: usage %+v complete %v, want %+v", oneByte, u, complete, want)
+		if u != want || !input || !output {
+			t.Errorf("oneByte=%v: usage %+v reported input %v output %v, want %+v", oneByte, u, input, output, want)
 		}
 	}
 }
 
+// A stream that stops before message_delta reported its input (with
+// message_start) but not its output: the client left after the first
+// delta, inside one huge event, or the stream ended without a usage report.
 func TestUsageWhenCutOff(t *testing.T) {
-	// The client leaves after the first delta: charged the estimate of what
-	// was streamed, not the message_start's single output token.
 	cut := strings.Index(sseStream, "event: ping")
-	u, complete, _ := readUsage(t, sseStream, "text/event-stream", false, cut)
-	if complete || u.Input != 25 || u.Output < 2 {
-		t.Errorf("cut off: usage %+v complete %v", u, complete)
+	huge := sseStream[:cut] + "event: content_block_delta\ndata: " + strings.Repeat("x", 3*maxUsageLine) + "\n\n" + sseStream[cut:]
+	noUsage := strings.Replace(sseStream, `,"usage":{"output_tokens":15}`, "", 1)
+	for _, c := range []struct {
+		name, body string
+		closeAt    int
+	}{
+		{"client left after a delta", sseStream, cut},
+		{"client left inside a huge event", huge, cut + 2*maxUsageLine},
+		{"no message_delta usage", noUsage, 0},
+		{"stream ends after message_start", sseStream[:cut], 0},
+	} {
+		u, input, output, _ := readUsage(t, c.body, "text/event-stream", false, c.closeAt)
+		if !input || output || u.Input != 25 {
+			t.Errorf("%s: usage %+v reported input %v output %v, want input 25 reported and output not", c.name, u, input, output)
+		}
 	}
 }
 
 func TestUsageFromJSON(t *testing.T) {
 	body := `{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":12,"output_tokens":4,"cache_read_input_tokens":100}}`
-	u, complete, out := readUsage(t, body, "application/json", true, 0)
-	if out != body || !complete || u != (tokens.Usage{Input: 12, Output: 4, CacheRead: 100}) {
-		t.Errorf("usage %+v complete %v", u, complete)
+	u, input, output, out := readUsage(t, body, "application/json", true, 0)
+	if out != body || !input || !output || u != (tokens.Usage{Input: 12, Output: 4, CacheRead: 100}) {
+		t.Errorf("usage %+v reported input %v output %v", u, input, output)
 	}
-	u, complete, _ = readUsage(t, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, "application/json", false, 0)
-	if complete || u != (tokens.Usage{}) {
-		t.Errorf("an error answer: usage %+v complete %v", u, complete)
+	u, input, output, _ = readUsage(t, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, "application/json", false, 0)
+	if input || output || u != (tokens.Usage{}) {
+		t.Errorf("an error answer: usage %+v reported input %v output %v", u, input, output)
+	}
+	// An answer over what the scanner holds is passed on whole, its usage
+	// unread.
+	big := `{"content":[{"type":"text","text":"` + strings.Repeat("x", maxUsageJSON) + `"}],"usage":{"input_tokens":12,"output_tokens":123456}}`
+	u, input, output, out = readUsage(t, big, "application/json", false, 0)
+	if out != big || input || output || u != (tokens.Usage{}) {
+		t.Errorf("an answer over %d bytes: usage %+v reported input %v output %v", maxUsageJSON, u, input, output)
 	}
 }
 
@@ -145,7 +166,7 @@ func BenchmarkUsageBody(b *testing.B) {
 			r := strings.NewReader(c.body)
 			for b.Loop() {
 				r.Reset(c.body)
-				ub := newUsageBody(io.NopCloser(r), c.ct, func(tokens.Usage, bool) {})
+				ub := newUsageBody(io.NopCloser(r), c.ct, func(tokens.Usage, bool, bool) {})
 				for {
 					if _, err := ub.Read(buf); err != nil {
 						break

@@ -76,6 +76,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey, OAuthToken: canaryOAuth})
 			env.Defer(fake.Close)
 			env.Values["anthropic"] = fake
+			env.Values["anthropicgate"] = new(*fakes.Gate) // holdheaders' gate, for http -leave held
 			// The git server needs git; scripts that use it skip without.
 			fakeGitHub := ""
 			if _, err := exec.LookPath("git"); err == nil {
@@ -142,8 +143,9 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"nosecrets":  cmdNoSecrets,
 			"needclaude": cmdNeedClaude,
 			"holdheaders": func(ts *testscript.TestScript, neg bool, args []string) {
-				ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
+				*ts.Value("anthropicgate").(**fakes.Gate) = ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
 			},
+			"fakeanswers":   cmdFakeAnswers,
 			"capture":       cmdCapture,
 			"sighup":        cmdSighup,
 			"waitlog":       cmdWaitLog,
@@ -167,6 +169,18 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"gobuild":       gobuild,
 		},
 	}
+}
+
+// fakeanswers normal|without-usage|huge: make the fake Anthropic API's later
+// answers to /v1/messages report usage as the real one does, end streams
+// without a usage report, or carry fakes.HugeAnswerBytes more text.
+func cmdFakeAnswers(ts *testscript.TestScript, neg bool, args []string) {
+	modes := map[string]fakes.AnswerMode{"normal": fakes.AnswerNormally, "without-usage": fakes.AnswerWithoutUsage, "huge": fakes.AnswerHuge}
+	mode, ok := modes[strings.Join(args, " ")]
+	if neg || !ok {
+		ts.Fatalf("usage: fakeanswers normal|without-usage|huge")
+	}
+	ts.Value("anthropic").(*fakes.Anthropic).SetAnswers(mode)
 }
 
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
@@ -216,8 +230,17 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	var headers []string
 	var body io.Reader
 	transport := http.DefaultTransport
+	leave := false
 	for len(args) > 2 {
 		switch args[0] {
+		case "-leave":
+			// The client goes away once the fake Anthropic API holds the
+			// request at the gate of the last holdheaders (which must not
+			// have held one yet): the upstream has it, unanswered.
+			if args[1] != "held" {
+				ts.Fatalf("http: -leave takes only held")
+			}
+			leave = true
 		case "-from":
 			// Linux routes all of 127.0.0.0/8 to loopback, so a script can
 			// be a client at 127.0.0.2.
@@ -240,13 +263,40 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 		args = args[2:]
 	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: http [-H 'Name: value'] [-d BODY | -f FILE] [-from ADDR | -unix PATH] METHOD URL")
+		ts.Fatalf("usage: http [-H 'Name: value'] [-d BODY | -f FILE] [-from ADDR | -unix PATH] [-leave held] METHOD URL")
 	}
-	req, err := http.NewRequest(args[0], args[1], body)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, args[0], args[1], body)
 	ts.Check(err)
 	for _, h := range headers {
 		k, v, _ := strings.Cut(h, ":")
 		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	if leave {
+		gate := *ts.Value("anthropicgate").(**fakes.Gate)
+		if gate == nil {
+			ts.Fatalf("http -leave held: no holdheaders before it")
+		}
+		done := make(chan string, 1)
+		go func() {
+			resp, err := transport.RoundTrip(req)
+			if err != nil {
+				done <- fmt.Sprintf("HTTP error: %v", err)
+				return
+			}
+			resp.Body.Close()
+			done <- fmt.Sprintf("HTTP %d (answered before the upstream held it)", resp.StatusCode)
+		}()
+		select {
+		case <-gate.Reached():
+			cancel()
+			<-done
+			fmt.Fprintln(ts.Stdout(), "HTTP left: the client went away while the upstream held the request")
+		case answer := <-done:
+			fmt.Fprintln(ts.Stdout(), answer)
+		}
+		return
 	}
 	resp, err := transport.RoundTrip(req)
 	if t, ok := transport.(*http.Transport); ok && t != http.DefaultTransport {

@@ -73,7 +73,28 @@ type Anthropic struct {
 	headerGate  *Gate
 	streamGate  *Gate
 	streamAfter int
+	answers     AnswerMode
 }
+
+// AnswerMode is how the fake answers /v1/messages, to test how a proxy meters answers that do not report usage
+// the usual way.
+type AnswerMode int
+
+const (
+	// AnswerNormally is the real API's answer: usage in the JSON message, or in a stream's message_start (input)
+	// and message_delta (output).
+	AnswerNormally AnswerMode = iota
+	// AnswerWithoutUsage ends each stream with a message_delta that carries no usage, so the stream never reports
+	// its output (the first token message_start counts aside). JSON answers are not affected.
+	AnswerWithoutUsage
+	// AnswerHuge adds HugeAnswerBytes of text to each answer, in one more text_delta event when streaming (one
+	// event larger than any line a proxy should hold), with the usage reported as usual.
+	AnswerHuge
+)
+
+// HugeAnswerBytes is the text AnswerHuge adds to each answer: over 4 MiB, more than a proxy should hold to find
+// an answer's usage.
+const HugeAnswerBytes = 5 << 20
 
 // NewAnthropic starts a fake Anthropic API on 127.0.0.1 at a free port. It panics if it cannot listen, as
 // httptest.NewServer does. Close it when done.
@@ -149,6 +170,13 @@ func (a *Anthropic) StallStreams(n int) *Gate {
 	return g
 }
 
+// SetAnswers makes the answers to /v1/messages requests that arrive after the call follow mode.
+func (a *Anthropic) SetAnswers(mode AnswerMode) {
+	a.mu.Lock()
+	a.answers = mode
+	a.mu.Unlock()
+}
+
 // A Gate holds responses at one point until it is released.
 type Gate struct {
 	reached, released      chan struct{}
@@ -189,7 +217,7 @@ func (a *Anthropic) serve(w http.ResponseWriter, r *http.Request) {
 	a.requests = append(a.requests, Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body,
 	})
-	hold := a.headerGate
+	hold, mode := a.headerGate, a.answers
 	a.mu.Unlock()
 
 	if hold != nil && !hold.wait(r.Context(), a.closed) {
@@ -204,7 +232,7 @@ func (a *Anthropic) serve(w http.ResponseWriter, r *http.Request) {
 	case readErr != nil:
 		panic(http.ErrAbortHandler) // the client went away mid-body
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-		a.messages(w, r, body)
+		a.messages(w, r, body, mode)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
 		a.countTokens(w, r, body)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
@@ -375,7 +403,7 @@ type message struct {
 	Usage        usage       `json:"usage"`
 }
 
-func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte) {
+func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte, mode AnswerMode) {
 	cred, ok := a.admit(w, r)
 	if !ok {
 		return
@@ -387,6 +415,10 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 	}
 	setRateLimitHeaders(w.Header(), cred)
 	chunks, stopReason := a.answer(req.MaxTokens)
+	tokens := int64(len(chunks))
+	if mode == AnswerHuge {
+		chunks = append(chunks, strings.Repeat("x", HugeAnswerBytes))
+	}
 	msg := message{
 		ID: newID("msg_01", 22), Type: "message", Role: "assistant", Model: req.Model, Content: []textBlock{},
 		Usage: usage{InputTokens: req.inputTokens, ServiceTier: "standard"},
@@ -394,7 +426,7 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 	if !req.Stream {
 		msg.Content = append(msg.Content, textBlock{Type: "text", Text: strings.Join(chunks, "")})
 		msg.StopReason = &stopReason
-		msg.Usage.OutputTokens = int64(len(chunks))
+		msg.Usage.OutputTokens = tokens
 		writeJSON(w, http.StatusOK, msg)
 		return
 	}
@@ -420,14 +452,18 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 		})
 	}
 	s.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-	s.send("message_delta", map[string]any{
+	delta := map[string]any{
 		"type":  "message_delta",
 		"delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
 		"usage": map[string]int64{
 			"input_tokens": req.inputTokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-			"output_tokens": int64(len(chunks)),
+			"output_tokens": tokens,
 		},
-	})
+	}
+	if mode == AnswerWithoutUsage {
+		delete(delta, "usage")
+	}
+	s.send("message_delta", delta)
 	s.send("message_stop", map[string]any{"type": "message_stop"})
 }
 
