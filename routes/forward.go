@@ -141,6 +141,9 @@ type forwarder struct {
 	up        Upstream
 	proxy     *httputil.ReverseProxy
 	transport *http.Transport
+	// redirects, if set, keeps the upstream's redirects on cproxy; nil
+	// passes them as sent.
+	redirects *redirectMap
 }
 
 // credential is the upstream credential to send now: Live's current value,
@@ -230,6 +233,11 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			c.answered()
 			if c.f.up.HeaderTimeout > 0 {
 				c.timer.stop()
+			}
+			if f.redirects != nil {
+				if err := f.redirects.check(resp, c.r); err != nil {
+					return err
+				}
 			}
 			if checkResponse != nil {
 				return checkResponse(resp)

@@ -531,6 +531,31 @@ func setGitHubCredential(h http.Header, cred secrets.Secret) {
 	}
 }
 
+// gitHubMoved refuses a redirect to another repository, which is how
+// github.com answers for a renamed one, with an error that names the new
+// name. git cannot follow it: it takes a new URL only from a redirect of
+// its first request, which cproxy answers 401 until git sends its
+// credential, and it never follows a redirect of a POST. A redirect within
+// the same repository passes, rewritten onto cproxy.
+func gitHubMoved(in *http.Request, path, query string) error {
+	from, err := parseGitPath(in.Method, in.URL.Path, in.URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	method := in.Method
+	if strings.HasSuffix(path, "/info/refs") {
+		method = http.MethodGet
+	}
+	to, err := parseGitPath(method, path, query)
+	if err != nil {
+		return refuse(ErrUpstream, "github route: the upstream redirects %s to a path that is not git's smart HTTP; do not retry", from.repo())
+	}
+	if !strings.EqualFold(to.repo(), from.repo()) {
+		return refuse(ErrUpstream, "github route: repository %s has moved to %s (the upstream answered a redirect); use %s in the remote's URL, if the sandbox's policy allows it; do not retry", from.repo(), to.repo(), to.repo())
+	}
+	return nil
+}
+
 // gitHubResponse turns the upstream refusing cproxy's own credential into a
 // 502 for the operator: passed through, git would take the 401 for the
 // sandbox token's fault and ask its credential helper again.

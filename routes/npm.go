@@ -578,11 +578,15 @@ func npmResponse(base *url.URL) func(*http.Response) error {
 // below 400 as one, and cproxy rewrites (or, for a tarball, passes) a 200
 // alone. A 304 passes only when cproxy asked with a validator, so that npm's
 // cached copy, which came through cproxy, is what it names. Errors (400 and
-// up) pass: npm reads no packument or tarball from them.
+// up) pass: npm reads no packument or tarball from them. So do redirects,
+// which the forwarder's redirectMap has pointed back at cproxy.
 func npmStatus(resp *http.Response, n npmRequest) error {
 	code := resp.StatusCode
 	switch {
 	case code == http.StatusOK || code >= 400:
+		return nil
+	case code >= 300 && code <= 399 && resp.Header.Get("Location") != "":
+		// A redirect, kept on cproxy by its redirectMap.
 		return nil
 	case code == http.StatusNotModified:
 		if h := resp.Request.Header; h.Get("If-None-Match") != "" || h.Get("If-Modified-Since") != "" {

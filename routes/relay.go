@@ -34,11 +34,15 @@ type relayRoute struct {
 	fwd *forwarder
 }
 
-func newRelayRoute(rl Relay) *relayRoute {
+// newRelayRoute builds rl's route; public is cproxy's public URL, for the
+// upstream's redirects ("" : the Host each request came with).
+func newRelayRoute(rl Relay, public string) *relayRoute {
 	up := Upstream{URL: rl.URL, HeaderTimeout: rl.Config.HeaderTimeout.Duration}
 	// The relay's headers travel with each request's target: they may
 	// differ per token.
-	return &relayRoute{Relay: rl, fwd: newForwarder(up, func(http.Header, secrets.Secret) {}, nil)}
+	rr := &relayRoute{Relay: rl, fwd: newForwarder(up, func(http.Header, secrets.Secret) {}, nil)}
+	rr.fwd.redirects = &redirectMap{route: "relay " + rl.Config.Name, base: rl.URL, prefix: strings.TrimSuffix(rl.Config.Prefix, "/"), public: public}
+	return rr
 }
 
 // relayFor is the relay whose prefix the path starts with, or nil.

@@ -151,16 +151,18 @@ func New(o Options) *Server {
 	s.model.proxy.FlushInterval = 0
 	if o.GitHub.URL != nil {
 		s.github = newForwarder(o.GitHub, setGitHubCredential, gitHubResponse)
+		s.github.redirects = &redirectMap{route: "github", base: o.GitHub.URL, prefix: "/github", public: o.PublicURL, within: gitHubMoved}
 	}
 	if o.NPM.URL != nil {
 		s.npm = newForwarder(o.NPM, setNPMCredential, npmResponse(o.NPM.URL))
+		s.npm.redirects = &redirectMap{route: "npm", base: o.NPM.URL, prefix: "/npm", public: o.PublicURL}
 	}
 	// ReverseProxy reports what it cannot tell a client (a response cut
 	// mid-copy) to its ErrorLog, which by default is the standard logger.
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	fwds := []*forwarder{s.model, s.github, s.npm}
 	for _, rl := range o.Relays {
-		rr := newRelayRoute(rl)
+		rr := newRelayRoute(rl, o.PublicURL)
 		s.relays = append(s.relays, rr)
 		fwds = append(fwds, rr.fwd)
 		for _, h := range rl.Headers {

@@ -155,6 +155,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"gitref":        cmdGitRef,
 			"gitcommit":     cmdGitCommit,
 			"gitrequests":   cmdGitRequests,
+			"gitmoved":      cmdGitMoved,
 			"randfile":      cmdRandFile,
 			"npmpkg":        cmdNPMPkg,
 			"npmdeps":       cmdNPMDeps,
@@ -311,7 +312,7 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "HTTP %d\n", resp.StatusCode)
-	for _, k := range []string{"Content-Type", "Retry-After", "X-Should-Retry", "Anthropic-Ratelimit-Requests-Limit", "Request-Id", "WWW-Authenticate"} {
+	for _, k := range []string{"Content-Type", "Retry-After", "X-Should-Retry", "Anthropic-Ratelimit-Requests-Limit", "Request-Id", "WWW-Authenticate", "Location"} {
 		if v := resp.Header.Get(k); v != "" {
 			fmt.Fprintf(&out, "%s: %s\n", k, v)
 		}
@@ -580,6 +581,21 @@ func cmdGitCommit(ts *testscript.TestScript, neg bool, args []string) {
 	id, err := gitServer(ts).Commit(args[0], args[1], args[2])
 	ts.Check(err)
 	fmt.Fprintln(ts.Stdout(), id)
+}
+
+// gitmoved OWNER/NAME TO: the fake GitHub answers every request for the
+// repository with a 301 to the same request of TO: OWNER/NAME, a rename on
+// the same host as github.com does, or a URL (on another host) ending in
+// the new OWNER/NAME.
+func cmdGitMoved(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: gitmoved OWNER/NAME TO")
+	}
+	if strings.Contains(args[1], "://") {
+		gitServer(ts).MoveTo(args[0], args[1])
+		return
+	}
+	gitServer(ts).Rename(args[0], args[1])
 }
 
 // gitref OWNER/NAME REF: print the object id REF names on the fake GitHub;

@@ -22,7 +22,8 @@ type EchoRequest struct {
 // Echo is an HTTP service on loopback standing in for a service a relay
 // forwards to: it answers every request with the request as it arrived
 // (JSON, headers left out), and a path ending in /stream with three server-sent events, each
-// flushed on its own.
+// flushed on its own. A path ending in /moved is redirected to …/here beside
+// it, one ending in /away to another host.
 type Echo struct {
 	URL string
 	srv *httptest.Server
@@ -55,6 +56,15 @@ func (e *Echo) serve(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.reqs = append(e.reqs, req)
 	e.mu.Unlock()
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/moved"):
+		// A redirect within the service, relative as many send it.
+		http.Redirect(w, r, "here", http.StatusFound)
+		return
+	case strings.HasSuffix(r.URL.Path, "/away"):
+		http.Redirect(w, r, "http://elsewhere.example/collect", http.StatusTemporaryRedirect)
+		return
+	}
 	if strings.HasSuffix(r.URL.Path, "/stream") {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")

@@ -56,6 +56,10 @@ type GitServer struct {
 
 	mu       sync.Mutex
 	requests []GitRequest
+	// moved maps a repository (owner/name, lower case) to the base URL
+	// its requests are redirected to, as github.com redirects a renamed
+	// repository.
+	moved map[string]string
 }
 
 // NewGitServer starts a git server on 127.0.0.1 at a free port, with its
@@ -156,6 +160,19 @@ func (g *GitServer) serve(w http.ResponseWriter, r *http.Request) {
 		g.mu.Unlock()
 	}()
 
+	if parts := strings.SplitN(r.URL.Path, "/", 4); len(parts) == 4 {
+		g.mu.Lock()
+		to, ok := g.moved[strings.ToLower(parts[1]+"/"+strings.TrimSuffix(parts[2], ".git"))]
+		g.mu.Unlock()
+		if ok {
+			loc := to + ".git/" + parts[3]
+			if r.URL.RawQuery != "" {
+				loc += "?" + r.URL.RawQuery
+			}
+			http.Redirect(w, r, loc, http.StatusMovedPermanently)
+			return
+		}
+	}
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+g.token))
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
 		// github.com's answer to a git request without valid credentials.
@@ -219,6 +236,24 @@ func (g *GitServer) CreateRepo(ownerName string, branches ...string) error {
 		refspecs = append(refspecs, b+":refs/heads/"+b)
 	}
 	return g.run(work, append([]string{"push", "--quiet", bare}, refspecs...)...)
+}
+
+// Rename answers requests for the repository from (OWNER/NAME) with a 301 to
+// the same request of to, as github.com does for a renamed repository.
+func (g *GitServer) Rename(from, to string) {
+	g.MoveTo(from, g.URL+"/"+to)
+}
+
+// MoveTo answers requests for the repository ownerName with a 301 to the
+// same request under base (a URL ending in the new OWNER/NAME, without
+// .git), on any host.
+func (g *GitServer) MoveTo(ownerName, base string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.moved == nil {
+		g.moved = map[string]string{}
+	}
+	g.moved[strings.ToLower(ownerName)] = base
 }
 
 // Commit adds an empty commit with message msg on top of branch, as if
