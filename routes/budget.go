@@ -27,9 +27,11 @@ import (
 // Durability is by lease: before a reservation takes an account past what
 // the store already holds for it, the store is raised, ahead of need, to a
 // new high-water mark (lease). A crash loses nothing it should charge: on
-// restart the store's value, the lease, is what was spent — pessimistically,
-// as the issue asks. A clean stop saves the exact usage. Writes happen once
-// per lease step (a twentieth of a limit), not per request.
+// restart the store's value, the lease, is what was spent — pessimistically.
+// A clean stop saves the exact usage. Writes happen once per lease step (a
+// leaseParts-th of a limit), not per request; the step is also all a crash
+// can charge beyond what was spent or held by requests in flight (which
+// the upstream may well bill), so it is kept small: crashes add up.
 //
 // Replicas sharing one store (shared) cannot count in memory: each would
 // see only its own spending. They reserve and settle in the store itself,
@@ -417,15 +419,23 @@ func overBudget(used, want tokens.Usage, lim policy.Budget) string {
 	return strings.Join(over, "; ")
 }
 
-// leaseFor is the lease that covers need, a twentieth of each limit ahead,
-// and whether it is higher than the one the store holds.
+// leaseParts is how many lease steps a limit has: each raise of the lease
+// leases a thousandth of the limit ahead of need. So a window's account is
+// written at most about a thousand times per limited kind, and a crash
+// charges at most a thousandth of each limit (at least 1) more than was
+// spent or in flight: twenty crashes cost a 1,000,000-request budget at
+// most 20,000 requests.
+const leaseParts = 1000
+
+// leaseFor is the lease that covers need, a leaseParts-th of each limit
+// ahead, and whether it is higher than the one the store holds.
 func leaseFor(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool) {
 	raise := false
 	step := func(l *int64, n, limit int64) {
 		if limit <= 0 || n <= *l {
 			return
 		}
-		*l = min(limit, n+max(limit/20, 1))
+		*l = min(limit, n+max(limit/leaseParts, 1))
 		if *l < n {
 			*l = n
 		}

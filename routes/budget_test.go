@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -369,5 +372,39 @@ func TestBudgetSharedStoreFails(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "settling a request in the token store failed") {
 		t.Errorf("no log line for the failed settlement:\n%s", e.logs.String())
+	}
+}
+
+// Crashes add up to little: each charges at most a lease step (a
+// thousandth of each limit, see leaseParts) beyond what was spent, so
+// twenty crashes, each after one request, leave a 1,000,000-request budget
+// with at most 20,020 requests charged, where a step of a twentieth of the
+// limit spent it all.
+func TestBudgetCrashesAddUpToLittle(t *testing.T) {
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	log := slog.New(slog.DiscardHandler)
+	sess := &Session{TokenID: "tok_0123456789ab", Sandbox: "conv-1"}
+	lim := policy.Budget{Requests: 1_000_000, OutputTokens: 1_000_000_000}
+	for range 20 {
+		b := newBudgets(store, false, log, time.Now)
+		res, err := b.reserve(context.Background(), sess, lim, tokens.Usage{Requests: 1, Output: 32_000}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.settle(tokens.Usage{Requests: 1, Output: 500})
+		// The process dies: its flusher stops, and the clean stop's exact
+		// save never happens.
+		close(b.stop)
+		<-b.done
+	}
+	after := newBudgets(store, false, log, time.Now)
+	defer after.close()
+	u, _ := after.usage(context.Background(), sess.TokenID, lim)
+	if u.Requests < 20 || u.Requests > 20+20*1000 || u.Output < 20*500 || u.Output > 20*(32_000+1_000_000) {
+		t.Errorf("after 20 crashes: %+v charged, want 20 to 20,020 requests and 10,000 to 20,640,000 output tokens", u)
 	}
 }
