@@ -46,18 +46,20 @@ func envCommand() *cli.Command {
 Examples:
 
    eval "$(cproxy env --sandbox conv-42 --proxy-url http://127.0.0.1:8080)"
+   eval $(cproxy env --sandbox conv-42 --proxy-url http://127.0.0.1:8080)
+   cproxy env --sandbox conv-42 --proxy-url http://127.0.0.1:8080 --format fish | source
    cproxy env --sandbox conv-42 --proxy-url http://10.20.30.4:8080 --format json
    cproxy env --token "$TOKEN" --proxy-url http://10.20.30.4:8080 --format env > sandbox.env`,
 		Flags: append(sandboxEnvFlags(),
-			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "sh", Usage: "sh (export lines, safe under eval), json, or env (NAME=value lines)"},
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "sh", Usage: "sh (export statements, safe under eval quoted or not), fish (for | source), json, or env (NAME=value lines)"},
 		),
 		Action: func(c *cli.Context) error {
 			if err := noArgs(c); err != nil {
 				return err
 			}
 			format := c.String("format")
-			if format != "sh" && format != "json" && format != "env" {
-				return fail("use --format sh, json or env", "unknown format %q", format)
+			if format != "sh" && format != "fish" && format != "json" && format != "env" {
+				return fail("use --format sh, fish, json or env", "unknown format %q", format)
 			}
 			env, git, err := sandboxEnv(c)
 			if err != nil {
@@ -79,6 +81,13 @@ Examples:
 				// Real credentials in the shell that evals this must not
 				// reach the sandbox command beside its token.
 				out = []byte(env.UnsetShell() + s + g)
+			case "fish":
+				// Like sh: fish numbers git's settings when it reads them.
+				s, err := env.Fish(git)
+				if err != nil {
+					return fail("", "%v", err)
+				}
+				out = []byte(s)
 			case "env":
 				// No shell to merge with: numbered from 0, for a sandbox
 				// that has no GIT_CONFIG_COUNT of its own (the harness
