@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/cproxy/cproxy/routes"
+)
+
+// TestFormatAuditRecordEscapes: whatever a sandbox put in a record's
+// strings, cproxy audit prints one line with no character that breaks it
+// or reorders it, and a value with a space comes out quoted, so the fields
+// split as they should.
+func TestFormatAuditRecordEscapes(t *testing.T) {
+	for _, r := range []rune{'\n', '\r', '\x1b', 0x7f, 0x80, 0x85, 0x9b, 0x9f, 0x2028, 0x2029, 0x061c, 0x200e, 0x200f,
+		0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069, 0xfeff} {
+		s := "a" + string(r) + "b"
+		rec := auditLine{AuditRecord: routes.AuditRecord{Time: s, Sandbox: s, Route: s, Method: s, Target: s, Decision: s, Rule: s, Reason: s, Truncated: []string{s}}}
+		for _, line := range []string{formatAuditRecord(rec, true), formatAuditRecord(auditLine{AuditRecord: routes.AuditRecord{Time: "t", Reason: s}, Lost: 1}, false),
+			formatAuditRecord(auditLine{AuditRecord: routes.AuditRecord{Time: "t"}, Notice: s}, false)} {
+			if strings.ContainsFunc(line, func(c rune) bool { return c != ' ' && !unicode.IsPrint(c) }) {
+				t.Errorf("U+%04X: printed raw: %q", r, line)
+			}
+		}
+	}
+	rec := auditLine{AuditRecord: routes.AuditRecord{Time: "t", Route: "github", Method: "POST", Target: "acme/app refs/heads/main", Decision: "deny", Status: 200, RefsOmitted: 3, Truncated: []string{"target", "refs"}}}
+	if got, want := formatAuditRecord(rec, false), `t github POST "acme/app refs/heads/main" deny 200 0s truncated=target,refs (+3 more refs)`; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
