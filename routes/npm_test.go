@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -519,5 +520,53 @@ func TestNPMSearchAndAudit(t *testing.T) {
 	}
 	if got := reg.Requests(); len(got) != n {
 		t.Errorf("refused audits reached the registry: %+v", got[n:])
+	}
+}
+
+// TestNPMUpstreamStatus: a packument or tarball answer npm would take as a
+// success is passed only when cproxy checked it: 200, or a 304 to a request
+// cproxy sent with a validator. Errors pass as they are.
+func TestNPMUpstreamStatus(t *testing.T) {
+	var code int
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		if code != http.StatusNotModified {
+			w.Write([]byte(`{"name":"is-thing","versions":{}}`))
+		}
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	e := newEnv(t, func(o *Options) {
+		o.Policy = mustPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n")
+		o.NPM = Upstream{URL: u}
+	})
+	tok := e.token("conv-42")
+	for _, c := range []struct {
+		code int
+		path string
+		hdr  []string
+		want int
+	}{
+		{200, "/npm/is-thing", nil, 200},
+		{203, "/npm/is-thing", nil, 502},
+		{206, "/npm/is-thing", nil, 502},
+		{299, "/npm/is-thing/-/is-thing-1.0.0.tgz", nil, 502},
+		{304, "/npm/is-thing", nil, 502},
+		{304, "/npm/is-thing", []string{"If-None-Match", `W/"abc"`}, 304},
+		{304, "/npm/is-thing/-/is-thing-1.0.0.tgz", []string{"If-Modified-Since", "Mon, 30 Nov 2026 00:00:00 GMT"}, 304},
+		{300, "/npm/is-thing", nil, 502},
+		{404, "/npm/is-thing", nil, 404},
+		{503, "/npm/is-thing/-/is-thing-1.0.0.tgz", nil, 503},
+	} {
+		code = c.code
+		h := npmAuth(tok)
+		for i := 0; i+1 < len(c.hdr); i += 2 {
+			h = with(h, c.hdr[i], c.hdr[i+1])
+		}
+		r := e.do("GET", c.path, h, "")
+		if r.status != c.want || c.want == 502 && !strings.Contains(r.body, "npm route: the upstream "+u.Host+" answered "+strconv.Itoa(c.code)+" for the ") {
+			t.Errorf("%d for %s %v: %d %s, want %d", c.code, c.path, c.hdr, r.status, r.body, c.want)
+		}
 	}
 }
