@@ -105,10 +105,13 @@ func run(args []string, stderr io.Writer) int {
 	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
-	// Scrub drops the real credentials (ANTHROPIC_API_KEY, GITHUB_TOKEN, …)
-	// the harness may hold; later entries win, and git's settings are
+	// The command starts from an environment built as cproxy exec builds
+	// it, not from the harness's minus some names: a base (PATH, HOME, the
+	// locale, …) and the harness's git settings, those that carry a
+	// credential made inert. Later entries win, and git's settings are
 	// numbered after those the environment already has.
-	cmd.Env = append(append(env.Scrub(os.Environ()), env.Environ()...), git.Env(gitBase).Environ()...)
+	inherited := env.ExecEnviron(os.Environ(), []string{"GIT_CONFIG_*"})
+	cmd.Env = append(append(inherited, env.Environ()...), git.Env(gitBase).Environ()...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 
 	sigs := make(chan os.Signal, 1)
