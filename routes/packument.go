@@ -25,8 +25,9 @@ import (
 //
 // What it must hold counts against maxPackument, and a packument that needs
 // more is refused: a version manifest, dist-tags (sent last, since what they
-// keep depends on the versions dropped), time when a version policy filters it
-// (sent last too) and, when the policy has a min_release_age and versions
+// keep depends on the versions dropped), time (whose keys are checked, and
+// which is sent last when a version policy filters it) and, when the policy
+// has a min_release_age and versions
 // come before time (as on registry.npmjs.org), the rewritten versions until
 // time arrives.
 const (
