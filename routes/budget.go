@@ -19,10 +19,12 @@ import (
 // Budgets are kept per token and window in memory, and made durable ahead
 // of use. Each model request reserves what it may spend before it is
 // forwarded — one request, its max_tokens of output, and its body's size in
-// bytes of each input kind (a token covers at least one byte of what it
-// encodes, so the body bounds every input count) — and settles, when its
-// response ends, to the usage the upstream reported. Reserving under one
-// lock is what keeps concurrent requests from overspending.
+// bytes of each input kind (a token covers at least one byte of the text
+// it encodes; what the upstream reads by URL or through tools it does not
+// bound, see docs/policy.md) — and settles, when its response ends, to the
+// usage the upstream reported (the meter charges what was reserved for a
+// count it did not report). Reserving under one lock is what keeps
+// concurrent requests from overspending.
 //
 // Durability is by lease: before a reservation takes an account past what
 // the store already holds for it, the store is raised, ahead of need, to a
@@ -291,8 +293,8 @@ func caps(lim policy.Budget) tokens.Usage {
 		CacheRead: lim.CacheReadTokens, CacheWrite: lim.CacheWriteTokens}
 }
 
-// settle ends the reservation with what the request really used; a
-// request that never got an answer settles with zero usage. It returns the
+// settle ends the reservation with what the request is charged (the
+// meter's: nothing for a request that never reached the upstream). It returns the
 // window's usage after it, and false when nothing is metered (or, shared,
 // when the store could not be told: the window then keeps what the
 // reservation held, an over-charge, never an under-charge).
