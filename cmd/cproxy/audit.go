@@ -607,6 +607,10 @@ func formatAuditRecord(rec auditLine, sandbox bool) string {
 		if u.CacheWrite > 0 {
 			fmt.Fprintf(&b, " cache_write=%d", u.CacheWrite)
 		}
+		if u.NotReported {
+			// The counts are what the request reserved, not what it used.
+			b.WriteString(" (not reported: charged as reserved)")
+		}
 	}
 	if rec.Rule != "" {
 		b.WriteString(" rule=" + quoteIfNeeded(rec.Rule))

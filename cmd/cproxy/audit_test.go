@@ -28,4 +28,9 @@ func TestFormatAuditRecordEscapes(t *testing.T) {
 	if got, want := formatAuditRecord(rec, false), `t github POST "acme/app refs/heads/main" deny 200 0s truncated=target,refs (+3 more refs)`; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
+	rec = auditLine{AuditRecord: routes.AuditRecord{Time: "t", Route: "model", Method: "POST", Target: "claude-sonnet-4-5", Decision: "allow", Status: 200,
+		Usage: &routes.Usage{Input: 90, Output: 16, NotReported: true}}}
+	if got, want := formatAuditRecord(rec, false), `t model POST claude-sonnet-4-5 allow 200 0s tokens: in=90 out=16 (not reported: charged as reserved)`; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
 }
