@@ -22,6 +22,11 @@ var evalShells = []string{"bash", "dash", "zsh"}
 var evalForms = map[string]string{
 	"quoted":   `eval "$(cat "$CPROXY_SCRIPT")"`,
 	"unquoted": `eval $(cat "$CPROXY_SCRIPT")`,
+	// Globbing at its strictest: bash fails on a glob that matches nothing
+	// and reads extglob patterns; zsh emulating sh globs the words of an
+	// expansion (GLOB_SUBST) and fails on a glob that matches nothing.
+	"unquoted, strict globs": `command -v shopt >/dev/null && shopt -s extglob failglob; ` +
+		`test -n "$ZSH_VERSION" && emulate sh; eval $(cat "$CPROXY_SCRIPT")`,
 }
 
 // globFolder makes a folder holding files whose names glob patterns in
