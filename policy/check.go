@@ -13,7 +13,7 @@ var policyKeys = []string{"profile", "sandbox"}
 // with only profile and sandbox keys is a policy. Anything else, an empty file
 // included, is a problem, since it cannot be meant as either.
 func Check(file string) Problems {
-	data, err := readFile(file)
+	data, err := ReadFile(file)
 	if err != nil {
 		return Problems{{File: file, Message: readProblem(err)}}
 	}
@@ -28,7 +28,7 @@ func Check(file string) Problems {
 	}
 	switch {
 	case isConfig:
-		_, probs = loadConfig(file, data, readFile)
+		_, probs = loadConfig(file, data, ReadFile)
 	case isPolicy:
 		_, probs = loadPolicy(file, data)
 	case len(tree) == 0:

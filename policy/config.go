@@ -20,14 +20,19 @@ type Config struct {
 	// Policy is the policy file. In the file it is relative to the config file's
 	// directory; LoadConfig stores it resolved (joined with that directory), as
 	// PolicyPath returns it. Empty means the built-in DefaultPolicy.
-	Policy   string    `toml:"policy"`
-	Listen   Listen    `toml:"listen"`   // [listen]; every key has a default
-	Store    Store     `toml:"store"`    // [store]; every key has a default
-	Upstream Upstreams `toml:"upstream"` // [upstream.*]; every key has a default
-	Log      Log       `toml:"log"`      // [log]; every key has a default
-	Keyring  Keyring   `toml:"keyring"`  // [keyring]; every key has a default
-	Claude   Claude    `toml:"claude"`   // [claude]; what cproxy env tells Claude Code in oauth mode
-	Runtime  Runtime   `toml:"runtime"`  // [runtime]; every key has a default
+	Policy string `toml:"policy"`
+	// PolicySettle is how long the policy file must stay unchanged, read
+	// before and after, before a reload puts it in force, so that a file
+	// still being written is not loaded half-written. Default 2s; must be
+	// more than 0.
+	PolicySettle Duration  `toml:"policy_settle"`
+	Listen       Listen    `toml:"listen"`   // [listen]; every key has a default
+	Store        Store     `toml:"store"`    // [store]; every key has a default
+	Upstream     Upstreams `toml:"upstream"` // [upstream.*]; every key has a default
+	Log          Log       `toml:"log"`      // [log]; every key has a default
+	Keyring      Keyring   `toml:"keyring"`  // [keyring]; every key has a default
+	Claude       Claude    `toml:"claude"`   // [claude]; what cproxy env tells Claude Code in oauth mode
+	Runtime      Runtime   `toml:"runtime"`  // [runtime]; every key has a default
 	// Relays are the [relay.NAME] tables: extra services the proxy listener
 	// forwards to, by name.
 	Relays map[string]*Relay `toml:"relay"`
@@ -285,8 +290,9 @@ func (Duration) tomlWant() string { return `a duration string like "30s"` }
 // Default returns the embedded defaults: what `cproxy serve` runs on with no config.
 func Default() *Config {
 	return &Config{
-		Listen: Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}},
-		Store:  Store{Kind: StoreBolt, Path: defaultStorePath()},
+		PolicySettle: Duration{2 * time.Second},
+		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}},
+		Store:        Store{Kind: StoreBolt, Path: defaultStorePath()},
 		Upstream: Upstreams{
 			Anthropic: Anthropic{
 				URL:           "https://api.anthropic.com",
@@ -368,11 +374,11 @@ func (c *Config) Explicit(key string) bool { return c.explicit[key] }
 // names. A file that cannot be read gives its os error; a file with problems gives a
 // *Problems listing all of them, the policy file's included.
 func LoadConfig(path string) (*Config, error) {
-	data, err := readFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c, probs := loadConfig(path, data, readFile)
+	c, probs := loadConfig(path, data, ReadFile)
 	if len(probs) > 0 {
 		return nil, &probs
 	}
@@ -486,6 +492,7 @@ func (c *Config) validate(d *decoder) {
 		checkURL(d, keyPath("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
 	}
 	checkPositive(d, keyPath("listen", "drain"), c.Listen.Drain, "30s")
+	checkPositive(d, keyPath("policy_settle"), c.PolicySettle, "2s")
 	c.Store.validate(d)
 
 	a := c.Upstream.Anthropic

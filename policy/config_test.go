@@ -350,7 +350,7 @@ credentials = "env:X"
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, probs := loadConfig("cproxy.toml", []byte(tt.src), readFile)
+			c, probs := loadConfig("cproxy.toml", []byte(tt.src), ReadFile)
 			got := make([]string, len(probs))
 			for i, pr := range probs {
 				got[i] = pr.String()
@@ -489,7 +489,7 @@ func TestClaudeCodeImpliesOAuth(t *testing.T) {
 		{"[upstream.anthropic]\ncredential = \"claude-code\"\nauth = \"oauth\"\n", AuthOAuth},
 		{"[upstream.anthropic]\ncredential = \"env:X\"\n", AuthAPIKey},
 	} {
-		c, probs := loadConfig("cproxy.toml", []byte(tt.src), readFile)
+		c, probs := loadConfig("cproxy.toml", []byte(tt.src), ReadFile)
 		if len(probs) > 0 {
 			t.Fatalf("%q: %v", tt.src, probs)
 		}

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -87,13 +88,25 @@ func (d *decoder) missing(key, table path, format string, args ...any) {
 
 var errTooLarge = fmt.Errorf("larger than %d KiB: too large for a cproxy config or policy", maxFileSize>>10)
 
-// readFile reads a config or policy file, refusing one too large to be one.
-func readFile(name string) ([]byte, error) {
-	f, err := os.Open(name)
+// ReadFile reads a config or policy file, refusing one too large to be one
+// and anything but a regular file: reading a FIFO waits for a writer, for
+// ever if none comes, and a device or a directory is no policy. The file is
+// opened without blocking (a FIFO's open would wait for a writer too) and
+// its kind checked on the open file, so nothing put at the path in between
+// is read.
+func ReadFile(name string) ([]byte, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: &notRegularError{st.Mode().Type()}}
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
 		return nil, err
@@ -104,7 +117,25 @@ func readFile(name string) ([]byte, error) {
 	return data, nil
 }
 
-// readProblem words a readFile error without repeating the file name.
+// notRegularError is ReadFile's refusal of anything but a regular file.
+type notRegularError struct{ mode fs.FileMode }
+
+func (e *notRegularError) Error() string {
+	kind := "not a regular file"
+	switch {
+	case e.mode&fs.ModeNamedPipe != 0:
+		kind = "a FIFO, not a regular file"
+	case e.mode&fs.ModeDevice != 0:
+		kind = "a device, not a regular file"
+	case e.mode&fs.ModeDir != 0:
+		kind = "a directory, not a regular file"
+	case e.mode&fs.ModeSocket != 0:
+		kind = "a socket, not a regular file"
+	}
+	return kind + ": point at a regular file (write it elsewhere and rename it into place)"
+}
+
+// readProblem words a ReadFile error without repeating the file name.
 func readProblem(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {

@@ -118,11 +118,17 @@ func DefaultPolicy() *Policy {
 // LoadPolicy reads a policy file. A file that cannot be read gives its os error; a
 // file with problems gives a *Problems listing all of them.
 func LoadPolicy(path string) (*Policy, error) {
-	data, err := readFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	p, probs := loadPolicy(path, data)
+	return ParsePolicy(path, data)
+}
+
+// ParsePolicy is LoadPolicy for a file's text already read (by ReadFile),
+// as a reload checks it before putting it in force.
+func ParsePolicy(file string, data []byte) (*Policy, error) {
+	p, probs := loadPolicy(file, data)
 	if len(probs) > 0 {
 		return nil, &probs
 	}

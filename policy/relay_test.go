@@ -88,7 +88,7 @@ func TestRelayConfigProblems(t *testing.T) {
 		{"header prefix newline", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\nheaders = { X-T = { value = \"t\", prefix = \"a\\nb\" } }\n", "relay.mod.headers.X-T.prefix: must not hold a line break"},
 		{"unknown key", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npath = [\"a\"]\n", `unknown key "path" in [relay.mod] (did you mean "paths"?)`},
 	} {
-		_, probs := loadConfig("cproxy.toml", []byte(tc.src), readFile)
+		_, probs := loadConfig("cproxy.toml", []byte(tc.src), ReadFile)
 		if got := (&probs).Error(); !strings.Contains(got, tc.want) || strings.Contains(got, "SECRETVALUE") {
 			t.Errorf("%s: got\n%s\nwant %q", tc.name, got, tc.want)
 		}

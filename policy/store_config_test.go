@@ -12,25 +12,25 @@ func TestStoreConfig(t *testing.T) {
 	c, probs := loadConfig("/etc/cproxy/cproxy.toml", []byte(`[store]
 kind = "postgres"
 dsn = "file:pg.dsn"
-`), readFile)
+`), ReadFile)
 	if len(probs) > 0 {
 		t.Fatal(probs)
 	}
 	if c.Store.Kind != StorePostgres || c.Store.DSN != "file:"+filepath.Join("/etc/cproxy", "pg.dsn") {
 		t.Errorf("store = %+v; want kind postgres and the dsn file resolved", c.Store)
 	}
-	c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n"), readFile)
+	c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n"), ReadFile)
 	if len(probs) > 0 || c.Store.DSN != "env:CPROXY_PG_DSN" {
 		t.Errorf("env dsn: %+v %v", c.Store, probs)
 	}
 	if d := Default().Store; d.Kind != StoreBolt || d.DSN != "" || d.LookupCache.Duration != 0 {
 		t.Errorf("default store = %+v; want bolt without a dsn or a look-up cache", d)
 	}
-	if c, probs := loadConfig("cproxy.toml", []byte("[store]\nkind = \"bolt\"\nlookup_cache = \"0s\"\n"), readFile); len(probs) > 0 || c.Store.LookupCache.Duration != 0 {
+	if c, probs := loadConfig("cproxy.toml", []byte("[store]\nkind = \"bolt\"\nlookup_cache = \"0s\"\n"), ReadFile); len(probs) > 0 || c.Store.LookupCache.Duration != 0 {
 		t.Errorf(`lookup_cache = "0s" with kind = "bolt" (the default, written out): %v`, probs)
 	}
 	for src, want := range map[string]time.Duration{`"30s"`: 30 * time.Second, `"0s"`: 0} {
-		c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = "+src+"\n"), readFile)
+		c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = "+src+"\n"), ReadFile)
 		if len(probs) > 0 || c.Store.LookupCache.Duration != want {
 			t.Errorf("lookup_cache = %s: %v %v; want %v", src, c.Store.LookupCache, probs, want)
 		}
@@ -83,7 +83,7 @@ func TestStoreConfigProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, probs := loadConfig("cproxy.toml", []byte(tt.src), readFile)
+			_, probs := loadConfig("cproxy.toml", []byte(tt.src), ReadFile)
 			got := make([]string, len(probs))
 			for i, pr := range probs {
 				got[i] = pr.String()
