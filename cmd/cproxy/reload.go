@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
-	"sync"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // policyPollInterval is how often serve looks at the policy file for a
@@ -16,28 +21,54 @@ import (
 // in a row, so a file an editor is still writing is not read half-written.
 const policyPollInterval = time.Second
 
-// policyReloader puts a new policy file in force when serve gets SIGHUP or
-// the file changes. A new policy must load as it would at start (the config's
-// relay names included); one that does not is refused, its problems logged,
-// and the policy in force stays. Requests already past their decision keep
-// the profile they were decided with (routes.Server.SetPolicy).
-type policyReloader struct {
-	cfg *policy.Config
-	srv *routes.Server
-	log *slog.Logger
+// policyReadTimeout bounds one read of the policy file. A regular file on a
+// local disk reads in microseconds; one on a hung network mount may never
+// return, and the reload is refused rather than waited for.
+const policyReadTimeout = 10 * time.Second
 
-	mu      sync.Mutex
+// policySettleRounds is how many times a reload waits policy_settle for a
+// file that keeps changing before it gives up on it.
+const policySettleRounds = 10
+
+// policyListTimeout bounds listing the live tokens after a reload, for the
+// warning about the sandboxes whose profile it changed.
+const policyListTimeout = 10 * time.Second
+
+// policyReloader puts a new policy file in force when serve gets SIGHUP or
+// the file changes. It runs on a goroutine of its own (run), off the signal
+// path: a file that cannot be read at once delays no signal. A new policy is
+// read, and put in force only once the file has stayed the same (its bytes
+// and what stat says) for policy_settle, so a file still being written in
+// place is not loaded half-written; it must load as it would at start (the
+// config's relay names included). One that does not is refused, its problems
+// logged, and the policy in force stays. Requests already past their
+// decision keep the profile they were decided with (routes.Server.SetPolicy).
+type policyReloader struct {
+	cfg    *policy.Config
+	srv    *routes.Server
+	store  tokens.Store // nil: no warning about sandboxes with live tokens
+	log    *slog.Logger
+	settle time.Duration
+	hup    chan struct{} // SIGHUPs not yet handled; one stands for many
+	// readFile reads the policy file (policy.ReadFile), for at most
+	// readTimeout (policyReadTimeout); tests put a slow one in.
+	readFile    func(string) ([]byte, error)
+	readTimeout time.Duration
+
+	// Only run's goroutine (or a test in its place) uses these.
 	inForce *policy.Policy
-	seen    fileState  // the file when it was last read
-	pending *fileState // a change seen once, loaded if the next look sees it unchanged
+	seen    fileState     // the file when it was last read
+	pending *fileState    // a change seen once, loaded if the next look sees it unchanged
+	stuck   chan struct{} // closed when a read that timed out returns; nil: none is out
 }
 
 // newPolicyReloader starts from the policy cfg was loaded with. It has not
 // looked at the file yet, so the watcher's first looks read it once more:
 // silently when it is what cfg was loaded from, as a reload when it changed
 // while serve was starting.
-func newPolicyReloader(cfg *policy.Config, srv *routes.Server, log *slog.Logger) *policyReloader {
-	return &policyReloader{cfg: cfg, srv: srv, log: log, inForce: cfg.Rules}
+func newPolicyReloader(cfg *policy.Config, srv *routes.Server, store tokens.Store, log *slog.Logger) *policyReloader {
+	return &policyReloader{cfg: cfg, srv: srv, store: store, log: log, settle: cfg.PolicySettle.Duration, hup: make(chan struct{}, 1),
+		readFile: policy.ReadFile, readTimeout: policyReadTimeout, inForce: cfg.Rules}
 }
 
 // fileState is what a look at the file sees: its size, modification time
@@ -62,20 +93,22 @@ func (a fileState) same(b fileState) bool {
 	return a.info.Size() == b.info.Size() && a.info.ModTime().Equal(b.info.ModTime()) && os.SameFile(a.info, b.info)
 }
 
-// sighup reloads the policy file at once, changed or not.
+// sighup asks run to reload the policy file, changed or not. It never
+// waits: the signal loop calls it.
 func (r *policyReloader) sighup() {
 	if r.cfg.Policy == "" {
 		r.log.Info("SIGHUP: no policy file to reload (embedded default policy)")
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.pending = nil
-	r.load("sighup")
+	select {
+	case r.hup <- struct{}{}:
+	default: // a reload is asked for already
+	}
 }
 
-// watch looks at the policy file every interval until ctx is done.
-func (r *policyReloader) watch(ctx context.Context, interval time.Duration) {
+// run handles SIGHUPs and looks at the policy file every interval, until
+// ctx is done.
+func (r *policyReloader) run(ctx context.Context, interval time.Duration) {
 	if r.cfg.Policy == "" {
 		return
 	}
@@ -85,8 +118,11 @@ func (r *policyReloader) watch(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.hup:
+			r.pending = nil
+			r.load(ctx, "sighup")
 		case <-t.C:
-			r.poll()
+			r.poll(ctx)
 		}
 	}
 }
@@ -94,9 +130,7 @@ func (r *policyReloader) watch(ctx context.Context, interval time.Duration) {
 // poll is one look at the file. A change is loaded when a second look finds
 // the file as the first did; so each change is tried once, and a policy
 // with errors is logged once, not at every look.
-func (r *policyReloader) poll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (r *policyReloader) poll(ctx context.Context) {
 	st := statFile(r.cfg.PolicyPath())
 	switch {
 	case st.same(r.seen):
@@ -105,18 +139,19 @@ func (r *policyReloader) poll() {
 		r.pending = &st
 	default:
 		r.pending = nil
-		r.load("change")
+		r.load(ctx, "change")
 	}
 }
 
-// load reads the file and puts it in force if it is valid and differs from
-// the policy in force. The caller holds mu.
-func (r *policyReloader) load(trigger string) {
+// load reads the file once it has settled and puts it in force if it is
+// valid and differs from the policy in force.
+func (r *policyReloader) load(ctx context.Context, trigger string) {
 	path := r.cfg.PolicyPath()
-	// Looked at before reading: a change made while reading is seen by
-	// the next look and loaded then.
-	r.seen = statFile(path)
-	p, err := policy.LoadPolicy(path)
+	data, err := r.settled(ctx, path)
+	var p *policy.Policy
+	if err == nil {
+		p, err = policy.ParsePolicy(path, data)
+	}
 	if err == nil {
 		if probs := r.cfg.CheckPolicy(p); len(probs) > 0 {
 			err = &probs
@@ -132,8 +167,114 @@ func (r *policyReloader) load(trigger string) {
 			r.log.Info("policy unchanged", "policy", path, "trigger", trigger)
 		}
 	default:
+		r.warnProfileChanges(ctx, r.inForce, p)
 		r.inForce = p
 		r.srv.SetPolicy(p)
 		r.log.Info("policy reloaded", "policy", path, "trigger", trigger)
 	}
+}
+
+// settled reads the file until two reads policy_settle apart find the same
+// bytes and the same file (size, time, inode), and returns those bytes. A
+// writer that pauses for longer than that between two parts of an in-place
+// write still has its first part loaded: only a rename puts a file in place
+// whole, as docs/operations.md says.
+func (r *policyReloader) settled(ctx context.Context, path string) ([]byte, error) {
+	// Looked at before reading: a change made while reading is seen by
+	// the next look.
+	r.seen = statFile(path)
+	data, err := r.read(path)
+	if err != nil {
+		return nil, err
+	}
+	for range policySettleRounds {
+		r.log.Debug("policy file read; it is put in force if it stays unchanged", "policy", path, "settle", r.settle)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(r.settle):
+		}
+		st := statFile(path)
+		again, err := r.read(path)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(data, again) && st.same(r.seen) {
+			return data, nil
+		}
+		r.seen, data = st, again
+	}
+	return nil, fmt.Errorf("%s kept changing for %s: write the policy elsewhere and rename it into place", path, policySettleRounds*r.settle)
+}
+
+// read reads the file on a goroutine of its own, for at most
+// readTimeout. A read that times out is left to return in its own
+// time; until it does, no other is started.
+func (r *policyReloader) read(path string) ([]byte, error) {
+	if r.stuck != nil {
+		select {
+		case <-r.stuck:
+			r.stuck = nil
+		default:
+			return nil, fmt.Errorf("an earlier read of %s has not returned yet", path)
+		}
+	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	returned := make(chan struct{})
+	go func() {
+		data, err := r.readFile(path)
+		done <- result{data, err}
+		close(returned)
+	}()
+	select {
+	case res := <-done:
+		return res.data, res.err
+	case <-time.After(r.readTimeout):
+		r.stuck = returned
+		return nil, fmt.Errorf("reading %s took more than %s", path, r.readTimeout)
+	}
+}
+
+// warnProfileChanges logs, before next is put in force, the sandboxes with
+// live tokens whose profile it changes (to another, or to none), so an
+// operator sees at once a reload that moves a sandbox where it was not
+// meant to go.
+func (r *policyReloader) warnProfileChanges(ctx context.Context, old, next *policy.Policy) {
+	if r.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, policyListTimeout)
+	defer cancel()
+	recs, err := r.store.List(ctx)
+	if err != nil {
+		r.log.Error("listing live tokens failed: cannot say which sandboxes the policy reload moves to another profile", "err", err)
+		return
+	}
+	now := time.Now()
+	var moved []string
+	for _, rec := range recs {
+		if rec.Check(now) != nil {
+			continue
+		}
+		from, to := profileName(old, rec), profileName(next, rec)
+		if m := rec.Sandbox + " (" + from + " -> " + to + ")"; from != to && !slices.Contains(moved, m) {
+			moved = append(moved, m)
+		}
+	}
+	if len(moved) > 0 {
+		r.log.Warn("policy reload changes the profile of sandboxes with live tokens", "sandboxes", strings.Join(moved, ", "))
+	}
+}
+
+// profileName is the profile p gives rec's requests, or "none".
+func profileName(p *policy.Policy, rec tokens.Record) string {
+	prof, err := p.ProfileFor(rec.Sandbox, rec.Profile)
+	if errors.Is(err, policy.ErrNoProfile) || prof == nil {
+		return "none"
+	}
+	return prof.Name
 }

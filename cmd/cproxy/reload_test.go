@@ -70,7 +70,8 @@ func newReloadFixture(t *testing.T, up routes.Upstream, store tokens.Store) *rel
 	log := slog.New(slog.NewTextHandler(f.log, nil))
 	f.srv = routes.New(routes.Options{Store: store, Policy: cfg.Rules, Anthropic: up, Logger: log})
 	t.Cleanup(f.srv.Close)
-	f.reloader = newPolicyReloader(cfg, f.srv, log)
+	f.reloader = newPolicyReloader(cfg, f.srv, store, log)
+	f.reloader.settle = time.Millisecond
 	return f
 }
 
@@ -135,8 +136,8 @@ func TestPolicyReloadInFlight(t *testing.T) {
 	<-gate.Reached()
 
 	f.write(t, opusPolicy)
-	f.reloader.poll() // the change, seen once
-	f.reloader.poll() // and again the same: loaded
+	f.reloader.poll(context.Background()) // the change, seen once
+	f.reloader.poll(context.Background()) // and again the same: loaded
 	if f.log.count(`msg="policy reloaded"`) != 1 {
 		t.Fatalf("no reload:\n%s", f.log.b.String())
 	}
@@ -166,18 +167,18 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	refused, reloaded := `msg="policy reload refused`, `msg="policy reloaded"`
 
 	// The first looks read the file serve started with: nothing to say.
-	r.poll()
-	r.poll()
+	r.poll(context.Background())
+	r.poll(context.Background())
 	if n := f.log.count("msg="); n != 0 {
 		t.Fatalf("start:\n%s", f.log.b.String())
 	}
 
 	// Half written, then finished before the second look: never read half.
 	f.write(t, "[profile.default]\nmodels = [")
-	r.poll()
+	r.poll(context.Background())
 	f.write(t, opusPolicy)
-	r.poll()
-	r.poll()
+	r.poll(context.Background())
+	r.poll(context.Background())
 	if f.log.count(refused) != 0 || f.log.count(reloaded) != 1 {
 		t.Fatalf("half-written file:\n%s", f.log.b.String())
 	}
@@ -185,7 +186,7 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	// Invalid: logged once however many looks follow.
 	f.write(t, "[profile.default]\nmodels = \"claude-*\"\n")
 	for range 5 {
-		r.poll()
+		r.poll(context.Background())
 	}
 	if f.log.count(refused) != 1 || !strings.Contains(f.log.b.String(), "policy.toml:2:10: profile.default.models") {
 		t.Fatalf("invalid file:\n%s", f.log.b.String())
@@ -193,7 +194,7 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	// Removed: a change too, logged once.
 	os.Remove(f.policyFile)
 	for range 3 {
-		r.poll()
+		r.poll(context.Background())
 	}
 	if f.log.count(refused) != 2 {
 		t.Fatalf("removed file:\n%s", f.log.b.String())
@@ -201,14 +202,46 @@ func TestPolicyWatchDebounce(t *testing.T) {
 
 	// Fixed; then SIGHUP finds it loaded already. A touch changes nothing.
 	f.write(t, sonnetPolicy)
-	r.poll()
-	r.poll()
-	r.sighup()
+	r.poll(context.Background())
+	r.poll(context.Background())
+	r.load(context.Background(), "sighup")
 	later := time.Now().Add(time.Minute)
 	os.Chtimes(f.policyFile, later, later)
-	r.poll()
-	r.poll()
+	r.poll(context.Background())
+	r.poll(context.Background())
 	if f.log.count(reloaded) != 2 || f.log.count(`msg="policy unchanged" `) != 1 || f.log.count(refused) != 2 {
 		t.Fatalf("fixed:\n%s", f.log.b.String())
+	}
+}
+
+// TestPolicyReadTimeout: a policy file whose read does not return is
+// refused after the read timeout, no second read is started while it
+// hangs, and once it returns reloads work again. SIGHUP never waits.
+func TestPolicyReadTimeout(t *testing.T) {
+	u, _ := url.Parse("http://127.0.0.1:9") // no request is sent
+	f := newReloadFixture(t, routes.Upstream{URL: u}, nil)
+	r := f.reloader
+	r.readTimeout = time.Millisecond
+	hang := make(chan struct{})
+	r.readFile = func(name string) ([]byte, error) {
+		<-hang
+		return policy.ReadFile(name)
+	}
+	r.sighup()
+	r.sighup() // one is pending already: not waited for
+	f.write(t, opusPolicy)
+	ctx := context.Background()
+	r.load(ctx, "sighup")
+	r.load(ctx, "sighup")
+	if f.log.count("took more than 1ms") != 1 || f.log.count("has not returned yet") != 1 {
+		t.Fatalf("hanging read:\n%s", f.log.b.String())
+	}
+	close(hang)
+	r.readTimeout = time.Minute
+	for r.stuck != nil {
+		r.load(ctx, "sighup") // until the hung read has returned
+	}
+	if f.log.count(`msg="policy reloaded"`) != 1 {
+		t.Fatalf("after the read returned:\n%s", f.log.b.String())
 	}
 }

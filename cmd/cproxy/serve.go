@@ -320,10 +320,10 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 	srv := routes.New(routes.Options{Store: store, SharedStore: cfg.Store.Kind == policy.StorePostgres, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version()})
 	defer srv.Close()
-	policies := newPolicyReloader(cfg, srv, log)
+	policies := newPolicyReloader(cfg, srv, store, log)
 	polling, stopPolling := context.WithCancel(context.Background())
 	defer stopPolling()
-	go policies.watch(polling, policyPollInterval)
+	go policies.run(polling, policyPollInterval)
 	if err := srv.RestoreSockets(ctx); err != nil {
 		return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
 	}
