@@ -102,12 +102,15 @@ func (m *meter) answered(u tokens.Usage, input, output bool) { m.end(u, true, in
 // nothing.
 func (m *meter) unanswered() { m.end(tokens.Usage{}, m.wrote.Load(), false, false) }
 
+// end settles the request once: forwarded says whether the upstream has
+// it, input and output whether u gives those counts.
 func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 	m.once.Do(func() {
 		if !forwarded {
 			u = tokens.Usage{}
 		}
 		reported := u
+		notReported := m.charged && forwarded && (!input || !output)
 		if m.charged && forwarded {
 			u.Requests = 1
 			if !input {
@@ -121,7 +124,6 @@ func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 		if total, ok := m.res.settle(u); ok {
 			m.s.metrics.setBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
 		}
-		notReported := m.charged && forwarded && (!input || !output)
 		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
 		if m.a.session != nil && m.a.session.Profile != nil {
 			m.s.metrics.usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
