@@ -188,7 +188,26 @@ type Runtime struct {
 	// other CPUs for every request, CPU that the sandboxes lose and that
 	// makes each request slower (docs/benchmarks.md, "One CPU").
 	CPUs int64 `toml:"cpus"`
+	// BodyMemoryMiB bounds the memory, in MiB, that request bodies read
+	// whole to be checked (model requests, npm audits) may hold at once,
+	// across every request. A request that would pass it waits briefly,
+	// then gets a 503 with Retry-After. Default 256; at least
+	// MinBodyMemoryMiB, the largest body cproxy reads whole.
+	BodyMemoryMiB int64 `toml:"body_memory_mib"`
 }
+
+// Runtime defaults and bounds.
+const (
+	// DefaultBodyMemoryMiB is runtime.body_memory_mib's default: eight of
+	// the largest model requests at once, hundreds of ordinary ones.
+	DefaultBodyMemoryMiB = 256
+	// MinBodyMemoryMiB is the largest request body cproxy reads whole (a
+	// model request, as large as the Anthropic API takes): a smaller
+	// budget could never hold one.
+	MinBodyMemoryMiB = 32
+	// maxBodyMemoryMiB is 1 TiB: more is a typo.
+	maxBodyMemoryMiB = 1 << 20
+)
 
 // maxCPUs is the most runtime.cpus may be. Go sets no limit; more than any
 // machine cproxy would run on is more likely a typo than a choice.
@@ -305,7 +324,7 @@ func Default() *Config {
 		},
 		Log:     Log{Format: "text", Level: "info"},
 		Keyring: Keyring{Backend: "auto", Service: "cproxy", FileDir: defaultKeyringDir()},
-		Runtime: Runtime{CPUs: defaultCPUs()},
+		Runtime: Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
 		Rules:   DefaultPolicy(),
 	}
 }
@@ -519,6 +538,9 @@ func (c *Config) validate(d *decoder) {
 
 	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
 		d.atValue(keyPath("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)
+	}
+	if n := c.Runtime.BodyMemoryMiB; n < MinBodyMemoryMiB || n > maxBodyMemoryMiB {
+		d.atValue(keyPath("runtime", "body_memory_mib"), "runtime.body_memory_mib: %d is out of range (use %d MiB, the largest request body, to %d; the default is %d)", n, MinBodyMemoryMiB, maxBodyMemoryMiB, DefaultBodyMemoryMiB)
 	}
 	if f := c.Log.Format; f != "text" && f != "json" {
 		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)

@@ -75,6 +75,9 @@ type audit struct {
 	usage Usage
 	// meter settles a model request's budget; nil for the other routes.
 	meter *meter
+	// held is what the request's body holds of the memory for bodies read
+	// whole; finish gives back what the upstream has not read yet.
+	held bodyHold
 }
 
 // startAudit begins the audit of r and returns the request routes work on:
@@ -93,6 +96,7 @@ func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *ht
 	}
 	a := &st.audit
 	a.w, a.body, a.r = &st.w, &st.body, &st.r
+	a.held.m = s.bodies
 	st.r.Body = a.body
 	return a, a.r
 }
@@ -125,6 +129,7 @@ func (a *audit) fail(write func(http.ResponseWriter, error) int, err error) {
 }
 
 func (a *audit) finish() {
+	a.held.release()
 	status := a.w.status
 	if status == 0 {
 		// Nothing was written: the client went away first.

@@ -103,10 +103,8 @@ func writeAnthropicError(w http.ResponseWriter, err error) int {
 	// told not to. cproxy's refusals and time-outs do not get better by
 	// retrying; an upstream that could not be reached may, and so may a
 	// limit that says when (retry-after, as the API sends it).
-	var ref *refusal
 	switch {
-	case errors.As(err, &ref) && ref.retryAfter > 0:
-		h.Set("Retry-After", strconv.FormatInt(retrySeconds(ref.retryAfter), 10))
+	case setRetryAfter(h, err):
 		h.Set("X-Should-Retry", "true")
 	case code != http.StatusBadGateway:
 		h.Set("X-Should-Retry", "false")
@@ -116,6 +114,18 @@ func writeAnthropicError(w http.ResponseWriter, err error) int {
 	return code
 }
 
+// setRetryAfter sets Retry-After when err says when retrying can succeed
+// (a limit's rate or window, the memory for bodies), and reports whether
+// it did.
+func setRetryAfter(h http.Header, err error) bool {
+	var ref *refusal
+	if !errors.As(err, &ref) || ref.retryAfter <= 0 {
+		return false
+	}
+	h.Set("Retry-After", strconv.FormatInt(retrySeconds(ref.retryAfter), 10))
+	return true
+}
+
 // writePlainError is for routes without an upstream format of their own.
 func writePlainError(w http.ResponseWriter, err error) int {
 	code, _ := status(err)
@@ -123,6 +133,7 @@ func writePlainError(w http.ResponseWriter, err error) int {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
+	setRetryAfter(h, err)
 	w.WriteHeader(code)
 	fmt.Fprintln(w, message(err))
 	return code

@@ -377,6 +377,9 @@ type checkedBody struct {
 	off int
 	// lent, when b came from bodyBuffers, is what goes back there.
 	lent *[]byte
+	// held is b's share of the memory for bodies, given back with b; nil
+	// for none.
+	held *bodyHold
 }
 
 func (rb *checkedBody) Read(p []byte) (int, error) {
@@ -391,7 +394,9 @@ func (rb *checkedBody) Read(p []byte) (int, error) {
 		if rb.lent != nil {
 			putBodyBuffer(rb.lent)
 		}
-		rb.b, rb.off, rb.lent = nil, 0, nil
+		held := rb.held
+		rb.b, rb.off, rb.lent, rb.held = nil, 0, nil, nil
+		held.release() // after b is let go: it may return b's memory to the OS
 	}
 	return n, nil
 }

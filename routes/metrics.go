@@ -46,6 +46,10 @@ type metrics struct {
 	modelTokens *prometheus.CounterVec
 	notReported *prometheus.CounterVec
 	budget      *prometheus.GaugeVec
+	// bodyMemory and bodyRefused are the memory request bodies read whole
+	// hold, and the requests refused for want of it.
+	bodyMemory  prometheus.Gauge
+	bodyRefused prometheus.Counter
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -129,6 +133,14 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 			Help: "What is left of a sandbox's budget, by sandbox and kind; a sandbox's series go when its tokens are revoked.",
 		}, []string{"sandbox", "kind"}),
 	}
+	m.bodyMemory = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cproxy_body_memory_bytes",
+		Help: "Memory that request bodies read whole to be checked (model requests, npm audits) hold now, of runtime.body_memory_mib.",
+	})
+	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cproxy_body_memory_refused_total",
+		Help: "Requests answered 503 because the memory for request bodies (runtime.body_memory_mib) stayed full.",
+	})
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cproxy_build_info",
 		Help:        "Always 1; the version label is cproxy's version.",
@@ -136,6 +148,7 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
+		m.bodyMemory, m.bodyRefused,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -257,6 +270,20 @@ func (m *metrics) usageNotReported(route, profile string) {
 		return
 	}
 	m.notReported.WithLabelValues(route, profile).Inc()
+}
+
+// setBodyMemory sets what request bodies hold now.
+func (m *metrics) setBodyMemory(held int64) {
+	if m != nil {
+		m.bodyMemory.Set(float64(held))
+	}
+}
+
+// bodyMemoryRefused counts a request refused for want of body memory.
+func (m *metrics) bodyMemoryRefused() {
+	if m != nil {
+		m.bodyRefused.Inc()
+	}
 }
 
 // setBudgetRemaining sets what is left of sandbox's budget, by kind in

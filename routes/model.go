@@ -3,6 +3,7 @@ package routes
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -178,7 +179,7 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 		r.ContentLength = 0
 		return t, nil
 	}
-	body, err := readBody(r, maxModelBody)
+	body, err := readBody(r, maxModelBody, &a.held)
 	if err != nil {
 		return target{}, err
 	}
@@ -225,9 +226,11 @@ func allowQuery(raw string, allowed []string) (string, error) {
 	return q.Encode(), nil
 }
 
-// readBody reads a request body of at most limit bytes. It refuses an
-// encoded body: cproxy checks the bytes it sends and cannot check those.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// readBody reads a request body of at most limit bytes, held in memory
+// under h (its declared length before its buffer is allocated, or as it
+// is read when it declares none). It refuses an encoded body: cproxy
+// checks the bytes it sends and cannot check those.
+func readBody(r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		return nil, refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", clip(ce, 32))
 	}
@@ -238,25 +241,34 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	var err error
 	var lent *[]byte
 	if r.ContentLength > 0 {
+		if err := h.grow(r.Context(), r.ContentLength); err != nil {
+			return nil, err
+		}
 		// A buffer of the declared size (net/http holds the body to it),
 		// lent until the upstream has read it, instead of ReadAll's
 		// doublings: on the hot path their garbage cost more CPU than
 		// everything else cproxy does. ReadFull fills every byte of it.
 		b, lent = getBodyBuffer(int(r.ContentLength))
+		h.large = lent == nil
 		_, err = io.ReadFull(r.Body, b)
 	} else {
-		b, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+		h.large = true
+		b, err = io.ReadAll(io.LimitReader(h.reader(r.Context(), r.Body), limit+1))
 	}
 	if err != nil {
-		if r.Context().Err() != nil {
+		var ref *refusal
+		switch {
+		case r.Context().Err() != nil:
 			return nil, r.Context().Err()
+		case errors.As(err, &ref):
+			return nil, err // no memory to hold more of it
 		}
 		return nil, refuse(ErrBadRequest, "reading the request body failed")
 	}
 	if int64(len(b)) > limit {
 		return nil, refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
 	}
-	r.Body = &checkedBody{b: b, lent: lent}
+	r.Body = &checkedBody{b: b, lent: lent, held: h}
 	r.ContentLength = int64(len(b))
 	r.Header.Del("Transfer-Encoding")
 	return b, nil

@@ -254,7 +254,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 			return
 		}
 		if n.kind == npmAudit {
-			if err := readAudit(r, a.session); err != nil {
+			if err := readAudit(r, a.session, &a.held); err != nil {
 				a.fail(writeNPMError, err)
 				return
 			}
@@ -370,7 +370,7 @@ const (
 // JSON object of package name to an array of versions, each name a package
 // the sandbox may install and each version a version, gzip-compressed or
 // not. What is forwarded is exactly the bytes read (still compressed).
-func readAudit(r *http.Request, sess *Session) error {
+func readAudit(r *http.Request, sess *Session, h *bodyHold) error {
 	ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if ce != "" && ce != "identity" && ce != "gzip" {
 		return refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", clip(ce, 32))
@@ -378,10 +378,16 @@ func readAudit(r *http.Request, sess *Session) error {
 	if r.ContentLength > maxAuditBody {
 		return refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxAuditBody+1))
+	// Held in memory as it is read, under h, until the request ends.
+	h.large = true
+	raw, err := io.ReadAll(io.LimitReader(h.reader(r.Context(), r.Body), maxAuditBody+1))
 	if err != nil {
-		if r.Context().Err() != nil {
+		var ref *refusal
+		switch {
+		case r.Context().Err() != nil:
 			return r.Context().Err()
+		case errors.As(err, &ref):
+			return err // no memory to hold more of it
 		}
 		return refuse(ErrBadRequest, "reading the audit body failed")
 	}
@@ -529,6 +535,7 @@ func writeNPMError(w http.ResponseWriter, err error) int {
 	if errors.Is(err, ErrUnauthorized) {
 		h.Set("WWW-Authenticate", `Bearer realm="cproxy"`)
 	}
+	setRetryAfter(h, err)
 	w.WriteHeader(code)
 	w.Write(append(body, '\n'))
 	return code

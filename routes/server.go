@@ -96,6 +96,10 @@ type Options struct {
 	// Version is cproxy's version, for cproxy_build_info on GET /metrics;
 	// empty means "unknown".
 	Version string
+	// BodyMemory bounds the bytes request bodies read whole may hold at
+	// once, across every request; zero means
+	// policy.DefaultBodyMemoryMiB MiB.
+	BodyMemory int64
 }
 
 // Server holds what the listeners share.
@@ -118,6 +122,7 @@ type Server struct {
 	relayValues []string
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
+	bodies      *bodyMemory
 }
 
 // New builds a Server.
@@ -178,6 +183,10 @@ func New(o Options) *Server {
 		}
 	}
 	s.metrics = newMetrics(o.Version, s.store, s.now, s.log, s.routeNames())
+	if o.BodyMemory == 0 {
+		o.BodyMemory = policy.DefaultBodyMemoryMiB << 20
+	}
+	s.bodies = newBodyMemory(o.BodyMemory, s.metrics)
 	return s
 }
 

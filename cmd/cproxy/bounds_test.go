@@ -4,13 +4,19 @@ package main
 // token's streams and rate when the policy sets neither.
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cproxy/cproxy/policy"
 )
@@ -132,5 +138,106 @@ func TestDefaultRateThrottlesAToken(t *testing.T) {
 	}
 	if got := len(fake.Requests()); got < policy.DefaultRequestsPerMinute {
 		t.Errorf("the upstream got %d requests before the first refusal, want the bucket's %d at least", got, policy.DefaultRequestsPerMinute)
+	}
+}
+
+// boundsRSS is the resident memory of process pid, from /proc.
+func boundsRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS: %q", v)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/PID/status")
+	return 0
+}
+
+// The memory all buffered request bodies hold is bounded as a whole: of 16
+// model requests that each declare the largest body (32 MiB) and send all
+// of it but its last byte, those past runtime.body_memory_mib's default
+// (256 MiB, eight of them) are answered 503 with Retry-After, in the API's
+// error shape; and once the clients give up, cproxy's memory comes back
+// near where it started.
+func TestBodyMemoryIsBounded(t *testing.T) {
+	s, fake, _ := serveWithFake(t)
+	tok := s.mint("conv-1")
+	pid := s.cmd.Process.Pid
+	base := boundsRSS(t, pid)
+
+	const n, size = 16, 32 << 20
+	head := rawHTTPRequest("POST /v1/messages HTTP/1.1", []string{"Host: cproxy", "Authorization: Bearer " + tok,
+		"Anthropic-Version: 2023-06-01", "Content-Type: application/json", "Content-Length: " + strconv.Itoa(size)}, "")
+	chunk := bytes.Repeat([]byte(" "), 1<<20)
+	conns := make([]net.Conn, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		c, err := net.Dial("tcp", rawHTTPAddr(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns[i] = c
+		// Writes until all but the last byte is sent, or cproxy answers
+		// and closes: a request it refuses is never read to its end.
+		wg.Go(func() {
+			if _, err := io.WriteString(c, head+"{"); err != nil {
+				return
+			}
+			for left := size - 2; left > 0; left -= len(chunk) {
+				if _, err := c.Write(chunk[:min(left, len(chunk))]); err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Every writer is done: the held bodies are all in, and the refused
+	// requests have their answer waiting.
+	refused := 0
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+		if err != nil {
+			continue // held: no answer until the body ends
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), `"type":"error"`) ||
+			!strings.Contains(string(b), "runtime.body_memory_mib") {
+			t.Errorf("a request past the memory for bodies: %s %v %s", resp.Status, resp.Header, b)
+		}
+		refused++
+	}
+	if held := n - refused; held*size > 256<<20 || refused == 0 {
+		t.Errorf("%d of %d large bodies refused, %d held: want at most 256 MiB held and the rest refused", refused, n, held)
+	}
+	if peak := boundsRSS(t, pid); peak > base+(256+128)<<20 {
+		t.Errorf("memory went from %d MiB to %d MiB with the bodies held", base>>20, peak>>20)
+	}
+	if len(fake.Requests()) != 0 {
+		t.Errorf("an unfinished body reached the upstream")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// The held bodies go with their connections, and their memory back to
+	// the OS; the deadline only ends a test that would otherwise hang.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		rss := boundsRSS(t, pid)
+		if rss < base+64<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory stayed at %d MiB after the bodies' clients left (%d MiB at the start)", rss>>20, base>>20)
+		}
 	}
 }
