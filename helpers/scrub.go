@@ -215,22 +215,22 @@ func scrubAwk(npm bool) string {
 		cred = append(cred, fmt.Sprintf("index(u, %q)", p))
 	}
 	var b strings.Builder
-	b.WriteString(`function ident(k, i) { if (k == "" || index("0123456789", substr(k, 1, 1))) return 0; ` +
+	b.WriteString(`function ident(k, i) { if (k=="" || index("0123456789", substr(k, 1, 1))) return 0; ` +
 		`for (i = 1; i <= length(k); i++) if (!index("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_", substr(k, i, 1))) return 0; return 1 } `)
-	fmt.Fprintf(&b, `function cred(u) { return u == %q || u ~ /%s$/ || u ~ /(^|_)(%s)(_|$)/ || %s } `,
+	fmt.Fprintf(&b, `function cred(u) { return u==%q || u~/%s$/ || u~/(^|_)(%s)(_|$)/ || %s } `,
 		gitParameters, credentialSuffix, strings.Join(credentialWords, "|"), strings.Join(cred, " || "))
 	b.WriteString(`function npmowned(u) { `)
 	if npm {
-		b.WriteString(`return u == "NPM_CONFIG_REGISTRY" || u == "NPM_CONFIG_USERCONFIG" || u ~ /^NPM_CONFIG__AUTH/ || u ~ /^YARN_NPM_/ || u == "YARN_UNSAFE_HTTP_WHITELIST" } `)
+		b.WriteString(`return u=="NPM_CONFIG_REGISTRY" || u=="NPM_CONFIG_USERCONFIG" || u~/^NPM_CONFIG__AUTH/ || u~/^YARN_NPM_/ || u=="YARN_UNSAFE_HTTP_WHITELIST" } `)
 	} else {
 		b.WriteString(`return 0 } `)
 	}
 	b.WriteString(`function haspw(s, i, r, a, sl) { i = index(s, "://"); if (!i) return 0; r = substr(s, i + 3); a = index(r, "@"); sl = index(r, "/"); ` +
 		`return a && (!sl || a < sl) && index(substr(r, 1, a), ":") } `)
 	b.WriteString(`function gitcred(k, v) { k = toupper(k); v = toupper(v); ` +
-		`return k ~ /(EXTRAHEADER|HELPER)$/ || k ~ /TOKEN|SECRET|PASSWORD|AUTHORIZATION|BEARER/ || v ~ /TOKEN|SECRET|PASSWORD|AUTHORIZATION|BEARER/ || haspw(k) || haspw(v) } `)
+		`return k~/(EXTRAHEADER|HELPER)$/ || k~/TOKEN|SECRET|PASSWORD|AUTHORIZATION|BEARER/ || v~/TOKEN|SECRET|PASSWORD|AUTHORIZATION|BEARER/ || haspw(k) || haspw(v) } `)
 	b.WriteString(`BEGIN { for (k in ENVIRON) if (ident(k) && (cred(toupper(k)) || npmowned(toupper(k)))) print "unset " k ";"; `)
-	fmt.Fprintf(&b, `n = ENVIRON["GIT_CONFIG_COUNT"]; if (n !~ /^[0-9]+$/) n = 0; n = n + 0; if (n > %d) n = %d; `, maxScrubbedGitEntries, maxScrubbedGitEntries)
+	fmt.Fprintf(&b, `n = ENVIRON["GIT_CONFIG_COUNT"]; if (n!~/^[0-9]+$/) n = 0; n = n + 0; if (n > %d) n = %d; `, maxScrubbedGitEntries, maxScrubbedGitEntries)
 	fmt.Fprintf(&b, `for (i = 0; i < n; i++) if (gitcred(ENVIRON["GIT_CONFIG_KEY_" i], ENVIRON["GIT_CONFIG_VALUE_" i])) `+
 		`print "export GIT_CONFIG_KEY_" i "=%s GIT_CONFIG_VALUE_" i "=;" }`, gitScrubbedKey)
 	return b.String()
