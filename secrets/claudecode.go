@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -107,7 +108,9 @@ func readClaudeCode(now time.Time) (claudeCodeLogin, error) {
 }
 
 func readClaudeCodeFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// Opened without blocking: a FIFO's open waits for a writer, and SIGHUP
+	// rereads credentials on the signal loop. Its kind is checked below.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("claude-code: no Claude Code login at %s: %s", path, loginHint)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -125,7 +126,9 @@ func (l *Loader) loadKeyring(name string) (Secret, error) {
 }
 
 func loadFile(path string) (Secret, error) {
-	f, err := os.Open(path)
+	// Opened without blocking: a FIFO's open waits for a writer, and SIGHUP
+	// rereads credentials on the signal loop. Its kind is checked below.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Secret{}, fmt.Errorf("file:%s: no such file", path)
