@@ -158,6 +158,8 @@ func (r *policyReloader) load(ctx context.Context, trigger string) {
 		}
 	}
 	switch {
+	case ctx.Err() != nil:
+		// serve is stopping: the reload is not refused, only not finished.
 	case err != nil:
 		r.log.Error("policy reload refused; the previous policy stays in force", "err", err.Error(), "trigger", trigger)
 	case p.SameText(r.inForce):
