@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -48,6 +49,7 @@ func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // what they learn; finish writes the line. It never holds a token or a
 // credential: only the token's id.
 type audit struct {
+	srv     *Server
 	log     *slog.Logger
 	metrics *metrics
 	w       *auditWriter
@@ -78,6 +80,20 @@ type audit struct {
 	// held is what the request's body holds of the memory for bodies read
 	// whole; finish gives back what the upstream has not read yet.
 	held bodyHold
+	// decide asks the route's policy question again of another profile,
+	// when a reload has changed the token's (Server.recheck); nil: the
+	// request is refused then.
+	decide decide
+}
+
+// recheck is Server.recheck, called where the request is served (not
+// where its body streams): the rule that decided goes on the audit line.
+func (a *audit) recheck(ctx context.Context) error {
+	rule, err := a.srv.recheck(ctx, a)
+	if rule != "" {
+		a.rule = rule
+	}
+	return err
 }
 
 // startAudit begins the audit of r and returns the request routes work on:
@@ -89,7 +105,7 @@ type audit struct {
 func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *http.Request) {
 	// One allocation for what lives exactly as long as the request.
 	st := &auditState{
-		audit: audit{log: s.audit, metrics: s.metrics, start: s.now(), sink: s.auditLog},
+		audit: audit{srv: s, log: s.audit, metrics: s.metrics, start: s.now(), sink: s.auditLog},
 		w:     auditWriter{ResponseWriter: w},
 		body:  countingBody{ReadCloser: r.Body},
 		r:     *r,

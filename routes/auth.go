@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
@@ -26,6 +27,10 @@ type Session struct {
 	// Budget is what the token may spend: its profile's budget, with what
 	// the token was minted with over it.
 	Budget policy.Budget
+	// hash is the token's hash, to look it up again; expires is when it
+	// stops working.
+	hash    tokens.Hash
+	expires time.Time
 }
 
 // credentialHeaders can carry the sandbox's token; every forwarded request
@@ -98,32 +103,20 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	if err != nil {
 		return nil, refuse(ErrUnauthorized, "malformed sandbox token: get a new one from the harness")
 	}
-	rec, err := s.store.Lookup(r.Context(), tok.Hash())
-	switch {
-	case errors.Is(err, tokens.ErrNotFound):
-		return nil, refuse(ErrUnauthorized, "unknown sandbox token")
-	case errors.Is(err, context.Canceled):
-		return nil, err
-	case err != nil:
-		s.log.Error("token store look-up failed", "err", err)
-		return nil, refuse(ErrUnavailable, "token store unavailable; try again later")
-	}
-	// A revoked or expired token still names its sandbox: the audit line of
-	// the refused request says whose it was.
-	known := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}
-	switch err := rec.Check(s.now()); {
-	case errors.Is(err, tokens.ErrRevoked):
-		return known, refuse(ErrUnauthorized, "sandbox token %s was revoked", rec.ID)
-	case errors.Is(err, tokens.ErrExpired):
-		return known, refuse(ErrUnauthorized, "sandbox token %s expired at %s", rec.ID, rec.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
-	case err != nil:
-		return known, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
-	}
-	prof, err := s.decisions.profileFor(s.policy(), rec.Sandbox, rec.Profile)
+	rec, found, err := s.liveRecord(r.Context(), tok.Hash())
 	if err != nil {
-		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, s.noProfile(rec, err)
+		if found {
+			// A revoked or expired token still names its sandbox: the
+			// audit line of the refused request says whose it was.
+			return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, err
+		}
+		return nil, err
 	}
-	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof, Budget: prof.Budget}
+	prof, err := s.profileOf(rec)
+	if err != nil {
+		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, err
+	}
+	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof, Budget: prof.Budget, hash: tok.Hash(), expires: rec.ExpiresAt}
 	if err := checkChannel(r, rec, prof); err != nil {
 		return sess, err
 	}
@@ -147,6 +140,90 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 		}
 	}
 	return sess, nil
+}
+
+// liveRecord looks up the token whose hash is h and refuses it unless it
+// is live. found says whether the store knows the token, so that the
+// refusal of a revoked or expired one can still name its sandbox.
+func (s *Server) liveRecord(ctx context.Context, h tokens.Hash) (rec tokens.Record, found bool, err error) {
+	rec, err = s.store.Lookup(ctx, h)
+	switch {
+	case errors.Is(err, tokens.ErrNotFound):
+		return rec, false, refuse(ErrUnauthorized, "unknown sandbox token")
+	case errors.Is(err, context.Canceled):
+		return rec, false, err
+	case err != nil:
+		s.log.Error("token store look-up failed", "err", err)
+		return rec, false, refuse(ErrUnavailable, "token store unavailable; try again later")
+	}
+	switch err := rec.Check(s.now()); {
+	case errors.Is(err, tokens.ErrRevoked):
+		return rec, true, revokedError(rec.ID)
+	case errors.Is(err, tokens.ErrExpired):
+		return rec, true, expiredError(rec.ID, rec.ExpiresAt)
+	case err != nil:
+		return rec, true, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
+	}
+	return rec, true, nil
+}
+
+func revokedError(id string) error {
+	return refuse(ErrUnauthorized, "sandbox token %s was revoked", id)
+}
+
+func expiredError(id string, at time.Time) error {
+	return refuse(ErrUnauthorized, "sandbox token %s expired at %s", id, at.UTC().Format("2006-01-02T15:04:05Z"))
+}
+
+// profileOf is the profile the current policy gives rec's token.
+func (s *Server) profileOf(rec tokens.Record) (*policy.Profile, error) {
+	prof, err := s.decisions.profileFor(s.policy(), rec.Sandbox, rec.Profile)
+	if err != nil {
+		return nil, s.noProfile(rec, err)
+	}
+	return prof, nil
+}
+
+// decide is a route's policy question, asked of a profile: the rule that
+// answered, and a refusal in the route's words when the answer is no.
+type decide func(*policy.Profile) (rule string, err error)
+
+// anyProfile is the decision of a request every profile may make.
+func anyProfile(*policy.Profile) (string, error) { return "", nil }
+
+// recheck takes again, as things are now, the decision that lets a's
+// request reach its upstream: the token is looked up again (revoked or
+// expired since the request's headers came?) and, when the policy now gives
+// it another profile than the one its request was decided with (a reload),
+// its channel and the route's policy question (audit.decide) are asked
+// again of that profile. A body can take as long as its client likes, so
+// the decision taken when the headers came does not hold when the request
+// is sent. forward calls it immediately before it sends a request, and again
+// when a body that streams to the upstream ends. It is cheap where it runs
+// on every request: the stores keep looked-up records in memory and the
+// policy's answers are memoised, and the same profile needs no new answer
+// (a loaded policy never changes).
+func (s *Server) recheck(ctx context.Context, a *audit) (rule string, err error) {
+	sess := a.session
+	rec, _, err := s.liveRecord(ctx, sess.hash)
+	if err != nil {
+		return "", err
+	}
+	prof, err := s.profileOf(rec)
+	if err != nil {
+		return "", err
+	}
+	if prof == sess.Profile {
+		return "", nil
+	}
+	if err := checkChannel(a.r, rec, prof); err != nil {
+		return "", err
+	}
+	if a.decide == nil {
+		// Deny by default: a route that did not say how to ask again.
+		return "", refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", sess.Sandbox)
+	}
+	return a.decide(prof)
 }
 
 // checkChannel refuses a token that came in on a channel it is not bound

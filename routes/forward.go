@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cproxy/cproxy/secrets"
@@ -48,7 +49,9 @@ type call struct {
 	cancel   context.CancelCauseFunc
 	writeErr func(http.ResponseWriter, error) int
 	timer    headerTimer // unused when the upstream has no HeaderTimeout
-	body     timedBody   // r's body, when the timer waits for it to be sent
+	body     sentBody    // r's body, when something waits for its end
+	// refused is why sentBody withheld the end of the body, if it did.
+	refused atomic.Pointer[error]
 	// series are the route's metrics, nil without metrics; sent is when
 	// the request was handed to the upstream, for the time to its answer.
 	series *routeSeries
@@ -60,6 +63,9 @@ func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call)
 // fail answers a request ReverseProxy could not complete.
 func (c *call) fail(err error) {
 	var ref *refusal
+	if r := c.refused.Load(); r != nil {
+		err = *r
+	}
 	switch {
 	case errors.As(err, &ref):
 		c.a.fail(c.writeErr, err)
@@ -292,6 +298,9 @@ type headerTimer struct {
 }
 
 func (h *headerTimer) start() {
+	if h.d <= 0 {
+		return // no header timeout
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.stopped && h.t == nil {
@@ -308,23 +317,91 @@ func (h *headerTimer) stop() {
 	}
 }
 
-// timedBody starts the header timer when the transport has read the whole
-// body: at EOF, or at the declared length (the transport may stop there).
-type timedBody struct {
+// sentBody is a request body as the transport sends it upstream. When the
+// transport has read all of it (at EOF, or at the declared length, where the
+// transport may stop), it starts the header timer, if the upstream has one;
+// before that, for a body that streams from the client (recheck), it takes
+// the forwarding decision again (Server.recheck): the client may have held
+// the body open for as long as it liked. If the decision is now no, it
+// withholds the body's end and fails the read: the transport aborts, and the
+// upstream never receives a complete request. To withhold the end of a body
+// of unknown length, which shows only when a read returns EOF, it keeps the
+// last byte read back until the next read.
+type sentBody struct {
 	io.ReadCloser
-	timer *headerTimer
-	left  int64 // bytes until the declared length; -1: unknown
+	c       *call
+	recheck bool
+	left    int64 // bytes until the declared length; -1: unknown
+	held    byte  // unknown length: the last byte read, not passed on yet
+	holding bool
+	end     error // once the end was reached: io.EOF, or why it was refused
 }
 
-func (b *timedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.left >= 0 {
-		b.left -= int64(n)
+func (b *sentBody) Read(p []byte) (int, error) {
+	if b.end != nil {
+		return 0, b.end
 	}
-	if err != nil || b.left == 0 {
-		b.timer.start()
+	if !b.recheck || b.left >= 0 {
+		n, err := b.ReadCloser.Read(p)
+		if b.left >= 0 {
+			b.left -= int64(n)
+		}
+		if err == nil && b.left != 0 {
+			return n, nil
+		}
+		if err == nil || err == io.EOF {
+			if rerr := b.ended(); rerr != nil {
+				return 0, rerr
+			}
+		}
+		b.c.timer.start()
+		return n, err
 	}
-	return n, err
+	if len(p) < 2 {
+		// The transport reads with buffers of kilobytes; one byte
+		// leaves no room for the one held back.
+		return 0, io.ErrShortBuffer
+	}
+	off := 0
+	if b.holding {
+		p[0], off = b.held, 1
+	}
+	n, err := b.ReadCloser.Read(p[off:])
+	n += off
+	switch {
+	case err == io.EOF:
+		b.holding = false
+		if rerr := b.ended(); rerr != nil {
+			return 0, rerr
+		}
+		b.c.timer.start()
+		return n, io.EOF
+	case err != nil:
+		b.c.timer.start()
+		return 0, err
+	case n == 0:
+		return 0, nil
+	}
+	b.held, b.holding = p[n-1], true
+	return n - 1, nil
+}
+
+// ended marks the end of the body reached and, for a streamed body, takes
+// the decision again: a refusal withholds the end. Reads from then on
+// return io.EOF, or the refusal.
+func (b *sentBody) ended() error {
+	b.end = io.EOF
+	if !b.recheck {
+		return nil
+	}
+	// Server.recheck, not audit.recheck: this runs on the transport's
+	// goroutine, and the audit line is the handler's.
+	if _, err := b.c.a.srv.recheck(b.c.ctx, b.c.a); err != nil {
+		b.end = err
+		b.c.refused.Store(&err)
+		return err
+	}
+	return nil
 }
 
 // forward sends r to the upstream at t, streaming both ways. Failures are
@@ -341,19 +418,25 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 	c.ctx, c.cancel = context.WithCancelCause(r.Context())
 	defer c.cancel(nil)
 	ctx := context.WithValue(c.ctx, callKey{}, c)
+	if err := a.recheck(r.Context()); err != nil {
+		a.fail(writeErr, err)
+		return
+	}
 	if a.meter != nil && a.meter.charged {
 		// A charged model request is charged once the upstream has it.
 		ctx = httptrace.WithClientTrace(ctx, a.meter.clientTrace())
 	}
-	if f.up.HeaderTimeout > 0 {
-		c.timer = headerTimer{d: f.up.HeaderTimeout, fire: c.timedOut}
-		defer c.timer.stop()
-		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-			c.timer.start()
-		} else {
-			c.body = timedBody{ReadCloser: r.Body, timer: &c.timer, left: r.ContentLength}
-			r.Body = &c.body
-		}
+	c.timer = headerTimer{d: f.up.HeaderTimeout, fire: c.timedOut}
+	defer c.timer.stop()
+	// A body cproxy has read whole was decided with; one that streams from
+	// the client is decided again at its end.
+	_, read := r.Body.(*checkedBody)
+	switch {
+	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0:
+		c.timer.start()
+	case !read || f.up.HeaderTimeout > 0:
+		c.body = sentBody{ReadCloser: r.Body, c: c, recheck: !read, left: r.ContentLength}
+		r.Body = &c.body
 	}
 	if c.series = a.metrics.forwarding(a.route); c.series != nil {
 		defer c.series.open.Dec()

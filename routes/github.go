@@ -138,14 +138,10 @@ func (s *Server) serveGitHub(a *audit, r *http.Request) {
 		a.fail(writeGitError, refuse(ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
 		return
 	}
-	d := a.session.Profile.Repo(g.repo(), g.push())
-	a.rule = d.Rule
-	if !d.Allow {
-		verb := "repository %s is not allowed for sandbox %s"
-		if g.push() {
-			verb = "push to repository %s is not allowed for sandbox %s"
-		}
-		err := refuse(ErrForbidden, verb, g.repo(), a.session.Sandbox)
+	a.decide = func(prof *policy.Profile) (string, error) { return decideRepo(prof, a.session.Sandbox, g) }
+	rule, err := a.decide(a.session.Profile)
+	a.rule = rule
+	if err != nil {
 		if g.advertise {
 			a.fail(gitAdvertisementError(g.service), err)
 		} else {
@@ -154,9 +150,11 @@ func (s *Server) serveGitHub(a *audit, r *http.Request) {
 		return
 	}
 	if g.push() && !g.advertise {
-		if !s.checkPush(a, r, g) {
+		cmds, ok := s.checkPush(a, r, g)
+		if !ok {
 			return
 		}
+		a.decide = func(prof *policy.Profile) (string, error) { return decidePushAgain(prof, a.session.Sandbox, g, cmds) }
 	}
 	if !g.advertise {
 		// The body streams to the upstream while its answer may already be
@@ -165,6 +163,35 @@ func (s *Server) serveGitHub(a *audit, r *http.Request) {
 		_ = http.NewResponseController(a.w).EnableFullDuplex()
 	}
 	s.github.forward(a, r, g.target(), writeGitError)
+}
+
+// decideRepo asks prof whether sandbox may fetch from (or push to) g's
+// repository.
+func decideRepo(prof *policy.Profile, sandbox string, g gitRequest) (string, error) {
+	d := prof.Repo(g.repo(), g.push())
+	if d.Allow {
+		return d.Rule, nil
+	}
+	verb := "repository %s is not allowed for sandbox %s"
+	if g.push() {
+		verb = "push to repository %s is not allowed for sandbox %s"
+	}
+	return d.Rule, refuse(ErrForbidden, verb, g.repo(), sandbox)
+}
+
+// decidePushAgain is a push's decision asked again of another profile
+// (Server.recheck): the repository, then every command. Its refusal is
+// plain, not a push report: the request may already be on its way.
+func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []*packp.Command) (string, error) {
+	rule, err := decideRepo(prof, sandbox, g)
+	if err != nil {
+		return rule, err
+	}
+	denials, rule := decidePush(prof, g.repo(), cmds)
+	if denials != nil {
+		return rule, refuse(ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
+	}
+	return rule, nil
 }
 
 // checkGitBody checks the body's shape before anything reads it: none for
@@ -195,18 +222,18 @@ func checkGitBody(r *http.Request, g gitRequest) error {
 
 // checkPush decides a push: it reads the ref-update commands at the start
 // of the body, asks the policy about every one, and either puts the body
-// back together for forwarding (true) or answers with git's push report,
-// every command rejected (false).
-func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) bool {
+// back together for forwarding (true, with the push's commands) or answers
+// with git's push report, every command rejected (false).
+func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
 	p, err := readPush(r.Body)
 	r.Body = readCloser{p.body, r.Body}
 	if err != nil {
 		a.fail(writeGitError, err)
-		return false
+		return nil, false
 	}
 	if p.probe {
 		// git's probe before a large push: no commands, nothing to decide.
-		return true
+		return nil, true
 	}
 	refs := make([]string, len(p.commands))
 	for i, c := range p.commands {
@@ -217,7 +244,7 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) bool {
 	denials, rule := decidePush(a.session.Profile, g.repo(), p.commands)
 	if denials == nil {
 		a.rule = rule
-		return true
+		return p.commands, true
 	}
 	a.rule = rule
 	// Read what is left (the pack) before answering, so git reads the
@@ -226,10 +253,10 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) bool {
 	a.reason, a.decision = firstDenial(denials), decisionDeny
 	if !p.report {
 		writeGitError(a.w, refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
-		return false
+		return nil, false
 	}
 	writePushReport(a.w, p.sideband, p.commands, denials)
-	return false
+	return nil, false
 }
 
 // readCloser is a forwarded body: the bytes of r, closing the original.

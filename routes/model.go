@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -177,6 +178,7 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
+		a.decide = anyProfile // the model list is every profile's
 		return t, nil
 	}
 	body, err := readBody(r, maxModelBody, &a.held)
@@ -189,12 +191,19 @@ func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
 	}
 	t.maxTokens = maxTokens
 	a.target = model
-	d := s.decisions.model(a.session.Profile, model)
-	a.rule = d.Rule
+	a.decide = func(prof *policy.Profile) (string, error) { return s.decideModel(prof, a.session.Sandbox, model) }
+	rule, err := a.decide(a.session.Profile)
+	a.rule = rule
+	return t, err
+}
+
+// decideModel asks prof whether sandbox may use model.
+func (s *Server) decideModel(prof *policy.Profile, sandbox, model string) (string, error) {
+	d := s.decisions.model(prof, model)
 	if !d.Allow {
-		return target{}, refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, a.session.Sandbox, d.Rule)
+		return d.Rule, refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
 	}
-	return t, nil
+	return d.Rule, nil
 }
 
 // allowQuery keeps the named parameters, in a canonical encoding, and

@@ -243,51 +243,38 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 		a.fail(writeNPMError, refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
 		return
 	}
-	if n.kind == npmSearch || n.kind == npmAudit {
-		what, d, hint := "search", a.session.Profile.NPMSearch(), ""
-		if n.kind == npmAudit {
-			what, d, hint = "audit", a.session.Profile.NPMAudit(), "; run npm with --no-audit"
-		}
-		a.target, a.rule = what, d.Rule
-		if !d.Allow {
-			a.fail(writeNPMError, refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, a.session.Sandbox, what, hint))
-			return
-		}
-		if n.kind == npmAudit {
-			if err := readAudit(r, a.session, &a.held); err != nil {
-				a.fail(writeNPMError, err)
-				return
-			}
-		}
-	}
-	if n.kind == npmPackument || n.kind == npmTarball {
+	// The questions are asked in this order, each only if the one before
+	// allowed the request: the audit's body is read, and a tarball's
+	// publish time fetched, only for what the profile may ask for.
+	q := &npmQuestion{n: n, sandbox: a.session.Sandbox, now: s.now}
+	a.decide = q.decide
+	switch n.kind {
+	case npmSearch:
+		a.target = "search"
+	case npmAudit:
+		a.target = "audit"
+	case npmTarball:
+		a.version = n.version()
+		fallthrough
+	case npmPackument:
 		a.target = n.name
-		d := a.session.Profile.Package(n.name)
-		a.rule = d.Rule
-		if !d.Allow {
-			a.fail(writeNPMError, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, a.session.Sandbox))
-			return
-		}
 	}
-	if n.kind == npmTarball {
-		v := n.version()
-		a.version = v
-		pr := a.session.Profile
-		d := pr.NPMDeny(n.name, v)
-		if d.Allow && pr.HasNPMVersionPolicy() && pr.NPM.MinReleaseAge.Duration > 0 {
-			// The age is in the packument: read its time[version] first.
-			published, err := s.npmPublished(r.Context(), n, v)
-			if err != nil {
-				a.fail(writeNPMError, err)
-				return
-			}
-			d = pr.NPMVersion(n.name, v, published, s.now())
-		}
-		if !d.Allow {
-			a.rule = d.Rule
-			a.fail(writeNPMError, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, v, a.session.Sandbox, d.Reason))
-			return
-		}
+	rule, err := q.decide(a.session.Profile)
+	if err == nil && n.kind == npmAudit {
+		q.audit, err = readAudit(r, &a.held)
+		rule, err = q.decideErr(a.session.Profile, err)
+	}
+	if err == errNeedsPublished {
+		// The age is in the packument: read its time[version] first.
+		var published time.Time
+		published, err = s.npmPublished(r.Context(), n, n.version())
+		q.published = &published
+		rule, err = q.decideErr(a.session.Profile, err)
+	}
+	a.rule = rule
+	if err != nil {
+		a.fail(writeNPMError, err)
+		return
 	}
 	if n.kind == npmPackument {
 		public := strings.TrimSuffix(s.publicURL, "/")
@@ -311,9 +298,88 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 			}
 		}
 		r = r.WithContext(context.WithValue(r.Context(), npmRewriteKey{}, rw))
+		q.rewritten = true
 	}
 	r = r.WithContext(context.WithValue(r.Context(), npmRequestKey{}, n))
 	s.npm.forward(a, r, n.target(), writeNPMError)
+}
+
+// npmQuestion is what serveNPM asks a profile about one request, kept so
+// that it can be asked again of another profile (Server.recheck).
+type npmQuestion struct {
+	n       npmRequest
+	sandbox string
+	// audit is an audit's body as read (checkedAudit); nil until then.
+	audit *checkedAudit
+	// published is a tarball's publish time, once fetched.
+	published *time.Time
+	// rewritten says that the packument's rewrite is set up, for the
+	// profile asked first.
+	rewritten bool
+	now       func() time.Time
+}
+
+// decideErr is decide, unless err (reading the audit, fetching the
+// publish time) already refuses the request.
+func (q *npmQuestion) decideErr(prof *policy.Profile, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return q.decide(prof)
+}
+
+// errNeedsPublished is npmQuestion.decide's answer about a tarball when
+// the profile's min_release_age needs its publish time and it has not been
+// fetched: serveNPM fetches it and asks again. Asked again of a new profile
+// (a reload) at forward, it refuses the request, which may be sent again;
+// so does a packument whose rewrite was set up for the profile before.
+var errNeedsPublished = refuse(ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
+
+// decide asks prof about the request: search or audit (and the packages an
+// audit names, once read), or the package and, for a tarball, its version.
+func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
+	n := q.n
+	switch n.kind {
+	case npmSearch, npmAudit:
+		what, d, hint := "search", prof.NPMSearch(), ""
+		if n.kind == npmAudit {
+			what, d, hint = "audit", prof.NPMAudit(), "; run npm with --no-audit"
+		}
+		if !d.Allow {
+			return d.Rule, refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
+		}
+		if q.audit != nil {
+			return d.Rule, q.audit.check(&Session{Sandbox: q.sandbox, Profile: prof})
+		}
+		return d.Rule, nil
+	case npmPackument, npmTarball:
+		d := prof.Package(n.name)
+		if !d.Allow {
+			return d.Rule, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
+		}
+		if n.kind == npmPackument {
+			if q.rewritten && prof.HasNPMVersionPolicy() {
+				// The rewrite filters versions for the profile asked first.
+				return d.Rule, errNeedsPublished
+			}
+			return d.Rule, nil
+		}
+		v := n.version()
+		if vd := prof.NPMDeny(n.name, v); !vd.Allow {
+			return vd.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, v, q.sandbox, vd.Reason)
+		}
+		if !prof.HasNPMVersionPolicy() || prof.NPM.MinReleaseAge.Duration <= 0 {
+			return d.Rule, nil
+		}
+		if q.published == nil {
+			return d.Rule, errNeedsPublished
+		}
+		if vd := prof.NPMVersion(n.name, v, *q.published, q.now()); !vd.Allow {
+			return vd.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, v, q.sandbox, vd.Reason)
+		}
+		return d.Rule, nil
+	}
+	return "", nil // the ping
 }
 
 // The search parameters npm sends, and the most each may hold.
@@ -366,17 +432,16 @@ const (
 	maxAuditDecoded = 32 << 20
 )
 
-// readAudit reads and checks an npm audit body before it goes upstream: a
-// JSON object of package name to an array of versions, each name a package
-// the sandbox may install and each version a version, gzip-compressed or
-// not. What is forwarded is exactly the bytes read (still compressed).
-func readAudit(r *http.Request, sess *Session, h *bodyHold) error {
+// readAudit reads an npm audit body before it goes upstream, gzip-compressed
+// or not, holding it under h; checkedAudit.check checks it. What is
+// forwarded is exactly the bytes read (still compressed).
+func readAudit(r *http.Request, h *bodyHold) (*checkedAudit, error) {
 	ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if ce != "" && ce != "identity" && ce != "gzip" {
-		return refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", clip(ce, 32))
+		return nil, refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", clip(ce, 32))
 	}
 	if r.ContentLength > maxAuditBody {
-		return refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
+		return nil, refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
 	}
 	// Held in memory as it is read, under h, until the request ends.
 	h.large = true
@@ -385,31 +450,41 @@ func readAudit(r *http.Request, sess *Session, h *bodyHold) error {
 		var ref *refusal
 		switch {
 		case r.Context().Err() != nil:
-			return r.Context().Err()
+			return nil, r.Context().Err()
 		case errors.As(err, &ref):
-			return err // no memory to hold more of it
+			return nil, err // no memory to hold more of it
 		}
-		return refuse(ErrBadRequest, "reading the audit body failed")
+		return nil, refuse(ErrBadRequest, "reading the audit body failed")
 	}
 	if len(raw) > maxAuditBody {
-		return refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
+		return nil, refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
 	}
-	var body io.Reader = bytes.NewReader(raw)
-	if ce == "gzip" {
+	r.Body = &checkedBody{b: raw, held: h}
+	r.ContentLength = int64(len(raw))
+	r.TransferEncoding = nil
+	r.Header.Del("Transfer-Encoding")
+	return &checkedAudit{raw: raw, gzip: ce == "gzip"}, nil
+}
+
+// checkedAudit is an audit body as read.
+type checkedAudit struct {
+	raw  []byte
+	gzip bool
+}
+
+// check checks the body for sess: a JSON object of package name to an
+// array of versions, each name a package the sandbox may install and each
+// version a version.
+func (c *checkedAudit) check(sess *Session) error {
+	var body io.Reader = bytes.NewReader(c.raw)
+	if c.gzip {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			return refuse(ErrBadRequest, "the audit body is not valid gzip")
 		}
 		body = zr
 	}
-	if err := checkAudit(io.LimitReader(body, maxAuditDecoded+1), sess); err != nil {
-		return err
-	}
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	r.ContentLength = int64(len(raw))
-	r.TransferEncoding = nil
-	r.Header.Del("Transfer-Encoding")
-	return nil
+	return checkAudit(io.LimitReader(body, maxAuditDecoded+1), sess)
 }
 
 // checkAudit walks an audit body token by token, so that a name given

@@ -67,10 +67,11 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 	if !s.admit(a, r, writeRelayError) {
 		return
 	}
-	d := a.session.Profile.Relay(cfg.Name)
-	a.rule = d.Rule
-	if !d.Allow {
-		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, a.session.Sandbox))
+	a.decide = func(prof *policy.Profile) (string, error) { return decideRelay(prof, a.session.Sandbox, cfg) }
+	rule, err := a.decide(a.session.Profile)
+	a.rule = rule
+	if err != nil {
+		a.fail(writeRelayError, err)
 		return
 	}
 	p, err := relayPath(r.URL.EscapedPath(), cfg.Prefix)
@@ -84,7 +85,7 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 		return
 	}
 	pd := cfg.AllowsPath(p.path)
-	a.rule = d.Rule + ", " + pd.Rule
+	a.rule = rule + ", " + pd.Rule
 	if !pd.Allow {
 		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, clip(p.path, 128)))
 		return
@@ -109,6 +110,17 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 	}
 	t.headers = h
 	rr.fwd.forward(a, r, t, writeRelayError)
+}
+
+// decideRelay asks prof whether sandbox may use the relay. The relay's
+// methods, paths and query are its config's, which a policy reload does
+// not change.
+func decideRelay(prof *policy.Profile, sandbox string, cfg *policy.Relay) (string, error) {
+	d := prof.Relay(cfg.Name)
+	if !d.Allow {
+		return d.Rule, refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
+	}
+	return d.Rule, nil
 }
 
 // headers are the relay's headers for one session's request.

@@ -205,8 +205,10 @@ func (s *Server) routeNames() []string {
 	return names
 }
 
-// SetPolicy replaces the policy; requests already past their decision keep
-// the profile they were decided with.
+// SetPolicy replaces the policy. A request is decided again under the
+// policy in force when it is forwarded, and when a body that streams to the
+// upstream ends (recheck); an answer already streaming back finishes under
+// the profile it was decided with.
 func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
 
 func (s *Server) policy() *policy.Policy { return s.pol.Load() }

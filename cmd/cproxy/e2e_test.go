@@ -143,7 +143,17 @@ func checkLogs(t *testing.T, logs string) {
 
 func (s *served) mint(sandbox string) string {
 	s.t.Helper()
-	resp, err := http.Post(s.admin+"/tokens?sandbox="+sandbox, "", nil)
+	return s.mintTTL(sandbox, "")
+}
+
+// mintTTL mints a token for sandbox that lives ttl; "": the default.
+func (s *served) mintTTL(sandbox, ttl string) string {
+	s.t.Helper()
+	q := "sandbox=" + sandbox
+	if ttl != "" {
+		q += "&ttl=" + ttl
+	}
+	resp, err := http.Post(s.admin+"/tokens?"+q, "", nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

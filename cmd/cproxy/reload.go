@@ -41,8 +41,8 @@ const policyListTimeout = 10 * time.Second
 // and what stat says) for policy_settle, so a file still being written in
 // place is not loaded half-written; it must load as it would at start (the
 // config's relay names included). One that does not is refused, its problems
-// logged, and the policy in force stays. Requests already past their
-// decision keep the profile they were decided with (routes.Server.SetPolicy).
+// logged, and the policy in force stays. A request not yet sent upstream in
+// whole is decided again under the new policy (routes.Server.SetPolicy).
 type policyReloader struct {
 	cfg    *policy.Config
 	srv    *routes.Server

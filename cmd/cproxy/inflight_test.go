@@ -1,0 +1,322 @@
+package main
+
+// Requests in flight against the token's and the policy's state: the real
+// `cproxy serve`, clients on raw sockets that hold a request open (its body
+// sent but for its last byte) while the harness revokes the token, the
+// token expires or the policy is reloaded, and upstreams that record what
+// reached them. What lets a request reach the upstream is decided as things
+// are when it is forwarded, not when its headers came.
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+)
+
+// heldDeadline ends a test that would otherwise hang; nothing waits for it.
+const heldDeadline = 30 * time.Second
+
+// inflightPolicy allows two models, every relay, and pushes (and deletes)
+// to acme/app's agent/* branches.
+const inflightPolicy = `
+[profile.default]
+models = ["claude-sonnet-*", "claude-haiku-*"]
+repos = [{ repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], delete = true }]
+relays = ["mod"]
+`
+
+// inflightServe starts serve with the model route in front of a fake
+// Anthropic API, the github route in front of a fake GitHub, and the relay
+// mod in front of relay, with policy as its policy file.
+func inflightServe(t *testing.T, policy string, relay string) (*served, *fakes.Anthropic, *fakes.GitServer, string) {
+	t.Helper()
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	gs, err := fakes.NewGitServer(dir, fakes.GitServerOptions{Token: canaryGitHub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gs.Close)
+	if relay == "" {
+		relay = "http://127.0.0.1:9"
+	}
+	advWrite(t, dir, fmt.Sprintf(`
+[upstream.anthropic]
+url = %q
+credential = "file:anthropic.key"
+
+[upstream.github]
+url = %q
+credential = "file:github.key"
+
+[relay.mod]
+prefix = "/mod/"
+url = "%s/"
+methods = ["GET", "POST"]
+paths = ["stream", "upload"]
+
+[relay.mod.headers]
+Authorization = { credential = "file:hub.key", prefix = "Bearer " }
+`, fake.URL, gs.URL, relay), policy)
+	return startServe(t, dir), fake, gs, dir
+}
+
+// heldRequest is a request whose body has been sent but for its end.
+type heldRequest struct {
+	t    *testing.T
+	c    net.Conn
+	br   *bufio.Reader
+	rest string
+}
+
+// holdRequest sends the request line and headers on a new connection,
+// with Expect: 100-continue, and once cproxy has authenticated the request
+// and started reading its body (its 100 Continue), all of the body but its
+// last byte.
+func holdRequest(t *testing.T, s *served, line string, headers []string, body string) *heldRequest {
+	t.Helper()
+	return holdBody(t, s, line, append(headers, fmt.Sprintf("Content-Length: %d", len(body))), body[:len(body)-1], body[len(body)-1:])
+}
+
+// holdChunked is holdRequest with a chunked body: the whole body in one
+// chunk, and then, held, the last chunk that ends it.
+func holdChunked(t *testing.T, s *served, line string, headers []string, body string) *heldRequest {
+	t.Helper()
+	return holdBody(t, s, line, append(headers, "Transfer-Encoding: chunked"), rawHTTPChunk(body), "0\r\n\r\n")
+}
+
+// holdBody sends the request line and headers, and once cproxy reads the
+// body, sent; finish sends rest.
+func holdBody(t *testing.T, s *served, line string, headers []string, sent, rest string) *heldRequest {
+	t.Helper()
+	c, err := net.Dial("tcp", rawHTTPAddr(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(heldDeadline))
+	headers = append(headers, "Connection: close", "Expect: 100-continue")
+	if _, err := io.WriteString(c, rawHTTPRequest(line, headers, "")); err != nil {
+		t.Fatal(err)
+	}
+	h := &heldRequest{t: t, c: c, br: bufio.NewReader(c), rest: rest}
+	resp, err := http.ReadResponse(h.br, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("no 100 Continue: %v %v", resp, err)
+	}
+	if _, err := io.WriteString(c, sent); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// finish sends the last byte and reads the answer.
+func (h *heldRequest) finish() (*http.Response, string) {
+	h.t.Helper()
+	if _, err := io.WriteString(h.c, h.rest); err != nil {
+		h.t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(h.br, nil)
+	for err == nil && resp.StatusCode < 200 {
+		// The upstream's own 100 Continue, passed on.
+		resp, err = http.ReadResponse(h.br, nil)
+	}
+	if err != nil {
+		h.t.Fatalf("no answer to the held request: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	rawHTTPNoSecrets(h.t, "an answer", string(b))
+	return resp, string(b)
+}
+
+// holdMessage holds a Messages API request for model.
+func holdMessage(t *testing.T, s *served, tok, model string) *heldRequest {
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`, model)
+	return holdRequest(t, s, "POST /v1/messages HTTP/1.1", rawHTTPModelHeaders(tok), body)
+}
+
+// messagesSeen counts the Messages API requests the fake received.
+func messagesSeen(fake *fakes.Anthropic) int {
+	n := 0
+	for _, r := range fake.Requests() {
+		if r.Path == "/v1/messages" {
+			n++
+		}
+	}
+	return n
+}
+
+// waitStatus sends a token count request for model with tok until it is
+// answered with want: how a test learns that a token expired or a reload
+// was applied, without a timer of its own.
+func waitStatus(t *testing.T, s *served, tok, model string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(heldDeadline)
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)
+	for {
+		req, _ := http.NewRequest("POST", s.proxy+"/v1/messages/count_tokens", strings.NewReader(body))
+		req.Header.Set("X-Api-Key", tok)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %s, want %d", resp.Status, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func wantRefused(t *testing.T, resp *http.Response, body string, status int, says string) {
+	t.Helper()
+	if resp.StatusCode != status || !strings.Contains(body, says) {
+		t.Fatalf("got %s %s, want %d saying %q", resp.Status, body, status, says)
+	}
+}
+
+// A request whose body ends after its sandbox's tokens were revoked is
+// refused, and never reaches the upstream.
+func TestHeldRequestAfterRevocation(t *testing.T) {
+	t.Parallel()
+	s, fake, _, _ := inflightServe(t, inflightPolicy, "")
+	tok := s.mint("conv-1")
+	held := []*heldRequest{holdMessage(t, s, tok, "claude-sonnet-4-5"), holdMessage(t, s, tok, "claude-haiku-4-5")}
+	s.revoke("conv-1")
+	for _, h := range held {
+		resp, body := h.finish()
+		wantRefused(t, resp, body, 401, "was revoked")
+	}
+	if n := messagesSeen(fake); n != 0 {
+		t.Fatalf("the upstream received %d held messages requests after the revocation", n)
+	}
+}
+
+// The same when the token expires while its request is held.
+func TestHeldRequestAfterExpiry(t *testing.T) {
+	t.Parallel()
+	s, fake, _, _ := inflightServe(t, inflightPolicy, "")
+	tok := s.mintTTL("conv-1", "2s")
+	h := holdMessage(t, s, tok, "claude-sonnet-4-5")
+	waitStatus(t, s, tok, "claude-sonnet-4-5", 401)
+	resp, body := h.finish()
+	wantRefused(t, resp, body, 401, "expired at")
+	if n := messagesSeen(fake); n != 0 {
+		t.Fatalf("the upstream received %d held messages requests after the token expired", n)
+	}
+}
+
+// A reload that takes a model away refuses a held request for it.
+func TestHeldRequestAfterReload(t *testing.T) {
+	t.Parallel()
+	s, fake, _, dir := inflightServe(t, inflightPolicy, "")
+	tok := s.mint("conv-1")
+	h := holdMessage(t, s, tok, "claude-haiku-4-5")
+	pol := strings.Replace(inflightPolicy, `, "claude-haiku-*"`, "", 1)
+	if err := os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, s, tok, "claude-haiku-4-5", 403)
+	resp, body := h.finish()
+	wantRefused(t, resp, body, 403, "model claude-haiku-4-5 is not allowed")
+	if n := messagesSeen(fake); n != 0 {
+		t.Fatalf("the upstream received %d held messages requests after the reload", n)
+	}
+}
+
+// gitOut runs git in dir, isolated from the machine's configuration, and
+// returns its output trimmed; stdin, when not empty, is its input.
+func gitOut(t *testing.T, dir, stdin string, args ...string) string {
+	t.Helper()
+	return strings.TrimSpace(gitRaw(t, dir, stdin, args...))
+}
+
+// gitRaw is gitOut with the output as it came.
+func gitRaw(t *testing.T, dir, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir,
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// pushBody is the body of a push that creates ref at a new commit on top
+// of acme/app's main, pack included, as git sends it.
+func pushBody(t *testing.T, gs *fakes.GitServer, ref string) (body, commit string) {
+	t.Helper()
+	work := t.TempDir()
+	gitOut(t, work, "", "init", "--quiet", "--bare")
+	gitOut(t, work, "", "fetch", "--quiet", filepath.Join(gs.Root, "acme", "app.git"), "main:main")
+	main := gitOut(t, work, "", "rev-parse", "main")
+	commit = gitOut(t, work, "", "commit-tree", "-p", main, "-m", "held", "main^{tree}")
+	pack := gitRaw(t, work, commit+"\n^"+main+"\n", "pack-objects", "--stdout", "--revs")
+	line := strings.Repeat("0", 40) + " " + commit + " " + ref + "\x00report-status\n"
+	return fmt.Sprintf("%04x%s0000", len(line)+4, line) + pack, commit
+}
+
+// A push whose body ends after its token was revoked never completes
+// upstream: cproxy was already streaming it (the upstream had its headers
+// and all but the last byte), and withholds the end.
+func TestHeldPushAfterRevocation(t *testing.T) {
+	t.Parallel()
+	s, _, gs, _ := inflightServe(t, inflightPolicy, "")
+	if err := gs.CreateRepo("acme/app"); err != nil {
+		t.Fatal(err)
+	}
+	line := "POST /github/acme/app.git/git-receive-pack HTTP/1.1"
+	headers := func(tok string) []string {
+		return []string{"Host: cproxy.test", "Authorization: Bearer " + tok, "Content-Type: application/x-git-receive-pack-request"}
+	}
+	for i, hold := range []func(*testing.T, *served, string, []string, string) *heldRequest{holdRequest, holdChunked} {
+		ref := fmt.Sprintf("refs/heads/agent/held-%d", i)
+		body, _ := pushBody(t, gs, ref)
+		sandbox := fmt.Sprintf("conv-%d", i)
+		seen := len(gs.Requests())
+		h := hold(t, s, line, headers(s.mint(sandbox)), body)
+		deadline := time.Now().Add(heldDeadline)
+		for len(gs.Requests()) == seen {
+			if time.Now().After(deadline) {
+				t.Fatal("the push never reached the upstream")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		s.revoke(sandbox)
+		resp, answer := h.finish()
+		wantRefused(t, resp, answer, 401, "was revoked")
+		if got := gs.Ref("acme/app", ref); got != "" {
+			t.Fatalf("the upstream completed the push after the revocation: %s is %s", ref, got)
+		}
+		// The same push from a live token completes.
+		h = hold(t, s, line, headers(s.mint("live")), body)
+		if resp, answer := h.finish(); resp.StatusCode != 200 || !strings.Contains(answer, "ok "+ref) {
+			t.Fatalf("a live token's push: %s %q", resp.Status, answer)
+		}
+	}
+}
