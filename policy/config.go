@@ -188,6 +188,14 @@ type Runtime struct {
 	// other CPUs for every request, CPU that the sandboxes lose and that
 	// makes each request slower (docs/benchmarks.md, "One CPU").
 	CPUs int64 `toml:"cpus"`
+	// MaxConnections bounds the connections the sandboxes hold open at
+	// once, on the proxy listener and the per-sandbox sockets together;
+	// past it a new connection is closed as soon as it is accepted. It
+	// keeps file descriptors for the admin listener (so the harness can
+	// always revoke), the token store and the upstream connections. Zero
+	// (the default): derived from the open-file limit at start
+	// (DefaultMaxConnections).
+	MaxConnections int64 `toml:"max_connections"`
 	// BodyMemoryMiB bounds the memory, in MiB, that request bodies read
 	// whole to be checked (model requests, npm audits) may hold at once,
 	// across every request. A request that would pass it waits briefly,
@@ -205,9 +213,27 @@ const (
 	// model request, as large as the Anthropic API takes): a smaller
 	// budget could never hold one.
 	MinBodyMemoryMiB = 32
+	// reservedFiles are the open files DefaultMaxConnections keeps back
+	// at least, for the admin listener, the token store, log files and
+	// idle upstream connections.
+	reservedFiles = 128
 	// maxBodyMemoryMiB is 1 TiB: more is a typo.
 	maxBodyMemoryMiB = 1 << 20
 )
+
+// DefaultMaxConnections is runtime.max_connections when it is zero, for a
+// process allowed nofile open files. A quarter of them (at least
+// reservedFiles) is kept back for the admin listener, the token store, log
+// files and idle upstream connections; each sandbox connection may need a
+// second descriptor for its upstream, so the bound is half of the rest.
+// At least 1.
+func DefaultMaxConnections(nofile uint64) int64 {
+	reserve := max(nofile/4, reservedFiles)
+	if nofile <= reserve+2 {
+		return 1
+	}
+	return int64(min((nofile-reserve)/2, 1<<30))
+}
 
 // maxCPUs is the most runtime.cpus may be. Go sets no limit; more than any
 // machine cproxy would run on is more likely a typo than a choice.
@@ -538,6 +564,9 @@ func (c *Config) validate(d *decoder) {
 
 	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
 		d.atValue(keyPath("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)
+	}
+	if n := c.Runtime.MaxConnections; n < 0 {
+		d.atValue(keyPath("runtime", "max_connections"), "runtime.max_connections: %d is not a number of connections (use 1 or more, or 0 to derive it from the open-file limit)", n)
 	}
 	if n := c.Runtime.BodyMemoryMiB; n < MinBodyMemoryMiB || n > maxBodyMemoryMiB {
 		d.atValue(keyPath("runtime", "body_memory_mib"), "runtime.body_memory_mib: %d is out of range (use %d MiB, the largest request body, to %d; the default is %d)", n, MinBodyMemoryMiB, maxBodyMemoryMiB, DefaultBodyMemoryMiB)

@@ -542,3 +542,23 @@ func TestLogAudit(t *testing.T) {
 		t.Errorf("default log.audit = %q, want \"\"", got)
 	}
 }
+
+// The derived bound on sandbox connections keeps a reserve of open files
+// for the admin listener, the store and the upstreams, and leaves each
+// connection room for its upstream's.
+func TestDefaultMaxConnections(t *testing.T) {
+	for _, c := range []struct {
+		nofile uint64
+		want   int64
+	}{
+		{0, 1}, {100, 1}, {130, 1}, {400, 136}, {1024, 384}, {524288, 196608}, {1 << 62, 1 << 30}, {^uint64(0), 1 << 30},
+	} {
+		got := DefaultMaxConnections(c.nofile)
+		if got != c.want {
+			t.Errorf("DefaultMaxConnections(%d) = %d, want %d", c.nofile, got, c.want)
+		}
+		if reserve := int64(c.nofile) - 2*got; c.nofile >= 400 && c.nofile < 1<<40 && reserve < reservedFiles {
+			t.Errorf("DefaultMaxConnections(%d) = %d leaves %d files, want at least %d", c.nofile, got, reserve, reservedFiles)
+		}
+	}
+}

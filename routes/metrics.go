@@ -47,9 +47,14 @@ type metrics struct {
 	notReported *prometheus.CounterVec
 	budget      *prometheus.GaugeVec
 	// bodyMemory and bodyRefused are the memory request bodies read whole
-	// hold, and the requests refused for want of it.
+	// hold, and the requests refused for want of it; connections and
+	// connRefused are the sandboxes' open connections, and those closed
+	// at once past runtime.max_connections.
 	bodyMemory  prometheus.Gauge
 	bodyRefused prometheus.Counter
+	connections prometheus.Gauge
+	connLimit   prometheus.Gauge
+	connRefused prometheus.Counter
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -133,14 +138,22 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 			Help: "What is left of a sandbox's budget, by sandbox and kind; a sandbox's series go when its tokens are revoked.",
 		}, []string{"sandbox", "kind"}),
 	}
-	m.bodyMemory = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "cproxy_body_memory_bytes",
-		Help: "Memory that request bodies read whole to be checked (model requests, npm audits) hold now, of runtime.body_memory_mib.",
-	})
-	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "cproxy_body_memory_refused_total",
-		Help: "Requests answered 503 because the memory for request bodies (runtime.body_memory_mib) stayed full.",
-	})
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m.bodyMemory = gauge("cproxy_body_memory_bytes",
+		"Memory that request bodies read whole to be checked (model requests, npm audits) hold now, of runtime.body_memory_mib.")
+	m.bodyRefused = counter("cproxy_body_memory_refused_total",
+		"Requests answered 503 because the memory for request bodies (runtime.body_memory_mib) stayed full.")
+	m.connections = gauge("cproxy_sandbox_connections",
+		"Connections open on the proxy listener and the per-sandbox sockets together, of runtime.max_connections.")
+	m.connLimit = gauge("cproxy_sandbox_connections_limit",
+		"runtime.max_connections in force (derived from the open-file limit unless the config sets it); 0: no bound.")
+	m.connRefused = counter("cproxy_sandbox_connections_refused_total",
+		"Connections to the proxy listener or a per-sandbox socket closed at once because runtime.max_connections were open.")
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cproxy_build_info",
 		Help:        "Always 1; the version label is cproxy's version.",
@@ -148,7 +161,7 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -283,6 +296,20 @@ func (m *metrics) setBodyMemory(held int64) {
 func (m *metrics) bodyMemoryRefused() {
 	if m != nil {
 		m.bodyRefused.Inc()
+	}
+}
+
+// setConnections sets the sandboxes' open connections.
+func (m *metrics) setConnections(n int64) {
+	if m != nil {
+		m.connections.Set(float64(n))
+	}
+}
+
+// connectionRefused counts a connection closed past the bound.
+func (m *metrics) connectionRefused() {
+	if m != nil {
+		m.connRefused.Inc()
 	}
 }
 

@@ -5,6 +5,7 @@ package routes
 import (
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -100,6 +101,10 @@ type Options struct {
 	// once, across every request; zero means
 	// policy.DefaultBodyMemoryMiB MiB.
 	BodyMemory int64
+	// MaxConnections bounds the connections open at once on the
+	// listeners LimitConnections wraps and the per-sandbox sockets,
+	// together; zero means no bound.
+	MaxConnections int64
 }
 
 // Server holds what the listeners share.
@@ -123,6 +128,7 @@ type Server struct {
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
 	bodies      *bodyMemory
+	conns       *connLimit // nil: no bound
 }
 
 // New builds a Server.
@@ -187,8 +193,20 @@ func New(o Options) *Server {
 		o.BodyMemory = policy.DefaultBodyMemoryMiB << 20
 	}
 	s.bodies = newBodyMemory(o.BodyMemory, s.metrics)
+	if o.MaxConnections > 0 {
+		s.conns = &connLimit{max: o.MaxConnections, log: s.log, metrics: s.metrics}
+		s.metrics.connLimit.Set(float64(o.MaxConnections))
+	}
+	if s.sockets != nil {
+		s.sockets.conns = s.conns
+	}
 	return s
 }
+
+// LimitConnections returns ln (the proxy listener) with the connections it
+// accepts counted against Options.MaxConnections, with the per-sandbox
+// sockets'; past it a new connection is closed at once.
+func (s *Server) LimitConnections(ln net.Listener) net.Listener { return s.conns.limit(ln) }
 
 // routeNames are the route labels of the configured routes.
 func (s *Server) routeNames() []string {

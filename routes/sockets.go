@@ -50,6 +50,7 @@ type SandboxSockets struct {
 
 	mu       sync.Mutex
 	handler  http.Handler // set by New
+	conns    *connLimit   // set by New; nil: no bound
 	open     map[string]*sandboxSocket
 	draining map[*http.Server]bool // revoked sockets whose open requests may finish
 	shut     bool
@@ -152,7 +153,7 @@ func (ss *SandboxSockets) Open(sandbox string) (string, error) {
 	}
 	ss.open[sandbox] = &sandboxSocket{path: path, srv: srv}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ss.conns.limit(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			ss.log.Error("sandbox socket failed", "sandbox", sandbox, "socket", path, "err", err)
 		}
 	}()

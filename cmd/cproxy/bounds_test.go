@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/policy"
 )
 
@@ -239,5 +242,104 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("memory stayed at %d MiB after the bodies' clients left (%d MiB at the start)", rss>>20, base>>20)
 		}
+	}
+}
+
+// A sandbox cannot starve the harness of file descriptors: with cproxy's
+// open-file limit lowered to 400, a sandbox that opens 300 streams at once
+// (a profile allowing that many) gets as many as runtime.max_connections'
+// default for that limit allows and the rest closed at once, logged in a
+// line per interval rather than one per connection, and the harness can
+// still revoke that sandbox's tokens through the admin listener.
+func TestSandboxCannotStarveTheAdminListener(t *testing.T) {
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but prlimit(1) is not installed (Debian's util-linux has it)")
+		}
+		t.Skip("no prlimit(1) to lower cproxy's open-file limit")
+	}
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	gate := fake.StallStreams(0)
+	defer gate.Release()
+	dir := t.TempDir()
+	writeServeConfig(t, dir, fake.URL)
+	cfg, _ := os.ReadFile(filepath.Join(dir, "cproxy.toml"))
+	os.WriteFile(filepath.Join(dir, "cproxy.toml"), append([]byte("policy = \"policy.toml\"\n"), cfg...), 0o600)
+	os.WriteFile(filepath.Join(dir, "policy.toml"), []byte("[profile.default]\nmodels = [\"claude-*\"]\nbudget = { concurrent = 1000 }\n"), 0o600)
+	const nofile, streams = 400, 450
+	s := startServeUnder(t, dir, "prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile))
+	tok := s.mint("conv-1")
+	bound := policy.DefaultMaxConnections(nofile)
+
+	// Each stream on a connection of its own, held open whatever the
+	// answer, as a hostile sandbox would: a connection cproxy closes at
+	// once is refused. The read deadline only ends a test that would
+	// otherwise hang.
+	head := rawHTTPRequest("POST /v1/messages HTTP/1.1", []string{"Host: cproxy", "Authorization: Bearer " + tok,
+		"Anthropic-Version: 2023-06-01", "Content-Type: application/json"}, "")
+	body := `{"model":"claude-sonnet-4-5","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	request := strings.Replace(head, "\r\n\r\n", fmt.Sprintf("\r\nContent-Length: %d\r\n\r\n", len(body)), 1) + body
+	var mu sync.Mutex
+	open, refused := 0, 0
+	var wg sync.WaitGroup
+	for range streams {
+		c, err := net.Dial("tcp", rawHTTPAddr(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		wg.Go(func() {
+			c.SetReadDeadline(time.Now().Add(time.Minute))
+			_, err := io.WriteString(c, request)
+			var resp *http.Response
+			if err == nil {
+				resp, err = http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				refused++
+			case resp.StatusCode == 200:
+				open++
+			default:
+				t.Errorf("a stream: %s", resp.Status)
+			}
+		})
+	}
+	wg.Wait()
+	if int64(open) > bound || refused == 0 {
+		t.Errorf("%d streams open and %d connections refused with %d open files: want at most %d open", open, refused, nofile, bound)
+	}
+
+	admin := &http.Client{Timeout: time.Minute}
+	req, _ := http.NewRequest("DELETE", s.admin+"/tokens?sandbox=conv-1", nil)
+	resp, err := admin.Do(req)
+	if err != nil {
+		t.Fatalf("DELETE /tokens with the sandbox's streams open: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Fatalf("DELETE /tokens with the sandbox's streams open: %s", resp.Status)
+	}
+
+	lines := strings.Count(s.stderr.String(), "sandbox connections refused")
+	if lines == 0 || lines > max(1, refused/10) {
+		t.Errorf("%d log lines for %d refused connections: want one per interval", lines, refused)
+	}
+	resp, err = admin.Get(s.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{fmt.Sprintf("cproxy_sandbox_connections_limit %d\n", bound), "cproxy_sandbox_connections_refused_total "} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(string(b), "cproxy_sandbox_connections_refused_total 0\n") {
+		t.Error("/metrics counts no refused connection")
 	}
 }

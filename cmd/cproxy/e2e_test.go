@@ -82,10 +82,18 @@ credential = "file:anthropic.key"
 
 func startServe(t *testing.T, dir string) *served {
 	t.Helper()
+	return startServeUnder(t, dir)
+}
+
+// startServeUnder is startServe with cproxy run by the command wrap names
+// (prlimit with its options, say); no wrap runs it directly.
+func startServeUnder(t *testing.T, dir string, wrap ...string) *served {
+	t.Helper()
 	ready := filepath.Join(dir, "ready.json")
 	os.Remove(ready)
 	s := &served{t: t, stderr: &lockedBuffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command("cproxy", "serve", "--config", filepath.Join(dir, "cproxy.toml"))
+	argv := append(wrap, "cproxy", "serve", "--config", filepath.Join(dir, "cproxy.toml"))
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY=")
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {

@@ -319,7 +319,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 
 	srv := routes.New(routes.Options{Store: store, SharedStore: cfg.Store.Kind == policy.StorePostgres, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
-		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20})
+		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg)})
 	defer srv.Close()
 	policies := newPolicyReloader(cfg, srv, store, log)
 	polling, stopPolling := context.WithCancel(context.Background())
@@ -330,7 +330,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 	}
 	servers := []*http.Server{newServer(), newServer()}
 	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), srv.AdminHandler()
-	listeners := []net.Listener{proxyLn, adminLn}
+	listeners := []net.Listener{srv.LimitConnections(proxyLn), adminLn}
 	stoppers := []shutdowner{servers[0], servers[1]}
 	if sockets != nil {
 		stoppers = append(stoppers, sockets)
@@ -370,6 +370,16 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
 		}
 	}
+}
+
+// maxConnections is runtime.max_connections, or when that is zero the
+// bound derived from the open-file limit (Go has raised the soft limit to
+// the hard one by now, as far as it may).
+func maxConnections(cfg *policy.Config) int64 {
+	if n := cfg.Runtime.MaxConnections; n > 0 {
+		return n
+	}
+	return policy.DefaultMaxConnections(openFileLimit())
 }
 
 // setCPUs sets how many CPUs run Go code at once (runtime.cpus); 0 gives
