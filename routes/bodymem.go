@@ -11,7 +11,7 @@ import (
 )
 
 // Request bodies that cproxy reads whole to check them (a model request's
-// JSON, an npm audit) stay in memory until the upstream has read them.
+// JSON, an npm audit, a push's ref updates) stay in memory until the upstream has read them.
 // Each is bounded on its own, but not their sum: 48 connections each
 // sending a 32 MiB model body but its last byte would hold 1.5 GiB.
 // bodyMemory bounds the sum, across every request of every sandbox: a
@@ -21,6 +21,7 @@ import (
 type bodyMemory struct {
 	sem  *semaphore.Weighted
 	size int64
+	wait time.Duration // bodyMemoryWait
 	// held is what bodies hold now (for the metric and the refusal).
 	held atomic.Int64
 	// large is how much of what was given back since the runtime last
@@ -53,7 +54,7 @@ const bodyGrowStep = 1 << 20
 const returnAfter = 64 << 20
 
 func newBodyMemory(size int64, m *metrics) *bodyMemory {
-	return &bodyMemory{sem: semaphore.NewWeighted(size), size: size, metrics: m}
+	return &bodyMemory{sem: semaphore.NewWeighted(size), size: size, wait: bodyMemoryWait, metrics: m}
 }
 
 // bodyHold is one request's share of bodyMemory, in its audit record:
@@ -78,7 +79,7 @@ func (h *bodyHold) grow(ctx context.Context, n int64) error {
 		return refuse(ErrTooLarge, "a request body of %d bytes is over what cproxy may hold of all bodies at once (%d MiB, runtime.body_memory_mib); do not retry", n, m.size>>20)
 	}
 	if !m.sem.TryAcquire(n) {
-		wait, cancel := context.WithTimeout(ctx, bodyMemoryWait)
+		wait, cancel := context.WithTimeout(ctx, m.wait)
 		err := m.sem.Acquire(wait, n)
 		cancel()
 		if err != nil {
@@ -124,9 +125,9 @@ func (h *bodyHold) release() {
 }
 
 // reader is r with the body's share grown as its bytes are read, for a
-// body of undeclared length; a read that cannot have its share fails with
-// the refusal.
-func (h *bodyHold) reader(ctx context.Context, r io.Reader) io.Reader {
+// body of undeclared length, or the part of one that is kept (until
+// stopHolding); a read that cannot have its share fails with the refusal.
+func (h *bodyHold) reader(ctx context.Context, r io.Reader) *heldReader {
 	return &heldReader{ctx: ctx, r: r, h: h}
 }
 
@@ -135,11 +136,21 @@ type heldReader struct {
 	r    io.Reader
 	h    *bodyHold
 	read int64
+	// stopped: what is read now streams on, and takes no more share.
+	stopped bool
+	// refused is why a read could not have its share, for a caller that
+	// reads through a parser that words its own errors.
+	refused error
 }
 
+// stopHolding lets the rest of the body be read without taking a share:
+// it is streamed, not kept.
+func (hr *heldReader) stopHolding() { hr.stopped = true }
+
 func (hr *heldReader) Read(p []byte) (int, error) {
-	if need := hr.read + int64(len(p)) - hr.h.n.Load(); need > 0 {
+	if need := hr.read + int64(len(p)) - hr.h.n.Load(); need > 0 && !hr.stopped {
 		if err := hr.h.grow(hr.ctx, max(need, bodyGrowStep)); err != nil {
+			hr.refused = err
 			return 0, err
 		}
 	}

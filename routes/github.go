@@ -225,7 +225,14 @@ func checkGitBody(r *http.Request, g gitRequest) error {
 // back together for forwarding (true, with the push's commands) or answers
 // with git's push report, every command rejected (false).
 func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
-	p, err := readPush(r.Body)
+	// The ref updates are kept in memory until the push ends, and held
+	// under a.held as they are read; the pack streams through.
+	held := a.held.reader(r.Context(), r.Body)
+	p, err := readPush(held)
+	held.stopHolding()
+	if held.refused != nil {
+		err = held.refused
+	}
 	r.Body = readCloser{p.body, r.Body}
 	if err != nil {
 		a.fail(writeGitError, err)
