@@ -80,6 +80,9 @@ type audit struct {
 	// held is what the request's body holds of the memory for bodies read
 	// whole; finish gives back what the upstream has not read yet.
 	held bodyHold
+	// flight is the request as its token's revocation or expiry ends it,
+	// from its authentication on.
+	flight flight
 	// decide asks the route's policy question again of another profile,
 	// when a reload has changed the token's (Server.recheck); nil: the
 	// request is refused then.
@@ -139,12 +142,17 @@ func (c *countingBody) Read(p []byte) (int, error) {
 
 // fail answers the request with err in the route's format.
 func (a *audit) fail(write func(http.ResponseWriter, error) int, err error) {
+	if cause := a.flight.ended(); cause != nil {
+		// Whatever failed, it failed because the token's work was ended.
+		err = cause
+	}
 	a.reason = message(err)
 	a.decision = decisionOf(err)
 	write(a.w, err)
 }
 
 func (a *audit) finish() {
+	a.srv.flights.remove(&a.flight)
 	a.held.release()
 	status := a.w.status
 	if status == 0 {

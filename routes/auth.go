@@ -86,6 +86,7 @@ func (s *Server) admit(a *audit, r *http.Request, writeErr func(http.ResponseWri
 		a.fail(writeErr, err)
 		return false
 	}
+	s.flights.add(&a.flight, sess, a.w, sess.expires.Sub(s.now()))
 	return true
 }
 

@@ -63,7 +63,9 @@ func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call)
 // fail answers a request ReverseProxy could not complete.
 func (c *call) fail(err error) {
 	var ref *refusal
-	if r := c.refused.Load(); r != nil {
+	if cause := c.a.flight.ended(); cause != nil {
+		err = cause // revoked or expired while it was being forwarded
+	} else if r := c.refused.Load(); r != nil {
 		err = *r
 	}
 	switch {
@@ -418,6 +420,10 @@ func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(h
 	c.ctx, c.cancel = context.WithCancelCause(r.Context())
 	defer c.cancel(nil)
 	ctx := context.WithValue(c.ctx, callKey{}, c)
+	if err := a.flight.forwarding(c.cancel); err != nil {
+		a.fail(writeErr, err)
+		return
+	}
 	if err := a.recheck(r.Context()); err != nil {
 		a.fail(writeErr, err)
 		return

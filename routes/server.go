@@ -127,6 +127,7 @@ type Server struct {
 	relayValues []string
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
+	flights     inflight
 	bodies      *bodyMemory
 	conns       *connLimit // nil: no bound
 }
@@ -284,6 +285,9 @@ func (s *Server) ProxyHandler() http.Handler {
 			// net/http to cut the connection; the audit line says so too.
 			if p := recover(); p != nil {
 				rec.reason = "response cut off before its end"
+				if cause := rec.flight.ended(); cause != nil {
+					rec.reason = message(cause) + "; its response was cut off"
+				}
 				rec.finish()
 				panic(p)
 			}

@@ -9,10 +9,13 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,9 +128,9 @@ func holdBody(t *testing.T, s *served, line string, headers []string, sent, rest
 // finish sends the last byte and reads the answer.
 func (h *heldRequest) finish() (*http.Response, string) {
 	h.t.Helper()
-	if _, err := io.WriteString(h.c, h.rest); err != nil {
-		h.t.Fatal(err)
-	}
+	// cproxy may have answered and closed already (a revocation ends the
+	// read of a held body): the answer is what counts.
+	io.WriteString(h.c, h.rest)
 	resp, err := http.ReadResponse(h.br, nil)
 	for err == nil && resp.StatusCode < 200 {
 		// The upstream's own 100 Continue, passed on.
@@ -318,5 +321,144 @@ func TestHeldPushAfterRevocation(t *testing.T) {
 		if resp, answer := h.finish(); resp.StatusCode != 200 || !strings.Contains(answer, "ok "+ref) {
 			t.Fatalf("a live token's push: %s %q", resp.Status, answer)
 		}
+	}
+}
+
+// heldStreams is a relay upstream whose /stream answers send one event and
+// then one more each time next is sent to, until the client goes away.
+type heldStreams struct {
+	URL  string
+	next chan struct{}
+}
+
+func newHeldStreams(t *testing.T) *heldStreams {
+	h := &heldStreams{next: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 1; ; i++ {
+			fmt.Fprintf(w, "event: tick\ndata: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-h.next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h.URL = srv.URL
+	return h
+}
+
+// openStream sends req with tok and returns its answer's body once its
+// headers are in; its context ends the test's wait.
+func openStream(t *testing.T, req *http.Request, tok string) *bufio.Reader {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), heldDeadline)
+	t.Cleanup(cancel)
+	req = req.WithContext(ctx)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s %s: %s %s", req.Method, req.URL.Path, resp.Status, b)
+	}
+	return bufio.NewReader(resp.Body)
+}
+
+// readEvent reads one server-sent event, up to its blank line.
+func readEvent(t *testing.T, br *bufio.Reader) string {
+	t.Helper()
+	var ev strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading an event: %v (read %q)", err, ev.String())
+		}
+		if line == "\n" {
+			return ev.String()
+		}
+		ev.WriteString(line)
+	}
+}
+
+// wantCut reads the rest of a stream: it must end before its own end, cut
+// by cproxy, and not by the test's deadline.
+func wantCut(t *testing.T, what string, br *bufio.Reader) {
+	t.Helper()
+	rest, err := io.ReadAll(br)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s was not cut: %v after %q", what, err, rest)
+	}
+	if strings.Contains(string(rest), "message_stop") {
+		t.Fatalf("%s ran to its end: %q", what, rest)
+	}
+}
+
+func streamingMessage(t *testing.T, s *served) *http.Request {
+	req, err := http.NewRequest("POST", s.proxy+"/v1/messages",
+		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// A revocation cuts its sandbox's streams at once: a model stream and a
+// relay stream. Another sandbox's stream runs on.
+func TestStreamsCutOnRevocation(t *testing.T) {
+	t.Parallel()
+	relay := newHeldStreams(t)
+	s, fake, _, _ := inflightServe(t, inflightPolicy, relay.URL)
+	fake.StallStreams(3)
+	tok := s.mint("conv-1")
+	model := openStream(t, streamingMessage(t, s), tok)
+	if ev := readEvent(t, model); !strings.Contains(ev, "message_start") {
+		t.Fatalf("first event %q", ev)
+	}
+	get, _ := http.NewRequest("GET", s.proxy+"/mod/stream", nil)
+	mod := openStream(t, get, tok)
+	readEvent(t, mod)
+	get, _ = http.NewRequest("GET", s.proxy+"/mod/stream", nil)
+	other := openStream(t, get, s.mint("conv-2"))
+	readEvent(t, other)
+
+	s.revoke("conv-1")
+	wantCut(t, "the model stream", model)
+	wantCut(t, "the relay stream", mod)
+	relay.next <- struct{}{}
+	if ev := readEvent(t, other); !strings.Contains(ev, "data: 2") {
+		t.Fatalf("another sandbox's stream: %q", ev)
+	}
+	waitLog(t, s, "requests in flight cut by a revocation")
+}
+
+// A token's expiry cuts its streams.
+func TestStreamCutAtExpiry(t *testing.T) {
+	t.Parallel()
+	s, fake, _, _ := inflightServe(t, inflightPolicy, "")
+	fake.StallStreams(3)
+	tok := s.mintTTL("conv-1", "2s")
+	model := openStream(t, streamingMessage(t, s), tok)
+	readEvent(t, model)
+	wantCut(t, "the model stream", model)
+	waitLog(t, s, "expired at")
+}
+
+// waitLog waits until serve's log holds want.
+func waitLog(t *testing.T, s *served, want string) {
+	t.Helper()
+	deadline := time.Now().Add(heldDeadline)
+	for !strings.Contains(s.stderr.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve's log never said %q:\n%s", want, s.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,0 +1,128 @@
+package routes
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// flight is one authenticated request, from its authentication to its
+// audit line, as the token's revocation or expiry sees it: end cuts it.
+// It lives in the request's audit; inflight holds it while it runs.
+type flight struct {
+	w       http.ResponseWriter // the request's, to fail a body read
+	sandbox string
+	tokenID string
+	hash    tokens.Hash
+	expiry  *time.Timer // ends it at the token's expiry; nil: not registered
+
+	mu     sync.Mutex
+	cause  error                   // why it was ended; nil while it runs
+	cancel context.CancelCauseFunc // the forwarded request's, once forwarding
+}
+
+// forwarding records the context of the request being forwarded, which end
+// cancels. It returns the reason the request was ended, if it already was:
+// then it must not be forwarded.
+func (f *flight) forwarding(cancel context.CancelCauseFunc) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancel = cancel
+	return f.cause
+}
+
+// ended is why the request was ended; nil while it runs.
+func (f *flight) ended() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cause
+}
+
+// end cuts the request with cause: a forward under way is cancelled (an
+// answer streaming back stops, a body streaming up is not completed), and a
+// read of the client's body fails at once, so that a body held open frees
+// its connection and the request's slot. The caller holds inflight.mu: a
+// request that has finished is no longer registered, so end never touches
+// the connection of the request that follows it.
+func (f *flight) end(cause error) {
+	f.mu.Lock()
+	if f.cause != nil {
+		f.mu.Unlock()
+		return
+	}
+	f.cause = cause
+	cancel := f.cancel
+	f.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+	// Any read of this connection fails from now on: the body's, or the
+	// server's watch for the client going away, which cancels the request.
+	_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+}
+
+// inflight is every authenticated request being served, by sandbox, so that
+// a revocation can end its sandbox's requests and an expiry its token's. Its
+// lock is held to add and remove a request and to end them, never while a
+// request is served.
+type inflight struct {
+	mu        sync.Mutex
+	bySandbox map[string]map[*flight]struct{}
+}
+
+// add registers f, authenticated as sess, and arms its end at the token's
+// expiry (in d).
+func (in *inflight) add(f *flight, sess *Session, w http.ResponseWriter, d time.Duration) {
+	f.w, f.sandbox, f.tokenID, f.hash = w, sess.Sandbox, sess.TokenID, sess.hash
+	in.mu.Lock()
+	if in.bySandbox == nil {
+		in.bySandbox = map[string]map[*flight]struct{}{}
+	}
+	set := in.bySandbox[f.sandbox]
+	if set == nil {
+		set = map[*flight]struct{}{}
+		in.bySandbox[f.sandbox] = set
+	}
+	set[f] = struct{}{}
+	in.mu.Unlock()
+	f.expiry = time.AfterFunc(d, func() { in.endOne(f, expiredError(sess.TokenID, sess.expires)) })
+}
+
+// remove forgets f, if it was registered; its request has ended.
+func (in *inflight) remove(f *flight) {
+	if f.expiry == nil {
+		return
+	}
+	f.expiry.Stop()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	set := in.bySandbox[f.sandbox]
+	delete(set, f)
+	if len(set) == 0 {
+		delete(in.bySandbox, f.sandbox)
+	}
+}
+
+// endOne ends f with cause if it is still registered.
+func (in *inflight) endOne(f *flight, cause error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.bySandbox[f.sandbox][f]; ok {
+		f.end(cause)
+	}
+}
+
+// endSandbox ends every request of sandbox's tokens with their revocation,
+// and returns how many it ended.
+func (in *inflight) endSandbox(sandbox string) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	set := in.bySandbox[sandbox]
+	for f := range set {
+		f.end(revokedError(f.tokenID))
+	}
+	return len(set)
+}
