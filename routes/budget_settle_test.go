@@ -64,6 +64,12 @@ func TestBudgetChargesWhatIsNotReported(t *testing.T) {
 	t.Run("client leaves inside a huge event", func(t *testing.T) {
 		e := newBudgetEnv(t, nil)
 		e.fake.SetAnswers(fakes.AnswerHuge)
+		// The stream stops after the huge event (message_start,
+		// content_block_start, ping, one event per word of the reply, then
+		// the huge one) until the client has gone: loopback buffers can
+		// hold all 5 MiB, so without the stall the message_delta could
+		// pass before the client leaves.
+		e.fake.StallStreams(3 + len(strings.Fields(fakes.DefaultReply)) + 1)
 		tok := e.token("tight-1")
 		req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", strings.NewReader(messageBody(40, true)))
 		for k, v := range bearer(tok) {
