@@ -198,10 +198,10 @@ type Runtime struct {
 	MaxConnections int64 `toml:"max_connections"`
 	// BodyMemoryMiB bounds the memory, in MiB, that request bodies read
 	// whole to be checked (model requests, npm audits, a push's ref
-	// updates) may hold at once,
-	// across every request. A request that would pass it waits briefly,
-	// then gets a 503 with Retry-After. Default 256; at least
-	// MinBodyMemoryMiB, the largest body cproxy reads whole.
+	// updates) may hold at once, across every request. A request that
+	// would pass it waits briefly, then gets a 503 with Retry-After.
+	// Default 256; at least MinBodyMemoryMiB, the largest body cproxy
+	// reads whole.
 	BodyMemoryMiB int64 `toml:"body_memory_mib"`
 }
 
