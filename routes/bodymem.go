@@ -11,9 +11,10 @@ import (
 )
 
 // Request bodies that cproxy reads whole to check them (a model request's
-// JSON, an npm audit, a push's ref updates) stay in memory until the upstream has read them.
-// Each is bounded on its own, but not their sum: 48 connections each
-// sending a 32 MiB model body but its last byte would hold 1.5 GiB.
+// JSON, an npm audit, a push's ref updates) stay in memory until the
+// upstream has read them. Each is bounded on its own, but that does not
+// bound their sum: 48 connections each sending a 32 MiB model body but its
+// last byte would hold 1.5 GiB.
 // bodyMemory bounds the sum, across every request of every sandbox: a
 // body takes its share (its declared length, or what it has sent so far
 // when it declared none) before its buffer is allocated, and gives it back
@@ -22,7 +23,7 @@ type bodyMemory struct {
 	sem  *semaphore.Weighted
 	size int64
 	wait time.Duration // bodyMemoryWait
-	// held is what bodies hold now (for the metric and the refusal).
+	// held is what bodies hold now: the metric, and whether none is.
 	held atomic.Int64
 	// large is how much of what was given back since the runtime last
 	// returned memory to the OS came from buffers too large to be lent
