@@ -64,6 +64,10 @@ type Listen struct {
 	ReadyFile string `toml:"ready_file"`
 	// Drain is how long open requests may finish after SIGINT or SIGTERM. Default 30s.
 	Drain Duration `toml:"drain"`
+	// BodyTimeout is how long a request body may take to arrive after the
+	// request is authenticated, beyond a second for every 16 KiB received:
+	// past it, a body must keep up 16 KiB a second on average. Default 60s.
+	BodyTimeout Duration `toml:"body_timeout"`
 	// SandboxSockets is a directory where cproxy serves one Unix socket per
 	// sandbox, DIR/SANDBOX.sock, for tokens bound to it (bind=socket). It must
 	// exist and not be writable by others. Relative to the config file's
@@ -337,7 +341,7 @@ func (Duration) tomlWant() string { return `a duration string like "30s"` }
 func Default() *Config {
 	return &Config{
 		PolicySettle: Duration{2 * time.Second},
-		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}},
+		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}, BodyTimeout: Duration{time.Minute}},
 		Store:        Store{Kind: StoreBolt, Path: defaultStorePath()},
 		Upstream: Upstreams{
 			Anthropic: Anthropic{
@@ -538,6 +542,7 @@ func (c *Config) validate(d *decoder) {
 		checkURL(d, keyPath("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
 	}
 	checkPositive(d, keyPath("listen", "drain"), c.Listen.Drain, "30s")
+	checkPositive(d, keyPath("listen", "body_timeout"), c.Listen.BodyTimeout, "60s")
 	checkPositive(d, keyPath("policy_settle"), c.PolicySettle, "2s")
 	c.Store.validate(d)
 

@@ -342,7 +342,7 @@ credentials = "env:X"
 [[sandbox]]
 `, []string{
 			`cproxy.toml:1:1: unknown key "polcy" (did you mean "policy"?)`,
-			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, drain, proxy, public_url, ready_file, sandbox_sockets)`,
+			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, body_timeout, drain, proxy, public_url, ready_file, sandbox_sockets)`,
 			`cproxy.toml:5:1: unknown key "credentials" in [upstream.anthropic] (did you mean "credential"?)`,
 			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known keys: anthropic, github, npm)`,
 			`cproxy.toml:7:3: unknown key "sandbox" (profiles and [[sandbox]] rules go in the policy file that policy = "…" names)`,

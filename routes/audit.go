@@ -128,15 +128,20 @@ type auditState struct {
 	r     http.Request
 }
 
-// countingBody counts the request body bytes read.
+// countingBody counts the request body bytes read, and once the request
+// is authenticated moves its deadline on (flight.bodyRead).
 type countingBody struct {
 	io.ReadCloser
 	n int64
+	f *flight // nil: no deadline
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p)
 	c.n += int64(n)
+	if c.f != nil {
+		c.f.bodyRead(n, c.n, err)
+	}
 	return n, err
 }
 

@@ -87,6 +87,10 @@ func (s *Server) admit(a *audit, r *http.Request, writeErr func(http.ResponseWri
 		return false
 	}
 	s.flights.add(&a.flight, sess, a.w, sess.expires.Sub(s.now()))
+	if s.bodyTimeout > 0 && a.body.ReadCloser != http.NoBody && a.body.ReadCloser != nil {
+		a.flight.startBody(s.bodyTimeout, r.ContentLength)
+		a.body.f = &a.flight
+	}
 	return true
 }
 

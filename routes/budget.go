@@ -107,42 +107,68 @@ func budgetError(retry time.Duration, format string, args ...any) error {
 	return err
 }
 
-// reserve holds want (charged: a POST /v1/messages) of the budget for
-// the session's token, or refuses with a 429 before anything is sent.
+// reserve is acquire and then hold, for a request whose body is read.
 func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) (*reservation, error) {
-	meter := charged && metered(lim)
-	now := b.now()
-	b.mu.Lock()
-	res, err := b.admit(sess, lim, now)
+	res, err := b.acquire(ctx, sess, lim)
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	if b.shared {
-		b.mu.Unlock()
-		if err := b.reserveShared(ctx, res, sess, lim, want, meter, now); err != nil {
-			res.settle(tokens.Usage{})
-			return nil, err
-		}
-		return res, nil
-	}
-	defer b.mu.Unlock()
-	if !meter {
-		return res, nil
-	}
-	if err := b.holdLocal(ctx, res, sess, want, now); err != nil {
-		res.tl.inflight--
+	if err := b.hold(ctx, res, sess, lim, want, charged); err != nil {
+		res.settle(tokens.Usage{})
 		return nil, err
 	}
 	return res, nil
 }
 
-// reserveShared is reserve for replicas sharing the store: the token's
-// in-flight slots, its rate and its window's usage, where lim sets them,
-// are all counted in the store, outside b.mu (which would otherwise hold
-// every request behind a database round trip). On an error the caller
-// settles res, which frees what it holds.
-func (b *budgets) reserveShared(ctx context.Context, res *reservation, sess *Session, lim policy.Budget, want tokens.Usage, meter bool, now time.Time) error {
+// acquire takes one of the token's in-flight slots and its place in the
+// token's rate, or refuses with a 429 before anything is sent. It runs
+// when the request is authenticated, before its body is read: a request
+// whose body is still arriving is in flight, so a sandbox cannot hold more
+// than concurrent requests open by trickling their bodies.
+func (b *budgets) acquire(ctx context.Context, sess *Session, lim policy.Budget) (*reservation, error) {
+	now := b.now()
+	b.mu.Lock()
+	res, err := b.admit(sess, lim, now)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if b.shared {
+		if err := b.acquireShared(ctx, res, sess, lim); err != nil {
+			res.settle(tokens.Usage{})
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// hold reserves want (charged: a POST /v1/messages) of the budget in res,
+// once the request's body has been read, or refuses with a 429.
+func (b *budgets) hold(ctx context.Context, res *reservation, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) error {
+	if !charged || !metered(lim) {
+		return nil
+	}
+	now := b.now()
+	if b.shared {
+		key, reset := usageWindow(sess.TokenID, lim.Window, now)
+		held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
+		if err != nil {
+			return b.refusal(err, sess, lim, held, want, now, reset)
+		}
+		res.key, res.want = key, want
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.holdLocal(ctx, res, sess, want, now)
+}
+
+// acquireShared is acquire for replicas sharing the store: the token's
+// in-flight slots and its rate, where lim sets them, are counted in the
+// store, outside b.mu (which would otherwise hold every request behind a
+// database round trip). On an error the caller settles res, which frees
+// what it holds.
+func (b *budgets) acquireShared(ctx context.Context, res *reservation, sess *Session, lim policy.Budget) error {
 	if lim.Concurrent > 0 {
 		slot, err := b.store.AcquireSlot(ctx, sess.TokenID, lim.Concurrent, slotLease)
 		if errors.Is(err, tokens.ErrOverBudget) {
@@ -164,14 +190,6 @@ func (b *budgets) reserveShared(ctx context.Context, res *reservation, sess *Ses
 		if wait > 0 {
 			return rateError(sess, wait, lim.RequestsPerMinute, lim.RequestsPerMinute)
 		}
-	}
-	if meter {
-		key, reset := usageWindow(sess.TokenID, lim.Window, now)
-		held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
-		if err != nil {
-			return b.refusal(err, sess, lim, held, want, now, reset)
-		}
-		res.key, res.want = key, want
 	}
 	return nil
 }
@@ -205,7 +223,7 @@ func defaultNote(set int64) string {
 // its in-flight slots; the caller holds b.mu. A limit lim leaves out is
 // cproxy's default (policy.DefaultConcurrent, DefaultRequestsPerMinute),
 // counted here, in this process, even when the store is shared; one lim
-// sets is counted here unless the store is shared (reserveShared counts
+// sets is counted here unless the store is shared (acquireShared counts
 // it there).
 func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reservation, error) {
 	concurrent, rpm := lim.Concurrent, lim.RequestsPerMinute

@@ -23,6 +23,8 @@ var (
 	ErrTimeout      = errors.New("upstream timed out")
 	// ErrTooManyRequests is a budget, rate or concurrency limit.
 	ErrTooManyRequests = errors.New("too many requests")
+	// ErrBodyTimeout is a request body that did not arrive in time.
+	ErrBodyTimeout = errors.New("request body timeout")
 )
 
 // refusal is an error with a message meant for the client. The message must
@@ -63,6 +65,8 @@ func status(err error) (int, string) {
 		return http.StatusBadGateway, "api_error"
 	case errors.Is(err, ErrTimeout):
 		return http.StatusGatewayTimeout, "api_error"
+	case errors.Is(err, ErrBodyTimeout):
+		return http.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrTooManyRequests):
 		return http.StatusTooManyRequests, "rate_limit_error"
 	}

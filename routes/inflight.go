@@ -2,7 +2,9 @@ package routes
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -22,6 +24,62 @@ type flight struct {
 	mu     sync.Mutex
 	cause  error                   // why it was ended; nil while it runs
 	cancel context.CancelCauseFunc // the forwarded request's, once forwarding
+	// The body's deadline (startBody): it must have arrived by bodyStart
+	// plus bodyGrace plus a second per minBodyRate bytes received.
+	bodyStart time.Time
+	bodyGrace time.Duration
+	bodyLeft  int64 // bytes until the declared length; -1: unknown
+	bodyDone  bool  // no deadline (any more): read whole, failed, or none set
+}
+
+// minBodyRate is the slowest a request body may arrive, on average, once
+// its first listen.body_timeout has passed: 16 KiB a second (128 kbit/s),
+// slower than any link a sandbox works over. A 32 MiB conversation may take
+// 35 minutes at it; a client trickling bytes to hold a connection and its
+// request's slot is cut off.
+const minBodyRate = 16 << 10
+
+// startBody puts a deadline on reading the body, declared to be n bytes
+// (-1: unknown): grace, and a second more for each minBodyRate bytes
+// received. It runs at authentication, before the body is read.
+func (f *flight) startBody(grace time.Duration, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bodyStart, f.bodyGrace, f.bodyLeft = time.Now(), grace, n
+	f.setReadDeadline(f.bodyStart.Add(grace))
+}
+
+// bodyRead moves the body's deadline on after a read of n bytes that
+// returned err; total is what has been read in all. The deadline ends when
+// the body does: the connection's later reads (net/http's watch for the
+// client going away) must not fail on it. A read that failed on the
+// deadline ends the request, answered 408.
+func (f *flight) bodyRead(n int, total int64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.bodyDone || f.bodyStart.IsZero() {
+		return
+	}
+	if f.bodyLeft >= 0 {
+		f.bodyLeft -= int64(n)
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		f.bodyDone = true
+		f.endLocked(refuse(ErrBodyTimeout, "the request body arrived too slowly: it must come within listen.body_timeout (%s) and at least %d KiB a second after that; do not retry on this link", f.bodyGrace, minBodyRate>>10))
+	case err != nil || f.bodyLeft == 0:
+		f.bodyDone = true
+		if f.cause == nil {
+			f.setReadDeadline(time.Time{})
+		}
+	case f.cause == nil:
+		f.setReadDeadline(f.bodyStart.Add(f.bodyGrace + time.Duration(total)*time.Second/minBodyRate))
+	}
+}
+
+// setReadDeadline sets the deadline of the request's connection's reads.
+func (f *flight) setReadDeadline(t time.Time) {
+	_ = http.NewResponseController(f.w).SetReadDeadline(t)
 }
 
 // forwarding records the context of the request being forwarded, which end
@@ -49,19 +107,21 @@ func (f *flight) ended() error {
 // the connection of the request that follows it.
 func (f *flight) end(cause error) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.endLocked(cause)
+}
+
+func (f *flight) endLocked(cause error) {
 	if f.cause != nil {
-		f.mu.Unlock()
 		return
 	}
 	f.cause = cause
-	cancel := f.cancel
-	f.mu.Unlock()
-	if cancel != nil {
-		cancel(cause)
+	if f.cancel != nil {
+		f.cancel(cause)
 	}
 	// Any read of this connection fails from now on: the body's, or the
 	// server's watch for the client going away, which cancels the request.
-	_ = http.NewResponseController(f.w).SetReadDeadline(time.Now())
+	f.setReadDeadline(time.Now())
 }
 
 // inflight is every authenticated request being served, by sandbox, so that

@@ -41,26 +41,32 @@ func (s *Server) serveModel(a *audit, r *http.Request) {
 	if !s.admit(a, r, writeAnthropicError) {
 		return
 	}
+	// Every model call counts against the rate and concurrency limits,
+	// from its authentication: its slot is taken before its body is read.
+	res, err := s.budgets.acquire(r.Context(), a.session, a.session.Budget)
+	if err != nil {
+		a.fail(writeAnthropicError, err)
+		return
+	}
+	a.meter = &meter{a: a, res: res, s: s}
+	defer a.meter.unanswered()
 	t, err := s.checkModel(a, r)
 	if err != nil {
 		a.fail(writeAnthropicError, err)
 		return
 	}
-	// Only messages are charged; every model call counts against the rate
-	// and concurrency limits.
+	// Only messages are charged.
 	charged := r.URL.Path == "/v1/messages"
 	want := tokens.Usage{}
 	if charged {
 		n := r.ContentLength
 		want = tokens.Usage{Requests: 1, Input: n, Output: t.maxTokens, CacheRead: n, CacheWrite: n}
 	}
-	res, err := s.budgets.reserve(r.Context(), a.session, a.session.Budget, want, charged)
-	if err != nil {
+	if err := s.budgets.hold(r.Context(), res, a.session, a.session.Budget, want, charged); err != nil {
 		a.fail(writeAnthropicError, err)
 		return
 	}
-	a.meter = &meter{a: a, res: res, want: want, charged: charged, s: s}
-	defer a.meter.unanswered()
+	a.meter.want, a.meter.charged = want, charged
 	s.model.forward(a, r, t, writeAnthropicError)
 }
 

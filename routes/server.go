@@ -97,6 +97,10 @@ type Options struct {
 	// Version is cproxy's version, for cproxy_build_info on GET /metrics;
 	// empty means "unknown".
 	Version string
+	// BodyTimeout bounds reading a request body: it must arrive within
+	// BodyTimeout of the request's authentication, plus a second for each
+	// minBodyRate bytes received. Zero means no deadline.
+	BodyTimeout time.Duration
 	// BodyMemory bounds the bytes request bodies read whole may hold at
 	// once, across every request; zero means
 	// policy.DefaultBodyMemoryMiB MiB.
@@ -128,13 +132,15 @@ type Server struct {
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
 	flights     inflight
+	bodyTimeout time.Duration
 	bodies      *bodyMemory
 	conns       *connLimit // nil: no bound
 }
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, now: o.Now, publicURL: o.PublicURL, sockets: o.SandboxSockets}
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, now: o.Now, publicURL: o.PublicURL, sockets: o.SandboxSockets,
+		bodyTimeout: o.BodyTimeout}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

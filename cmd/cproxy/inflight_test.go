@@ -41,8 +41,9 @@ relays = ["mod"]
 
 // inflightServe starts serve with the model route in front of a fake
 // Anthropic API, the github route in front of a fake GitHub, and the relay
-// mod in front of relay, with policy as its policy file.
-func inflightServe(t *testing.T, policy string, relay string) (*served, *fakes.Anthropic, *fakes.GitServer, string) {
+// mod in front of relay, with policy as its policy file and listen's lines
+// added to the config's [listen].
+func inflightServe(t *testing.T, policy string, relay string, listen ...string) (*served, *fakes.Anthropic, *fakes.GitServer, string) {
 	t.Helper()
 	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
 	t.Cleanup(fake.Close)
@@ -73,6 +74,17 @@ paths = ["stream", "upload"]
 [relay.mod.headers]
 Authorization = { credential = "file:hub.key", prefix = "Bearer " }
 `, fake.URL, gs.URL, relay), policy)
+	if len(listen) > 0 {
+		path := filepath.Join(dir, "cproxy.toml")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := strings.Replace(string(b), "[listen]\n", "[listen]\n"+strings.Join(listen, "\n")+"\n", 1)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return startServe(t, dir), fake, gs, dir
 }
 
@@ -460,5 +472,48 @@ func waitLog(t *testing.T, s *served, want string) {
 			t.Fatalf("serve's log never said %q:\n%s", want, s.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A body that arrives too slowly is refused once listen.body_timeout (and
+// the time its bytes earn) has passed, and its connection closed.
+func TestTrickledBodyRefused(t *testing.T) {
+	t.Parallel()
+	s, fake, _, _ := inflightServe(t, inflightPolicy, "", `body_timeout = "1s"`)
+	h := holdMessage(t, s, s.mint("conv-1"), "claude-sonnet-4-5")
+	resp, err := http.ReadResponse(h.br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a trickled body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	wantRefused(t, resp, string(b), 408, "the request body arrived too slowly")
+	if n := messagesSeen(fake); n != 0 {
+		t.Fatalf("the upstream received %d trickled requests", n)
+	}
+}
+
+// A request is in flight from its authentication: under concurrent = 2,
+// two requests whose bodies are still arriving hold both slots, and the
+// others are refused before their bodies are read.
+func TestTrickledBodiesHoldSlots(t *testing.T) {
+	t.Parallel()
+	s, fake, _, _ := inflightServe(t, inflightPolicy+"budget = { concurrent = 2 }\n", "")
+	tok := s.mint("conv-1")
+	body := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+	held := []*heldRequest{holdMessage(t, s, tok, "claude-sonnet-4-5"), holdMessage(t, s, tok, "claude-sonnet-4-5")}
+	for range 10 {
+		c := rawHTTPDial(t, s)
+		c.send(rawHTTPRequest("POST /v1/messages HTTP/1.1", append(rawHTTPModelHeaders(tok),
+			fmt.Sprintf("Content-Length: %d", len(body)), "Expect: 100-continue", "Connection: close"), ""))
+		r := c.read("POST")
+		wantRefused(t, r.Response, r.Body, 429, "requests of sandbox conv-1's token are in flight")
+	}
+	for _, h := range held {
+		if resp, answer := h.finish(); resp.StatusCode != 200 {
+			t.Fatalf("a held request: %s %s", resp.Status, answer)
+		}
+	}
+	if n := messagesSeen(fake); n != 2 {
+		t.Fatalf("the upstream received %d messages requests, want 2", n)
 	}
 }

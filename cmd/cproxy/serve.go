@@ -319,7 +319,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 
 	srv := routes.New(routes.Options{Store: store, SharedStore: cfg.Store.Kind == policy.StorePostgres, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
-		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg)})
+		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration})
 	defer srv.Close()
 	policies := newPolicyReloader(cfg, srv, store, log)
 	polling, stopPolling := context.WithCancel(context.Background())
