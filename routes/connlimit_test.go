@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -74,4 +75,47 @@ func TestConnLimit(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// The per-sandbox sockets share the bound with the proxy listener: with
+// one connection open on the listener LimitConnections wraps, a sandbox's
+// socket refuses the next, and serves it once that one closes.
+func TestConnLimitCoversSandboxSockets(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, withPolicy(bindingPolicy), withSockets(t, dir), func(o *Options) { o.MaxConnections = 1 })
+	_, out, _ := e.mint("sandbox=conv-1&bind=socket")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := e.srv.LimitConnections(inner)
+	defer ln.Close()
+	// The one connection is counted once accepted, and its place is free
+	// once the server has closed it, when the client has.
+	accepted, closed := make(chan struct{}), make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		close(accepted)
+		io.Copy(io.Discard, c)
+		c.Close()
+		close(closed)
+	}()
+	held, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-accepted
+	c := socketClient(out.Socket)
+	defer c.CloseIdleConnections()
+	if _, err := c.Get("http://cproxy/v1/models"); err == nil {
+		t.Fatal("a socket connection past the bound was served")
+	}
+	held.Close()
+	<-closed
+	if r := socketDo(t, out.Socket, out.Token); r.status != http.StatusOK {
+		t.Errorf("the socket once a place is free: %d %s", r.status, r.body)
+	}
 }
