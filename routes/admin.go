@@ -300,9 +300,7 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 	n, err := s.store.RevokeSandbox(r.Context(), sandbox, s.now().UTC())
 	// Its requests in flight end now, even if the store failed: the
 	// harness wants the sandbox stopped, and will retry the revocation.
-	if cut := s.flights.endSandbox(sandbox); cut > 0 {
-		s.log.Info("requests in flight cut by a revocation", "sandbox", sandbox, "count", cut)
-	}
+	s.EndSandbox(sandbox)
 	if err != nil {
 		s.log.Error("revoking tokens failed", "sandbox", sandbox, "err", err)
 		adminError(w, http.StatusServiceUnavailable, "the token store failed; the revocation may not have been recorded: retry")

@@ -87,7 +87,7 @@ func (s *Server) admit(a *audit, r *http.Request, writeErr func(http.ResponseWri
 		return false
 	}
 	s.flights.add(&a.flight, sess, a.w, sess.expires.Sub(s.now()))
-	if s.bodyTimeout > 0 && a.body.ReadCloser != http.NoBody && a.body.ReadCloser != nil {
+	if a.body.ReadCloser != http.NoBody && a.body.ReadCloser != nil {
 		a.flight.startBody(s.bodyTimeout, r.ContentLength)
 		a.body.f = &a.flight
 	}
@@ -161,15 +161,20 @@ func (s *Server) liveRecord(ctx context.Context, h tokens.Hash) (rec tokens.Reco
 		s.log.Error("token store look-up failed", "err", err)
 		return rec, false, refuse(ErrUnavailable, "token store unavailable; try again later")
 	}
-	switch err := rec.Check(s.now()); {
+	return rec, true, notLive(rec, s.now())
+}
+
+// notLive is the refusal of rec's token at now, or nil if it is live.
+func notLive(rec tokens.Record, now time.Time) error {
+	switch err := rec.Check(now); {
 	case errors.Is(err, tokens.ErrRevoked):
-		return rec, true, revokedError(rec.ID)
+		return revokedError(rec.ID)
 	case errors.Is(err, tokens.ErrExpired):
-		return rec, true, expiredError(rec.ID, rec.ExpiresAt)
+		return expiredError(rec.ID, rec.ExpiresAt)
 	case err != nil:
-		return rec, true, refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
+		return refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
 	}
-	return rec, true, nil
+	return nil
 }
 
 func revokedError(id string) error {

@@ -41,12 +41,15 @@ const minBodyRate = 16 << 10
 
 // startBody puts a deadline on reading the body, declared to be n bytes
 // (-1: unknown): grace, and a second more for each minBodyRate bytes
-// received. It runs at authentication, before the body is read.
+// received; zero grace sets none. It runs at authentication, before the
+// body is read.
 func (f *flight) startBody(grace time.Duration, n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.bodyStart, f.bodyGrace, f.bodyLeft = time.Now(), grace, n
-	f.setReadDeadline(f.bodyStart.Add(grace))
+	if grace > 0 {
+		f.setReadDeadline(f.bodyStart.Add(grace))
+	}
 }
 
 // bodyRead moves the body's deadline on after a read of n bytes that
@@ -64,6 +67,8 @@ func (f *flight) bodyRead(n int, total int64, err error) {
 		f.bodyLeft -= int64(n)
 	}
 	switch {
+	case f.bodyGrace <= 0:
+		f.bodyDone = err != nil || f.bodyLeft == 0 // no deadline: only where the body is
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		f.bodyDone = true
 		f.endLocked(refuse(ErrBodyTimeout, "the request body arrived too slowly: it must come within listen.body_timeout (%s) and at least %d KiB a second after that; do not retry on this link", f.bodyGrace, minBodyRate>>10))
@@ -119,9 +124,14 @@ func (f *flight) endLocked(cause error) {
 	if f.cancel != nil {
 		f.cancel(cause)
 	}
-	// Any read of this connection fails from now on: the body's, or the
-	// server's watch for the client going away, which cancels the request.
-	f.setReadDeadline(time.Now())
+	if !f.bodyStart.IsZero() && !f.bodyDone {
+		// The body is still arriving: its read fails at once. Not once
+		// it has arrived: net/http would then take the failed read for
+		// the client gone, and a later request on the connection would
+		// start out cancelled.
+		f.bodyDone = true
+		f.setReadDeadline(time.Now())
+	}
 }
 
 // inflight is every authenticated request being served, by sandbox, so that
@@ -172,6 +182,71 @@ func (in *inflight) endOne(f *flight, cause error) {
 	defer in.mu.Unlock()
 	if _, ok := in.bySandbox[f.sandbox][f]; ok {
 		f.end(cause)
+	}
+}
+
+// endToken ends every request of the token whose hash is h with cause.
+func (in *inflight) endToken(sandbox string, h tokens.Hash, cause error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for f := range in.bySandbox[sandbox] {
+		if f.hash == h {
+			f.end(cause)
+		}
+	}
+}
+
+// flightSweep is how often a replica sharing its store looks up again the
+// tokens of its requests in flight: what bounds how long a request runs on
+// here after another replica revoked its token.
+const flightSweep = 2 * time.Second
+
+// sweepFlights ends the requests in flight whose token the store no longer
+// holds live (revoked through another replica), every flightSweep until
+// stop is closed. A token the store cannot look up is left running: the
+// next sweep tries again.
+func (s *Server) sweepFlights(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(flightSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		type token struct {
+			sandbox string
+			hash    tokens.Hash
+		}
+		live := map[token]struct{}{}
+		s.flights.mu.Lock()
+		for sandbox, set := range s.flights.bySandbox {
+			for f := range set {
+				live[token{sandbox, f.hash}] = struct{}{}
+			}
+		}
+		s.flights.mu.Unlock()
+		for tok := range live {
+			ctx, cancel := context.WithTimeout(context.Background(), flightSweep)
+			rec, err := s.store.Lookup(ctx, tok.hash)
+			cancel()
+			if err != nil {
+				continue
+			}
+			if cause := notLive(rec, s.now()); cause != nil {
+				s.flights.endToken(tok.sandbox, tok.hash, cause)
+			}
+		}
+	}
+}
+
+// EndSandbox ends the requests in flight of sandbox's tokens, revoked:
+// through this replica's admin API, or through another replica's, when the
+// store tells of it (tokens.PostgresCache.OnRevoke).
+func (s *Server) EndSandbox(sandbox string) {
+	if cut := s.flights.endSandbox(sandbox); cut > 0 {
+		s.log.Info("requests in flight cut by a revocation", "sandbox", sandbox, "count", cut)
 	}
 }
 

@@ -132,9 +132,12 @@ type Server struct {
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
 	flights     inflight
-	bodyTimeout time.Duration
-	bodies      *bodyMemory
-	conns       *connLimit // nil: no bound
+	// sweepStop stops sweepFlights, which runs when the store is shared;
+	// nil when it does not.
+	sweepStop, sweepDone chan struct{}
+	bodyTimeout          time.Duration
+	bodies               *bodyMemory
+	conns                *connLimit // nil: no bound
 }
 
 // New builds a Server.
@@ -155,6 +158,10 @@ func New(o Options) *Server {
 		s.sockets.handler = s.ProxyHandler()
 	}
 	s.budgets = newBudgets(s.store, o.SharedStore, s.log, s.now)
+	if o.SharedStore {
+		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
+		go s.sweepFlights(s.sweepStop, s.sweepDone)
+	}
 	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), meterResponse)
 	s.model.proxy.BufferPool = eventCopyBuffers
 	// Streams still pass event by event: ReverseProxy flushes each write of
@@ -241,6 +248,11 @@ func (s *Server) policy() *policy.Policy { return s.pol.Load() }
 // Close releases idle upstream connections.
 func (s *Server) Close() {
 	s.budgets.close()
+	if s.sweepStop != nil {
+		close(s.sweepStop)
+		<-s.sweepDone
+		s.sweepStop = nil
+	}
 	s.model.transport.CloseIdleConnections()
 	if s.github != nil {
 		s.github.transport.CloseIdleConnections()

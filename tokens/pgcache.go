@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,14 @@ type PostgresCache struct {
 
 	stop context.CancelFunc
 	done chan struct{}
+
+	onRevoke atomic.Pointer[func(sandbox string)] // OnRevoke's
 }
+
+// OnRevoke has f called with the sandbox of each revocation notification
+// that arrives, after the sandbox's records are dropped: how a replica ends
+// its requests in flight of a sandbox another replica revoked.
+func (c *PostgresCache) OnRevoke(f func(sandbox string)) { c.onRevoke.Store(&f) }
 
 type cached struct {
 	r     Record
@@ -218,6 +226,9 @@ func (c *PostgresCache) serve(ctx context.Context, conn *pgx.Conn) error {
 		switch {
 		case err == nil:
 			c.drop(n.Payload)
+			if f := c.onRevoke.Load(); f != nil {
+				(*f)(n.Payload)
+			}
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case wait.Err() != nil:

@@ -411,8 +411,9 @@ func wantCut(t *testing.T, what string, br *bufio.Reader) {
 	}
 }
 
-func streamingMessage(t *testing.T, s *served) *http.Request {
-	req, err := http.NewRequest("POST", s.proxy+"/v1/messages",
+// streamingMessage is a streamed Messages API request to the proxy at base.
+func streamingMessage(t *testing.T, base string) *http.Request {
+	req, err := http.NewRequest("POST", base+"/v1/messages",
 		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +431,7 @@ func TestStreamsCutOnRevocation(t *testing.T) {
 	s, fake, _, _ := inflightServe(t, inflightPolicy, relay.URL)
 	fake.StallStreams(3)
 	tok := s.mint("conv-1")
-	model := openStream(t, streamingMessage(t, s), tok)
+	model := openStream(t, streamingMessage(t, s.proxy), tok)
 	if ev := readEvent(t, model); !strings.Contains(ev, "message_start") {
 		t.Fatalf("first event %q", ev)
 	}
@@ -457,7 +458,7 @@ func TestStreamCutAtExpiry(t *testing.T) {
 	s, fake, _, _ := inflightServe(t, inflightPolicy, "")
 	fake.StallStreams(3)
 	tok := s.mintTTL("conv-1", "2s")
-	model := openStream(t, streamingMessage(t, s), tok)
+	model := openStream(t, streamingMessage(t, s.proxy), tok)
 	readEvent(t, model)
 	wantCut(t, "the model stream", model)
 	waitLog(t, s, "expired at")

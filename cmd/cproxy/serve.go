@@ -321,6 +321,11 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration})
 	defer srv.Close()
+	if cache, ok := store.(*tokens.PostgresCache); ok {
+		// Another replica's revocation ends this one's requests in flight
+		// as soon as its notification arrives.
+		cache.OnRevoke(srv.EndSandbox)
+	}
 	policies := newPolicyReloader(cfg, srv, store, log)
 	polling, stopPolling := context.WithCancel(context.Background())
 	defer stopPolling()
