@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -66,5 +68,64 @@ func TestSentBodyWithholdsTheEnd(t *testing.T) {
 	one := &sentBody{ReadCloser: io.NopCloser(strings.NewReader("x")), recheck: true, left: -1}
 	if _, err := one.Read(make([]byte, 1)); !errors.Is(err, io.ErrShortBuffer) {
 		t.Errorf("a one-byte read of a body of unknown length: %v, want io.ErrShortBuffer", err)
+	}
+}
+
+// A revocation cuts a stream in flight and refuses a request whose body is
+// still arriving, each at once, while another sandbox's stream runs on.
+// Run with -race: it ends requests from the admin API's goroutine while
+// their handlers and transports run.
+func TestRevocationEndsRequestsInFlight(t *testing.T) {
+	e := newEnv(t)
+	gate := e.fake.StallStreams(3)
+	defer gate.Release()
+	tok, keep := e.token("conv-1"), e.token("conv-2")
+	stream := func(tok string) *http.Response {
+		req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("stream: %v %v", resp, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	cut, kept := stream(tok), stream(keep)
+	<-gate.Reached()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	held := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", pr)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+		}
+		held <- resp
+	}()
+	pw.Write([]byte(`{"model":"claude-sonnet-4-5",`)) // and no more
+	for inFlight := 0; inFlight < 2; {
+		// The stream and the held request, both authenticated.
+		e.srv.flights.mu.Lock()
+		inFlight = len(e.srv.flights.bySandbox["conv-1"])
+		e.srv.flights.mu.Unlock()
+		runtime.Gosched()
+	}
+	req, _ := http.NewRequest("DELETE", e.admin.URL+"/tokens?sandbox=conv-1", nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
+		t.Fatalf("DELETE: %v %v", resp, err)
+	}
+	if rest, err := io.ReadAll(cut.Body); err == nil || strings.Contains(string(rest), "message_stop") {
+		t.Errorf("the revoked sandbox's stream was not cut: %v %q", err, rest)
+	}
+	if resp := <-held; resp == nil || resp.StatusCode != 401 {
+		t.Errorf("the request whose body was arriving: %v, want 401", resp)
+	}
+	gate.Release()
+	if rest, err := io.ReadAll(kept.Body); err != nil || !strings.Contains(string(rest), "message_stop") {
+		t.Errorf("another sandbox's stream: %v %q", err, rest)
 	}
 }
