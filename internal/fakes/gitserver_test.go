@@ -2,12 +2,15 @@ package fakes
 
 import (
 	"encoding/base64"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const gitToken = "ghs_CANARYfakegitserver0123456789abcdefgh"
@@ -95,5 +98,33 @@ func TestGitServerRefusesOtherCredentials(t *testing.T) {
 	}
 	if n := len(g.Requests()); n != 4 {
 		t.Errorf("recorded %d requests, want 4", n)
+	}
+}
+
+// A push whose body is cut short (its client went away, or a proxy withheld
+// its end) ends its backend: Close returns once the backend has exited, so
+// none is left running after the test.
+func TestGitServerCutPushEndsItsBackend(t *testing.T) {
+	g := newGitServer(t)
+	if err := g.CreateRepo("acme/app"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + gitToken))
+	fmt.Fprintf(conn, "POST /acme/app.git/git-receive-pack HTTP/1.1\r\nHost: github.test\r\nAuthorization: Basic %s\r\n"+
+		"Content-Type: application/x-git-receive-pack-request\r\nContent-Length: 1000\r\n\r\n0000", auth)
+	for len(g.Requests()) == 0 {
+		time.Sleep(10 * time.Millisecond) // until the server has the request
+	}
+	conn.Close()
+	closed := make(chan struct{})
+	go func() { g.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close did not return: the backend of the cut push is still running")
 	}
 }
