@@ -518,3 +518,53 @@ func TestTrickledBodiesHoldSlots(t *testing.T) {
 		t.Fatalf("the upstream received %d messages requests, want 2", n)
 	}
 }
+
+// bodyRecorder is a relay upstream that reads each request's body to its
+// end and records whether it arrived whole (true) or broke off.
+type bodyRecorder struct {
+	URL     string
+	started chan struct{} // a request's headers are in
+	bodies  chan bool
+}
+
+func newBodyRecorder(t *testing.T) *bodyRecorder {
+	u := &bodyRecorder{started: make(chan struct{}, 8), bodies: make(chan bool, 8)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.started <- struct{}{}
+		_, err := io.Copy(io.Discard, r.Body)
+		u.bodies <- err == nil
+	}))
+	t.Cleanup(srv.Close)
+	u.URL = srv.URL
+	return u
+}
+
+// A relay upload whose body ends after a reload took the relay away never
+// arrives whole upstream, by length or chunked: cproxy was already
+// streaming it, and decides it again at its end.
+func TestHeldRelayUploadAfterReload(t *testing.T) {
+	t.Parallel()
+	up := newBodyRecorder(t)
+	s, _, _, dir := inflightServe(t, inflightPolicy, up.URL)
+	tok := s.mint("conv-1")
+	var held []*heldRequest
+	for _, hold := range []func(*testing.T, *served, string, []string, string) *heldRequest{holdRequest, holdChunked} {
+		held = append(held, hold(t, s, "POST /mod/upload HTTP/1.1", []string{"Host: cproxy.test", "Authorization: Bearer " + tok}, strings.Repeat("data ", 1000)))
+		<-up.started
+	}
+	pol := strings.Replace(inflightPolicy, `relays = ["mod"]`, "", 1)
+	if err := os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, s, `msg="policy reloaded"`)
+	for i, h := range held {
+		resp, answer := h.finish()
+		wantRefused(t, resp, answer, 403, "relay mod is not allowed")
+		if whole := <-up.bodies; whole {
+			t.Fatalf("upload %d: the upstream received the whole body after the reload", i)
+		}
+	}
+}
