@@ -271,14 +271,7 @@ func readBody(r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 		b, err = io.ReadAll(io.LimitReader(h.reader(r.Context(), r.Body), limit+1))
 	}
 	if err != nil {
-		var ref *refusal
-		switch {
-		case r.Context().Err() != nil:
-			return nil, r.Context().Err()
-		case errors.As(err, &ref):
-			return nil, err // no memory to hold more of it
-		}
-		return nil, refuse(ErrBadRequest, "reading the request body failed")
+		return nil, bodyReadError(r, err, "the request body")
 	}
 	if int64(len(b)) > limit {
 		return nil, refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
@@ -287,6 +280,20 @@ func readBody(r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 	r.ContentLength = int64(len(b))
 	r.Header.Del("Transfer-Encoding")
 	return b, nil
+}
+
+// bodyReadError is the answer to a failed read of r's body (what names
+// it): the request's own end when its client went away, a refusal as it is
+// (the memory for bodies is full, the body came too slowly), or a 400.
+func bodyReadError(r *http.Request, err error, what string) error {
+	var ref *refusal
+	switch {
+	case r.Context().Err() != nil:
+		return r.Context().Err()
+	case errors.As(err, &ref):
+		return err
+	}
+	return refuse(ErrBadRequest, "reading %s failed", what)
 }
 
 // requestModel finds the top-level "model" (and "max_tokens", zero when

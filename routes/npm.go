@@ -447,14 +447,7 @@ func readAudit(r *http.Request, h *bodyHold) (*checkedAudit, error) {
 	h.large = true
 	raw, err := io.ReadAll(io.LimitReader(h.reader(r.Context(), r.Body), maxAuditBody+1))
 	if err != nil {
-		var ref *refusal
-		switch {
-		case r.Context().Err() != nil:
-			return nil, r.Context().Err()
-		case errors.As(err, &ref):
-			return nil, err // no memory to hold more of it
-		}
-		return nil, refuse(ErrBadRequest, "reading the audit body failed")
+		return nil, bodyReadError(r, err, "the audit body")
 	}
 	if len(raw) > maxAuditBody {
 		return nil, refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
