@@ -173,3 +173,19 @@ func TestGitHubActionsExample(t *testing.T) {
 		t.Errorf("the workflow does not run cproxy policy check --format github")
 	}
 }
+
+// Every flag's help line names one default: urfave/cli appends
+// "(default: X)" from the flag's Value, so a Usage that says its own
+// default must set DefaultText to it, or the line says two.
+func TestHelpOneDefault(t *testing.T) {
+	app := newApp(io.Discard, io.Discard)
+	check := func(path string, flags []cli.Flag) {
+		for _, f := range flags {
+			if line := f.String(); strings.Count(strings.ToLower(line), "default") > 1 {
+				t.Errorf("cproxy %s --help names two defaults: %s", path, line)
+			}
+		}
+	}
+	check("", app.Flags)
+	walkCommands(app.Commands, "", func(path string, cmd *cli.Command) { check(path, cmd.Flags) })
+}

@@ -64,7 +64,7 @@ Examples:
 			&cli.StringFlag{Name: "store", Usage: "token store `PATH` (store.path)", EnvVars: []string{"CPROXY_STORE"}},
 			&cli.StringFlag{Name: "log-format", Usage: "text or json (log.format)", EnvVars: []string{"CPROXY_LOG_FORMAT"}},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error (log.level)", EnvVars: []string{"CPROXY_LOG_LEVEL"}},
-			&cli.Int64Flag{Name: "cpus", Usage: "how many CPUs may run cproxy at once, 0 for all (runtime.cpus; default 1, or $GOMAXPROCS)", EnvVars: []string{"CPROXY_CPUS"}},
+			&cli.Int64Flag{Name: "cpus", Usage: "how many CPUs may run cproxy at once, 0 for all (runtime.cpus)", DefaultText: "1, or $GOMAXPROCS", EnvVars: []string{"CPROXY_CPUS"}},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
