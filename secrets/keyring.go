@@ -55,7 +55,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 var (
 	ErrNotFound        = errors.New("no such entry")
 	ErrWrongPassphrase = errors.New("wrong passphrase")
-	ErrNoPassphrase    = errors.New("no passphrase")
+	ErrNoPassphrase    = errors.New("needs a passphrase")
 )
 
 // CheckName reports whether name can name a keyring entry: 1 to 128 letters,
@@ -121,7 +121,7 @@ func (f *fileState) passphrase(string) (string, error) {
 		return p, nil
 	}
 	if f.prompt == nil {
-		f.err = fmt.Errorf("the file keyring at %s needs a passphrase: set %s (there is no terminal to ask on): %w", f.dir, PassphraseEnv, ErrNoPassphrase)
+		f.err = fmt.Errorf("the file keyring at %s %w: set %s (there is no terminal to ask on)", f.dir, ErrNoPassphrase, PassphraseEnv)
 		return "", f.err
 	}
 	p, err := f.prompt(fmt.Sprintf("passphrase for the file keyring at %s", f.dir), f.creating)
@@ -129,7 +129,7 @@ func (f *fileState) passphrase(string) (string, error) {
 	case err != nil:
 		f.err = fmt.Errorf("the file keyring at %s: reading the passphrase: %w", f.dir, err)
 	case p == "":
-		f.err = fmt.Errorf("the file keyring at %s needs a passphrase: an empty one is refused: %w", f.dir, ErrNoPassphrase)
+		f.err = fmt.Errorf("the file keyring at %s %w: an empty one is refused", f.dir, ErrNoPassphrase)
 	default:
 		return p, nil
 	}

@@ -116,6 +116,10 @@ func (l *Loader) loadKeyring(name string) (Secret, error) {
 		return Secret{}, fmt.Errorf("keyring:%s: %w", name, l.ringErr)
 	}
 	v, err := l.ring.Get(name)
+	if errors.Is(err, ErrNoPassphrase) {
+		// About the keyring, not the entry: the message names no entry.
+		return Secret{}, fmt.Errorf("keyring:%s: %w", name, err)
+	}
 	if errors.Is(err, ErrNotFound) {
 		return Secret{}, fmt.Errorf("keyring:%w: run cproxy secret set %s", err, name)
 	}
