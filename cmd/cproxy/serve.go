@@ -397,6 +397,10 @@ func setCPUs(n int64) {
 	}
 }
 
+// storeLockedHint is the fix for a second cproxy on one machine: the
+// embedded store takes one process, so each cproxy needs its own.
+const storeLockedHint = "give each cproxy its own store: cproxy serve --store PATH (store.path), or stop the other one"
+
 // storeOpenTimeout bounds connecting to PostgreSQL and migrating its schema
 // at start, which may wait for another replica's migration.
 const storeOpenTimeout = time.Minute
@@ -408,6 +412,9 @@ const storeOpenTimeout = time.Minute
 func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (tokens.Store, string, error) {
 	if cfg.Store.Kind != policy.StorePostgres {
 		store, err := tokens.OpenBolt(cfg.Store.Path)
+		if errors.Is(err, tokens.ErrLocked) {
+			return nil, "", fail(storeLockedHint, "%v", err)
+		}
 		if err != nil {
 			return nil, "", fail("", "%v", err)
 		}
