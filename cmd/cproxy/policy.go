@@ -461,7 +461,12 @@ func (e explanation) printText(w io.Writer) {
 	if b := e.Budget; b != nil {
 		fmt.Fprintf(w, "budget:   %s\n", describeBudget(b.Limits))
 		for _, t := range b.Tokens {
-			fmt.Fprintf(w, "budget:   %s has spent %s\n", t.ID, usageOf(routes.TokenInfo{Record: tokens.Record{ID: t.ID}, Usage: t.Usage, Budget: t.Budget}))
+			// A token without its own budget spends its profile's.
+			lim := t.Budget
+			if lim == nil {
+				lim = &b.Limits
+			}
+			fmt.Fprintf(w, "budget:   %s has spent %s\n", t.ID, usageOf(routes.TokenInfo{Record: tokens.Record{ID: t.ID}, Usage: t.Usage, Budget: lim}))
 		}
 		if b.Unknown != "" {
 			fmt.Fprintf(w, "budget:   %s\n", b.Unknown)
