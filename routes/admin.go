@@ -406,7 +406,11 @@ func adminQuery(w http.ResponseWriter, r *http.Request, allowed ...string) (url.
 			known = known || k == a
 		}
 		if !known {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint takes: %s)", clip(k, 64), strings.Join(allowed, ", ")))
+			takes := "takes no query parameters"
+			if len(allowed) > 0 {
+				takes = "takes: " + strings.Join(allowed, ", ")
+			}
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint %s)", clip(k, 64), takes))
 			return nil, false
 		}
 		if len(vs) > 1 {

@@ -343,7 +343,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(b), `unknown parameter \"name[]\"`) {
+	if resp.StatusCode != 400 || !strings.Contains(string(b), `unknown parameter \"name[]\" (this endpoint takes no query parameters)`) {
 		t.Fatalf("GET /metrics?name[]=: %s %s", resp.Status, b)
 	}
 	// Two Servers in one process each have their own counts.
