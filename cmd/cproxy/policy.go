@@ -51,6 +51,13 @@ Examples:
 			if c.NArg() == 0 {
 				return fail("cproxy policy check policy.toml [more.toml...]", "no files to check")
 			}
+			// Flags end at the first file name, so a flag after it would be
+			// checked as a file; a file really named so can be given as ./-name.
+			for _, arg := range c.Args().Tail() {
+				if strings.HasPrefix(arg, "-") {
+					return fail("flags go before the file names: cproxy policy check --format json policy.toml", "%q after a file name is not read as a flag", arg)
+				}
+			}
 			var all policy.Problems
 			for _, path := range c.Args().Slice() {
 				all = append(all, policy.Check(path)...)
