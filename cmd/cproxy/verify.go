@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,8 +47,8 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "revoked-token", Usage: "a revoked sandbox `TOKEN`, which cproxy must refuse with 401"},
 			&cli.StringFlag{Name: "model", Value: "claude-sonnet-4-5", Usage: "the `MODEL` of the count_tokens call (one the sandbox's profile allows)"},
-			&cli.StringSliceFlag{Name: "direct", Value: cli.NewStringSlice(defaultDirect), Usage: "`NAME=IP:PORT` the sandbox must not be able to connect to (repeatable)"},
-			&cli.StringSliceFlag{Name: "public-name", Value: cli.NewStringSlice(defaultPublicName), Usage: "a public host `NAME` that must not resolve (repeatable)"},
+			&cli.StringSliceFlag{Name: "direct", Value: cli.NewStringSlice(defaultDirect), Usage: "`NAME=IP:PORT` the sandbox must not be able to connect to (repeatable; replaces the one shown, so give it again to keep it)"},
+			&cli.StringSliceFlag{Name: "public-name", Value: cli.NewStringSlice(defaultPublicName), Usage: "a public host `NAME` that must not resolve (repeatable; replaces the one shown, so give it again to keep it)"},
 			&cli.StringFlag{Name: "dns-server", Usage: "ask this `IP:PORT` instead of the system's resolver"},
 			&cli.DurationFlag{Name: "timeout", Value: 3 * time.Second, Usage: "how long each check may take"},
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
@@ -205,10 +206,24 @@ func (v *verifier) run(ctx context.Context) []check {
 	for _, d := range v.direct {
 		checks = append(checks, v.checkDirect(ctx, d))
 	}
+	defaultName, _, _ := strings.Cut(defaultDirect, "=")
+	if !slices.ContainsFunc(v.direct, func(d directTarget) bool { return d.name == defaultName }) {
+		checks = append(checks, replacedDefault("no direct route to "+defaultName, "--direct "+defaultDirect))
+	}
 	for _, n := range v.publicNames {
 		checks = append(checks, v.checkDNS(ctx, n))
 	}
+	if !slices.Contains(v.publicNames, defaultPublicName) {
+		checks = append(checks, replacedDefault("no DNS for "+defaultPublicName, "--public-name "+defaultPublicName))
+	}
 	return append(checks, v.checkGit(ctx), v.checkNPM(ctx))
+}
+
+// replacedDefault is the SKIP of a default check that a --direct or
+// --public-name replaced, so the output says it did not run and how to
+// keep it beside the caller's own.
+func replacedDefault(name, flag string) check {
+	return check{name, statusSkip, "not checked: the flags given replace this default; add " + flag + " to keep it"}
 }
 
 // countTokens makes the cheapest model call there is with token.
