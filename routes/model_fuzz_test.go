@@ -126,6 +126,14 @@ func FuzzModelRoute(f *testing.F) {
 			t.Fatalf("%s %s: the answer holds a credential: %q", method, target, w.Body)
 		}
 		if len(fwd) == 0 {
+			if (method == http.MethodGet || method == http.MethodHead) && target == "/" {
+				// The bare request Claude Code sends at start: a 200 that
+				// says nothing of the configuration, answered by cproxy.
+				if body := w.Body.String(); w.Code != http.StatusOK || (body != rootAnswer && body != "") {
+					t.Fatalf("%s /: %d %q, want 200 and cproxy's own answer", method, w.Code, body)
+				}
+				return
+			}
 			if w.Code < 400 {
 				t.Fatalf("%s %s: status %d without reaching the upstream", method, target, w.Code)
 			}
