@@ -22,16 +22,6 @@ import (
 )
 
 const (
-	// schemaVersion is the layout this code writes. Bump it when the layout changes and teach OpenBolt to
-	// migrate older files; a newer file is refused because this code would misread it.
-	//
-	// 2: records may carry a source or a binding (Record.Source, Record.Bind). Version 1 files are read as they
-	// are. The bump keeps an older cproxy off a store whose records it would read without their binding, which
-	// would accept a bound token from anywhere.
-	// 3: records may carry per-token values and a budget (Record.Values, Record.Budget), and the usage bucket
-	// holds what each token has spent. The bump keeps an older cproxy from serving budgeted tokens unmetered.
-	schemaVersion = 3
-
 	// lockTimeout bounds how long OpenBolt waits for another process to let go of the file, so a second
 	// `cproxy serve` fails promptly instead of hanging.
 	lockTimeout = time.Second
@@ -48,6 +38,43 @@ var (
 
 	keySchema = []byte("schema_version")
 )
+
+// boltMigration is one step of the embedded store's schema: the version it brings a file to, what that version
+// adds, and how. A step may only add (buckets, fields that older records lack), so that every record a file holds
+// stays readable as it is.
+type boltMigration struct {
+	version int
+	what    string
+	apply   func(tx *bolt.Tx) error
+}
+
+// boltMigrations are the embedded store's schema versions, in order, as tokens/migrations are PostgreSQL's. OpenBolt
+// applies the ones a file lacks in the transaction that opens it, so a file is either wholly at the newest version
+// or left as it was. Add a step, never change one: files written by a released cproxy are at each of them.
+//
+// A version is bumped even when a step has nothing to do (2, and 3's record fields), because the number is what
+// keeps an older cproxy off a store whose records it would misread.
+var boltMigrations = []boltMigration{
+	{1, "the tokens and their per-sandbox index", createBuckets(bucketTokens, bucketSandboxes)},
+	// An older cproxy would read a record without its binding and accept a bound token from anywhere.
+	{2, "records may carry a source or a binding (Record.Source, Record.Bind)", func(*bolt.Tx) error { return nil }},
+	// An older cproxy would serve budgeted tokens unmetered.
+	{3, "records may carry values and a budget (Record.Values, Record.Budget); the usage bucket holds what each token has spent", createBuckets(bucketUsage)},
+}
+
+// BoltSchemaVersion is the newest schema of the embedded store this cproxy knows.
+func BoltSchemaVersion() int { return len(boltMigrations) }
+
+func createBuckets(names ...[]byte) func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		for _, name := range names {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	}
+}
 
 // BoltStore is the single-machine Store: one bbolt file, held exclusively by one process.
 //
@@ -75,8 +102,9 @@ var _ Store = (*BoltStore)(nil)
 // the file 0600.
 //
 // If another process holds the file it fails within about a second with an error wrapping ErrLocked. A file that
-// is not a store of ours, or is corrupt, or was written by a newer cproxy, is refused with an error that names
-// the path and the fix, rather than being overwritten.
+// is not a store of ours, or is corrupt, is refused with an error that names the path and the fix, rather than
+// being overwritten; one at a newer schema than this cproxy knows, with an error wrapping ErrNewerSchema. A file
+// at an older schema is upgraded in place (boltMigrations).
 func OpenBolt(path string) (*BoltStore, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open token store: %w", err)
@@ -137,8 +165,10 @@ func noPanic(f func() error) (err error) {
 	return f()
 }
 
-// prepare lays out a new store, or checks that an existing file is one of ours at a schema this code understands.
+// prepare lays out a new store, or checks that an existing file is one of ours and brings it up to the newest
+// schema this code knows. It refuses a newer schema: this code would misread the file.
 func prepare(tx *bolt.Tx, path string) error {
+	current := 0
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errors.New("it holds data but no cproxy schema version") }); err != nil {
@@ -148,29 +178,23 @@ func prepare(tx *bolt.Tx, path string) error {
 		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
 			return fmt.Errorf("initialise token store %s: %w", path, err)
 		}
-		if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
-			return fmt.Errorf("initialise token store %s: %w", path, err)
+	} else {
+		v, err := strconv.Atoi(string(meta.Get(keySchema)))
+		if err != nil || v < 1 {
+			return notAStore(path, errors.New("missing or invalid schema version"))
 		}
-		for _, name := range [][]byte{bucketTokens, bucketSandboxes, bucketUsage} {
-			if _, err := tx.CreateBucket(name); err != nil {
-				return fmt.Errorf("initialise token store %s: %w", path, err)
-			}
-		}
-		return nil
+		current = v
 	}
-	v, err := strconv.Atoi(string(meta.Get(keySchema)))
-	switch {
-	case err != nil || v < 1:
-		return notAStore(path, errors.New("missing or invalid schema version"))
-	case v > schemaVersion:
-		return fmt.Errorf("token store %s was written by a newer cproxy (schema %d; this cproxy knows up to %d): upgrade cproxy", path, v, schemaVersion)
-	case v < schemaVersion:
-		// Every older layout is a subset of this one: the number changes,
-		// and buckets added since are created.
-		if err := meta.Put(keySchema, []byte(strconv.Itoa(schemaVersion))); err != nil {
-			return fmt.Errorf("upgrade token store %s: %w", path, err)
+	if current > BoltSchemaVersion() {
+		return fmt.Errorf("%w: %s is at schema %d; this cproxy knows up to %d", ErrNewerSchema, path, current, BoltSchemaVersion())
+	}
+	for _, m := range boltMigrations[current:] {
+		if err := m.apply(tx); err != nil {
+			return fmt.Errorf("upgrade token store %s to schema %d: %w", path, m.version, err)
 		}
-		if _, err := tx.CreateBucketIfNotExists(bucketUsage); err != nil {
+	}
+	if current < BoltSchemaVersion() {
+		if err := meta.Put(keySchema, []byte(strconv.Itoa(BoltSchemaVersion()))); err != nil {
 			return fmt.Errorf("upgrade token store %s: %w", path, err)
 		}
 	}

@@ -250,7 +250,7 @@ func TestBoltRefusesForeignFiles(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return b.Put(keySchema, []byte(strconv.Itoa(schemaVersion+1)))
+				return b.Put(keySchema, []byte(strconv.Itoa(BoltSchemaVersion()+1)))
 			})
 		}, "newer cproxy"},
 	} {
