@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -26,9 +27,11 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/cproxy/cproxy/helpers"
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // Canary credentials: the fake Anthropic API accepts exactly these, and no
@@ -168,6 +171,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmhostile":    cmdNPMHostile,
 			"unixbridge":    cmdUnixBridge,
 			"gobuild":       gobuild,
+			"storeschema":   cmdStoreSchema,
 		},
 	}
 }
@@ -930,4 +934,27 @@ func cmdUnixBridge(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}()
 	ts.Setenv(args[0], "http://"+ln.Addr().String())
+}
+
+// storeschema FILE newer: mark the embedded token store FILE (not in use) as
+// written at the schema after the newest this cproxy knows, as a newer
+// cproxy would have left it; set SCHEMA_KNOWN and SCHEMA_NEWER to the two
+// versions.
+func cmdStoreSchema(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 || args[1] != "newer" {
+		ts.Fatalf("usage: storeschema FILE newer")
+	}
+	db, err := bolt.Open(ts.MkAbs(args[0]), 0o600, &bolt.Options{Timeout: time.Second})
+	ts.Check(err)
+	defer db.Close()
+	newer := strconv.Itoa(tokens.BoltSchemaVersion() + 1)
+	ts.Check(db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket([]byte("meta"))
+		if meta == nil {
+			return errors.New("no meta bucket: not a cproxy token store")
+		}
+		return meta.Put([]byte("schema_version"), []byte(newer))
+	}))
+	ts.Setenv("SCHEMA_KNOWN", strconv.Itoa(tokens.BoltSchemaVersion()))
+	ts.Setenv("SCHEMA_NEWER", newer)
 }

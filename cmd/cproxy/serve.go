@@ -401,6 +401,10 @@ func setCPUs(n int64) {
 // embedded store takes one process, so each cproxy needs its own.
 const storeLockedHint = "give each cproxy its own store: cproxy serve --store PATH (store.path), or stop the other one"
 
+// storeNewerHint is the fix for a store a newer cproxy has upgraded, which
+// this cproxy would misread.
+const storeNewerHint = "upgrade cproxy to the release that wrote this store, or point --store (store.path) at another file"
+
 // storeOpenTimeout bounds connecting to PostgreSQL and migrating its schema
 // at start, which may wait for another replica's migration.
 const storeOpenTimeout = time.Minute
@@ -414,6 +418,9 @@ func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, 
 		store, err := tokens.OpenBolt(cfg.Store.Path)
 		if errors.Is(err, tokens.ErrLocked) {
 			return nil, "", fail(storeLockedHint, "%v", err)
+		}
+		if errors.Is(err, tokens.ErrNewerSchema) {
+			return nil, "", fail(storeNewerHint, "%v", err)
 		}
 		if err != nil {
 			return nil, "", fail("", "%v", err)
