@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -220,6 +221,29 @@ func (s *BoltStore) Create(ctx context.Context, h Hash, r Record) error {
 		return fmt.Errorf("create token %s: %w", h.ID(), err)
 	}
 	return nil
+}
+
+// CreateAll stores many records as Create stores one, in one transaction: all of them or, on an error, none. It
+// is for loading tokens in bulk (the store-size benchmark mints a million), where a transaction per token would
+// spend its time waiting for the disk. The records go in in key order, which bbolt writes fastest.
+func (s *BoltStore) CreateAll(ctx context.Context, records map[Hash]Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	hashes := slices.SortedFunc(maps.Keys(records), func(a, b Hash) int { return bytes.Compare(a[:], b[:]) })
+	for _, h := range hashes {
+		if !ValidSandboxID(records[h].Sandbox) {
+			return fmt.Errorf("create token %s: invalid sandbox id", h.ID())
+		}
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, h := range hashes {
+			if err := insert(tx, h, records[h]); err != nil {
+				return fmt.Errorf("create token %s: %w", h.ID(), err)
+			}
+		}
+		return nil
+	})
 }
 
 func insert(tx *bolt.Tx, h Hash, r Record) error {

@@ -110,6 +110,50 @@ func TestBoltCreateLookupList(t *testing.T) {
 	}
 }
 
+// CreateAll stores every record as Create would, or none: a bad sandbox id or a hash already stored refuses
+// the whole batch.
+func TestBoltCreateAll(t *testing.T) {
+	s, _ := openTemp(t)
+	batch := map[Hash]Record{}
+	for i := range 3 {
+		tok, _ := New()
+		batch[tok.Hash()] = Record{Sandbox: fmt.Sprintf("conv-%d", i), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	}
+	if err := s.CreateAll(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	for h, want := range batch {
+		got, err := s.Lookup(ctx, h)
+		if err != nil || got.ID != h.ID() || got.Sandbox != want.Sandbox || !got.ExpiresAt.Equal(want.ExpiresAt) {
+			t.Errorf("Lookup(%s) = %+v, %v; want %+v", h.ID(), got, err, want)
+		}
+	}
+	if n, err := s.RevokeSandbox(ctx, "conv-1", t0); err != nil || n != 1 {
+		t.Errorf("RevokeSandbox of a sandbox created in bulk = %d, %v; want 1 (the sandbox index)", n, err)
+	}
+
+	fresh, _ := New()
+	var old Hash
+	for h := range batch {
+		old = h
+		break
+	}
+	for name, bad := range map[string]map[Hash]Record{
+		"bad sandbox": {fresh.Hash(): {Sandbox: "conv-4", ExpiresAt: t0}, old: {Sandbox: "Conv", ExpiresAt: t0}},
+		"stored hash": {fresh.Hash(): {Sandbox: "conv-4", ExpiresAt: t0}, old: {Sandbox: "conv-5", ExpiresAt: t0}},
+	} {
+		if err := s.CreateAll(ctx, bad); err == nil {
+			t.Errorf("%s: CreateAll succeeded", name)
+		}
+		if _, err := s.Lookup(ctx, fresh.Hash()); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: the batch's good record was stored: %v", name, err)
+		}
+	}
+	if list, _ := s.List(ctx); len(list) != 3 {
+		t.Errorf("List has %d records after the refused batches, want 3", len(list))
+	}
+}
+
 func TestBoltRevokeSandbox(t *testing.T) {
 	s, path := openTemp(t)
 	a1 := issue(t, s, "a", t0)
