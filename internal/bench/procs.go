@@ -221,6 +221,36 @@ func Start(o Options) (_ *Env, err error) {
 	return e, nil
 }
 
+// startUpstreamOnly starts an environment of the upstream alone, in dir or,
+// if empty, a new temporary directory named with prefix (removed by Close).
+// It returns the environment, the cproxy binary to run (cproxy, or else one
+// built into the directory) and the upstream's API key.
+func startUpstreamOnly(dir, prefix, cproxy string) (_ *Env, bin, key string, err error) {
+	e := &Env{dir: dir}
+	if e.dir == "" {
+		if e.dir, err = os.MkdirTemp("", prefix); err != nil {
+			return nil, "", "", err
+		}
+		e.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	bin = cproxy
+	if bin == "" {
+		if bin, err = e.buildCproxy(); err != nil {
+			return nil, "", "", err
+		}
+	}
+	key = "sk-ant-api03-bench-" + randomHex(16)
+	if err := e.startUpstream(key); err != nil {
+		return nil, "", "", err
+	}
+	return e, bin, key, nil
+}
+
 // Close stops every process Start started and removes its directory.
 func (e *Env) Close() {
 	if e.scraper != nil {
@@ -732,6 +762,10 @@ func procCPU(pids []int) (time.Duration, error) {
 type Mem struct {
 	RSS  int64 `json:"rss_bytes"`  // VmRSS: resident now
 	Peak int64 `json:"peak_bytes"` // VmHWM: the most resident since the process started
+	// Anon is RssAnon, the anonymous part of RSS: the heap and stacks, without
+	// files mapped in (cproxy's embedded store is one). Zero in reports made
+	// before it was measured.
+	Anon int64 `json:"anon_bytes,omitempty"`
 }
 
 // Memory reads the target's memory; zero for direct.
@@ -744,18 +778,15 @@ func (t *Target) Memory() (Mem, error) {
 		}
 		for line := range strings.SplitSeq(string(b), "\n") {
 			k, v, ok := strings.Cut(line, ":")
-			if !ok || (k != "VmRSS" && k != "VmHWM") {
+			field := map[string]*int64{"VmRSS": &m.RSS, "VmHWM": &m.Peak, "RssAnon": &m.Anon}[k]
+			if !ok || field == nil {
 				continue
 			}
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
 				return Mem{}, fmt.Errorf("/proc/%d/status: %s: %w", pid, line, err)
 			}
-			if k == "VmRSS" {
-				m.RSS += kb << 10
-			} else {
-				m.Peak += kb << 10
-			}
+			*field += kb << 10
 		}
 	}
 	if m.Peak == 0 && t.proc != nil {

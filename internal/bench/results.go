@@ -21,6 +21,9 @@ const (
 	// BenchPostgresStore (.ci/bench-store) has no file in docs/benchmarks/
 	// and no chart: its tables are in docs/benchmarks.md.
 	BenchPostgresStore = "postgres-store"
+	// BenchStoreSize (.ci/bench-store-size) has no file in docs/benchmarks/
+	// and no chart either.
+	BenchStoreSize = "store-size"
 )
 
 // ResultFiles name the JSON file of each benchmark in a results directory.
@@ -38,7 +41,8 @@ var ResultFiles = map[string]string{
 // (a new quantity gets a new field).
 type Report struct {
 	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI or
-	// BenchPostgresStore, and says which of the result fields is set.
+	// BenchPostgresStore or BenchStoreSize, and says which of the result
+	// fields is set.
 	Benchmark string `json:"benchmark"`
 	// Date is when the run started, in UTC.
 	Date     time.Time `json:"date"`
@@ -52,6 +56,8 @@ type Report struct {
 	NPMCI      *NPMResult `json:"npm_ci,omitempty"`
 	// PostgresStore is BenchPostgresStore's.
 	PostgresStore *StoreResult `json:"postgres_store,omitempty"`
+	// StoreSize is BenchStoreSize's.
+	StoreSize *StoreSizeResult `json:"store_size,omitempty"`
 }
 
 // Machine is what the run ran on.
@@ -83,7 +89,7 @@ type Versions struct {
 }
 
 // NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult
-// or *StoreResult; loadBefore is /proc/loadavg as read when the run started.
+// *StoreResult or *StoreSizeResult; loadBefore is /proc/loadavg as read when the run started.
 func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	r := &Report{Machine: currentMachine(), Versions: Versions{Go: runtime.Version(), Cproxy: buildCommit()}, Args: args}
 	if r.Args == nil {
@@ -102,6 +108,8 @@ func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 		r.Versions.NPM, r.Versions.Node = res.NPMVersion, res.NodeVersion
 	case *StoreResult:
 		r.Benchmark, r.PostgresStore, r.Date = BenchPostgresStore, res, res.Started
+	case *StoreSizeResult:
+		r.Benchmark, r.StoreSize, r.Date = BenchStoreSize, res, res.Started
 	default:
 		return nil, fmt.Errorf("no report for a %T", res)
 	}

@@ -151,24 +151,11 @@ func RunStore(ctx context.Context, o StoreOptions) (_ *StoreResult, err error) {
 	defer drop()
 	res.PGVersion = pgVersion
 
-	e := &Env{dir: o.Dir}
-	if e.dir == "" {
-		if e.dir, err = os.MkdirTemp("", "cproxy-bench-store-"); err != nil {
-			return nil, err
-		}
-		e.ownDir = true
-	}
-	defer e.Close()
-	bin := o.Cproxy
-	if bin == "" {
-		if bin, err = e.buildCproxy(); err != nil {
-			return nil, err
-		}
-	}
-	key := "sk-ant-api03-bench-" + randomHex(16)
-	if err := e.startUpstream(key); err != nil {
+	e, bin, key, err := startUpstreamOnly(o.Dir, "cproxy-bench-store-", o.Cproxy)
+	if err != nil {
 		return nil, err
 	}
+	defer e.Close()
 	e.Targets = []*Target{{Name: "direct", URL: e.UpstreamURL, Header: http.Header{"X-Api-Key": {key}}}}
 	start := func(v cproxyVariant) (*Target, error) {
 		if err := os.MkdirAll(filepath.Join(e.dir, v.dir), 0o700); err != nil {

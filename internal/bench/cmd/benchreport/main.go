@@ -3,7 +3,8 @@
 // it; docs/benchmarks.md says what each row means. With -git it runs the git
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
 // (.ci/bench-npm), with -store the PostgreSQL store benchmark
-// (.ci/bench-store). With -json FILE it also writes everything the run measured
+// (.ci/bench-store), with -store-size the embedded store's size benchmark
+// (.ci/bench-store-size). With -json FILE it also writes everything the run measured
 // to FILE as a bench.Report, which benchcharts draws charts from.
 package main
 
@@ -14,6 +15,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/cproxy/cproxy/internal/bench"
@@ -55,6 +58,23 @@ func main() {
 	flag.DurationVar(&st.Slice, "store-slice", st.Slice, "with -store: length of one turn")
 	flag.IntVar(&st.Revocations, "store-revocations", st.Revocations, "with -store: revocations timed per mode")
 	flag.DurationVar(&st.LookupCache, "store-cache", st.LookupCache, "with -store: store.lookup_cache of the cached cproxy and replicas")
+	sizeMode := flag.Bool("store-size", false, "run the embedded store's size benchmark instead (.ci/bench-store-size): -cproxy, -dir and the -size-* flags apply")
+	sz := bench.DefaultStoreSizeOptions
+	flag.Func("size-tokens", "with -store-size: the store sizes to measure, comma-separated (default 10000,100000,1000000)", func(v string) error {
+		sz.Sizes = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q is not a number of tokens", f)
+			}
+			sz.Sizes = append(sz.Sizes, n)
+		}
+		return nil
+	})
+	flag.IntVar(&sz.Lookups, "size-lookups", sz.Lookups, "with -store-size: look-ups timed in process per size")
+	flag.IntVar(&sz.Requests, "size-requests", sz.Requests, "with -store-size: requests through cproxy per size")
+	flag.IntVar(&sz.Days, "size-days", sz.Days, "with -store-size: simulated days of churn")
+	flag.IntVar(&sz.PerDay, "size-per-day", sz.PerDay, "with -store-size: tokens minted per simulated day")
 	jsonPath := flag.String("json", "", "also write the full results as JSON to `FILE` (what benchcharts reads)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -71,7 +91,8 @@ func main() {
 	if *storeMode {
 		st.Cproxy, st.Dir, st.Progress = o.Cproxy, o.Dir, os.Stderr
 	}
-	if err := run(ctx, *gitMode, *npmMode, *storeMode, o, p, g, n, st, *jsonPath); err != nil {
+	sz.Cproxy, sz.Dir, sz.Progress = o.Cproxy, o.Dir, os.Stderr
+	if err := run(ctx, *gitMode, *npmMode, *storeMode, *sizeMode, o, p, g, n, st, sz, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
 	}
@@ -79,13 +100,15 @@ func main() {
 
 // run runs the benchmark asked for, prints its tables and, with jsonPath
 // set, writes its report.
-func run(ctx context.Context, gitMode, npmMode, storeMode bool, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, st bench.StoreOptions, jsonPath string) error {
+func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, st bench.StoreOptions, sz bench.StoreSizeOptions, jsonPath string) error {
 	loadBefore := bench.LoadAverage()
 	var (
 		res interface{ Markdown(io.Writer) }
 		err error
 	)
 	switch {
+	case sizeMode:
+		res, err = bench.RunStoreSize(ctx, sz)
 	case storeMode:
 		res, err = bench.RunStore(ctx, st)
 	case npmMode:

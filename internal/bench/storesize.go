@@ -1,0 +1,420 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// The store-size benchmark: what the embedded store costs as it fills up. For
+// each size, a store of that many live tokens is built in bulk; the store's
+// own Lookup of random tokens is timed in process, then `cproxy serve` runs
+// on the same file and answers a burst of model requests, each with a
+// different token, with its memory read before and after. And a year of
+// churn, in simulated time: a day's tokens minted, each expiring after its
+// TTL, for StoreSizeOptions.Days days, with the file's size read along the
+// way, once as cproxy keeps everything and once pruning after the retention
+// period when the store can prune.
+
+// StoreSizeOptions say what RunStoreSize does. Zero fields take
+// DefaultStoreSizeOptions'.
+type StoreSizeOptions struct {
+	// Cproxy is the cproxy binary; empty: go build it.
+	Cproxy string
+	// Dir holds the stores, configs and logs. Empty: a new temporary
+	// directory, removed at the end.
+	Dir string
+	// Sizes are the numbers of live tokens measured, one store each.
+	Sizes []int
+	// Lookups is how many random tokens the store's Lookup is timed on, per
+	// size, in process.
+	Lookups int
+	// Requests is how many model requests go through cproxy per size, one
+	// client, each with a different token while the store has enough.
+	Requests int
+	// Days, PerDay and TTL shape the churn: PerDay tokens minted each
+	// simulated day, each expiring TTL after it was minted.
+	Days   int
+	PerDay int
+	TTL    time.Duration
+	// Retention is how long the pruning side keeps a token after it ended.
+	Retention time.Duration
+	// Progress, if set, gets a line per step.
+	Progress io.Writer
+}
+
+// DefaultStoreSizeOptions take about six minutes on two cores, most of it
+// building and reading the store of a million tokens.
+var DefaultStoreSizeOptions = StoreSizeOptions{
+	Sizes: []int{10_000, 100_000, 1_000_000}, Lookups: 200_000, Requests: 10_000,
+	Days: 365, PerDay: 1000, TTL: 24 * time.Hour, Retention: 30 * 24 * time.Hour,
+}
+
+// bulkBatch is how many tokens go into the store per transaction when it is
+// built: large enough that the disk's sync is paid rarely, small enough that
+// bbolt's dirty pages stay a few tens of MiB.
+const bulkBatch = 50_000
+
+// pruneStore deletes what a store holds past its retention, as cproxy's
+// background pruning does; nil while the store cannot prune, and the churn's
+// pruning side is then left out of the run.
+var pruneStore func(ctx context.Context, s *tokens.BoltStore, now time.Time, retention time.Duration) error
+
+// SizeRun is one store size's numbers.
+type SizeRun struct {
+	Tokens    int           `json:"tokens"`
+	FileBytes int64         `json:"file_bytes"`
+	Build     time.Duration `json:"build_ns"`
+	// Lookup is the store's Lookup of a random live token, in process.
+	Lookup Stats `json:"lookup"`
+	// Request is a model request through cproxy, one client, each with a
+	// different token: sending to the answer's last byte.
+	Request Stats `json:"request"`
+	// Start is cproxy's memory once it is ready, After once the requests
+	// are answered.
+	Start Mem `json:"start"`
+	After Mem `json:"after"`
+}
+
+// ChurnPoint is the store's file after a number of simulated days.
+type ChurnPoint struct {
+	Day       int   `json:"day"`
+	Minted    int   `json:"minted"`
+	FileBytes int64 `json:"file_bytes"`
+}
+
+// ChurnRun is one simulated year, with or without pruning.
+type ChurnRun struct {
+	Pruned bool          `json:"pruned"`
+	Points []ChurnPoint  `json:"points"`
+	Took   time.Duration `json:"took_ns"`
+}
+
+// StoreSizeResult is a whole run.
+type StoreSizeResult struct {
+	Options StoreSizeOptions `json:"options"`
+	Sizes   []SizeRun        `json:"sizes"`
+	Churn   []ChurnRun       `json:"churn"`
+	// NoPruning says why the churn has no pruning side; empty when it has.
+	NoPruning  string        `json:"no_pruning,omitempty"`
+	Machine    string        `json:"machine"`
+	LoadBefore string        `json:"load_before"`
+	LoadAfter  string        `json:"load_after"`
+	Started    time.Time     `json:"started"`
+	Took       time.Duration `json:"took_ns"`
+}
+
+func (o StoreSizeOptions) withDefaults() StoreSizeOptions {
+	d := DefaultStoreSizeOptions
+	if len(o.Sizes) > 0 {
+		d.Sizes = o.Sizes
+	}
+	for _, f := range []struct{ dst, src *int }{{&d.Lookups, &o.Lookups}, {&d.Requests, &o.Requests}, {&d.Days, &o.Days}, {&d.PerDay, &o.PerDay}} {
+		if *f.src > 0 {
+			*f.dst = *f.src
+		}
+	}
+	if o.TTL > 0 {
+		d.TTL = o.TTL
+	}
+	if o.Retention > 0 {
+		d.Retention = o.Retention
+	}
+	d.Cproxy, d.Dir, d.Progress = o.Cproxy, o.Dir, o.Progress
+	if d.Progress == nil {
+		d.Progress = io.Discard
+	}
+	return d
+}
+
+// RunStoreSize runs the store-size benchmark.
+func RunStoreSize(ctx context.Context, o StoreSizeOptions) (_ *StoreSizeResult, err error) {
+	o = o.withDefaults()
+	res := &StoreSizeResult{Options: o, Machine: machine(), LoadBefore: loadavg(), Started: time.Now().UTC()}
+	e, bin, key, err := startUpstreamOnly(o.Dir, "cproxy-bench-store-size-", o.Cproxy)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	for _, n := range o.Sizes {
+		run, err := sizeRun(ctx, e, bin, key, n, o)
+		if err != nil {
+			return nil, fmt.Errorf("%d tokens: %w", n, err)
+		}
+		res.Sizes = append(res.Sizes, run)
+	}
+	sides := []bool{false, true}
+	if pruneStore == nil {
+		sides = sides[:1]
+		res.NoPruning = "this cproxy's store cannot prune yet"
+	}
+	for _, pruned := range sides {
+		run, err := churn(ctx, e.dir, pruned, o)
+		if err != nil {
+			return nil, fmt.Errorf("churn: %w", err)
+		}
+		res.Churn = append(res.Churn, run)
+	}
+	res.LoadAfter = loadavg()
+	res.Took = time.Since(res.Started)
+	return res, nil
+}
+
+// sizeRun measures a store of n live tokens: in process, then through cproxy.
+func sizeRun(ctx context.Context, e *Env, bin, key string, n int, o StoreSizeOptions) (SizeRun, error) {
+	run := SizeRun{Tokens: n}
+	name := "tokens-" + strconv.Itoa(n)
+	dir := filepath.Join(e.dir, name)
+	path := filepath.Join(dir, "cproxy.db")
+	fmt.Fprintf(o.Progress, "bench-store-size: %d tokens: building the store\n", n)
+	start := time.Now()
+	hashes, sample, err := buildStore(ctx, path, n, o.Requests)
+	if err != nil {
+		return run, err
+	}
+	run.Build = time.Since(start)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return run, err
+	}
+	run.FileBytes = fi.Size()
+
+	fmt.Fprintf(o.Progress, "bench-store-size: %d tokens: %d look-ups in process\n", n, o.Lookups)
+	if run.Lookup, err = timeLookups(ctx, path, hashes, o.Lookups); err != nil {
+		return run, err
+	}
+
+	fmt.Fprintf(o.Progress, "bench-store-size: %d tokens: %d requests through cproxy\n", n, o.Requests)
+	t, err := e.startCproxy(bin, key, cproxyVariant{name: name, dir: name, config: cproxyConfig, policy: cproxyPolicy})
+	if err != nil {
+		return run, err
+	}
+	defer t.proc.stop()
+	if run.Start, err = t.Memory(); err != nil {
+		return run, err
+	}
+	if run.Request, err = burst(ctx, t, sample, o.Requests); err != nil {
+		return run, err
+	}
+	if run.After, err = t.Memory(); err != nil {
+		return run, err
+	}
+	return run, nil
+}
+
+// buildStore makes a store at path holding n live tokens for as many
+// sandboxes, in transactions of bulkBatch; it returns every token's hash and
+// up to keep of the tokens themselves, spread over the store.
+func buildStore(ctx context.Context, path string, n, keep int) ([]tokens.Hash, []string, error) {
+	s, err := tokens.OpenBolt(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.Close()
+	now := time.Now().UTC()
+	hashes := make([]tokens.Hash, 0, n)
+	every := max(1, n/keep)
+	var sample []string
+	batch := make(map[tokens.Hash]tokens.Record, bulkBatch)
+	for i := range n {
+		tok, err := tokens.New()
+		if err != nil {
+			return nil, nil, err
+		}
+		h := tok.Hash()
+		hashes = append(hashes, h)
+		if i%every == 0 && len(sample) < keep {
+			sample = append(sample, tok.Reveal())
+		}
+		batch[h] = tokens.Record{Sandbox: "sandbox-" + strconv.Itoa(i), Profile: "default", CreatedAt: now, ExpiresAt: now.Add(7 * 24 * time.Hour)}
+		if len(batch) == bulkBatch || i == n-1 {
+			if err := s.CreateAll(ctx, batch); err != nil {
+				return nil, nil, err
+			}
+			clear(batch)
+		}
+	}
+	return hashes, sample, s.Close()
+}
+
+// timeLookups opens the store at path afresh and times its Lookup of count
+// tokens picked at random from hashes.
+func timeLookups(ctx context.Context, path string, hashes []tokens.Hash, count int) (Stats, error) {
+	s, err := tokens.OpenBolt(path)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer s.Close()
+	times := make([]time.Duration, count)
+	start := time.Now()
+	for i := range times {
+		h := hashes[rand.IntN(len(hashes))]
+		t0 := time.Now()
+		if _, err := s.Lookup(ctx, h); err != nil {
+			return Stats{}, fmt.Errorf("look-up of %s: %w", h.ID(), err)
+		}
+		times[i] = time.Since(t0)
+	}
+	return statsOf(times, time.Since(start)), nil
+}
+
+// burst sends count model requests through t from one client, each with the
+// next token of sample (round again when the sample runs out).
+func burst(ctx context.Context, t *Target, sample []string, count int) (Stats, error) {
+	hc := NewClient(1)
+	defer hc.CloseIdleConnections()
+	body := []byte(`{"model":"` + Model + `","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
+	times := make([]time.Duration, count)
+	start := time.Now()
+	for i := range times {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL+"/v1/messages", bytes.NewReader(body))
+		if err != nil {
+			return Stats{}, err
+		}
+		for k, v := range clientHeader {
+			req.Header[k] = v
+		}
+		req.Header.Set("Authorization", "Bearer "+sample[i%len(sample)])
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return Stats{}, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			err := statusError(t, resp)
+			resp.Body.Close()
+			return Stats{}, err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return Stats{}, err
+		}
+		times[i] = time.Since(t0)
+	}
+	return statsOf(times, time.Since(start)), nil
+}
+
+// statsOf summarises operations that took times, one after the other, in
+// wall all told.
+func statsOf(times []time.Duration, wall time.Duration) Stats {
+	slices.Sort(times)
+	return Stats{P50: percentile(times, 50), P90: percentile(times, 90), P99: percentile(times, 99), Ops: len(times),
+		PerSec: float64(len(times)) / wall.Seconds()}
+}
+
+// churn simulates o.Days days on a new store in dir: each day o.PerDay
+// tokens are minted at the day's start, expiring o.TTL later, and with
+// pruned the store then prunes what ended more than o.Retention before the
+// day's end. Time is simulated: the records carry the simulated dates.
+func churn(ctx context.Context, dir string, pruned bool, o StoreSizeOptions) (ChurnRun, error) {
+	run := ChurnRun{Pruned: pruned}
+	name := "churn-kept"
+	if pruned {
+		name = "churn-pruned"
+	}
+	path := filepath.Join(dir, name, "cproxy.db")
+	fmt.Fprintf(o.Progress, "bench-store-size: %d days of %d tokens a day, %s\n", o.Days, o.PerDay, churnLabel(pruned, o.Retention))
+	s, err := tokens.OpenBolt(path)
+	if err != nil {
+		return run, err
+	}
+	defer s.Close()
+	start := time.Now()
+	day0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	batch := make(map[tokens.Hash]tokens.Record, o.PerDay)
+	for d := range o.Days {
+		minted := day0.AddDate(0, 0, d)
+		for i := range o.PerDay {
+			tok, err := tokens.New()
+			if err != nil {
+				return run, err
+			}
+			batch[tok.Hash()] = tokens.Record{Sandbox: fmt.Sprintf("sandbox-%d-%d", d, i), Profile: "default", CreatedAt: minted, ExpiresAt: minted.Add(o.TTL)}
+		}
+		if err := s.CreateAll(ctx, batch); err != nil {
+			return run, err
+		}
+		clear(batch)
+		if pruned {
+			if err := pruneStore(ctx, s, minted.AddDate(0, 0, 1), o.Retention); err != nil {
+				return run, err
+			}
+		}
+		if day := d + 1; day%30 == 0 || day == o.Days || day == 1 {
+			fi, err := os.Stat(path)
+			if err != nil {
+				return run, err
+			}
+			run.Points = append(run.Points, ChurnPoint{Day: day, Minted: day * o.PerDay, FileBytes: fi.Size()})
+		}
+	}
+	run.Took = time.Since(start)
+	return run, s.Close()
+}
+
+func churnLabel(pruned bool, retention time.Duration) string {
+	if !pruned {
+		return "nothing pruned"
+	}
+	return fmt.Sprintf("pruned %s after the end", hours(retention))
+}
+
+// hours writes d as a whole number of days or hours: "30 days", "24 h".
+func hours(d time.Duration) string {
+	if d%(24*time.Hour) == 0 && d >= 48*time.Hour {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return fmt.Sprintf("%g h", d.Hours())
+}
+
+// Markdown prints the run's tables.
+func (r *StoreSizeResult) Markdown(w io.Writer) {
+	fmt.Fprintf(w, "%s, %s, %s in all; load average %s before, %s after.\n\n",
+		r.Machine, r.Started.Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), r.LoadBefore, r.LoadAfter)
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	fmt.Fprintf(w, "Live tokens in the embedded store: the store's Lookup of a random one (%d, in process), a model request through cproxy with a different token each (%d, one client), and cproxy's memory (RSS, and in parentheses its anonymous part: heap and stacks without the store's file mapped in).\n\n",
+		r.Options.Lookups, r.Options.Requests)
+	fmt.Fprintln(w, "| tokens | store file | built in | Lookup p50 / p99 | request p50 / p99 | cproxy RSS at start | after the requests | peak |")
+	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, s := range r.Sizes {
+		fmt.Fprintf(w, "| %d | %.1f MiB | %.1f s | %.1f / %.1f µs | %.0f / %.0f µs | %.1f MiB (%.1f) | %.1f MiB (%.1f) | %.1f MiB |\n",
+			s.Tokens, mib(s.FileBytes), s.Build.Seconds(), us(s.Lookup.P50), us(s.Lookup.P99), us(s.Request.P50), us(s.Request.P99),
+			mib(s.Start.RSS), mib(s.Start.Anon), mib(s.After.RSS), mib(s.After.Anon), mib(s.After.Peak))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Churn in simulated time: %d days, %d tokens minted a day, each expiring %s after; the store file's size.\n\n",
+		r.Options.Days, r.Options.PerDay, hours(r.Options.TTL))
+	fmt.Fprint(w, "| day | tokens minted |")
+	for _, c := range r.Churn {
+		fmt.Fprintf(w, " %s |", churnLabel(c.Pruned, r.Options.Retention))
+	}
+	fmt.Fprint(w, "\n|--:|--:|")
+	for range r.Churn {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w)
+	if len(r.Churn) > 0 {
+		for i, p := range r.Churn[0].Points {
+			fmt.Fprintf(w, "| %d | %d |", p.Day, p.Minted)
+			for _, c := range r.Churn {
+				fmt.Fprintf(w, " %.1f MiB |", mib(c.Points[i].FileBytes))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if r.NoPruning != "" {
+		fmt.Fprintf(w, "\nNo pruning side: %s.\n", r.NoPruning)
+	}
+}
