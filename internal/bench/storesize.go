@@ -53,7 +53,7 @@ type StoreSizeOptions struct {
 	Progress io.Writer
 }
 
-// DefaultStoreSizeOptions take about six minutes on two cores, most of it
+// DefaultStoreSizeOptions take about three minutes on two cores, half of it
 // building and reading the store of a million tokens.
 var DefaultStoreSizeOptions = StoreSizeOptions{
 	Sizes: []int{10_000, 100_000, 1_000_000}, Lookups: 200_000, Requests: 10_000,
