@@ -286,3 +286,63 @@ func TestLiveReload(t *testing.T) {
 		t.Fatalf("env: reloaded:\n%s", log)
 	}
 }
+
+func TestLiveReadable(t *testing.T) {
+	// file: read again, with Load's checks; the credential in force stays.
+	path := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(path, []byte(canaryOAuth), 0o600)
+	l, _ := newTestLive(t, Source("file:"+path), &clock{t: time.Now()})
+	if err := l.Readable(); err != nil {
+		t.Fatalf("file: %v", err)
+	}
+	os.Chmod(path, 0o644)
+	if err := l.Readable(); err == nil || !strings.Contains(err.Error(), "readable by group or others") {
+		t.Fatalf("file mode 0644: got %v", err)
+	}
+	os.Remove(path)
+	if err := l.Readable(); err == nil || err.Error() != "file:"+path+": no such file" {
+		t.Fatalf("file removed: got %v", err)
+	}
+	if s, err := l.Current(); err != nil || s.Reveal() != canaryOAuth {
+		t.Fatalf("the check changed the credential in force: %v", err)
+	}
+
+	// env: the environment does not change under a process.
+	t.Setenv("CPROXY_TEST_LIVE", canaryOAuth)
+	l, _ = newTestLive(t, "env:CPROXY_TEST_LIVE", &clock{t: time.Now()})
+	t.Setenv("CPROXY_TEST_LIVE", "")
+	if err := l.Readable(); err != nil {
+		t.Fatalf("env: %v", err)
+	}
+
+	// keyring: the entry is still listed.
+	k, cfg := fileKeyring(t, "pw")
+	if err := k.Set("upstream-key", New(canaryOAuth)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := (&Loader{Keyring: cfg}).Live("anthropic", "keyring:upstream-key", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Readable(); err != nil {
+		t.Fatalf("keyring: %v", err)
+	}
+	k.Remove("upstream-key")
+	want := "keyring:upstream-key: no such entry in the file keyring at " + cfg.FileDir + ": run cproxy secret set upstream-key"
+	if err := l.Readable(); !errors.Is(err, ErrNotFound) || err.Error() != want {
+		t.Fatalf("keyring entry removed: got %v\nwant %s", err, want)
+	}
+
+	// claude-code: the token held has not expired.
+	claude := claudeDir(t)
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	writeLogin(t, claude, canaryOAuth, c.t.Add(time.Hour))
+	l, _ = newTestLive(t, "claude-code", c)
+	if err := l.Readable(); err != nil {
+		t.Fatalf("claude-code: %v", err)
+	}
+	c.t = c.t.Add(2 * time.Hour)
+	if err := l.Readable(); !errors.Is(err, ErrExpired) {
+		t.Fatalf("claude-code expired: got %v", err)
+	}
+}

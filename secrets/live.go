@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,4 +248,34 @@ func (l *Live) poll() {
 		l.log.Info("claude-code login changed: using its new token", "upstream", l.name, "source", string(l.source),
 			"login", l.cur.Load().where, "expires", l.cur.Load().expires.UTC().Format(time.RFC3339))
 	}
+}
+
+// Readable reports whether the credential's source can still be read, as a
+// restart or SIGHUP would read it, without touching the credential in
+// force: nil, or why not. It is what a readiness check asks, so it stays
+// cheap enough to run every few seconds:
+//   - env: nil: a process's environment does not change.
+//   - file: the file is read again, with every check Load makes (a regular
+//     file, mode 0600 or tighter, not too large).
+//   - keyring: the entry is still listed in the keyring. Its value is not
+//     read: the file backend would decrypt it on every check, and the
+//     passphrase it was opened with cannot have changed since.
+//   - claude-code: the token held has not expired; Watch rereads Claude
+//     Code's login as soon as it changes.
+//
+// The error may name the source's file or keyring, as the log does; it
+// never holds the value.
+func (l *Live) Readable() error {
+	kind, arg, _ := strings.Cut(string(l.source), ":")
+	switch kind {
+	case "file":
+		_, err := l.loader.Load(l.source)
+		return err
+	case "keyring":
+		return l.loader.listed(arg)
+	case "claude-code":
+		_, err := l.Current()
+		return err
+	}
+	return nil
 }

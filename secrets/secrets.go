@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,6 +128,25 @@ func (l *Loader) loadKeyring(name string) (Secret, error) {
 		return Secret{}, fmt.Errorf("keyring:%w", err)
 	}
 	return v, nil
+}
+
+// listed reports whether the keyring entry name is there, reading no value
+// (Live.Readable).
+func (l *Loader) listed(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ring == nil {
+		// Live holds a keyring credential only once Load opened the ring.
+		return fmt.Errorf("keyring:%s: the keyring is not open", name)
+	}
+	names, err := l.ring.Names()
+	if err != nil {
+		return fmt.Errorf("keyring:%s: %w", name, err)
+	}
+	if !slices.Contains(names, name) {
+		return fmt.Errorf("keyring:%s: %w in %s: run cproxy secret set %s", name, ErrNotFound, l.ring, name)
+	}
+	return nil
 }
 
 func loadFile(path string) (Secret, error) {
