@@ -63,8 +63,9 @@ var (
 	headerNameRE    = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 )
 
-// reservedPrefixes are the proxy listener's own routes.
-var reservedPrefixes = []string{"/v1/", "/github/", "/npm/", "/healthz/", "/-/"}
+// reservedPrefixes are the proxy listener's own routes, and the admin
+// listener's probe paths, kept free so that no relay looks like a probe.
+var reservedPrefixes = []string{"/v1/", "/github/", "/npm/", "/healthz/", "/readyz/", "/-/"}
 
 // forbiddenRelayHeaders are headers net/http or the forwarding itself
 // decides; a relay may not set them.

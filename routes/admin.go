@@ -57,7 +57,7 @@ type TokenInfo struct {
 }
 
 // AdminHandler serves the harness: token creation and revocation, health,
-// and Prometheus metrics.
+// readiness, and Prometheus metrics.
 // It must only ever be reachable by the harness; it has no authentication
 // of its own, like the cookbook's contract, because a password on a port
 // the sandboxes can reach would be one leak away from useless.
@@ -69,6 +69,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("GET /readyz", s.ready)
 	mux.HandleFunc("GET /metrics", s.metrics.serveHTTP)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.RawPath != "" {
@@ -76,7 +77,7 @@ func (s *Server) AdminHandler() http.Handler {
 			return
 		}
 		h, pattern := mux.Handler(r)
-		if pattern == "" && (r.URL.Path == "/tokens" || r.URL.Path == "/healthz" || r.URL.Path == "/metrics") {
+		if pattern == "" && (r.URL.Path == "/tokens" || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics") {
 			allow := "GET"
 			if r.URL.Path == "/tokens" {
 				allow = "GET, POST, DELETE"

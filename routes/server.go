@@ -138,6 +138,7 @@ type Server struct {
 	bodyTimeout          time.Duration
 	bodies               *bodyMemory
 	conns                *connLimit // nil: no bound
+	readiness            readiness  // GET /readyz's last answer, for the log
 }
 
 // New builds a Server.

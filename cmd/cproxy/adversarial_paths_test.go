@@ -401,7 +401,7 @@ func TestAdversarialTokensListenersKeptApart(t *testing.T) {
 	proxy, admin := advAddr(s.proxy), advAddr(s.admin)
 	for _, mt := range []string{
 		"POST /tokens?sandbox=conv-9", "POST /tokens?sandbox=conv-9&ttl=1h", "DELETE /tokens?sandbox=conv-1", "GET /tokens",
-		"GET /healthz", "GET /metrics", "POST //tokens?sandbox=conv-9", "POST /v1/../tokens?sandbox=conv-9",
+		"GET /healthz", "GET /readyz", "GET /metrics", "POST //tokens?sandbox=conv-9", "POST /v1/../tokens?sandbox=conv-9",
 		"POST /v1/%2e%2e/tokens?sandbox=conv-9", "POST /Tokens?sandbox=conv-9", "POST /mod/../tokens?sandbox=conv-9",
 		"POST http://" + admin + "/tokens?sandbox=conv-9",
 	} {
