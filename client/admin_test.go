@@ -16,6 +16,13 @@ import (
 // that takes the per-token value mod_token. It returns the admin URL and a
 // function that stops it all.
 func startCproxy() (string, func()) {
+	adminURL, _, stop := startCproxyStore()
+	return adminURL, stop
+}
+
+// startCproxyStore is startCproxy that also returns the server's store, for
+// a test to break.
+func startCproxyStore() (string, *tokens.BoltStore, func()) {
 	dir, err := os.MkdirTemp("", "cproxy-client-")
 	if err != nil {
 		panic(err)
@@ -39,7 +46,7 @@ func startCproxy() (string, func()) {
 		}},
 	})
 	admin := httptest.NewServer(srv.AdminHandler())
-	return admin.URL, func() {
+	return admin.URL, store, func() {
 		admin.Close()
 		srv.Close()
 		store.Close()

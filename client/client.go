@@ -1,5 +1,6 @@
 // Package client is a Go client for cproxy's admin API: minting, listing
-// and revoking sandbox tokens, and checking that cproxy answers. A harness
+// and revoking sandbox tokens, and checking that cproxy answers and can
+// serve. A harness
 // written in Go uses it to give each sandbox command its own token and to
 // revoke it when the command, the task or the sandbox ends.
 //
@@ -17,6 +18,8 @@
 //     "profile", "created_at", "expires_at", "revoked_at", "source", "bind",
 //     "state", "budget", "usage"}]}, oldest first.
 //   - GET /healthz answers 200.
+//   - GET /readyz answers 200 when cproxy can serve, else 503 with
+//     {"error": "cproxy: not ready: …"}.
 //   - Every refusal is a 4xx or 5xx with {"error": "cproxy: …"}.
 //
 // Fields the client does not know are ignored, so a newer cproxy works with
@@ -279,6 +282,14 @@ func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) 
 // check cproxy's store or its upstreams.
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil, http.StatusOK, nil)
+}
+
+// Ready checks that cproxy can serve requests (GET /readyz): its token
+// store answers, a policy is in force and its credential sources can be
+// read. When it cannot, the error is an *Error with StatusCode 503 and a
+// Message naming what failed and the fix.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/readyz", nil, nil, http.StatusOK, nil)
 }
 
 // ttlParam writes d as the admin API's ttl parameter: whole days as "7d",

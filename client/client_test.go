@@ -238,6 +238,24 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+func TestReady(t *testing.T) {
+	adminURL, store, stop := startCproxyStore()
+	defer stop()
+	c, err := client.New(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A store that fails its look-up: 503, saying which check and the fix.
+	store.Close()
+	apiError(t, c.Ready(context.Background()), 503, "cproxy: not ready: the token store failed a look-up")
+	if err := c.Health(context.Background()); err != nil {
+		t.Errorf("Health of a process that answers = %v", err)
+	}
+}
+
 // A URL that is not cproxy's admin API: an *Error with the status, saying
 // so, and nothing decoded.
 func TestNotCproxy(t *testing.T) {
