@@ -353,26 +353,38 @@ func (s *BoltStore) List(ctx context.Context) ([]Record, error) {
 		return nil, err
 	}
 	var recs []Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.eachRecord(func(r Record) error {
+		recs = append(recs, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	sortRecords(recs)
+	return recs, nil
+}
+
+// eachRecord calls f with every record, in one read transaction, which holds up no writer.
+func (s *BoltStore) eachRecord(f func(Record) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketTokens).ForEach(func(_, v []byte) error {
 			var r Record
 			if err := decodeRecord(v, &r); err != nil {
 				return err
 			}
-			recs = append(recs, r)
-			return nil
+			return f(r)
 		})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
-	}
-	slices.SortFunc(recs, func(a, b Record) int {
+}
+
+// sortRecords sorts recs by CreatedAt then ID, List's order.
+func sortRecords(recs []Record) {
+	slices.SortStableFunc(recs, func(a, b Record) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return recs, nil
 }
 
 func (s *BoltStore) Close() error { return s.db.Close() }
@@ -474,4 +486,112 @@ func decodeRecord(v []byte, r *Record) error {
 		return fmt.Errorf("corrupt token record: %w", err)
 	}
 	return nil
+}
+
+// Prune finds the dead tokens in a read transaction, which holds up nobody, and deletes them in a write
+// transaction as short as the batch. Rates and slots are in this process's memory; they go too.
+func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var found []Hash
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketTokens).Cursor()
+		for k, v := c.First(); k != nil && len(found) < limit; k, v = c.Next() {
+			var r Record
+			if err := decodeRecord(v, &r); err != nil {
+				return err
+			}
+			if r.prunable(cutoff) {
+				found = append(found, Hash(k))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prune tokens: %w", err)
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	var pruned []Record
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		toks, usage := tx.Bucket(bucketTokens), tx.Bucket(bucketUsage)
+		for _, h := range found {
+			v := toks.Get(h[:])
+			if v == nil {
+				continue
+			}
+			var r Record
+			if err := decodeRecord(v, &r); err != nil {
+				return err
+			}
+			if !r.prunable(cutoff) {
+				continue
+			}
+			if err := toks.Delete(h[:]); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketSandboxes).Delete(indexKey(r.Sandbox, h)); err != nil {
+				return err
+			}
+			for _, key := range usageKeysOf(usage, r.ID) {
+				if err := usage.Delete(key); err != nil {
+					return err
+				}
+			}
+			pruned = append(pruned, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prune tokens: %w", err)
+	}
+	// A look-up that read a pruned record before the deletion does not
+	// cache it (gen), and none stays cached.
+	s.mu.Lock()
+	s.gen++
+	for _, h := range found {
+		delete(s.cache, h)
+	}
+	s.mu.Unlock()
+	s.forget(pruned)
+	return pruned, nil
+}
+
+// usageKeysOf returns the keys of b that hold token id's usage: id itself and id/DAY (UsageKey). Every token
+// id has the same length, so no other token's key starts with id.
+func usageKeysOf(b *bolt.Bucket, id string) [][]byte {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek([]byte(id)); k != nil && bytes.HasPrefix(k, []byte(id)); k, _ = c.Next() {
+		if len(k) == len(id) || k[len(id)] == '/' {
+			// A key is valid only within its transaction, and
+			// deleting under a cursor moves it: collect, then delete.
+			keys = append(keys, bytes.Clone(k))
+		}
+	}
+	return keys
+}
+
+func (s *BoltStore) Prunable(ctx context.Context, cutoff time.Time, limit int) (int, []Record, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	n := 0
+	var recs []Record
+	err := s.eachRecord(func(r Record) error {
+		if r.prunable(cutoff) {
+			n++
+			if len(recs) < limit {
+				recs = append(recs, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("list prunable tokens: %w", err)
+	}
+	sortRecords(recs)
+	return n, recs, nil
 }

@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -112,4 +113,18 @@ func (m *memLimits) ReleaseSlot(ctx context.Context, slot Slot) error {
 	defer m.mu.Unlock()
 	delete(m.slots, slot)
 	return nil
+}
+
+// forget drops the rates and slots of recs' tokens, which Prune deleted.
+func (m *memLimits) forget(recs []Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range recs {
+		delete(m.tat, r.ID)
+	}
+	for id, s := range m.slots {
+		if slices.ContainsFunc(recs, func(r Record) bool { return r.ID == s.key }) {
+			delete(m.slots, id)
+		}
+	}
 }

@@ -28,6 +28,8 @@ const (
 	// migrationLock is the pg_advisory_xact_lock key that serialises migrations, so replicas starting together
 	// apply each one once: ASCII "cproxymg".
 	migrationLock = 0x6370726f78796d67
+	// pruneLock is the pg_try_advisory_xact_lock key that keeps replicas from pruning at once: ASCII "cproxypr".
+	pruneLock = 0x6370726f78797072
 
 	// RevokedChannel is the NOTIFY channel RevokeSandbox announces each revocation on, with the sandbox id as the
 	// payload, in the revoking transaction (so only a committed revocation is announced). PostgresCache listens
@@ -543,4 +545,96 @@ func nullTime(t time.Time) any {
 		return nil
 	}
 	return t.UTC()
+}
+
+// deadBy is the condition on tokens' rows that Prune and Prunable share: the token died at or before $1
+// (Record.DeadSince).
+const deadBy = "(expires_at <= $1 OR revoked_at <= $1)"
+
+// Prune deletes a batch in one transaction that first takes pruneLock with pg_try_advisory_xact_lock, so that
+// replicas whose prune runs meet do not both scan for and delete the same rows: the second is told at once
+// (ErrPruneBusy), rather than queueing behind the first to find nothing left. The lock is the transaction's,
+// not the session's: it ends with the transaction, whatever happens to it or to the replica, and a pooled
+// connection never goes back to the pool still holding it.
+//
+// A token's usage, rates and slots rows are keyed by its id alone (UsageKey; TakeRate and AcquireSlot are
+// called with the token id): there is no budget shared by a profile or a sandbox in the store, each token of
+// a profile counts under its own id. So the rows whose key is the id, or starts with the id and "/", are the
+// pruned token's and no live token's. A budget shared between tokens, should one come, needs its own key
+// space and is not for Prune to delete.
+func (s *PostgresStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	recs, err := call(ctx, func(ctx context.Context) ([]Record, error) {
+		var recs []Record
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var mine bool
+			if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", int64(pruneLock)).Scan(&mine); err != nil {
+				return err
+			}
+			if !mine {
+				return ErrPruneBusy
+			}
+			rows, err := tx.Query(ctx, `DELETE FROM tokens WHERE hash IN (
+				SELECT hash FROM tokens WHERE `+deadBy+` LIMIT $2 FOR UPDATE)
+				RETURNING `+recordColumns, cutoff.UTC(), limit)
+			if err != nil {
+				return err
+			}
+			recs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) })
+			if err != nil || len(recs) == 0 {
+				return err
+			}
+			ids := make([]string, len(recs))
+			for i, r := range recs {
+				ids[i] = r.ID
+			}
+			// split_part(key, '/', 1) is the id of UsageKey(id, day) and of UsageKey(id, "").
+			for _, q := range []string{"DELETE FROM usage WHERE split_part(key, '/', 1) = ANY($1)",
+				"DELETE FROM rates WHERE key = ANY($1)", "DELETE FROM slots WHERE key = ANY($1)"} {
+				if _, err := tx.Exec(ctx, q, ids); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return recs, err
+	})
+	if errors.Is(err, ErrPruneBusy) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, s.wrap("prune tokens", err)
+	}
+	sortRecords(recs)
+	return recs, nil
+}
+
+func (s *PostgresStore) Prunable(ctx context.Context, cutoff time.Time, limit int) (int, []Record, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	type prunable struct {
+		n    int
+		recs []Record
+	}
+	p, err := read(ctx, func(ctx context.Context) (prunable, error) {
+		var p prunable
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM tokens WHERE "+deadBy, cutoff.UTC()).Scan(&p.n); err != nil {
+			return p, err
+		}
+		rows, err := s.pool.Query(ctx, "SELECT "+recordColumns+" FROM tokens WHERE "+deadBy+` ORDER BY created_at, id COLLATE "C" LIMIT $2`,
+			cutoff.UTC(), limit)
+		if err != nil {
+			return p, err
+		}
+		p.recs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) })
+		return p, err
+	})
+	if err != nil {
+		return 0, nil, s.wrap("list prunable tokens", err)
+	}
+	sortRecords(p.recs)
+	return p.n, p.recs, nil
 }

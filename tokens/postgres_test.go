@@ -210,3 +210,83 @@ func BenchmarkStoreLookup(b *testing.B) {
 		})
 	}
 }
+
+// One replica prunes at a time: while another holds the prune lock (here a
+// connection standing in for a replica in the middle of a batch), Prune
+// deletes nothing and says so; once it is let go, Prune deletes.
+func TestPostgresPruneOneReplicaAtATime(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	a, b := openPG(t, dsn), openPG(t, dsn)
+	h := issue(t, a, "conv-1", t0)
+	cutoff := t0.Add(2 * time.Hour)
+
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pruneLock)); err != nil {
+		t.Fatal(err)
+	}
+	if pruned, err := b.Prune(ctx, cutoff, PruneBatch); !errors.Is(err, ErrPruneBusy) || len(pruned) != 0 {
+		t.Errorf("Prune while another replica prunes = %v, %v; want ErrPruneBusy", ids(pruned), err)
+	}
+	if _, err := a.Lookup(ctx, h); err != nil {
+		t.Errorf("the token went while another replica pruned: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pruned, err := b.Prune(ctx, cutoff, PruneBatch); err != nil || len(pruned) != 1 {
+		t.Errorf("Prune after the other replica's = %v, %v; want the token", ids(pruned), err)
+	}
+}
+
+// Two replicas pruning together delete each token once between them, and
+// every batch either prunes or is told the other one is.
+func TestPostgresPruneConcurrent(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	stores := []*PostgresStore{openPG(t, dsn), openPG(t, dsn)}
+	const n = 60
+	for range n {
+		issue(t, stores[0], "conv-1", t0)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Go(func() {
+			for {
+				pruned, err := s.Prune(ctx, t0.Add(2*time.Hour), 5)
+				if errors.Is(err, ErrPruneBusy) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, r := range pruned {
+					seen[r.ID]++
+				}
+				mu.Unlock()
+				if len(pruned) == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Errorf("%d of %d tokens pruned", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("token %s pruned %d times", id, k)
+		}
+	}
+}

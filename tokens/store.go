@@ -120,6 +120,14 @@ type Store interface {
 	RenewSlots(ctx context.Context, slots []Slot, lease time.Duration) error
 	// ReleaseSlot frees slot; releasing a slot that expired is not an error.
 	ReleaseSlot(ctx context.Context, slot Slot) error
+	// Prune deletes at most limit tokens that died (Record.DeadSince) at or before cutoff, each with everything
+	// kept under its id (its usage in every window, its rate and its slots), in one transaction, and returns
+	// their records: fewer than limit when no more are left. It touches nothing of any other token. When another
+	// process sharing the store is pruning it, it returns ErrPruneBusy and deletes nothing.
+	Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error)
+	// Prunable returns how many tokens Prune with cutoff would delete, and at most limit of them (which ones is
+	// up to the store), sorted by CreatedAt then ID. It changes nothing.
+	Prunable(ctx context.Context, cutoff time.Time, limit int) (int, []Record, error)
 	Close() error
 }
 
