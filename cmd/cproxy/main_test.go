@@ -53,7 +53,12 @@ const (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"cproxy": func() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) },
+		"cproxy": func() {
+			if os.Getenv("CPROXY_DOC_FAKES") == "1" {
+				adjustServeConfig = docFakes
+			}
+			os.Exit(run(os.Args, os.Stdout, os.Stderr))
+		},
 		"git-credential-cproxy": func() {
 			os.Exit(helpers.GitCredentialMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 		},

@@ -77,10 +77,21 @@ Examples:
 			if err := applyServeFlags(c, cfg); err != nil {
 				return err
 			}
+			if adjustServeConfig != nil {
+				if err := adjustServeConfig(cfg); err != nil {
+					return err
+				}
+			}
 			return serve(c.Context, cfg, c.App.Writer, c.App.ErrWriter)
 		},
 	}
 }
+
+// adjustServeConfig is nil in cproxy itself. The test binary sets it so
+// that the documentation's examples, which start `cproxy serve` on the
+// embedded defaults or on configs naming the real APIs, reach loopback fakes
+// and never a real upstream.
+var adjustServeConfig func(*policy.Config) error
 
 // loadConfig loads the config file, or the embedded defaults for "".
 func loadConfig(path string) (*policy.Config, error) {
