@@ -16,7 +16,7 @@
 //     revoke.
 //   - GET /tokens[?sandbox=ID] answers 200 and {"tokens": [{"id", "sandbox",
 //     "profile", "created_at", "expires_at", "revoked_at", "source", "bind",
-//     "state", "budget", "usage"}]}, oldest first.
+//     "state", "budget", "usage"}]}, in order of their id.
 //   - GET /healthz answers 200.
 //   - GET /readyz answers 200 when cproxy can serve, else 503 with
 //     {"error": "cproxy: not ready: …"}.
@@ -263,7 +263,8 @@ func (c *Client) Revoke(ctx context.Context, sandbox string) error {
 }
 
 // List returns the tokens of sandbox, or of every sandbox when sandbox is
-// empty (GET /tokens), oldest first, revoked and expired ones included.
+// empty (GET /tokens), in order of their ID, revoked and expired ones
+// included.
 func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) {
 	q := url.Values{}
 	if sandbox != "" {

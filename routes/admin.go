@@ -325,26 +325,10 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, sandboxIDHint(sandbox))
 		return
 	}
-	recs, err := s.store.List(r.Context())
-	if err != nil {
-		s.log.Error("listing tokens failed", "err", err)
-		adminError(w, http.StatusServiceUnavailable, "the token store failed")
-		return
-	}
 	now := s.now()
 	out := []TokenInfo{}
-	for _, rec := range recs {
-		if sandbox != "" && rec.Sandbox != sandbox {
-			continue
-		}
-		state := "live"
-		switch err := rec.Check(now); {
-		case errors.Is(err, tokens.ErrRevoked):
-			state = "revoked"
-		case errors.Is(err, tokens.ErrExpired):
-			state = "expired"
-		}
-		info := TokenInfo{Record: rec, State: state}
+	err := tokens.Walk(r.Context(), s.store, tokens.ListQuery{Sandbox: sandbox}, func(rec tokens.Record) error {
+		info := TokenInfo{Record: rec, State: string(rec.StateAt(now))}
 		if b := s.tokenBudget(rec); !b.IsZero() {
 			info.Budget = &b
 			if u, ok := s.budgets.usage(r.Context(), rec.ID, b); ok {
@@ -352,6 +336,12 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out = append(out, info)
+		return nil
+	})
+	if err != nil {
+		s.log.Error("listing tokens failed", "err", err)
+		adminError(w, http.StatusServiceUnavailable, "the token store failed")
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
 }
@@ -378,19 +368,15 @@ func (s *Server) RestoreSockets(ctx context.Context) error {
 	if s.sockets == nil {
 		return nil
 	}
-	recs, err := s.store.List(ctx)
-	if err != nil {
-		return err
-	}
-	now := s.now()
-	for _, rec := range recs {
-		if rec.Bind == policy.BindSocket && rec.Check(now) == nil {
-			if _, err := s.sockets.Open(rec.Sandbox); err != nil {
-				return fmt.Errorf("socket of sandbox %s: %w", rec.Sandbox, err)
-			}
+	return tokens.Walk(ctx, s.store, tokens.ListQuery{State: tokens.StateLive, Now: s.now()}, func(rec tokens.Record) error {
+		if rec.Bind != policy.BindSocket {
+			return nil
 		}
-	}
-	return nil
+		if _, err := s.sockets.Open(rec.Sandbox); err != nil {
+			return fmt.Errorf("socket of sandbox %s: %w", rec.Sandbox, err)
+		}
+		return nil
+	})
 }
 
 // adminQuery parses the query and refuses parameters the endpoint does not

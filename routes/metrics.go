@@ -2,9 +2,9 @@ package routes
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -16,10 +16,11 @@ import (
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// Token counts for cproxy_tokens come from listing the whole store, which
-// grows with every token ever minted; a listing is bounded in time and its
-// counts are reused for a while, so several scrapers (an HA Prometheus
-// pair) cost one listing between them.
+// Token counts for cproxy_tokens come from walking the whole store a page
+// at a time (memory holds one page), which takes longer with every token
+// ever minted; a walk is bounded in time and its counts are reused for a
+// while, so several scrapers (an HA Prometheus pair) cost one walk between
+// them.
 const (
 	tokensListTimeout = 5 * time.Second
 	tokensCacheFor    = 10 * time.Second
@@ -389,7 +390,7 @@ type tokenCounts struct {
 }
 
 var (
-	tokenStates = [3]string{"live", "revoked", "expired"}
+	tokenStates = [3]tokens.State{tokens.StateLive, tokens.StateRevoked, tokens.StateExpired}
 	tokensDesc  = prometheus.NewDesc("cproxy_tokens",
 		"Tokens in the store by state (live, revoked, expired), counted at most every 10s. Absent when the store cannot be listed.",
 		[]string{"state"}, nil)
@@ -404,7 +405,7 @@ func (c *tokenCounts) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for i, st := range tokenStates {
-		ch <- prometheus.MustNewConstMetric(tokensDesc, prometheus.GaugeValue, counts[i], st)
+		ch <- prometheus.MustNewConstMetric(tokensDesc, prometheus.GaugeValue, counts[i], string(st))
 	}
 }
 
@@ -417,20 +418,13 @@ func (c *tokenCounts) get() ([3]float64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tokensListTimeout)
 	defer cancel()
-	recs, err := c.store.List(ctx)
+	var counts [3]float64
+	err := tokens.Walk(ctx, c.store, tokens.ListQuery{}, func(rec tokens.Record) error {
+		counts[slices.Index(tokenStates[:], rec.StateAt(now))]++
+		return nil
+	})
 	if err != nil {
 		return [3]float64{}, err
-	}
-	var counts [3]float64
-	for _, rec := range recs {
-		switch err := rec.Check(now); {
-		case err == nil:
-			counts[0]++
-		case errors.Is(err, tokens.ErrRevoked):
-			counts[1]++
-		case errors.Is(err, tokens.ErrExpired):
-			counts[2]++
-		}
 	}
 	c.at, c.counts = now, counts
 	return counts, nil

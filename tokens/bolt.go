@@ -348,20 +348,51 @@ func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.T
 	return n, nil
 }
 
-func (s *BoltStore) List(ctx context.Context) ([]Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// List reads the page with a bbolt cursor from where q.After points: over the tokens bucket, or over the
+// sandbox's part of the sandbox index (whose keys end in the hash, so it too is in ID order).
+func (s *BoltStore) List(ctx context.Context, q ListQuery) (Page, error) {
+	after, err := listFrom(ctx, q)
+	if err != nil {
+		return Page{}, err
 	}
-	var recs []Record
-	err := s.eachRecord(func(r Record) error {
-		recs = append(recs, r)
-		return nil
+	var p Page
+	err = s.db.View(func(tx *bolt.Tx) error {
+		toks := tx.Bucket(bucketTokens)
+		c, prefix := toks.Cursor(), []byte(nil)
+		if q.Sandbox != "" {
+			c, prefix = tx.Bucket(bucketSandboxes).Cursor(), indexKey(q.Sandbox, Hash{})[:len(q.Sandbox)+1]
+		}
+		from := append(slices.Clip(prefix), after...)
+		k, v := c.Seek(from)
+		if after != nil && bytes.Equal(k, from) {
+			k, v = c.Next()
+		}
+		next := func() (Record, bool, error) {
+			for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				if prefix != nil {
+					if v = toks.Get(k[len(prefix):]); v == nil {
+						continue
+					}
+				}
+				var r Record
+				if err := decodeRecord(v, &r); err != nil {
+					return Record{}, false, err
+				}
+				if q.State != "" && r.StateAt(q.Now) != q.State {
+					continue
+				}
+				k, v = c.Next()
+				return r, true, nil
+			}
+			return Record{}, false, nil
+		}
+		p, err = fillPage(q.Limit, next)
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
+		return Page{}, fmt.Errorf("list tokens: %w", err)
 	}
-	sortRecords(recs)
-	return recs, nil
+	return p, nil
 }
 
 // eachRecord calls f with every record, in one read transaction, which holds up no writer.
@@ -377,7 +408,7 @@ func (s *BoltStore) eachRecord(f func(Record) error) error {
 	})
 }
 
-// sortRecords sorts recs by CreatedAt then ID, List's order.
+// sortRecords sorts recs by CreatedAt then ID, Prunable's order.
 func sortRecords(recs []Record) {
 	slices.SortStableFunc(recs, func(a, b Record) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {

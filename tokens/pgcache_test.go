@@ -351,11 +351,11 @@ func TestPostgresCacheDelegates(t *testing.T) {
 	dsn := NewTestDatabase(t)
 	c, _ := openCache(t, dsn, time.Hour)
 	h := issue(t, c, "conv-1", t0)
-	recs, err := openPG(t, dsn).List(ctx)
+	recs, err := listAll(ctx, openPG(t, dsn))
 	if err != nil || len(recs) != 1 || recs[0].ID != h.ID() {
 		t.Errorf("a record created through the cache, listed by another store: %+v, %v", recs, err)
 	}
-	if recs, err := c.List(ctx); err != nil || len(recs) != 1 {
+	if recs, err := listAll(ctx, c); err != nil || len(recs) != 1 {
 		t.Errorf("List through the cache: %+v, %v", recs, err)
 	}
 	if !strings.Contains(c.String(), "look-up cache 1h0m0s") || strings.Contains(c.String(), "@") {

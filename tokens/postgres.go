@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,6 +235,13 @@ func scanRecord(row pgx.Row) (Record, error) {
 	if err := row.Scan(&r.ID, &r.Sandbox, &r.Profile, &r.Source, &r.Bind, &r.Values, &budget, &r.CreatedAt, &r.ExpiresAt, &revoked); err != nil {
 		return Record{}, err
 	}
+	fixRecord(&r, budget, revoked)
+	return r, nil
+}
+
+// fixRecord completes a record scanned from a row: its budget and revocation from their nullable columns, its
+// times in UTC.
+func fixRecord(r *Record, budget []byte, revoked *time.Time) {
 	if budget != nil {
 		r.Budget = json.RawMessage(budget)
 	}
@@ -243,7 +249,6 @@ func scanRecord(row pgx.Row) (Record, error) {
 	if revoked != nil {
 		r.RevokedAt = revoked.UTC()
 	}
-	return r, nil
 }
 
 func (s *PostgresStore) Lookup(ctx context.Context, h Hash) (Record, error) {
@@ -287,30 +292,86 @@ func (s *PostgresStore) RevokeSandbox(ctx context.Context, sandbox string, at ti
 	return n, nil
 }
 
-func (s *PostgresStore) List(ctx context.Context) ([]Record, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+// List reads the page by keyset on the primary key (hash > where q.After points, ORDER BY hash), or on the
+// (sandbox, hash) index for one sandbox: each page costs what its rows do, however deep into the table it is.
+func (s *PostgresStore) List(ctx context.Context, q ListQuery) (Page, error) {
+	after, err := listFrom(ctx, q)
+	if err != nil {
+		return Page{}, err
 	}
-	recs, err := read(ctx, func(ctx context.Context) ([]Record, error) {
-		// COLLATE "C": ids compare bytewise, as the embedded store's strings.Compare does.
-		rows, err := s.pool.Query(ctx, "SELECT "+recordColumns+` FROM tokens ORDER BY created_at, id COLLATE "C"`)
-		if err != nil {
-			return nil, err
+	var where []string
+	var args []any
+	arg := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if q.Sandbox != "" {
+		arg("sandbox = $%d", q.Sandbox)
+	}
+	switch q.State {
+	case StateLive:
+		arg("revoked_at IS NULL AND expires_at > $%d", q.Now.UTC())
+	case StateExpired:
+		arg("revoked_at IS NULL AND expires_at <= $%d", q.Now.UTC())
+	case StateRevoked:
+		where = append(where, "revoked_at IS NOT NULL")
+	}
+	args = append(args, nil, 0) // the key to start after and the row limit, set for each batch
+	where = append(where, fmt.Sprintf("hash > $%d", len(args)-1))
+	query := "SELECT hash, " + recordColumns + " FROM tokens WHERE " + strings.Join(where, " AND ") +
+		fmt.Sprintf(" ORDER BY hash LIMIT $%d", len(args))
+	p, err := read(ctx, func(ctx context.Context) (Page, error) {
+		// A first batch of a page and one row more, which tells whether there is a next page. Another, small
+		// batch only if the page ends on two records of one ID (all but never).
+		var batch []keyedRecord
+		from, size, last := append([]byte{}, after...), q.Limit+1, false
+		next := func() (Record, bool, error) {
+			if len(batch) == 0 {
+				if last {
+					return Record{}, false, nil
+				}
+				args[len(args)-2], args[len(args)-1] = from, size
+				rows, err := s.pool.Query(ctx, query, args...)
+				if err != nil {
+					return Record{}, false, err
+				}
+				if batch, err = pgx.CollectRows(rows, scanKeyed); err != nil {
+					return Record{}, false, err
+				}
+				last, size = len(batch) < size, 2
+				if len(batch) == 0 {
+					return Record{}, false, nil
+				}
+				from = batch[len(batch)-1].hash
+			}
+			r := batch[0].Record
+			batch = batch[1:]
+			return r, true, nil
 		}
-		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) })
+		return fillPage(q.Limit, next)
 	})
 	if err != nil {
-		return nil, s.wrap("list tokens", err)
+		return Page{}, s.wrap("list tokens", err)
 	}
-	// The database orders by microseconds; a caller that created two records within one (they keep their
-	// nanoseconds only in the embedded store) still gets CreatedAt-then-ID order.
-	slices.SortStableFunc(recs, func(a, b Record) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return recs, nil
+	return p, nil
+}
+
+// keyedRecord is a record with its hash, where a batch of List stops.
+type keyedRecord struct {
+	hash []byte
+	Record
+}
+
+func scanKeyed(row pgx.CollectableRow) (keyedRecord, error) {
+	var k keyedRecord
+	var budget []byte
+	var revoked *time.Time
+	r := &k.Record
+	if err := row.Scan(&k.hash, &r.ID, &r.Sandbox, &r.Profile, &r.Source, &r.Bind, &r.Values, &budget, &r.CreatedAt, &r.ExpiresAt, &revoked); err != nil {
+		return keyedRecord{}, err
+	}
+	fixRecord(r, budget, revoked)
+	return k, nil
 }
 
 // LoadUsage returns the usage saved under key; zero when there is none.

@@ -143,7 +143,7 @@ func TestStorePrune(t *testing.T) {
 		if again, err := s.Prune(ctx, f.cutoff, PruneBatch); err != nil || len(again) != 0 {
 			t.Errorf("a second Prune deleted %v, %v; want nothing", ids(again), err)
 		}
-		recs, err = s.List(ctx)
+		recs, err = listAll(ctx, s)
 		if err != nil {
 			t.Fatal(err)
 		}

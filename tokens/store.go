@@ -92,8 +92,10 @@ type Store interface {
 	// RevokeSandbox marks every live token of sandbox revoked at at and returns how many it marked. The change is
 	// durable before it returns, so the harness can rely on it once the admin call answers.
 	RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error)
-	// List returns every record, sorted by CreatedAt then ID.
-	List(ctx context.Context) ([]Record, error)
+	// List returns one page of the records q asks for, in ID order (see ListQuery), reading no more of the
+	// store than it must to fill the page. An After that is not an ID is refused with ErrBadCursor. Walk
+	// calls it for every page.
+	List(ctx context.Context, q ListQuery) (Page, error)
 	// LoadUsage returns the usage saved under key (see UsageKey); zero when there is none.
 	LoadUsage(ctx context.Context, key string) (Usage, error)
 	// SaveUsage stores u under key. The change is durable before it returns.

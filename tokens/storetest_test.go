@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -234,7 +235,7 @@ func TestStoreErrors(t *testing.T) {
 		if _, err := s.RevokeSandbox(ctx, "conv-1", time.Time{}); err == nil {
 			t.Error("RevokeSandbox with a zero time succeeded")
 		}
-		if recs, err := s.List(ctx); err != nil || len(recs) != 1 {
+		if recs, err := listAll(ctx, s); err != nil || len(recs) != 1 {
 			t.Errorf("List after refused calls: %d records, %v; want 1", len(recs), err)
 		}
 
@@ -302,27 +303,229 @@ func TestStoreRevokeSandbox(t *testing.T) {
 	})
 }
 
-func TestStoreListOrder(t *testing.T) {
-	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
-		if recs, err := s.List(ctx); err != nil || len(recs) != 0 {
-			t.Fatalf("List of an empty store: %v, %v", recs, err)
+// listAll walks every record of s.
+func listAll(ctx context.Context, s Store) ([]Record, error) {
+	var recs []Record
+	err := Walk(ctx, s, ListQuery{}, func(r Record) error { recs = append(recs, r); return nil })
+	return recs, err
+}
+
+// walkPages lists every page of q from its start, and fails the test at a
+// page over its limit or a listing whose IDs are not in increasing order.
+// between runs after each page but the last.
+func walkPages(t *testing.T, s Store, q ListQuery, between func()) []Record {
+	t.Helper()
+	var recs []Record
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("more than 1000 pages: the walk does not end")
 		}
-		for i := range 6 {
-			// Two per second, so ties fall to the id.
-			issue(t, s, fmt.Sprintf("conv-%d", i), t0.Add(time.Duration(5-i/2)*time.Second))
-		}
-		recs, err := s.List(ctx)
+		p, err := s.List(ctx, q)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("List(%+v): %v", q, err)
 		}
-		for i := 1; i < len(recs); i++ {
-			a, b := recs[i-1], recs[i]
-			if a.CreatedAt.After(b.CreatedAt) || a.CreatedAt.Equal(b.CreatedAt) && a.ID >= b.ID {
-				t.Errorf("List out of order at %d: %s %v, then %s %v", i, a.ID, a.CreatedAt, b.ID, b.CreatedAt)
+		if len(p.Records) > q.Limit {
+			t.Errorf("page of %d records, limit %d", len(p.Records), q.Limit)
+		}
+		if p.Next != "" && (len(p.Records) == 0 || p.Next != p.Records[len(p.Records)-1].ID) {
+			t.Errorf("page of %d records ends at %q", len(p.Records), p.Next)
+		}
+		recs = append(recs, p.Records...)
+		if p.Next == "" {
+			break
+		}
+		if between != nil {
+			between()
+		}
+		q.After = p.Next
+	}
+	for i := 1; i < len(recs); i++ {
+		if recs[i-1].ID >= recs[i].ID {
+			t.Errorf("listing out of order at %d: %s, then %s", i, recs[i-1].ID, recs[i].ID)
+		}
+	}
+	return recs
+}
+
+// listedIDs are the IDs of recs, in their order.
+func listedIDs(recs []Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+func TestStoreListPages(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		if p, err := s.List(ctx, ListQuery{Limit: 10}); err != nil || len(p.Records) != 0 || p.Next != "" {
+			t.Fatalf("List of an empty store: %+v, %v", p, err)
+		}
+		var want []string
+		for i := range 23 {
+			want = append(want, issue(t, s, fmt.Sprintf("conv-%d", i%3), t0.Add(time.Duration(i)*time.Second)).ID())
+		}
+		slices.Sort(want)
+		for _, limit := range []int{1, 5, 22, 23, 24, 1000} {
+			if got := listedIDs(walkPages(t, s, ListQuery{Limit: limit}, nil)); !slices.Equal(got, want) {
+				t.Errorf("pages of %d: %v\nwant %v", limit, got, want)
 			}
 		}
-		if len(recs) != 6 {
-			t.Errorf("List = %d records, want 6", len(recs))
+		// A full last page says there is no next one.
+		if p, err := s.List(ctx, ListQuery{Limit: 23}); err != nil || len(p.Records) != 23 || p.Next != "" {
+			t.Errorf("one page of all 23: %d records, next %q, %v", len(p.Records), p.Next, err)
+		}
+		// The same walk again, the same pages.
+		p1, _ := s.List(ctx, ListQuery{Limit: 7, After: want[6]})
+		p2, _ := s.List(ctx, ListQuery{Limit: 7, After: want[6]})
+		if !slices.Equal(listedIDs(p1.Records), want[7:14]) || !slices.Equal(listedIDs(p2.Records), want[7:14]) || p1.Next != want[13] {
+			t.Errorf("page after %s: %v then %v (next %q); want %v", want[6], listedIDs(p1.Records), listedIDs(p2.Records), p1.Next, want[7:14])
+		}
+		// A cursor need not be a token's: the page starts after it.
+		if p, err := s.List(ctx, ListQuery{Limit: 100, After: "tok_000000000000"}); err != nil || !slices.Equal(listedIDs(p.Records), want) {
+			t.Errorf("after the lowest id: %v, %v", listedIDs(p.Records), err)
+		}
+		if p, err := s.List(ctx, ListQuery{Limit: 100, After: "tok_ffffffffffff"}); err != nil || len(p.Records) != 0 || p.Next != "" {
+			t.Errorf("after the highest id: %+v, %v", p, err)
+		}
+	})
+}
+
+// Tokens created and revoked during a walk do not break it: every token
+// there from its start to its end is listed exactly once, and the new ones
+// at most once.
+func TestStoreListPagesWhileWriting(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		before := map[string]bool{}
+		for i := range 40 {
+			before[issue(t, s, fmt.Sprintf("conv-%d", i%4), t0).ID()] = true
+		}
+		created := map[string]bool{}
+		n := 0
+		got := walkPages(t, s, ListQuery{Limit: 6}, func() {
+			n++
+			for range 3 {
+				created[issue(t, s, "conv-new", t0).ID()] = true
+			}
+			if _, err := s.RevokeSandbox(ctx, fmt.Sprintf("conv-%d", n%4), t0.Add(time.Duration(n)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		seen := map[string]bool{}
+		for _, id := range listedIDs(got) {
+			if seen[id] {
+				t.Errorf("%s listed twice", id)
+			}
+			seen[id] = true
+			if !before[id] && !created[id] {
+				t.Errorf("%s listed, never created", id)
+			}
+		}
+		for id := range before {
+			if !seen[id] {
+				t.Errorf("%s, there all along, not listed", id)
+			}
+		}
+		if len(created) == 0 {
+			t.Fatal("the walk had a single page: nothing was created during it")
+		}
+	})
+}
+
+func TestStoreListFilters(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		now := t0.Add(30 * time.Minute)
+		want := map[string][]string{} // by "sandbox/state", either part empty for any
+		add := func(sandbox string, expires, revoked time.Time) {
+			h := newHash(t)
+			r := Record{Sandbox: sandbox, CreatedAt: expires.Add(-time.Hour), ExpiresAt: expires, RevokedAt: revoked}
+			if err := s.Create(ctx, h, r); err != nil {
+				t.Fatal(err)
+			}
+			state := string(r.StateAt(now))
+			for _, k := range []string{"/", sandbox + "/", "/" + state, sandbox + "/" + state} {
+				want[k] = append(want[k], h.ID())
+			}
+		}
+		for range 4 {
+			for _, sandbox := range []string{"conv-a", "conv-aa", "conv-b"} {
+				add(sandbox, now.Add(time.Minute), time.Time{})          // live
+				add(sandbox, now, time.Time{})                           // expired at now exactly
+				add(sandbox, now.Add(-time.Hour), now.Add(-2*time.Hour)) // revoked and expired: revoked
+				add(sandbox, now.Add(time.Hour), now.Add(-time.Minute))  // revoked
+			}
+			add("conv-a", now.Add(time.Microsecond), time.Time{}) // live for a microsecond more (PostgreSQL keeps no finer time)
+		}
+		for k := range want {
+			slices.Sort(want[k])
+		}
+		if len(want["conv-a/live"]) != 8 || len(want["conv-b/expired"]) != 4 || len(want["/revoked"]) != 24 {
+			t.Fatalf("the test's tokens are not what it means them to be: %v", want)
+		}
+		for _, sandbox := range []string{"", "conv-a", "conv-aa", "conv-b", "conv-none"} {
+			for _, state := range append([]State{""}, States...) {
+				for _, limit := range []int{1, 3, 100} {
+					q := ListQuery{Limit: limit, Sandbox: sandbox, State: state, Now: now}
+					if got := listedIDs(walkPages(t, s, q, nil)); !slices.Equal(got, want[sandbox+"/"+string(state)]) {
+						t.Errorf("%+v: %v\nwant %v", q, got, want[sandbox+"/"+string(state)])
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestStoreListRefuses(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		issue(t, s, "conv-1", t0)
+		for _, q := range []ListQuery{
+			{Limit: 0}, {Limit: -1}, {Limit: 1, Sandbox: "Conv"}, {Limit: 1, Sandbox: "a\x00b"}, {Limit: 1, State: "dead"},
+		} {
+			if _, err := s.List(ctx, q); err == nil || errors.Is(err, ErrBadCursor) {
+				t.Errorf("List(%+v) = %v; want an error", q, err)
+			}
+		}
+		for _, after := range []string{"x", "tok_", "tok_00000000000", "tok_0000000000000", "tok_ABCDEF000000", "tok_zzzzzzzzzzzz", "tik_000000000000"} {
+			if _, err := s.List(ctx, ListQuery{Limit: 1, After: after}); !errors.Is(err, ErrBadCursor) {
+				t.Errorf("List after %q = %v; want ErrBadCursor", after, err)
+			}
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := s.List(done, ListQuery{Limit: 1}); !errors.Is(err, context.Canceled) {
+			t.Errorf("List with a cancelled context: %v", err)
+		}
+	})
+}
+
+// Tokens whose IDs are one (their hashes share six bytes) are listed on one
+// page, past its limit, because a cursor cannot point between them.
+func TestStoreListSharedID(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		var hs []Hash
+		for i := range 7 {
+			h := Hash{0x10, 0x20, 0x30, 0x40, 0x50, 0x60, byte(i)}
+			if i >= 4 {
+				h = Hash{0x10, 0x20, 0x30, 0x40, 0x50, byte(0x60 + i)}
+			}
+			hs = append(hs, h)
+			if err := s.Create(ctx, h, Record{Sandbox: "conv-1", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, sandbox := range []string{"", "conv-1"} {
+			p, err := s.List(ctx, ListQuery{Limit: 2, Sandbox: sandbox})
+			if err != nil || len(p.Records) != 4 || p.Next != hs[0].ID() {
+				t.Errorf("first page of 2 (sandbox %q): %v, next %q, %v; want the four of %s", sandbox, listedIDs(p.Records), p.Next, err, hs[0].ID())
+			}
+			p, err = s.List(ctx, ListQuery{Limit: 2, Sandbox: sandbox, After: p.Next})
+			if err != nil || !slices.Equal(listedIDs(p.Records), []string{hs[4].ID(), hs[5].ID()}) || p.Next != hs[5].ID() {
+				t.Errorf("second page (sandbox %q): %v, next %q, %v", sandbox, listedIDs(p.Records), p.Next, err)
+			}
+			p, err = s.List(ctx, ListQuery{Limit: 1, Sandbox: sandbox, After: p.Next})
+			if err != nil || !slices.Equal(listedIDs(p.Records), []string{hs[6].ID()}) || p.Next != "" {
+				t.Errorf("last page (sandbox %q): %v, next %q, %v", sandbox, listedIDs(p.Records), p.Next, err)
+			}
 		}
 	})
 }
@@ -374,7 +577,7 @@ func TestStoreDurableAcrossReopen(t *testing.T) {
 		if got, err := s.LoadUsage(ctx, "tok_y"); err != nil || got != u {
 			t.Errorf("usage after reopen: %+v, %v", got, err)
 		}
-		if recs, err := s.List(ctx); err != nil || len(recs) != 2 || recs[0].ID != kept.ID() {
+		if recs, err := listAll(ctx, s); err != nil || len(recs) != 2 || (recs[0].ID != kept.ID()) == (kept.ID() < revoked.ID()) {
 			t.Errorf("List after reopen: %+v, %v", recs, err)
 		}
 	})

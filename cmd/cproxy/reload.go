@@ -251,21 +251,17 @@ func (r *policyReloader) warnProfileChanges(ctx context.Context, old, next *poli
 	}
 	ctx, cancel := context.WithTimeout(ctx, policyListTimeout)
 	defer cancel()
-	recs, err := r.store.List(ctx)
-	if err != nil {
-		r.log.Error("listing live tokens failed: cannot say which sandboxes the policy reload moves to another profile", "err", err)
-		return
-	}
-	now := time.Now()
 	var moved []string
-	for _, rec := range recs {
-		if rec.Check(now) != nil {
-			continue
-		}
+	err := tokens.Walk(ctx, r.store, tokens.ListQuery{State: tokens.StateLive, Now: time.Now()}, func(rec tokens.Record) error {
 		from, to := profileName(old, rec), profileName(next, rec)
 		if m := rec.Sandbox + " (" + from + " -> " + to + ")"; from != to && !slices.Contains(moved, m) {
 			moved = append(moved, m)
 		}
+		return nil
+	})
+	if err != nil {
+		r.log.Error("listing live tokens failed: cannot say which sandboxes the policy reload moves to another profile", "err", err)
+		return
 	}
 	if len(moved) > 0 {
 		r.log.Warn("policy reload changes the profile of sandboxes with live tokens", "sandboxes", strings.Join(moved, ", "))
