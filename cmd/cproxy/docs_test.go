@@ -119,7 +119,6 @@ var pendingDocs = map[string]bool{
 	"docs/cli.md":            true,
 	"docs/config.md":         true,
 	"docs/deploy.md":         true,
-	"docs/git.md":            true,
 	"docs/harness.md":        true,
 	"docs/metrics.md":        true,
 	"docs/npm.md":            true,
