@@ -121,7 +121,6 @@ var pendingDocs = map[string]bool{
 	"docs/deploy.md":         true,
 	"docs/harness.md":        true,
 	"docs/metrics.md":        true,
-	"docs/npm.md":            true,
 	"docs/operations.md":     true,
 	"docs/policy.md":         true,
 	"docs/relays.md":         true,
@@ -130,7 +129,7 @@ var pendingDocs = map[string]bool{
 }
 
 // A docBlock is one fenced block of a Markdown file, or one hidden
-// example-sh or example-script comment.
+// example-sh, example-script or example-serve comment.
 type docBlock struct {
 	line   int    // of the opening fence, 1-based
 	lang   string // the fence's info string, "" for none
@@ -195,7 +194,7 @@ type docFile struct {
 var (
 	fenceRE  = regexp.MustCompile("^( *)(```+|~~~+)\\s*([^`\\s]*)")
 	markerRE = regexp.MustCompile(`^\s*<!-- example: (.*?)\s*-->\s*$`)
-	hiddenRE = regexp.MustCompile(`^\s*<!-- (example-sh|example-script)\s*$`)
+	hiddenRE = regexp.MustCompile(`^\s*<!-- (example-sh|example-script|example-serve)\s*$`)
 )
 
 // parseDoc splits a Markdown file into its blocks and decides what the test
@@ -234,10 +233,7 @@ func parseDoc(name, src string) (*docFile, []string) {
 				bad(start+1, "%s comment has no closing --> line", m[1])
 				break
 			}
-			kind := kindHiddenSh
-			if m[1] == "example-script" {
-				kind = kindHiddenScript
-			}
+			kind := map[string]docKind{"example-sh": kindHiddenSh, "example-script": kindHiddenScript, "example-serve": kindServe}[m[1]]
 			df.blocks = append(df.blocks, docBlock{line: start + 1, text: strings.Join(body, "\n") + "\n", kind: kind, output: -1})
 			continue
 		}
