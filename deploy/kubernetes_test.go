@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 )
 
 // manifests is every object of one set of files under deploy/kubernetes,
@@ -268,16 +271,7 @@ func checkDeployment(t *testing.T, m manifests) deployed {
 		t.Errorf("ConfigMap listen.proxy %q, listen.admin %q: want :%d and :%d", cfg.Listen.Proxy, cfg.Listen.Admin, proxyPort, adminPort)
 	}
 
-	// Probes: GET /healthz on the admin listener.
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil {
-			t.Errorf("%s probe: want httpGet", name)
-			continue
-		}
-		if p.HTTPGet.Path != "/healthz" || resolvePort(t, c, p.HTTPGet.Port) != adminPort {
-			t.Errorf("%s probe: GET %s on %s, want /healthz on the admin port", name, p.HTTPGet.Path, p.HTTPGet.Port.String())
-		}
-	}
+	checkProbes(t, c)
 	if c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
 		t.Error("container resources: want cpu and memory requests and a memory limit")
 	}
@@ -351,6 +345,43 @@ func secretRef(c corev1.Container, name string) *corev1.SecretKeySelector {
 		}
 	}
 	return nil
+}
+
+// checkProbes checks the probes on the admin listener: readiness on
+// GET /readyz, so that a replica whose store is gone gets no traffic, and
+// liveness on GET /healthz, so that a database outage restarts no pod
+// (a restart would not bring the database back, and a pod that cannot
+// reach it at start does not start).
+func checkProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for _, p := range []struct {
+		name, path string
+		probe      *corev1.Probe
+	}{{"readiness", "/readyz", c.ReadinessProbe}, {"liveness", "/healthz", c.LivenessProbe}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s probe: want httpGet", p.name)
+			continue
+		}
+		if p.probe.HTTPGet.Path != p.path || resolvePort(t, c, p.probe.HTTPGet.Port) != adminPort {
+			t.Errorf("%s probe: GET %s on %s, want %s on the admin port", p.name, p.probe.HTTPGet.Path, p.probe.HTTPGet.Port.String(), p.path)
+		}
+	}
+	r := c.ReadinessProbe
+	if r == nil {
+		return
+	}
+	// The kubelet's timeout (1 s unless set) must leave cproxy time to
+	// answer 503 with its reason, which it does once the store has had
+	// routes.ReadyTimeout; and a replica whose database went away should be
+	// out of the Service within half a minute (Kubernetes' defaults: a
+	// period of 10 s, 3 failures).
+	if timeout := time.Duration(max(r.TimeoutSeconds, 1)) * time.Second; timeout <= routes.ReadyTimeout {
+		t.Errorf("readiness probe timeoutSeconds %d: want more than the store check's %s", r.TimeoutSeconds, routes.ReadyTimeout)
+	}
+	period, failures := cmp.Or(r.PeriodSeconds, 10), cmp.Or(r.FailureThreshold, 3)
+	if out := time.Duration(period*failures) * time.Second; out > 30*time.Second {
+		t.Errorf("readiness probe: %s of failures before the pod is taken out, want at most 30s", out)
+	}
 }
 
 func checkSecurity(t *testing.T, pod corev1.PodSpec, c corev1.Container) {

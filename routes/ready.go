@@ -13,12 +13,12 @@ import (
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// readyTimeout bounds the token store's answer to the readiness check's
+// ReadyTimeout bounds the token store's answer to the readiness check's
 // look-up. Every proxied request waits on a look-up like it (its token's),
 // so a store slower than this is as good as down for the sandboxes; and it
 // is shorter than a load balancer's probe timeout, so that the probe gets
 // cproxy's reason rather than its own timeout.
-const readyTimeout = 2 * time.Second
+const ReadyTimeout = 2 * time.Second
 
 // readyProbe is the hash the readiness check looks up. No token hashes to
 // all zeros, so the store answers ErrNotFound, which counts as answering;
@@ -66,19 +66,19 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 // readinessChecks runs every check and returns those that failed: the
-// token store answers a look-up within readyTimeout, a policy is in force,
+// token store answers a look-up within ReadyTimeout, a policy is in force,
 // and every credential source the config names can still be read
 // (secrets.Live.Readable).
 func (s *Server) readinessChecks(ctx context.Context) []notReady {
 	var failed []notReady
-	lookup, cancel := context.WithTimeout(ctx, readyTimeout)
+	lookup, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	_, err := s.store.Lookup(lookup, readyProbe)
 	late := lookup.Err() != nil
 	cancel()
 	switch {
 	case err == nil || errors.Is(err, tokens.ErrNotFound):
 	case late:
-		failed = append(failed, notReady{"store", fmt.Sprintf("the token store did not answer a look-up within %s: check that its database is up and reachable from this replica (the log has the error)", readyTimeout), err})
+		failed = append(failed, notReady{"store", fmt.Sprintf("the token store did not answer a look-up within %s: check that its database is up and reachable from this replica (the log has the error)", ReadyTimeout), err})
 	default:
 		failed = append(failed, notReady{"store", "the token store failed a look-up: check that its database is up and reachable from this replica (the log has the error)", err})
 	}

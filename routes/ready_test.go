@@ -89,7 +89,7 @@ func TestReadyz(t *testing.T) {
 		t.Errorf("want one log line with the store's error, got %d:\n%s", n, e.logs)
 	}
 
-	// A store that does not answer: not ready once readyTimeout has passed.
+	// A store that does not answer: not ready once ReadyTimeout has passed.
 	st.hang.Store(true)
 	if code, a, body := e.readyz(); code != 503 || !slices.Equal(a.Failed, []string{"store"}) ||
 		!strings.Contains(a.Error, "the token store did not answer a look-up within 2s") {
