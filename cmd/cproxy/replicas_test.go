@@ -380,6 +380,18 @@ func TestReplicaKilledMidStream(t *testing.T) {
 
 // pgCtl runs pg_ctl on the server .ci/postgres started (CPROXY_TEST_PG_CTL,
 // CPROXY_TEST_PG_DATA), as CPROXY_TEST_PG_USER when that is set.
+// needPgCtl skips a test that stops and starts the PostgreSQL server when
+// .ci/postgres did not say how (fails under CI).
+func needPgCtl(t *testing.T) {
+	t.Helper()
+	if os.Getenv("CPROXY_TEST_PG_CTL") == "" || os.Getenv("CPROXY_TEST_PG_DATA") == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but CPROXY_TEST_PG_CTL or CPROXY_TEST_PG_DATA is not set: run the tests through .ci/postgres (as .ci/run does)")
+		}
+		t.Skip("CPROXY_TEST_PG_CTL is not set: the test cannot restart the PostgreSQL server")
+	}
+}
+
 func pgCtl(t *testing.T, args ...string) {
 	t.Helper()
 	data := os.Getenv("CPROXY_TEST_PG_DATA")
@@ -406,12 +418,7 @@ type outcome struct {
 // without restarting cproxy, and a revocation holds on both.
 func TestReplicaDatabaseRestart(t *testing.T) {
 	dsn := pgTestDatabase(t)
-	if os.Getenv("CPROXY_TEST_PG_CTL") == "" || os.Getenv("CPROXY_TEST_PG_DATA") == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but CPROXY_TEST_PG_CTL or CPROXY_TEST_PG_DATA is not set: run the tests through .ci/postgres (as .ci/run does)")
-		}
-		t.Skip("CPROXY_TEST_PG_CTL is not set: the test cannot restart the PostgreSQL server")
-	}
+	needPgCtl(t)
 	t.Setenv("CPROXY_PG_DSN", dsn)
 	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
 	t.Cleanup(fake.Close)
