@@ -116,7 +116,6 @@ var pendingDocs = map[string]bool{
 	"docs/admin-api.md":      true,
 	"docs/benchmarks.md":     true,
 	"docs/claude-code.md":    true,
-	"docs/cli.md":            true,
 	"docs/config.md":         true,
 	"docs/deploy.md":         true,
 	"docs/harness.md":        true,
@@ -598,7 +597,9 @@ func (r *docRun) runShell(ts *testscript.TestScript, b docBlock, hasOutput bool)
 	switch {
 	case b.kind == kindSession:
 		for _, c := range sessionCommands(b.text) {
-			fmt.Fprintf(&sh, "printf '%%s\\n' %s\n%s\n", shellQuote(c), r.commandText(ts, strings.TrimPrefix(c, "$ ")))
+			// The echo keeps the status of the command before it, for
+			// a "$ echo $?".
+			fmt.Fprintf(&sh, "cproxy_doc_st=$?; printf '%%s\\n' %s; (exit $cproxy_doc_st)\n%s\n", shellQuote(c), r.commandText(ts, strings.TrimPrefix(c, "$ ")))
 		}
 	case b.lang == "fish":
 		fmt.Fprintf(&sh, "fish -c %s\n", shellQuote(r.commandText(ts, b.text)))
@@ -660,6 +661,9 @@ func (r *docRun) noCanaries(ts *testscript.TestScript, out string) {
 	}
 }
 
+// readyFileRE finds the ready file a serve example names.
+var readyFileRE = regexp.MustCompile(`--ready-file[= ](\S+)`)
+
 // startServe stops the cproxy serve an earlier block started, then runs
 // this block in the background with its last command exec'd (so that the
 // process is cproxy serve itself), and waits for its ready file.
@@ -680,6 +684,17 @@ func (r *docRun) startServe(ts *testscript.TestScript, where string, b docBlock)
 	assign := regexp.MustCompile(`^((?:[A-Z_][A-Z0-9_]*=\S*\s+)*)(.*)$`).FindStringSubmatch(tail)
 	lines[len(lines)-1] = head + assign[1] + "exec " + assign[2]
 	ready := filepath.Join(r.dir, fmt.Sprintf("ready-%d.json", b.line))
+	if m := readyFileRE.FindStringSubmatch(last); m != nil {
+		// The example names its own ready file, which wins over
+		// CPROXY_READY_FILE: wait for that one, in the page's folder.
+		ready = m[1]
+		if !filepath.IsAbs(ready) {
+			pwd, err := r.runShell(ts, docBlock{kind: kindCommand, lang: "sh", text: "pwd\n"}, false)
+			ts.Check(err)
+			ready = filepath.Join(strings.TrimSpace(pwd), ready)
+		}
+		os.Remove(ready) // one an earlier serve left is not this one's
+	}
 	r.log = filepath.Join(r.dir, fmt.Sprintf("serve-%d.log", b.line))
 	logf, err := os.Create(r.log)
 	ts.Check(err)
