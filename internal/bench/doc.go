@@ -12,7 +12,7 @@
 // binary with a minted sandbox token, so its whole path (authentication,
 // store look-up, policy, the body's model check, forwarding) is measured. A second cproxy,
 // LimitsTarget, runs with a metering budget, the JSON audit log to a file and
-// its /metrics scraped every few seconds (issue 6), and must show its token's
+// its /metrics scraped every few seconds, and must show its token's
 // usage moved by every request.
 //
 // Two entry points use it: `go test -bench . ./internal/bench` (Go benchmarks,
@@ -24,7 +24,7 @@
 // docs/benchmarks.md from those reports (package chart draws them);
 // .ci/bench-all does both. benchreport -store (.ci/bench-store) runs
 // RunStore instead: cproxy on the embedded store against PostgreSQL with and
-// without store.lookup_cache, and revocation across replicas (issue 9).
+// without store.lookup_cache, and revocation across replicas.
 // Nothing here runs in the normal test suite beyond
 // a few fast checks of the harness itself and of the reports and charts.
 package bench

@@ -33,7 +33,7 @@ func loadVariant(t *testing.T, v cproxyVariant) (*policy.Config, string) {
 }
 
 // TestLimitsConfig checks that the +limits target's config is valid and
-// turns on what issue 6 measures, and that plain cproxy stays on defaults.
+// turns on what cproxy+limits measures, and that plain cproxy stays on defaults.
 func TestLimitsConfig(t *testing.T) {
 	cfg, dir := loadVariant(t, limitsCproxy)
 	if want := filepath.Join(dir, "audit.jsonl"); cfg.Log.Audit != want {
@@ -111,7 +111,7 @@ cproxy_requests_total{profile="",route="github",status="401"} 7
 	}
 }
 
-// TestGrowthTable checks the issue 6 table: ratios of overheads, and the
+// TestGrowthTable checks the cproxy+limits table: ratios of overheads, and the
 // verdict from the judged rows.
 func TestGrowthTable(t *testing.T) {
 	rep := func(limitsCPU time.Duration) Rep {

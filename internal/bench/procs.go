@@ -606,7 +606,7 @@ concurrent = 100_000
 `
 
 // limitsConfig is cproxyConfig with the audit records going to a JSON
-// lines file, as issue 6 configures it; the metrics are always on and
+// lines file, as an operator who meters would; the metrics are always on and
 // Env's scraper reads them.
 const limitsConfig = cproxyConfig + `
 [log]
@@ -635,7 +635,7 @@ const SharedProxyTarget = "goproxy-shared"
 const OneCPUProxyTarget = "goproxy-1cpu"
 
 // LimitsTarget is the cproxy target with budgets, the JSON audit log and a
-// metrics scraper on (issue 6); "cproxy" keeps the default config.
+// metrics scraper on; "cproxy" keeps the default config.
 const LimitsTarget = "cproxy+limits"
 
 // files are the variant's files, by name in its directory.

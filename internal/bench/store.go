@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The PostgreSQL store benchmark (issue 9): the model route's non-streaming
+// The PostgreSQL store benchmark: the model route's non-streaming
 // request through cproxy on the embedded store, on PostgreSQL, and on
 // PostgreSQL with store.lookup_cache, side by side with a direct connection,
 // in one run on one upstream; and how long a revocation through one of three

@@ -24,7 +24,7 @@ type row struct {
 	meets func(ratio, cproxy float64) bool
 	// overhead is what the row costs over a direct connection, for the
 	// growth of LimitsTarget's over cproxy's; nil: value. judged says the
-	// growth is held to issue 6's target (p99s move too much between runs
+	// growth is held to maxGrowth (p99s move too much between runs
 	// to judge a 10 % difference by); higher says more is better
 	// (throughput).
 	overhead func(r Rep, target string) (v float64, ok bool)
@@ -290,15 +290,15 @@ func (r *Result) Markdown(w io.Writer) {
 	}
 }
 
-// Issue 6's target: with budgets, metrics and the audit log on, cproxy's
+// The limits' target: with budgets, metrics and the audit log on, cproxy's
 // overhead over a direct connection grows by at most this factor.
 const maxGrowth = 1.10
 
 // growthMarkdown writes how much LimitsTarget's overhead over a direct
-// connection exceeds cproxy's, row by row, against issue 6's target, and
+// connection exceeds cproxy's, row by row, against maxGrowth, and
 // what LimitsTarget metered.
 func (r *Result) growthMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "\n%s: overhead over a direct connection (added latency, added time to the first event, throughput, CPU, memory), with budgets, the JSON audit log and a /metrics scrape every %s on, against cproxy's default config. Target (issue 6): grows by at most %.0f %%.\n\n",
+	fmt.Fprintf(w, "\n%s: overhead over a direct connection (added latency, added time to the first event, throughput, CPU, memory), with budgets, the JSON audit log and a /metrics scrape every %s on, against cproxy's default config. Target: grows by at most %.0f %%.\n\n",
 		LimitsTarget, scrapeInterval, (maxGrowth-1)*100)
 	fmt.Fprintf(w, "| overhead | unit | cproxy | %s | %s ÷ cproxy | target | met |\n|---|---|--:|--:|--:|---|---|\n", LimitsTarget, LimitsTarget)
 	var missed []string
@@ -329,9 +329,9 @@ func (r *Result) growthMarkdown(w io.Writer) {
 			formatRatio(r.ratios(f, f, LimitsTarget, "cproxy")), goal, met)
 	}
 	if len(missed) == 0 {
-		fmt.Fprintf(w, "\nIssue 6's target: **met** on all %d judged rows in every repetition.\n", judged)
+		fmt.Fprintf(w, "\nThe target: **met** on all %d judged rows in every repetition.\n", judged)
 	} else {
-		fmt.Fprintf(w, "\nIssue 6's target: **missed** in some repetition on %d of %d judged rows: %s.\n", len(missed), judged, strings.Join(missed, "; "))
+		fmt.Fprintf(w, "\nThe target: **missed** in some repetition on %d of %d judged rows: %s.\n", len(missed), judged, strings.Join(missed, "; "))
 	}
 	fmt.Fprintf(w, "\nWhat %s metered, per repetition (a budget that metered nothing would have measured nothing):\n\n", LimitsTarget)
 	for i, rep := range r.Reps {
