@@ -23,8 +23,8 @@ import (
 // different token, with its memory read before and after. And a year of
 // churn, in simulated time: a day's tokens minted, each expiring after its
 // TTL, for StoreSizeOptions.Days days, with the file's size read along the
-// way, once as cproxy keeps everything and once pruning after the retention
-// period when the store can prune.
+// way, once as the store keeps everything and once pruned of what ended more
+// than the retention period before.
 
 // StoreSizeOptions say what RunStoreSize does. Zero fields take
 // DefaultStoreSizeOptions'.
@@ -65,11 +65,6 @@ var DefaultStoreSizeOptions = StoreSizeOptions{
 // bbolt's dirty pages stay a few tens of MiB.
 const bulkBatch = 50_000
 
-// pruneStore deletes what a store holds past its retention, as cproxy's
-// background pruning does; nil while the store cannot prune, and the churn's
-// pruning side is then left out of the run.
-var pruneStore func(ctx context.Context, s *tokens.BoltStore, now time.Time, retention time.Duration) error
-
 // SizeRun is one store size's numbers.
 type SizeRun struct {
 	Tokens    int           `json:"tokens"`
@@ -102,16 +97,14 @@ type ChurnRun struct {
 
 // StoreSizeResult is a whole run.
 type StoreSizeResult struct {
-	Options StoreSizeOptions `json:"options"`
-	Sizes   []SizeRun        `json:"sizes"`
-	Churn   []ChurnRun       `json:"churn"`
-	// NoPruning says why the churn has no pruning side; empty when it has.
-	NoPruning  string        `json:"no_pruning,omitempty"`
-	Machine    string        `json:"machine"`
-	LoadBefore string        `json:"load_before"`
-	LoadAfter  string        `json:"load_after"`
-	Started    time.Time     `json:"started"`
-	Took       time.Duration `json:"took_ns"`
+	Options    StoreSizeOptions `json:"options"`
+	Sizes      []SizeRun        `json:"sizes"`
+	Churn      []ChurnRun       `json:"churn"`
+	Machine    string           `json:"machine"`
+	LoadBefore string           `json:"load_before"`
+	LoadAfter  string           `json:"load_after"`
+	Started    time.Time        `json:"started"`
+	Took       time.Duration    `json:"took_ns"`
 }
 
 func (o StoreSizeOptions) withDefaults() StoreSizeOptions {
@@ -153,12 +146,7 @@ func RunStoreSize(ctx context.Context, o StoreSizeOptions) (_ *StoreSizeResult, 
 		}
 		res.Sizes = append(res.Sizes, run)
 	}
-	sides := []bool{false, true}
-	if pruneStore == nil {
-		sides = sides[:1]
-		res.NoPruning = "this cproxy's store cannot prune yet"
-	}
-	for _, pruned := range sides {
+	for _, pruned := range []bool{false, true} {
 		run, err := churn(ctx, e.dir, pruned, o)
 		if err != nil {
 			return nil, fmt.Errorf("churn: %w", err)
@@ -347,7 +335,7 @@ func churn(ctx context.Context, dir string, pruned bool, o StoreSizeOptions) (Ch
 		}
 		clear(batch)
 		if pruned {
-			if err := pruneStore(ctx, s, minted.AddDate(0, 0, 1), o.Retention); err != nil {
+			if err := pruneAll(ctx, s, minted.AddDate(0, 0, 1).Add(-o.Retention)); err != nil {
 				return run, err
 			}
 		}
@@ -361,6 +349,17 @@ func churn(ctx context.Context, dir string, pruned bool, o StoreSizeOptions) (Ch
 	}
 	run.Took = time.Since(start)
 	return run, s.Close()
+}
+
+// pruneAll deletes every token of s that died at or before cutoff, in
+// batches of tokens.PruneBatch, as cproxy's background pruning does.
+func pruneAll(ctx context.Context, s *tokens.BoltStore, cutoff time.Time) error {
+	for {
+		pruned, err := s.Prune(ctx, cutoff, tokens.PruneBatch)
+		if err != nil || len(pruned) < tokens.PruneBatch {
+			return err
+		}
+	}
 }
 
 func churnLabel(pruned bool, retention time.Duration) string {
@@ -413,8 +412,5 @@ func (r *StoreSizeResult) Markdown(w io.Writer) {
 			}
 			fmt.Fprintln(w)
 		}
-	}
-	if r.NoPruning != "" {
-		fmt.Fprintf(w, "\nNo pruning side: %s.\n", r.NoPruning)
 	}
 }

@@ -10,15 +10,15 @@ import (
 )
 
 // TestStoreSizeTargets runs the store-size benchmark on small stores and a
-// month of churn: every size is measured through cproxy, and a store that
-// keeps everything grows. It needs CPROXY_BENCH=1 (.ci/bench-store-size sets
+// few months of churn: every size is measured through cproxy, and a store
+// that keeps everything grows where a pruned one stays smaller. It needs CPROXY_BENCH=1 (.ci/bench-store-size sets
 // it).
 func TestStoreSizeTargets(t *testing.T) {
 	if os.Getenv("CPROXY_BENCH") == "" {
 		t.Skip("builds token stores and starts cproxy: set CPROXY_BENCH=1 (.ci/bench-store-size does)")
 	}
 	res, err := RunStoreSize(context.Background(), StoreSizeOptions{Cproxy: os.Getenv("CPROXY_BENCH_CPROXY"),
-		Sizes: []int{100, 2000}, Lookups: 1000, Requests: 200, Days: 30, PerDay: 200})
+		Sizes: []int{100, 2000}, Lookups: 1000, Requests: 200, Days: 90, PerDay: 200, Retention: 7 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +30,16 @@ func TestStoreSizeTargets(t *testing.T) {
 			t.Errorf("%d tokens: %+v", s.Tokens, s)
 		}
 	}
-	kept := res.Churn[0]
-	if kept.Pruned || len(kept.Points) < 2 || kept.Points[len(kept.Points)-1].FileBytes <= kept.Points[0].FileBytes {
+	if len(res.Churn) != 2 {
+		t.Fatalf("%d churn runs, want 2", len(res.Churn))
+	}
+	kept, pruned := res.Churn[0], res.Churn[1]
+	last := func(c ChurnRun) int64 { return c.Points[len(c.Points)-1].FileBytes }
+	if kept.Pruned || len(kept.Points) < 2 || last(kept) <= kept.Points[0].FileBytes {
 		t.Errorf("churn without pruning: %+v; want a file that grows", kept)
 	}
-	if (pruneStore == nil) != (len(res.Churn) == 1) {
-		t.Errorf("%d churn runs with pruneStore set: %v", len(res.Churn), pruneStore != nil)
+	if !pruned.Pruned || last(pruned) >= last(kept) {
+		t.Errorf("churn with pruning: %+v; want a file smaller than without (%d bytes)", pruned, last(kept))
 	}
 	var b bytes.Buffer
 	res.Markdown(&b)
