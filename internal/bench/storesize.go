@@ -53,8 +53,8 @@ type StoreSizeOptions struct {
 	Progress io.Writer
 }
 
-// DefaultStoreSizeOptions take about three minutes on two cores, half of it
-// building and reading the store of a million tokens.
+// DefaultStoreSizeOptions take about five minutes on two cores: the store
+// of a million tokens and the pruned year take most of it.
 var DefaultStoreSizeOptions = StoreSizeOptions{
 	Sizes: []int{10_000, 100_000, 1_000_000}, Lookups: 200_000, Requests: 10_000,
 	Days: 365, PerDay: 1000, TTL: 24 * time.Hour, Retention: 30 * 24 * time.Hour,
