@@ -120,7 +120,6 @@ var pendingDocs = map[string]bool{
 	"docs/harness.md":        true,
 	"docs/metrics.md":        true,
 	"docs/operations.md":     true,
-	"docs/policy.md":         true,
 	"docs/relays.md":         true,
 	"docs/replicas.md":       true,
 	"docs/security-tests.md": true,
@@ -314,11 +313,22 @@ func (df *docFile) classify(b *docBlock, follows int) string {
 		count("file")
 		return ""
 	case directive == "invalid":
+		if arg != "" && (filepath.IsAbs(arg) || strings.Contains(arg, "..")) {
+			return "<!-- example: invalid NAME --> needs a relative file name"
+		}
 		if b.lang != "toml" {
 			return "<!-- example: invalid --> is for TOML blocks that cproxy policy check must refuse"
 		}
 		b.kind = kindTOML
 		count("toml")
+		return ""
+	case directive == "output":
+		if len(df.blocks) == 0 || df.blocks[len(df.blocks)-1].kind != kindHiddenSh || df.blocks[len(df.blocks)-1].output >= 0 {
+			return "<!-- example: output --> is for the output of the example-sh comment right above it"
+		}
+		df.blocks[len(df.blocks)-1].output = len(df.blocks)
+		b.kind = kindOutput
+		count("output")
 		return ""
 	case directive == "run":
 		b.kind = kindCommand
@@ -328,7 +338,7 @@ func (df *docFile) classify(b *docBlock, follows int) string {
 		count(kindName(b.kind))
 		return ""
 	case directive != "":
-		return fmt.Sprintf("unknown marker %q: use skip, run, serve, log, file, invalid or same-as", b.marker)
+		return fmt.Sprintf("unknown marker %q: use skip, run, serve, log, output, file, invalid or same-as", b.marker)
 	}
 	if follows >= 0 && runs(df.blocks[follows].kind) && df.blocks[follows].output < 0 {
 		df.blocks[follows].output = len(df.blocks)
@@ -507,7 +517,7 @@ func cmdDocBlock(ts *testscript.TestScript, args []string) {
 	case kindTOML:
 		name := "example-" + strconv.Itoa(b.line) + ".toml"
 		directive, arg, _ := strings.Cut(b.marker, " ")
-		if directive == "file" {
+		if (directive == "file" || directive == "invalid") && strings.TrimSpace(arg) != "" {
 			name = strings.TrimSpace(arg)
 		}
 		check := docBlock{kind: kindCommand, lang: "sh", text: "cat > " + shellQuote(name) + " <<'CPROXY_DOC_EOF'\n" + b.text + "CPROXY_DOC_EOF\n"}
@@ -709,6 +719,12 @@ func (r *docRun) startServe(ts *testscript.TestScript, where string, b docBlock)
 	deadline := time.After(60 * time.Second)
 	for {
 		if _, err := os.Stat(ready); err == nil {
+			// Hidden set-up can signal it (kill -HUP "$DOC_SERVE_PID"), as a
+			// reader would with the pid they know.
+			f, err := os.OpenFile(r.state, os.O_APPEND|os.O_WRONLY, 0)
+			ts.Check(err)
+			_, err = fmt.Fprintf(f, "export DOC_SERVE_PID=%d\n", cmd.Process.Pid)
+			ts.Check(errors.Join(err, f.Close()))
 			return
 		}
 		select {
