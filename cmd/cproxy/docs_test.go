@@ -114,7 +114,6 @@ func TestDocExamples(t *testing.T) {
 // nothing as each page's blocks are made to run or marked.
 var pendingDocs = map[string]bool{
 	"docs/admin-api.md":      true,
-	"docs/benchmarks.md":     true,
 	"docs/config.md":         true,
 	"docs/deploy.md":         true,
 	"docs/harness.md":        true,
