@@ -118,7 +118,18 @@ type Store struct {
 	// never come. Zero (the default): no cache, every look-up reads the
 	// database.
 	LookupCache Duration `toml:"lookup_cache"`
+	// Retention is how long a token is kept after it expired or was
+	// revoked: past it, serve deletes the token and its usage in the
+	// background (tokens.Store.Prune), so that the store holds what is
+	// recent, not everything ever minted. Default DefaultRetention. Zero:
+	// every token is kept for good.
+	Retention Duration `toml:"retention"`
 }
+
+// DefaultRetention is store.retention's default: long enough to look into
+// what a sandbox did last month, short enough that the store of a fleet
+// minting thousands of tokens a day stays small.
+const DefaultRetention = 30 * 24 * time.Hour
 
 // Store kinds.
 const (
@@ -342,7 +353,7 @@ func Default() *Config {
 	return &Config{
 		PolicySettle: Duration{2 * time.Second},
 		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}, BodyTimeout: Duration{time.Minute}},
-		Store:        Store{Kind: StoreBolt, Path: defaultStorePath()},
+		Store:        Store{Kind: StoreBolt, Path: defaultStorePath(), Retention: Duration{DefaultRetention}},
 		Upstream: Upstreams{
 			Anthropic: Anthropic{
 				URL:           "https://api.anthropic.com",
@@ -688,6 +699,9 @@ func checkPositive(d *decoder, p path, v Duration, example string) {
 }
 
 func (s Store) validate(d *decoder) {
+	if s.Retention.Duration < 0 {
+		d.atValue(keyPath("store", "retention"), `store.retention: must not be negative (e.g. "720h", 30 days; "0s" keeps every token)`)
+	}
 	if s.LookupCache.Duration < 0 {
 		d.atValue(keyPath("store", "lookup_cache"), `store.lookup_cache: must not be negative (e.g. "30s"; "0s" is no cache)`)
 	}

@@ -77,6 +77,9 @@ func TestStoreConfigProblems(t *testing.T) {
 		{"lookup_cache not a duration", "[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = \"30\"\n", []string{
 			`cproxy.toml:4:16: store.lookup_cache: "30" is not a duration (e.g. "30s", "10m", "1h30m")`,
 		}},
+		{"negative retention", "[store]\nretention = \"-1h\"\n", []string{
+			`cproxy.toml:2:13: store.retention: must not be negative (e.g. "720h", 30 days; "0s" keeps every token)`,
+		}},
 		{"lookup_cache empty", "[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = \"\"\n", []string{
 			`cproxy.toml:4:16: store.lookup_cache: "" is not a duration (e.g. "30s", "10m", "1h30m")`,
 		}},
@@ -95,5 +98,17 @@ func TestStoreConfigProblems(t *testing.T) {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
 		})
+	}
+}
+
+func TestStoreRetention(t *testing.T) {
+	if d := Default().Store.Retention.Duration; d != 30*24*time.Hour {
+		t.Errorf("default store.retention = %v; want 720h (30 days)", d)
+	}
+	for src, want := range map[string]time.Duration{`"168h"`: 7 * 24 * time.Hour, `"0s"`: 0} {
+		c, probs := loadConfig("cproxy.toml", []byte("[store]\nretention = "+src+"\n"), ReadFile)
+		if len(probs) > 0 || c.Store.Retention.Duration != want {
+			t.Errorf("retention = %s: %v %v; want %v", src, c.Store.Retention, probs, want)
+		}
 	}
 }

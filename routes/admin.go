@@ -66,6 +66,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("POST /tokens", s.createToken)
 	mux.HandleFunc("DELETE /tokens", s.revokeTokens)
 	mux.HandleFunc("GET /tokens", s.listTokens)
+	mux.HandleFunc("POST /tokens/prune", s.pruneTokens)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -77,11 +78,7 @@ func (s *Server) AdminHandler() http.Handler {
 			return
 		}
 		h, pattern := mux.Handler(r)
-		if pattern == "" && (r.URL.Path == "/tokens" || r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics") {
-			allow := "GET"
-			if r.URL.Path == "/tokens" {
-				allow = "GET, POST, DELETE"
-			}
+		if allow := adminMethods[r.URL.Path]; pattern == "" && allow != "" {
 			w.Header().Set("Allow", allow)
 			adminError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
 			return
@@ -94,6 +91,12 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// adminMethods are the methods each admin endpoint answers, for a 405's
+// Allow header.
+var adminMethods = map[string]string{
+	"/tokens": "GET, POST, DELETE", "/tokens/prune": "POST", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
@@ -427,15 +430,7 @@ func sandboxIDHint(id string) string {
 // ParseTTL reads a token lifetime: a Go duration ("90m", "24h") or a number
 // of days ("7d"), between one second and 366 days.
 func ParseTTL(v string) (time.Duration, error) {
-	var d time.Duration
-	var err error
-	if days, ok := strings.CutSuffix(v, "d"); ok {
-		var n int
-		n, err = strconv.Atoi(days)
-		d = time.Duration(n) * 24 * time.Hour
-	} else {
-		d, err = time.ParseDuration(v)
-	}
+	d, err := parseDays(v)
 	if err != nil {
 		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", clip(v, 32))
 	}
@@ -443,6 +438,15 @@ func ParseTTL(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("ttl %s is out of range: between 1s and 366d", v)
 	}
 	return d, nil
+}
+
+// parseDays reads a Go duration ("90m") or a number of days ("7d").
+func parseDays(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		return time.Duration(n) * 24 * time.Hour, err
+	}
+	return time.ParseDuration(v)
 }
 
 func adminError(w http.ResponseWriter, code int, msg string) {

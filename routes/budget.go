@@ -548,6 +548,27 @@ func (b *budgets) flush(exact bool) {
 	}
 }
 
+// forget drops what is in memory of recs' tokens, which the store pruned,
+// so that the flusher does not write their usage back.
+func (b *budgets) forget(recs []tokens.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	gone := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		gone[r.ID] = true
+		delete(b.limit, r.ID)
+	}
+	for key := range b.accts {
+		// A usage key is the token id, or the id and "/DAY".
+		if id, _, _ := strings.Cut(key, "/"); gone[id] {
+			delete(b.accts, key)
+		}
+	}
+}
+
 // close stops the flusher and saves the exact usage.
 func (b *budgets) close() {
 	select {

@@ -56,6 +56,8 @@ type metrics struct {
 	connections prometheus.Gauge
 	connLimit   prometheus.Gauge
 	connRefused prometheus.Counter
+	// pruned counts the tokens pruned from the store (Server.prune).
+	pruned prometheus.Counter
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -155,6 +157,8 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 		"runtime.max_connections in force (derived from the open-file limit unless the config sets it); 0: no bound.")
 	m.connRefused = counter("cproxy_sandbox_connections_refused_total",
 		"Connections to the proxy listener or a per-sandbox socket closed at once because runtime.max_connections were open.")
+	m.pruned = counter("cproxy_store_pruned_total",
+		"Tokens deleted from the token store, with their usage, for having expired or been revoked longer than store.retention (or an admin call's older_than) ago, by this process.")
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cproxy_build_info",
 		Help:        "Always 1; the version label is cproxy's version.",
@@ -162,7 +166,7 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -375,6 +379,13 @@ func (m *metrics) deleteBudget(sandbox string) {
 	defer m.mu.Unlock()
 	delete(m.budgetSeries, sandbox)
 	m.budget.DeletePartialMatch(prometheus.Labels{"sandbox": sandbox})
+}
+
+// tokensPruned counts n tokens pruned from the store.
+func (m *metrics) tokensPruned(n int) {
+	if m != nil {
+		m.pruned.Add(float64(n))
+	}
 }
 
 // tokenCounts is cproxy_tokens: the store's tokens by state, counted at

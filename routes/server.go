@@ -109,6 +109,15 @@ type Options struct {
 	// listeners LimitConnections wraps and the per-sandbox sockets,
 	// together; zero means no bound.
 	MaxConnections int64
+	// Retention is how long a token is kept after it expired or was
+	// revoked: the Server prunes the store of older ones, with their usage,
+	// every PruneInterval until Close, and POST /tokens/prune does by
+	// default. Zero: every token is kept (POST /tokens/prune then needs
+	// older_than).
+	Retention time.Duration
+	// PruneInterval is how often the store is pruned; zero means
+	// DefaultPruneInterval.
+	PruneInterval time.Duration
 }
 
 // Server holds what the listeners share.
@@ -139,6 +148,8 @@ type Server struct {
 	bodies               *bodyMemory
 	conns                *connLimit // nil: no bound
 	readiness            readiness  // GET /readyz's last answer, for the log
+	retention            time.Duration
+	pruneStop            func() // stops the pruner and waits for it; nil: none runs
 }
 
 // New builds a Server.
@@ -215,6 +226,8 @@ func New(o Options) *Server {
 	if s.sockets != nil {
 		s.sockets.conns = s.conns
 	}
+	s.retention = o.Retention
+	s.startPruning(o.Retention, o.PruneInterval)
 	return s
 }
 
@@ -248,6 +261,10 @@ func (s *Server) policy() *policy.Policy { return s.pol.Load() }
 
 // Close releases idle upstream connections.
 func (s *Server) Close() {
+	if s.pruneStop != nil {
+		s.pruneStop()
+		s.pruneStop = nil
+	}
 	s.budgets.close()
 	if s.sweepStop != nil {
 		close(s.sweepStop)

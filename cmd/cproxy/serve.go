@@ -330,7 +330,8 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 
 	srv := routes.New(routes.Options{Store: store, SharedStore: cfg.Store.Kind == policy.StorePostgres, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
-		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration})
+		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
+		Retention: cfg.Store.Retention.Duration})
 	defer srv.Close()
 	if cache, ok := store.(*tokens.PostgresCache); ok {
 		// Another replica's revocation ends this one's requests in flight

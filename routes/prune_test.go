@@ -1,0 +1,166 @@
+package routes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// idOf is the store id of token tok.
+func idOf(t *testing.T, tok string) (tokens.Hash, string) {
+	t.Helper()
+	parsed, err := tokens.Parse(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parsed.Hash(), parsed.Hash().ID()
+}
+
+// admin sends method path to the admin listener and returns the status,
+// the Allow header and the body.
+func (e *env) adminCall(method, path string) (int, string, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.admin.URL+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Allow"), string(b)
+}
+
+// POST /tokens/prune previews and prunes the tokens dead for longer than
+// older_than, with their usage, and leaves a live token's usage alone.
+func TestPruneTokensAdmin(t *testing.T) {
+	var clock atomic.Pointer[time.Time]
+	start := time.Now()
+	clock.Store(&start)
+	e := newBudgetEnv(t, func() time.Time { return *clock.Load() })
+	old, live := e.token("conv-old", "ttl=1h"), e.token("conv-live", "ttl=24h")
+	for _, tok := range []string{old, live} {
+		if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 200 {
+			t.Fatalf("a model request: %d %s", r.status, r.body)
+		}
+	}
+	oldHash, oldID := idOf(t, old)
+	_, liveID := idOf(t, live)
+	liveUsage, err := e.srv.store.LoadUsage(context.Background(), liveID)
+	if err != nil || liveUsage.Requests == 0 {
+		t.Fatalf("the live token's usage in the store = %+v, %v; want some", liveUsage, err)
+	}
+	later := start.Add(3 * time.Hour)
+	clock.Store(&later)
+
+	if code, _, body := e.adminCall("POST", "/tokens/prune"); code != 400 || !strings.Contains(body, "older_than=") {
+		t.Errorf("prune without a retention or older_than = %d %s; want 400 naming older_than", code, body)
+	}
+	code, _, body := e.adminCall("POST", "/tokens/prune?dry_run=1&older_than=1h")
+	var dry PruneResult
+	if err := json.Unmarshal([]byte(body), &dry); code != 200 || err != nil || !dry.DryRun || dry.Count != 1 ||
+		len(dry.Tokens) != 1 || dry.Tokens[0].ID != oldID || dry.Tokens[0].State != "expired" {
+		t.Fatalf("dry run = %d %s; want the old token alone", code, body)
+	}
+	if _, err := e.srv.store.Lookup(context.Background(), oldHash); err != nil {
+		t.Fatalf("a dry run deleted the token: %v", err)
+	}
+
+	code, _, body = e.adminCall("POST", "/tokens/prune?older_than=1h")
+	var done PruneResult
+	if err := json.Unmarshal([]byte(body), &done); code != 200 || err != nil || done.DryRun || done.Count != 1 || done.Tokens != nil {
+		t.Fatalf("prune = %d %s; want 1 pruned", code, body)
+	}
+	if _, err := e.srv.store.Lookup(context.Background(), oldHash); !errors.Is(err, tokens.ErrNotFound) {
+		t.Errorf("the pruned token is still there: %v", err)
+	}
+	// A clean stop saves the usage it holds in memory: none for the pruned
+	// token, whose usage went with it.
+	e.srv.budgets.flush(true)
+	if u, err := e.srv.store.LoadUsage(context.Background(), oldID); err != nil || u != (tokens.Usage{}) {
+		t.Errorf("the pruned token's usage = %+v, %v; want none", u, err)
+	}
+	if u, err := e.srv.store.LoadUsage(context.Background(), liveID); err != nil || u.Requests != 1 {
+		t.Errorf("the live token's usage = %+v, %v; want its one request", u, err)
+	}
+	if !strings.Contains(e.logs.String(), `"msg":"tokens pruned","count":1`) {
+		t.Errorf("no log line for the prune:\n%s", e.logs.String())
+	}
+	if _, _, metrics := e.adminCall("GET", "/metrics"); !strings.Contains(metrics, "\ncproxy_store_pruned_total 1\n") {
+		t.Error("cproxy_store_pruned_total is not 1")
+	}
+}
+
+func TestPruneTokensAdminRefusals(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Retention = time.Hour })
+	for _, tt := range []struct{ method, path, want string }{
+		{"POST", "/tokens/prune?older_than=soon", `invalid older_than \"soon\"`},
+		{"POST", "/tokens/prune?older_than=-1h", `invalid older_than \"-1h\"`},
+		{"POST", "/tokens/prune?dry_run=maybe", `invalid dry_run \"maybe\"`},
+		{"POST", "/tokens/prune?sandbox=conv-1", `unknown parameter \"sandbox\"`},
+	} {
+		if code, _, body := e.adminCall(tt.method, tt.path); code != 400 || !strings.Contains(body, tt.want) {
+			t.Errorf("%s %s = %d %s; want 400 with %s", tt.method, tt.path, code, body, tt.want)
+		}
+	}
+	if code, allow, body := e.adminCall("GET", "/tokens/prune"); code != 405 || allow != "POST" {
+		t.Errorf("GET /tokens/prune = %d, Allow %q, %s; want 405, POST", code, allow, body)
+	}
+	// With a retention, no older_than is needed.
+	if code, _, body := e.adminCall("POST", "/tokens/prune"); code != 200 || !strings.Contains(body, `"count":0`) {
+		t.Errorf("prune with the retention = %d %s", code, body)
+	}
+}
+
+// serve's pruner deletes, by itself, what has been dead for longer than the
+// retention; with a retention of 0 it keeps everything.
+func TestPruneInBackground(t *testing.T) {
+	pruning := newEnv(t, func(o *Options) { o.Retention = time.Hour; o.PruneInterval = time.Millisecond })
+	keeping := newEnv(t, func(o *Options) { o.PruneInterval = time.Millisecond })
+	var dead [2]tokens.Hash
+	for i, e := range []*env{pruning, keeping} {
+		dead[i] = newHashFor(t)
+		now := time.Now()
+		if err := e.srv.store.Create(context.Background(), dead[i], tokens.Record{Sandbox: "conv-1", CreatedAt: now.Add(-3 * time.Hour), ExpiresAt: now.Add(-2 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, _ := idOf(t, pruning.token("conv-2"))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := pruning.srv.store.Lookup(context.Background(), dead[0])
+		if errors.Is(err, tokens.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pruner did not delete a token dead for 2h with a retention of 1h: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := pruning.srv.store.Lookup(context.Background(), live); err != nil {
+		t.Errorf("the pruner deleted a live token: %v", err)
+	}
+	// The other server had as long, with the same interval.
+	if _, err := keeping.srv.store.Lookup(context.Background(), dead[1]); err != nil {
+		t.Errorf("retention 0 deleted a token: %v", err)
+	}
+	if !strings.Contains(pruning.logs.String(), `"retention":"1h0m0s"`) {
+		t.Errorf("the pruner's log line does not give the retention:\n%s", pruning.logs.String())
+	}
+}
+
+func newHashFor(t *testing.T) tokens.Hash {
+	t.Helper()
+	tok, err := tokens.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Hash()
+}
