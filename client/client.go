@@ -17,6 +17,8 @@
 //   - GET /tokens[?sandbox=ID] answers 200 and {"tokens": [{"id", "sandbox",
 //     "profile", "created_at", "expires_at", "revoked_at", "source", "bind",
 //     "state", "budget", "usage"}]}, in order of their id.
+//   - POST /tokens/prune[?dry_run=1][&older_than=D] answers 200 and
+//     {"dry_run", "before", "count", "tokens"}.
 //   - GET /healthz answers 200.
 //   - GET /readyz answers 200 when cproxy can serve, else 503 with
 //     {"error": "cproxy: not ready: …"}.
@@ -277,6 +279,47 @@ func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) 
 		return nil, err
 	}
 	return out.Tokens, nil
+}
+
+// PruneOptions are the optional parameters of Prune. Every zero value
+// leaves the parameter out, so cproxy's default applies.
+type PruneOptions struct {
+	// DryRun asks what would be pruned, and prunes nothing.
+	DryRun bool
+	// OlderThan prunes the tokens that expired or were revoked longer ago
+	// than it; time.Nanosecond prunes every token dead by now. Zero:
+	// cproxy's store.retention (refused when that keeps every token).
+	OlderThan time.Duration
+}
+
+// Pruned is what Prune deleted, or in a dry run would delete.
+type Pruned struct {
+	DryRun bool `json:"dry_run"`
+	// Before is the cutoff: the tokens that died at or before it go.
+	Before time.Time `json:"before"`
+	// Count is how many tokens were deleted, or would be.
+	Count int `json:"count"`
+	// Tokens are, in a dry run, up to 100 of those that would be deleted,
+	// oldest first; nil otherwise.
+	Tokens []TokenInfo `json:"tokens"`
+}
+
+// Prune deletes the tokens that expired or were revoked longer ago than
+// cproxy's store.retention (or opts.OlderThan), with their usage (POST
+// /tokens/prune); cproxy serve does so by itself every hour. Live tokens
+// are never touched. On PostgreSQL, while another replica prunes, it
+// returns an *Error with StatusCode 409.
+func (c *Client) Prune(ctx context.Context, opts PruneOptions) (Pruned, error) {
+	q := url.Values{}
+	if opts.DryRun {
+		q.Set("dry_run", "1")
+	}
+	if opts.OlderThan != 0 {
+		q.Set("older_than", ttlParam(opts.OlderThan))
+	}
+	var out Pruned
+	err := c.do(ctx, http.MethodPost, "/tokens/prune", q, nil, http.StatusOK, &out)
+	return out, err
 }
 
 // Health checks that the admin API answers (GET /healthz). It does not

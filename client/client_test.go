@@ -371,3 +371,36 @@ func TestSecretRedacts(t *testing.T) {
 		t.Errorf("the zero Secret is not empty")
 	}
 }
+
+func TestPrune(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	for _, s := range []string{"conv-7", "conv-8"} {
+		if _, err := c.CreateToken(ctx, s, client.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Revoke(ctx, "conv-7"); err != nil {
+		t.Fatal(err)
+	}
+	// This cproxy keeps every token (store.retention 0): an age is needed.
+	_, err := c.Prune(ctx, client.PruneOptions{})
+	apiError(t, err, 400, "older_than=")
+
+	dry, err := c.Prune(ctx, client.PruneOptions{DryRun: true, OlderThan: time.Nanosecond})
+	if err != nil || !dry.DryRun || dry.Count != 1 || len(dry.Tokens) != 1 || dry.Tokens[0].Sandbox != "conv-7" ||
+		dry.Tokens[0].State != client.StateRevoked || dry.Before.IsZero() {
+		t.Fatalf("dry run = %+v, %v; want conv-7's revoked token", dry, err)
+	}
+	if infos, _ := c.List(ctx, "conv-7"); len(infos) != 1 {
+		t.Fatalf("a dry run deleted: %+v", infos)
+	}
+	done, err := c.Prune(ctx, client.PruneOptions{OlderThan: time.Nanosecond})
+	if err != nil || done.DryRun || done.Count != 1 || done.Tokens != nil {
+		t.Fatalf("prune = %+v, %v; want 1", done, err)
+	}
+	infos, err := c.List(ctx, "")
+	if err != nil || len(infos) != 1 || infos[0].Sandbox != "conv-8" {
+		t.Errorf("after the prune: %+v, %v; want conv-8's live token alone", infos, err)
+	}
+}

@@ -225,6 +225,21 @@ func (a *adminClient) list(sandbox string) ([]routes.TokenInfo, error) {
 	return out.Tokens, err
 }
 
+// prune asks POST /tokens/prune; an empty olderThan leaves it to the
+// server's store.retention.
+func (a *adminClient) prune(dryRun bool, olderThan string) (routes.PruneResult, error) {
+	q := url.Values{}
+	if dryRun {
+		q.Set("dry_run", "1")
+	}
+	if olderThan != "" {
+		q.Set("older_than", olderThan)
+	}
+	var out routes.PruneResult
+	err := a.do(http.MethodPost, "/tokens/prune", q, http.StatusOK, &out)
+	return out, err
+}
+
 func sandboxFlag() cli.Flag {
 	return &cli.StringFlag{Name: "sandbox", Aliases: []string{"s"}, Usage: "sandbox `ID`"}
 }

@@ -18,7 +18,7 @@ import (
 func tokenCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "token",
-		Usage: "create, revoke and list sandbox tokens through the admin API",
+		Usage: "create, revoke, list and prune sandbox tokens through the admin API",
 		Description: `Each subcommand calls the admin API of a running cproxy serve: --admin URL, else listen.admin
 of --config, else http://127.0.0.1:9001.
 
@@ -126,8 +126,73 @@ Examples:
 					return tw.Flush()
 				}),
 			},
+			pruneCommand(),
 		},
 	}
+}
+
+func pruneCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "prune",
+		Usage: "delete the tokens that expired or were revoked longer ago than store.retention, with their usage",
+		Description: `cproxy serve does this by itself every hour (store.retention, default 30 days); prune does it now,
+or with --dry-run lists what would go. Live tokens are never touched.
+
+Examples:
+
+   cproxy token prune --dry-run
+   cproxy token prune --older-than 7d`,
+		Flags: []cli.Flag{adminFlag(), configFlag(),
+			&cli.BoolFlag{Name: "dry-run", Usage: "list what would be pruned, prune nothing"},
+			&cli.StringFlag{Name: "older-than", Usage: "prune the tokens dead for longer than `DURATION`, e.g. 720h or 30d; 0s: every dead token (default: store.retention)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"}},
+		Action: adminAction(false, func(c *cli.Context, admin *adminClient, _ string) error {
+			res, err := admin.prune(c.Bool("dry-run"), c.String("older-than"))
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(c, res)
+			}
+			return printPruned(c, res)
+		}),
+	}
+}
+
+// printPruned words a prune's answer: what went, or in a dry run a table of
+// what would.
+func printPruned(c *cli.Context, res routes.PruneResult) error {
+	w, before := c.App.Writer, res.Before.UTC().Format(time.RFC3339)
+	switch {
+	case res.Count == 0:
+		_, err := fmt.Fprintf(w, "no token expired or was revoked at or before %s: nothing to prune\n", before)
+		return err
+	case !res.DryRun:
+		_, err := fmt.Fprintf(w, "pruned %s: expired or revoked at or before %s\n", plural(res.Count, "token"), before)
+		return err
+	}
+	fmt.Fprintf(w, "%s would be pruned: expired or revoked at or before %s\n", plural(res.Count, "token"), before)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSANDBOX\tPROFILE\tSTATE\tDEAD SINCE")
+	for _, t := range res.Tokens {
+		profile := t.Profile
+		if profile == "" {
+			profile = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Sandbox, profile, t.State, t.DeadSince().UTC().Format(time.RFC3339))
+	}
+	if more := res.Count - len(res.Tokens); more > 0 {
+		fmt.Fprintf(tw, "… and %d more\n", more)
+	}
+	return tw.Flush()
+}
+
+// plural is "1 token", "2 tokens".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // adminAction checks the arguments common to the token subcommands, then
