@@ -48,6 +48,11 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	failed := s.readinessChecks(r.Context())
+	if r.Context().Err() != nil {
+		// The prober gave up: a store check it cut short says nothing
+		// about the store.
+		return
+	}
 	s.logReadiness(failed)
 	if len(failed) == 0 {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

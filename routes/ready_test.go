@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -89,8 +94,18 @@ func TestReadyz(t *testing.T) {
 		t.Errorf("want one log line with the store's error, got %d:\n%s", n, e.logs)
 	}
 
-	// A store that does not answer: not ready once ReadyTimeout has passed.
+	// A prober that gives up before the store answers learns nothing, and
+	// neither does the log.
 	st.hang.Store(true)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := httptest.NewRecorder()
+	e.srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil).WithContext(gone))
+	if n := strings.Count(e.logs.String(), `"msg":"not ready: GET /readyz answers 503"`); n != 1 || rec.Body.Len() != 0 {
+		t.Errorf("a probe cut short: %d log lines, answered %d %q", n, rec.Code, rec.Body)
+	}
+
+	// A store that does not answer: not ready once ReadyTimeout has passed.
 	if code, a, body := e.readyz(); code != 503 || !slices.Equal(a.Failed, []string{"store"}) ||
 		!strings.Contains(a.Error, "the token store did not answer a look-up within 2s") {
 		t.Fatalf("store hanging: %d %s", code, body)
@@ -144,5 +159,44 @@ func TestReadyz(t *testing.T) {
 	// The proxy listener, which the sandboxes reach, does not answer it.
 	if r := e.do("GET", "/readyz", nil, ""); r.status != 403 {
 		t.Errorf("GET /readyz on the proxy listener = %d %s", r.status, r.body)
+	}
+}
+
+// Each credential is named by its config key: an expired claude-code
+// login with the reason routes give clients, a relay header's file by its
+// relay and header.
+func TestReadyzCredentialNames(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("CLAUDE_CONFIG_DIR", dir)
+	login := fmt.Sprintf(`{"claudeAiOauth":{"accessToken":%q,"expiresAt":%d}}`, canaryOAuth, time.Now().Add(-time.Hour).UnixMilli())
+	if err := writeFile(filepath.Join(dir, ".credentials.json"), login); err != nil {
+		t.Fatal(err)
+	}
+	claude, err := new(secrets.Loader).Live("anthropic", "claude-code", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, "mod-key")
+	if err := writeFile(key, canaryKey); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := new(secrets.Loader).Live("relay.mod", secrets.Source("file:"+key), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(key)
+	e := newEnv(t, func(o *Options) {
+		o.Anthropic.Live, o.Anthropic.Auth = claude, "oauth"
+		u, _ := url.Parse("http://127.0.0.1:1/")
+		o.Relays = []Relay{{Config: &policy.Relay{Name: "mod", Prefix: "/mod/"}, URL: u, Headers: []RelayHeader{{Name: "X-Mod-Token", Live: mod}}}}
+	})
+	code, a, body := e.readyz()
+	if code != 503 || !slices.Equal(a.Failed, []string{"credential", "credential"}) ||
+		!strings.HasPrefix(a.Error, "cproxy: not ready: upstream.anthropic.credential: claude-code: Claude Code's login on the cproxy host expired (at ") ||
+		!strings.HasSuffix(a.Error, "; the credential source of relay.mod (header X-Mod-Token) (file) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if strings.Contains(body, dir) {
+		t.Errorf("the answer names a file: %s", body)
 	}
 }
