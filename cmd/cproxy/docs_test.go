@@ -116,7 +116,6 @@ var pendingDocs = map[string]bool{
 	"docs/admin-api.md":      true,
 	"docs/config.md":         true,
 	"docs/deploy.md":         true,
-	"docs/harness.md":        true,
 	"docs/metrics.md":        true,
 	"docs/operations.md":     true,
 	"docs/relays.md":         true,
