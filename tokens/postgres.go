@@ -608,9 +608,14 @@ func nullTime(t time.Time) any {
 	return t.UTC()
 }
 
-// deadBy is the condition on tokens' rows that Prune and Prunable share: the token died at or before $1
-// (Record.DeadSince).
-const deadBy = "(expires_at <= $1 OR revoked_at <= $1)"
+// Prune's and Prunable's statements. least() passes over a NULL, so least(expires_at, revoked_at) is
+// Record.DeadSince, and an index on it (migration 4) finds the dead tokens without reading the live ones; the
+// usage rows of a token are found by their id through another (see Prune).
+const (
+	deadBy          = "least(expires_at, revoked_at) <= $1"
+	pruneCandidates = "SELECT hash FROM tokens WHERE " + deadBy + " LIMIT $2"
+	pruneUsage      = "DELETE FROM usage WHERE split_part(key, '/', 1) = ANY($1)"
+)
 
 // Prune deletes a batch in one transaction that first takes pruneLock with pg_try_advisory_xact_lock, so that
 // replicas whose prune runs meet do not both scan for and delete the same rows: the second is told at once
@@ -637,9 +642,8 @@ func (s *PostgresStore) Prune(ctx context.Context, cutoff time.Time, limit int) 
 			if !mine {
 				return ErrPruneBusy
 			}
-			rows, err := tx.Query(ctx, `DELETE FROM tokens WHERE hash IN (
-				SELECT hash FROM tokens WHERE `+deadBy+` LIMIT $2 FOR UPDATE)
-				RETURNING `+recordColumns, cutoff.UTC(), limit)
+			rows, err := tx.Query(ctx, "DELETE FROM tokens WHERE hash IN ("+pruneCandidates+" FOR UPDATE) RETURNING "+recordColumns,
+				cutoff.UTC(), limit)
 			if err != nil {
 				return err
 			}
@@ -652,7 +656,7 @@ func (s *PostgresStore) Prune(ctx context.Context, cutoff time.Time, limit int) 
 				ids[i] = r.ID
 			}
 			// split_part(key, '/', 1) is the id of UsageKey(id, day) and of UsageKey(id, "").
-			for _, q := range []string{"DELETE FROM usage WHERE split_part(key, '/', 1) = ANY($1)",
+			for _, q := range []string{pruneUsage,
 				"DELETE FROM rates WHERE key = ANY($1)", "DELETE FROM slots WHERE key = ANY($1)"} {
 				if _, err := tx.Exec(ctx, q, ids); err != nil {
 					return err

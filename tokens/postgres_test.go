@@ -290,3 +290,40 @@ func TestPostgresPruneConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// Prune finds its tokens and their usage through indexes, not by reading
+// every row of tokens and usage for each batch.
+func TestPostgresPruneUsesIndexes(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	openPG(t, dsn)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// With sequential scans priced out, a plan still reads the whole
+	// table when no index serves the condition.
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{pruneCandidates, []any{t0, PruneBatch}},
+		{pruneUsage, []any{[]string{"tok_000000000000"}}},
+	} {
+		rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index") {
+			t.Errorf("%s\nreads the whole table:\n%s", q.sql, plan)
+		}
+	}
+}
