@@ -110,6 +110,45 @@ func OpenBolt(path string) (*BoltStore, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open token store: %w", err)
 	}
+	db, err := openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := noPanic(func() error { return db.Update(func(tx *bolt.Tx) error { return prepare(tx, path) }) }); err != nil {
+		db.Close()
+		if _, ok := err.(panicError); ok {
+			return nil, notAStore(path, err)
+		}
+		return nil, err
+	}
+	return &BoltStore{db: db, memLimits: newMemLimits(time.Now), cache: make(map[Hash]Record)}, nil
+}
+
+// maxReplaced bounds how many times openFile follows a file replaced under it before it gives up.
+const maxReplaced = 3
+
+// openFile opens (creating if needed) the bbolt file at path with the lock that keeps it to this process. A file
+// that was replaced while this process waited for its lock (CompactBolt renames its copy over the store) is let
+// go and the file now at path opened instead: the replaced one is no longer the store, and what was written to it
+// would be lost.
+func openFile(path string) (*bolt.DB, error) {
+	for range maxReplaced {
+		before, statErr := os.Stat(path)
+		db, err := openOnce(path)
+		if err != nil {
+			return nil, err
+		}
+		after, err := os.Stat(path)
+		if statErr != nil || err == nil && os.SameFile(before, after) {
+			return db, nil
+		}
+		db.Close()
+	}
+	return nil, fmt.Errorf("open token store %s: the file was replaced %d times while this cproxy waited for its lock", path, maxReplaced)
+}
+
+// openOnce opens the bbolt file at path and turns its errors into ours.
+func openOnce(path string) (*bolt.DB, error) {
 	var db *bolt.DB
 	err := noPanic(func() (err error) {
 		db, err = bolt.Open(path, 0o600, &bolt.Options{
@@ -123,6 +162,7 @@ func OpenBolt(path string) (*BoltStore, error) {
 	var pathErr *fs.PathError
 	switch {
 	case err == nil:
+		return db, nil
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s is held by another process, probably another cproxy using the same store", ErrLocked, path)
 	case errors.As(err, &pathErr):
@@ -134,14 +174,6 @@ func OpenBolt(path string) (*BoltStore, error) {
 		// that is not about the operating system is about the file's contents.
 		return nil, notAStore(path, err)
 	}
-	if err := noPanic(func() error { return db.Update(func(tx *bolt.Tx) error { return prepare(tx, path) }) }); err != nil {
-		db.Close()
-		if _, ok := err.(panicError); ok {
-			return nil, notAStore(path, err)
-		}
-		return nil, err
-	}
-	return &BoltStore{db: db, memLimits: newMemLimits(time.Now), cache: make(map[Hash]Record)}, nil
 }
 
 // panicError carries a panic from bbolt, which panics rather than returning an error on some damaged files (a
@@ -167,27 +199,15 @@ func noPanic(f func() error) (err error) {
 }
 
 // prepare lays out a new store, or checks that an existing file is one of ours and brings it up to the newest
-// schema this code knows. It refuses a newer schema: this code would misread the file.
+// schema this code knows.
 func prepare(tx *bolt.Tx, path string) error {
-	current := 0
-	meta := tx.Bucket(bucketMeta)
-	if meta == nil {
-		if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errors.New("it holds data but no cproxy schema version") }); err != nil {
-			return notAStore(path, err)
-		}
-		var err error
-		if meta, err = tx.CreateBucket(bucketMeta); err != nil {
-			return fmt.Errorf("initialise token store %s: %w", path, err)
-		}
-	} else {
-		v, err := strconv.Atoi(string(meta.Get(keySchema)))
-		if err != nil || v < 1 {
-			return notAStore(path, errors.New("missing or invalid schema version"))
-		}
-		current = v
+	current, err := schemaOf(tx, path)
+	if err != nil {
+		return err
 	}
-	if current > BoltSchemaVersion() {
-		return fmt.Errorf("%w: %s is at schema %d; this cproxy knows up to %d", ErrNewerSchema, path, current, BoltSchemaVersion())
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return fmt.Errorf("initialise token store %s: %w", path, err)
 	}
 	for _, m := range boltMigrations[current:] {
 		if err := m.apply(tx); err != nil {
@@ -203,6 +223,26 @@ func prepare(tx *bolt.Tx, path string) error {
 		return notAStore(path, errors.New("missing buckets"))
 	}
 	return nil
+}
+
+// schemaOf returns the schema version the store file records, 0 for a new, empty file. It refuses a file that is
+// not a store of ours, and one at a newer schema than this code knows, which it would misread.
+func schemaOf(tx *bolt.Tx, path string) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errors.New("it holds data but no cproxy schema version") }); err != nil {
+			return 0, notAStore(path, err)
+		}
+		return 0, nil
+	}
+	v, err := strconv.Atoi(string(meta.Get(keySchema)))
+	if err != nil || v < 1 {
+		return 0, notAStore(path, errors.New("missing or invalid schema version"))
+	}
+	if v > BoltSchemaVersion() {
+		return 0, fmt.Errorf("%w: %s is at schema %d; this cproxy knows up to %d", ErrNewerSchema, path, v, BoltSchemaVersion())
+	}
+	return v, nil
 }
 
 func notAStore(path string, err error) error {
