@@ -47,6 +47,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			npmrcCommand(),
 			policyCommand(),
 			secretCommand(),
+			storeCommand(),
 			verifyCommand(),
 			versionCommand(),
 			completionCommand(),

@@ -177,6 +177,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"unixbridge":    cmdUnixBridge,
 			"gobuild":       gobuild,
 			"storeschema":   cmdStoreSchema,
+			"storechurn":    cmdStoreChurn,
 		},
 	}
 }
@@ -962,4 +963,30 @@ func cmdStoreSchema(ts *testscript.TestScript, neg bool, args []string) {
 	}))
 	ts.Setenv("SCHEMA_KNOWN", strconv.Itoa(tokens.BoltSchemaVersion()))
 	ts.Setenv("SCHEMA_NEWER", newer)
+}
+
+// storechurn FILE N: in the embedded token store FILE (not in use), mint N
+// tokens that have expired, each with 8 KiB of values, then prune them: the
+// file grows by their size and keeps it.
+func cmdStoreChurn(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: storechurn FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	s, err := tokens.OpenBolt(ts.MkAbs(args[0]))
+	ts.Check(err)
+	defer s.Close()
+	ctx := context.Background()
+	dead := time.Now().Add(-time.Hour)
+	for range n {
+		tok, err := tokens.New()
+		ts.Check(err)
+		ts.Check(s.Create(ctx, tok.Hash(), tokens.Record{Sandbox: "churn", CreatedAt: dead, ExpiresAt: dead, Values: make([]byte, 8<<10)}))
+	}
+	pruned, err := s.Prune(ctx, time.Now(), n)
+	ts.Check(err)
+	if len(pruned) != n {
+		ts.Fatalf("pruned %d of %d tokens", len(pruned), n)
+	}
 }
