@@ -15,7 +15,10 @@ import (
 )
 
 // Config is the serve config file. Every field has a default (see Default); a file
-// sets only what it changes.
+// sets only what it changes. A path the file sets (the policy, the ready file, the
+// sockets, the store, the audit file, the keyring's folder, a file: credential) may
+// start with ~/ and hold $NAME or ${NAME}: LoadConfig expands them from the
+// environment, then resolves the path against the config file's directory.
 type Config struct {
 	// Policy is the policy file. In the file it is relative to the config file's
 	// directory; LoadConfig stores it resolved (joined with that directory), as
@@ -463,6 +466,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	c.Path = file
 	c.explicit = d.named
 	c.ix = ix
+	c.expandPaths(d)
 	c.validate(d)
 
 	dir := filepath.Dir(file)

@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"os"
+	"regexp"
+	"strings"
+)
+
+// pathVarRE is a variable in a config path, $NAME or ${NAME}, as a shell
+// writes it.
+var pathVarRE = regexp.MustCompile(`\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)`)
+
+// expandPaths expands a leading ~/ and every $NAME or ${NAME} in the paths
+// the file sets, as a shell would, so that a config can say where a path is
+// the way the docs give the defaults ("$XDG_STATE_HOME/cproxy/cproxy.db",
+// "~/.local/share/cproxy/keyring"). It runs before the paths are checked
+// and resolved against the config file's directory. A variable that is
+// unset or empty is a problem naming it and the key: a path that quietly
+// lost its first part would land somewhere else, relative to the config.
+// The defaults, flags and environment overrides are not expanded: they
+// are absolute, or a shell has expanded them already.
+func (c *Config) expandPaths(d *decoder) {
+	for _, v := range []struct {
+		key    path
+		value  *string
+		prefix string // what comes before the path: a credential source's "file:", a socket's "unix:"
+	}{
+		{keyPath("policy"), &c.Policy, ""},
+		{keyPath("listen", "proxy"), &c.Listen.Proxy, UnixPrefix},
+		{keyPath("listen", "ready_file"), &c.Listen.ReadyFile, ""},
+		{keyPath("listen", "sandbox_sockets"), &c.Listen.SandboxSockets, ""},
+		{keyPath("store", "path"), &c.Store.Path, ""},
+		{keyPath("store", "dsn"), &c.Store.DSN, "file:"},
+		{keyPath("log", "audit"), &c.Log.Audit, ""},
+		{keyPath("keyring", "file_dir"), &c.Keyring.FileDir, ""},
+		{keyPath("upstream", "anthropic", "credential"), &c.Upstream.Anthropic.Credential, "file:"},
+		{keyPath("upstream", "github", "credential"), &c.Upstream.GitHub.Credential, "file:"},
+		{keyPath("upstream", "npm", "credential"), &c.Upstream.NPM.Credential, "file:"},
+	} {
+		if d.named[v.key.String()] {
+			*v.value = expandPath(d, v.key, *v.value, v.prefix)
+		}
+	}
+	for _, name := range sortedKeys(c.Relays) {
+		r := c.Relays[name]
+		for _, h := range sortedKeys(r.Headers) {
+			rh := r.Headers[h]
+			rh.Credential = expandPath(d, keyPath("relay", name, "headers", h, "credential"), rh.Credential, "file:")
+			r.Headers[h] = rh
+		}
+	}
+}
+
+// expandPath expands the path in value after prefix, or reports why it
+// cannot and returns value as it is. A message names the variable, never
+// the value: a credential's value may be a pasted secret.
+func expandPath(d *decoder, p path, value, prefix string) string {
+	s, ok := strings.CutPrefix(value, prefix)
+	if !ok || !strings.ContainsAny(s, "~$") {
+		return value
+	}
+	const fix = "(set it, or write the path without it)"
+	home := ""
+	if rest, ok := strings.CutPrefix(s, "~"); ok {
+		if rest != "" && !strings.HasPrefix(rest, "/") {
+			d.atValue(p, "%s: only ~/ is expanded, not ~NAME (write the path in full)", p)
+			return value
+		}
+		if home = os.Getenv("HOME"); home == "" {
+			d.atValue(p, "%s: $HOME is not set, for ~/ %s", p, fix)
+			return value
+		}
+		s = rest
+	}
+	if strings.Count(s, "$") != len(pathVarRE.FindAllStringIndex(s, -1)) {
+		d.atValue(p, "%s: a $ that does not start $NAME or ${NAME} (a path cannot hold a $ of its own)", p)
+		return value
+	}
+	unset := false
+	s = pathVarRE.ReplaceAllStringFunc(s, func(v string) string {
+		name := strings.Trim(v, "${}")
+		val := os.Getenv(name)
+		if val == "" {
+			d.atValue(p, "%s: $%s is not set %s", p, name, fix)
+			unset = true
+		}
+		return val
+	})
+	if unset {
+		return value
+	}
+	return prefix + home + s
+}
