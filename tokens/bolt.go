@@ -92,6 +92,9 @@ type BoltStore struct {
 	mu    sync.RWMutex
 	cache map[Hash]Record
 	gen   uint64 // bumped by every revocation
+
+	pruneMu   sync.Mutex
+	pruneFrom []byte // the key Prune's next scan starts from (pruneScan); nil: the first
 }
 
 // cacheLimit bounds the records kept in memory; past it the cache starts again empty.
@@ -559,25 +562,25 @@ func decodeRecord(v []byte, r *Record) error {
 	return nil
 }
 
-// Prune finds the dead tokens in a read transaction, which holds up nobody, and deletes them in a write
-// transaction as short as the batch. Rates and slots are in this process's memory; they go too.
+// Prune finds the dead tokens in a read transaction, which holds up nobody, reading on from where the call
+// before stopped (pruneScan), and deletes them in a write transaction as short as the batch. Rates and slots are
+// in this process's memory; they go too.
 func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	var found []Hash
+	s.pruneMu.Lock()
+	from := s.pruneFrom
+	s.pruneMu.Unlock()
 	err := s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketTokens).Cursor()
-		for k, v := c.First(); k != nil && len(found) < limit; k, v = c.Next() {
-			var r Record
-			if err := decodeRecord(v, &r); err != nil {
-				return err
-			}
-			if r.prunable(cutoff) {
-				found = append(found, Hash(k))
-			}
-		}
-		return nil
+		var next []byte
+		var err error
+		found, next, _, err = pruneScan(tx.Bucket(bucketTokens), from, cutoff, limit)
+		s.pruneMu.Lock()
+		s.pruneFrom = next
+		s.pruneMu.Unlock()
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("prune tokens: %w", err)
@@ -628,6 +631,43 @@ func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]R
 	s.mu.Unlock()
 	s.forget(pruned)
 	return pruned, nil
+}
+
+// pruneScan returns the keys of at most limit records of b prunable at cutoff, reading from the key from (nil:
+// the first) to the last and then from the first up to from, the key the next scan is to start from (nil once it
+// read them all), and how many records it read. Each Prune scan starting where the last stopped, a backlog of
+// dead tokens costs one pass over the store however many batches it takes, where scans that each started at the
+// first key would read the live tokens before it again for every batch.
+func pruneScan(b *bolt.Bucket, from []byte, cutoff time.Time, limit int) (found []Hash, next []byte, read int, err error) {
+	c := b.Cursor()
+	k, v := c.First()
+	if from != nil {
+		k, v = c.Seek(from)
+	}
+	wrapped := from == nil
+	for {
+		switch {
+		case k == nil && wrapped:
+			return found, nil, read, nil
+		case k == nil:
+			wrapped = true
+			k, v = c.First()
+			continue
+		case wrapped && from != nil && bytes.Compare(k, from) >= 0:
+			return found, nil, read, nil
+		case len(found) == limit:
+			return found, bytes.Clone(k), read, nil
+		}
+		read++
+		var r Record
+		if err := decodeRecord(v, &r); err != nil {
+			return nil, nil, read, err
+		}
+		if r.prunable(cutoff) {
+			found = append(found, Hash(k))
+		}
+		k, v = c.Next()
+	}
 }
 
 // usageKeysOf returns the keys of b that hold token id's usage: id itself and id/DAY (UsageKey). Every token

@@ -442,3 +442,110 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	})
 }
+
+// Each Prune call takes up the scan where the one before stopped, so that
+// a backlog of dead tokens costs one pass over the store, not a pass per
+// batch; it goes round to the start, so tokens before where it stopped
+// (dead since, or minted in between) are not missed.
+func TestBoltPruneResumes(t *testing.T) {
+	s, _ := openTemp(t)
+	cutoff := t0.Add(2 * time.Hour)
+	live := map[Hash]bool{}
+	for i := range 40 {
+		h := issue(t, s, "conv-1", t0)
+		if i%2 == 0 {
+			// Live long after the cutoff.
+			if err := s.db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket(bucketTokens).Put(h[:], []byte(`{"id":"`+h.ID()+`","sandbox":"conv-1","expires_at":"2100-01-01T00:00:00Z"}`))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			live[h] = true
+		}
+	}
+	first, err := s.Prune(ctx, cutoff, 3)
+	if err != nil || len(first) != 3 {
+		t.Fatalf("first batch: %d, %v", len(first), err)
+	}
+	// More dead tokens, wherever their hashes fall.
+	for range 10 {
+		issue(t, s, "conv-2", t0)
+	}
+	total := len(first)
+	for {
+		pruned, err := s.Prune(ctx, cutoff, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(pruned)
+		if len(pruned) < 3 {
+			break
+		}
+	}
+	if total != 30 {
+		t.Errorf("pruned %d of 30 dead tokens", total)
+	}
+	n, _, err := s.Prunable(ctx, cutoff, 1)
+	if err != nil || n != 0 {
+		t.Errorf("after the batches, %d prunable left, %v", n, err)
+	}
+	for h := range live {
+		if _, err := s.Lookup(ctx, h); err != nil {
+			t.Errorf("a live token went: %v", err)
+		}
+	}
+}
+
+// Scans that each start where the one before stopped read the store about
+// once between them, however many batches a backlog of dead tokens takes:
+// the batches' pass, and the last scan's round to where it began (so that
+// a scan that finds fewer than its limit has read every record).
+func TestBoltPruneScanOnePass(t *testing.T) {
+	s, _ := openTemp(t)
+	cutoff := t0.Add(2 * time.Hour)
+	dead := 0
+	for i := range 120 {
+		h := issue(t, s, "conv-1", t0)
+		if i%3 == 0 {
+			dead++
+			continue
+		}
+		if err := s.db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketTokens).Put(h[:], []byte(`{"id":"`+h.ID()+`","sandbox":"conv-1","expires_at":"2100-01-01T00:00:00Z"}`))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var from []byte
+	total, read := 0, 0
+	for {
+		var found []Hash
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketTokens)
+			var n int
+			var err error
+			found, from, n, err = pruneScan(b, from, cutoff, 3)
+			read += n
+			for _, h := range found {
+				if err := b.Delete(h[:]); err != nil {
+					return err
+				}
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(found)
+		if len(found) < 3 {
+			break
+		}
+	}
+	if total != dead {
+		t.Errorf("the scans found %d of %d dead tokens", total, dead)
+	}
+	// Scans that each began at the first key would read about 900.
+	if read > 2*120 {
+		t.Errorf("the scans read %d records of 120 in %d batches; want at most two passes", read, (dead+2)/3)
+	}
+}
