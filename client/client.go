@@ -14,9 +14,11 @@
 //     "bind", "socket", "values"}.
 //   - DELETE /tokens?sandbox=ID answers 204, also when there is nothing to
 //     revoke.
-//   - GET /tokens[?sandbox=ID] answers 200 and {"tokens": [{"id", "sandbox",
-//     "profile", "created_at", "expires_at", "revoked_at", "source", "bind",
-//     "state", "budget", "usage"}]}, in order of their id.
+//   - GET /tokens[?sandbox=ID][&state=S][&limit=N][&cursor=C] answers 200
+//     and {"tokens": [{"id", "sandbox", "profile", "created_at",
+//     "expires_at", "revoked_at", "source", "bind", "state", "budget",
+//     "usage"}], "next"}: one page, in order of their id, with the cursor
+//     of the next page in "next" (absent on the last).
 //   - POST /tokens/prune[?dry_run=1][&older_than=D] answers 200 and
 //     {"dry_run", "before", "count", "tokens"}.
 //   - GET /healthz answers 200.
@@ -264,21 +266,71 @@ func (c *Client) Revoke(ctx context.Context, sandbox string) error {
 	return c.do(ctx, http.MethodDelete, "/tokens", url.Values{"sandbox": {sandbox}}, nil, http.StatusNoContent, nil)
 }
 
-// List returns the tokens of sandbox, or of every sandbox when sandbox is
-// empty (GET /tokens), in order of their ID, revoked and expired ones
-// included.
-func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) {
+// MaxListLimit is the most tokens a page of ListPage may ask for.
+const MaxListLimit = 1000
+
+// ListOptions choose a page of ListPage. Every zero value leaves its
+// parameter out.
+type ListOptions struct {
+	// Sandbox lists only that sandbox's tokens. Empty: every sandbox's.
+	Sandbox string
+	// State lists only the tokens in that state now: StateLive,
+	// StateExpired or StateRevoked. Empty: every state.
+	State string
+	// Limit is the most tokens the page holds, 1 to MaxListLimit. Zero:
+	// cproxy's default, 100.
+	Limit int
+	// Cursor is the Next of the page before. Empty: the first page.
+	Cursor string
+}
+
+// TokenPage is one page of tokens.
+type TokenPage struct {
+	Tokens []TokenInfo `json:"tokens"`
+	// Next is the Cursor of the next page. Empty: this page is the last.
+	Next string `json:"next,omitempty"`
+}
+
+// ListPage returns one page of tokens (GET /tokens), in order of their ID,
+// revoked and expired ones included unless opts.State says otherwise. Pass
+// its Next as the next call's Cursor, with the same filters, until Next is
+// empty: a token there from the first page to the last is listed exactly
+// once, and one minted meanwhile at most once.
+func (c *Client) ListPage(ctx context.Context, opts ListOptions) (TokenPage, error) {
 	q := url.Values{}
-	if sandbox != "" {
-		q.Set("sandbox", sandbox)
+	for k, v := range map[string]string{"sandbox": opts.Sandbox, "state": opts.State, "cursor": opts.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
-	var out struct {
-		Tokens []TokenInfo `json:"tokens"`
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
 	}
+	var out TokenPage
 	if err := c.do(ctx, http.MethodGet, "/tokens", q, nil, http.StatusOK, &out); err != nil {
-		return nil, err
+		return TokenPage{}, err
 	}
-	return out.Tokens, nil
+	return out, nil
+}
+
+// List returns every token of sandbox, or of every sandbox when sandbox is
+// empty, in order of their ID, revoked and expired ones included: the pages
+// of ListPage, all held at once. For a store of many tokens, or to keep
+// only some, call ListPage instead.
+func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) {
+	var all []TokenInfo
+	opts := ListOptions{Sandbox: sandbox, Limit: MaxListLimit}
+	for {
+		page, err := c.ListPage(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Tokens...)
+		if page.Next == "" {
+			return all, nil
+		}
+		opts.Cursor = page.Next
+	}
 }
 
 // PruneOptions are the optional parameters of Prune. Every zero value

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/client"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 func newClient(t *testing.T) *client.Client {
@@ -238,6 +239,96 @@ func TestList(t *testing.T) {
 	}
 	_, err = c.List(ctx, "-bad")
 	apiError(t, err, 400, `invalid sandbox id "-bad"`)
+}
+
+func TestListPage(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	minted := map[string]string{} // id: sandbox
+	for i := range 7 {
+		tok, err := c.CreateToken(ctx, fmt.Sprintf("conv-p%d", i%2), client.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		minted[tok.ID] = tok.Sandbox
+	}
+	if err := c.Revoke(ctx, "conv-p1"); err != nil {
+		t.Fatal(err)
+	}
+	walk := func(opts client.ListOptions) []client.TokenInfo {
+		var all []client.TokenInfo
+		for pages := 0; ; pages++ {
+			page, err := c.ListPage(ctx, opts)
+			if err != nil {
+				t.Fatalf("ListPage(%+v): %v", opts, err)
+			}
+			if opts.Limit > 0 && len(page.Tokens) > opts.Limit || pages > 10 {
+				t.Fatalf("ListPage(%+v) = %d tokens, page %d", opts, len(page.Tokens), pages)
+			}
+			all = append(all, page.Tokens...)
+			if page.Next == "" {
+				return all
+			}
+			opts.Cursor = page.Next
+		}
+	}
+	all := walk(client.ListOptions{Limit: 2})
+	if len(all) != 7 {
+		t.Fatalf("pages of 2: %d tokens, want 7", len(all))
+	}
+	for i, info := range all {
+		if minted[info.ID] != info.Sandbox || i > 0 && all[i-1].ID >= info.ID {
+			t.Errorf("token %d: %+v (the one before: %s)", i, info, all[i-1].ID)
+		}
+	}
+	for _, f := range []struct {
+		opts client.ListOptions
+		want int
+	}{
+		{client.ListOptions{Sandbox: "conv-p0"}, 4},
+		{client.ListOptions{State: client.StateRevoked, Limit: 1}, 3},
+		{client.ListOptions{Sandbox: "conv-p0", State: client.StateLive, Limit: 3}, 4},
+		{client.ListOptions{Sandbox: "conv-p1", State: client.StateLive}, 0},
+	} {
+		got := walk(f.opts)
+		for _, info := range got {
+			if f.opts.Sandbox != "" && info.Sandbox != f.opts.Sandbox || f.opts.State != "" && info.State != f.opts.State {
+				t.Errorf("ListPage(%+v) listed %+v", f.opts, info)
+			}
+		}
+		if len(got) != f.want {
+			t.Errorf("ListPage(%+v): %d tokens, want %d", f.opts, len(got), f.want)
+		}
+	}
+	_, err := c.ListPage(ctx, client.ListOptions{Limit: client.MaxListLimit + 1})
+	apiError(t, err, 400, `invalid limit "1001": a whole number from 1 to 1000`)
+	_, err = c.ListPage(ctx, client.ListOptions{State: "dead"})
+	apiError(t, err, 400, `invalid state "dead": live, expired or revoked`)
+	_, err = c.ListPage(ctx, client.ListOptions{Cursor: "page-2"})
+	apiError(t, err, 400, `invalid cursor "page-2"`)
+}
+
+// List follows the pages: it returns every token, past a page's most.
+func TestListEveryPage(t *testing.T) {
+	adminURL, store, stop := startCproxyStore()
+	t.Cleanup(stop)
+	c, err := client.New(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = client.MaxListLimit*2 + 1
+	recs := map[tokens.Hash]tokens.Record{}
+	now := time.Now()
+	for i := range n {
+		recs[tokens.Hash{byte(i >> 8), byte(i), 1}] = tokens.Record{Sandbox: "conv-many", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	}
+	if err := store.CreateAll(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := c.List(context.Background(), "conv-many")
+	if err != nil || len(infos) != n {
+		t.Fatalf("List = %d tokens, %v; want %d", len(infos), err, n)
+	}
 }
 
 func TestHealth(t *testing.T) {

@@ -318,35 +318,69 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// The page sizes of GET /tokens.
+const (
+	// DefaultListLimit is the page size without limit=.
+	DefaultListLimit = 100
+	// MaxListLimit is the most limit= may ask for: a page is held in
+	// memory, and its answer written, whole.
+	MaxListLimit = 1000
+)
+
+// TokenList is the answer to GET /tokens: one page of tokens.
+type TokenList struct {
+	Tokens []TokenInfo `json:"tokens"`
+	// Next is the cursor= of the next page; absent on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// listTokens answers one page of tokens, in the store's order (by id),
+// from where cursor= points, so that neither the store nor this answer
+// holds more than limit= tokens however many the store keeps.
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
-	q, ok := adminQuery(w, r, "sandbox")
+	q, ok := adminQuery(w, r, "sandbox", "state", "limit", "cursor")
 	if !ok {
 		return
 	}
-	sandbox := q.Get("sandbox")
-	if sandbox != "" && !tokens.ValidSandboxID(sandbox) {
-		adminError(w, http.StatusBadRequest, sandboxIDHint(sandbox))
+	lq := tokens.ListQuery{After: q.Get("cursor"), Limit: DefaultListLimit, Sandbox: q.Get("sandbox"), State: tokens.State(q.Get("state")), Now: s.now()}
+	if lq.Sandbox != "" && !tokens.ValidSandboxID(lq.Sandbox) {
+		adminError(w, http.StatusBadRequest, sandboxIDHint(lq.Sandbox))
 		return
 	}
-	now := s.now()
-	out := []TokenInfo{}
-	err := tokens.Walk(r.Context(), s.store, tokens.ListQuery{Sandbox: sandbox}, func(rec tokens.Record) error {
-		info := TokenInfo{Record: rec, State: string(rec.StateAt(now))}
+	if v := q.Get("state"); v != "" && !slices.Contains(tokens.States, lq.State) {
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid state %q: live, expired or revoked", clip(v, 32)))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", clip(v, 32), MaxListLimit))
+			return
+		}
+		lq.Limit = n
+	}
+	page, err := s.store.List(r.Context(), lq)
+	if errors.Is(err, tokens.ErrBadCursor) {
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid cursor %q: pass the next of the page before, unchanged", clip(lq.After, 32)))
+		return
+	}
+	if err != nil {
+		s.log.Error("listing tokens failed", "err", err)
+		adminError(w, http.StatusServiceUnavailable, "the token store failed")
+		return
+	}
+	out := TokenList{Tokens: make([]TokenInfo, 0, len(page.Records)), Next: page.Next}
+	for _, rec := range page.Records {
+		info := TokenInfo{Record: rec, State: string(rec.StateAt(lq.Now))}
 		if b := s.tokenBudget(rec); !b.IsZero() {
 			info.Budget = &b
 			if u, ok := s.budgets.usage(r.Context(), rec.ID, b); ok {
 				info.Usage = &u
 			}
 		}
-		out = append(out, info)
-		return nil
-	})
-	if err != nil {
-		s.log.Error("listing tokens failed", "err", err)
-		adminError(w, http.StatusServiceUnavailable, "the token store failed")
-		return
+		out.Tokens = append(out.Tokens, info)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	writeJSON(w, http.StatusOK, out)
 }
 
 // tokenBudget is the budget that applies to rec now: its profile's, with

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -213,16 +214,29 @@ func (a *adminClient) revoke(sandbox string) error {
 	return a.do(http.MethodDelete, "/tokens", url.Values{"sandbox": {sandbox}}, http.StatusNoContent, nil)
 }
 
-func (a *adminClient) list(sandbox string) ([]routes.TokenInfo, error) {
-	q := url.Values{}
-	if sandbox != "" {
-		q.Set("sandbox", sandbox)
-	}
-	var out struct {
-		Tokens []routes.TokenInfo `json:"tokens"`
-	}
+// list asks GET /tokens for the page q names (sandbox, state, limit,
+// cursor).
+func (a *adminClient) list(q url.Values) (routes.TokenList, error) {
+	var out routes.TokenList
 	err := a.do(http.MethodGet, "/tokens", q, http.StatusOK, &out)
-	return out.Tokens, err
+	return out, err
+}
+
+// liveTokens returns the live tokens of sandbox, page after page.
+func (a *adminClient) liveTokens(sandbox string) ([]routes.TokenInfo, error) {
+	var all []routes.TokenInfo
+	q := url.Values{"sandbox": {sandbox}, "state": {string(tokens.StateLive)}, "limit": {strconv.Itoa(routes.MaxListLimit)}}
+	for {
+		page, err := a.list(q)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Tokens...)
+		if page.Next == "" {
+			return all, nil
+		}
+		q.Set("cursor", page.Next)
+	}
 }
 
 // prune asks POST /tokens/prune; an empty olderThan leaves it to the

@@ -155,6 +155,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			},
 			"fakeanswers":   cmdFakeAnswers,
 			"capture":       cmdCapture,
+			"filltokens":    cmdFillTokens,
 			"sighup":        cmdSighup,
 			"waitlog":       cmdWaitLog,
 			"bigbody":       cmdBigBody,
@@ -479,6 +480,29 @@ func goBuilder(t *testing.T, repo string) func(ts *testscript.TestScript, neg bo
 		ts.Check(err)
 		ts.Setenv(args[1], path)
 	}
+}
+
+// filltokens FILE N: write N tokens into a new embedded store FILE, before
+// serve opens it. Token i's id is tok_ and i as four hex digits then eight
+// zeros (tok_00ff00000000 is token 255); it is in sandbox bulk-(i%4),
+// revoked when i%3 is 1, expired when i%3 is 2, else live for an hour.
+func cmdFillTokens(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: filltokens FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	now := time.Now().UTC()
+	ts.Check(fillStore(ts.MkAbs(args[0]), n, func(i int) (tokens.Hash, tokens.Record) {
+		r := tokens.Record{Sandbox: fmt.Sprintf("bulk-%d", i%4), CreatedAt: now.Add(-time.Hour), ExpiresAt: now.Add(time.Hour)}
+		switch i % 3 {
+		case 1:
+			r.RevokedAt = now.Add(-time.Minute)
+		case 2:
+			r.ExpiresAt = now.Add(-time.Minute)
+		}
+		return tokens.Hash{byte(i >> 8), byte(i)}, r
+	}))
 }
 
 // capture VAR [REGEXP]: set VAR to the last command's stdout, trimmed, or

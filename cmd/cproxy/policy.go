@@ -163,7 +163,7 @@ Examples:
 			// named (--admin, CPROXY_ADMIN_URL) or its config is given.
 			if c.IsSet("admin") || o.configFile != "" {
 				if admin, err := newAdminClient(c); err == nil {
-					o.tokens = admin.list
+					o.tokens = admin.liveTokens
 				}
 			}
 			allowed, err := runExplain(o, c.App.Writer)
@@ -192,8 +192,8 @@ type explainOptions struct {
 	relay        string
 	method, path string
 
-	// tokens lists the sandbox's tokens from a running cproxy, for the
-	// budget left; nil when there is none to ask.
+	// tokens lists the sandbox's live tokens from a running cproxy, for
+	// the budget left; nil when there is none to ask.
 	tokens func(sandbox string) ([]routes.TokenInfo, error)
 }
 

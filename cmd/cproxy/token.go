@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,51 +84,19 @@ Examples:
 			{
 				Name:  "list",
 				Usage: "list tokens (never their values)",
-				Description: `Examples:
+				Description: `Lists the tokens in order of their id, a page at a time as the admin API answers them, so
+that a store of any size is listed without holding it all.
+
+Examples:
 
    cproxy token list
-   cproxy token list --sandbox conv-42 --json`,
+   cproxy token list --sandbox conv-42 --json
+   cproxy token list --state live --limit 20`,
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(),
+					&cli.StringFlag{Name: "state", Usage: "only tokens in `STATE`: live, expired or revoked"},
+					&cli.IntFlag{Name: "limit", Usage: "list at most `N` tokens (default: every one)"},
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
-				Action: adminAction(false, func(c *cli.Context, admin *adminClient, sandbox string) error {
-					toks, err := admin.list(sandbox)
-					if err != nil {
-						return err
-					}
-					if c.Bool("json") {
-						return printJSON(c, toks)
-					}
-					// A BOUND column only when a token is bound, so the
-					// table of a cproxy that binds nothing stays as it was.
-					bound := slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Source != "" || t.Bind != "" })
-					// Likewise USAGE, for tokens with a budget that meters.
-					metered := slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Usage != nil })
-					tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-					header := "ID\tSANDBOX\tPROFILE\tSTATE\tCREATED\tEXPIRES"
-					if bound {
-						header += "\tBOUND"
-					}
-					if metered {
-						header += "\tUSAGE"
-					}
-					fmt.Fprintln(tw, header)
-					for _, t := range toks {
-						profile := t.Profile
-						if profile == "" {
-							profile = "-"
-						}
-						line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", t.ID, t.Sandbox, profile, t.State,
-							t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
-						if bound {
-							line += "\t" + boundTo(t.Record)
-						}
-						if metered {
-							line += "\t" + usageOf(t)
-						}
-						fmt.Fprintln(tw, line)
-					}
-					return tw.Flush()
-				}),
+				Action: adminAction(false, listTokens),
 			},
 			pruneCommand(),
 		},
@@ -255,4 +227,130 @@ func printJSON(c *cli.Context, v any) error {
 	enc := json.NewEncoder(c.App.Writer)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// listTokens prints the tokens --sandbox, --state and --limit ask for, each
+// page as it comes, following the admin API's cursors: it never holds more
+// than a page.
+func listTokens(c *cli.Context, admin *adminClient, sandbox string) error {
+	state, limit := c.String("state"), c.Int("limit")
+	if state != "" && !slices.Contains(tokens.States, tokens.State(state)) {
+		return fail("--state is live, expired or revoked", "invalid state %q", state)
+	}
+	if limit < 0 {
+		return fail("--limit 0, or none, lists every token", "invalid --limit %d", limit)
+	}
+	q := url.Values{}
+	if sandbox != "" {
+		q.Set("sandbox", sandbox)
+	}
+	if state != "" {
+		q.Set("state", state)
+	}
+	out := tokenPrinter{w: c.App.Writer, json: c.Bool("json")}
+	for listed := 0; ; {
+		size := routes.MaxListLimit
+		if limit > 0 {
+			size = min(size, limit-listed)
+		}
+		q.Set("limit", strconv.Itoa(size))
+		page, err := admin.list(q)
+		if err != nil {
+			return err
+		}
+		// A page may run past its limit (tokens that share an id).
+		toks := page.Tokens[:min(len(page.Tokens), size)]
+		listed += len(toks)
+		more := page.Next != "" && (limit == 0 || listed < limit)
+		if err := out.page(toks, !more); err != nil {
+			return err
+		}
+		if !more {
+			if page.Next != "" {
+				fmt.Fprintf(c.App.ErrWriter, "cproxy: listed the first %d tokens (--limit %d); there are more\n", listed, limit)
+			}
+			return nil
+		}
+		q.Set("cursor", page.Next)
+	}
+}
+
+// tokenPrinter prints a listing of tokens a page at a time: a JSON array,
+// or a table whose columns are aligned within each page.
+type tokenPrinter struct {
+	w    io.Writer
+	json bool
+
+	pages          int
+	printed        int
+	bound, metered bool // the table has a BOUND, a USAGE column
+}
+
+// page prints toks, the next page of the listing; last says it ends it.
+func (p *tokenPrinter) page(toks []routes.TokenInfo, last bool) error {
+	defer func() { p.pages++ }()
+	if p.json {
+		return p.pageJSON(toks, last)
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+	if p.pages == 0 {
+		// A BOUND column only when a token is bound, so the table of a
+		// cproxy that binds nothing stays as it was; likewise USAGE, for
+		// tokens with a budget that meters. Past one page, both, as
+		// later pages may need them.
+		p.bound = !last || slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Source != "" || t.Bind != "" })
+		p.metered = !last || slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Usage != nil })
+		header := "ID\tSANDBOX\tPROFILE\tSTATE\tCREATED\tEXPIRES"
+		if p.bound {
+			header += "\tBOUND"
+		}
+		if p.metered {
+			header += "\tUSAGE"
+		}
+		fmt.Fprintln(tw, header)
+	}
+	for _, t := range toks {
+		profile := t.Profile
+		if profile == "" {
+			profile = "-"
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", t.ID, t.Sandbox, profile, t.State,
+			t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
+		if p.bound {
+			line += "\t" + boundTo(t.Record)
+		}
+		if p.metered {
+			line += "\t" + usageOf(t)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+// pageJSON writes toks as the next elements of one JSON array, indented
+// as printJSON indents it.
+func (p *tokenPrinter) pageJSON(toks []routes.TokenInfo, last bool) error {
+	var b bytes.Buffer
+	for _, t := range toks {
+		v, err := json.MarshalIndent(t, "  ", "  ")
+		if err != nil {
+			return err
+		}
+		if p.printed == 0 {
+			b.WriteString("[\n  ")
+		} else {
+			b.WriteString(",\n  ")
+		}
+		b.Write(v)
+		p.printed++
+	}
+	if last {
+		if p.printed == 0 {
+			b.WriteString("[]\n")
+		} else {
+			b.WriteString("\n]\n")
+		}
+	}
+	_, err := p.w.Write(b.Bytes())
+	return err
 }
