@@ -94,7 +94,7 @@ Examples:
    cproxy token list --state live --limit 20`,
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(),
 					&cli.StringFlag{Name: "state", Usage: "only tokens in `STATE`: live, expired or revoked"},
-					&cli.IntFlag{Name: "limit", Usage: "list at most `N` tokens (default: every one)"},
+					&cli.IntFlag{Name: "limit", Usage: "list at most `N` tokens, 0 for all", DefaultText: "all"},
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: adminAction(false, listTokens),
 			},
@@ -267,7 +267,7 @@ func listTokens(c *cli.Context, admin *adminClient, sandbox string) error {
 		}
 		if !more {
 			if page.Next != "" {
-				fmt.Fprintf(c.App.ErrWriter, "cproxy: listed the first %d tokens (--limit %d); there are more\n", listed, limit)
+				fmt.Fprintf(c.App.ErrWriter, "cproxy: --limit %d reached; there are more tokens\n", limit)
 			}
 			return nil
 		}
