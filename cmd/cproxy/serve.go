@@ -273,11 +273,6 @@ func credentialError(cfg *policy.Config, key, source string, err error) error {
 func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) error {
 	setCPUs(cfg.Runtime.CPUs)
 	log, auditLog := newLoggers(cfg.Log, stderr)
-	auditFile, err := serveAuditLog(cfg, stdout, log)
-	if err != nil {
-		return err
-	}
-	defer auditFile.Close(auditFlushTimeout)
 	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
 	anthropic, github, npm, err := loadCredentials(cfg, loader, log)
 	if err != nil {
@@ -304,6 +299,14 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 		return err
 	}
 	defer store.Close()
+	// The audit file after the store: the store's lock is what tells a
+	// second cproxy on this config to stop, and it must stop before it
+	// takes the first one's run marker for a crash's.
+	auditFile, err := serveAuditLog(cfg, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer auditFile.Close(auditFlushTimeout)
 
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	newServer := func() *http.Server {
