@@ -115,7 +115,6 @@ func TestDocExamples(t *testing.T) {
 var pendingDocs = map[string]bool{
 	"docs/admin-api.md":      true,
 	"docs/metrics.md":        true,
-	"docs/operations.md":     true,
 	"docs/relays.md":         true,
 	"docs/replicas.md":       true,
 	"docs/security-tests.md": true,
@@ -689,7 +688,7 @@ func (r *docRun) startServe(ts *testscript.TestScript, where string, b docBlock)
 	if i := strings.LastIndex(last, "&& "); i >= 0 {
 		head, tail = last[:i+3], last[i+3:]
 	}
-	assign := regexp.MustCompile(`^((?:[A-Z_][A-Z0-9_]*=\S*\s+)*)(.*)$`).FindStringSubmatch(tail)
+	assign := regexp.MustCompile(`^\s*((?:[A-Z_][A-Z0-9_]*=\S*\s+)*)(.*)$`).FindStringSubmatch(tail)
 	lines[len(lines)-1] = head + assign[1] + "exec " + assign[2]
 	ready := filepath.Join(r.dir, fmt.Sprintf("ready-%d.json", b.line))
 	if m := readyFileRE.FindStringSubmatch(last); m != nil {
@@ -826,6 +825,7 @@ var docShapes = []struct {
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`), "TIME"},
 	{regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`), "UUID"},
 	{regexp.MustCompile(`\b(duration|bytes_in|bytes_out|pid|usage\.[a-z_]+)=[^ \n]+`), "$1=N"},
+	{regexp.MustCompile(`"(duration|duration_ms|bytes_in|bytes_out|pid|input_tokens|output_tokens|cache_read_input_tokens|cache_creation_input_tokens)":[0-9.]+`), `"$1":N`},
 	{regexp.MustCompile(`\b\d+\.\d+(ns|µs|us|ms|s)\b`), "DURATION"},
 }
 

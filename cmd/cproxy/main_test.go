@@ -153,7 +153,12 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"holdheaders": func(ts *testscript.TestScript, neg bool, args []string) {
 				*ts.Value("anthropicgate").(**fakes.Gate) = ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
 			},
-			"fakeanswers":   cmdFakeAnswers,
+			"fakeanswers": cmdFakeAnswers,
+			"stallstreams": func(ts *testscript.TestScript, neg bool, args []string) {
+				// stallstreams: the fake Anthropic API's later streams stop after their first
+				// three events until the client goes away, as a long answer would.
+				ts.Value("anthropic").(*fakes.Anthropic).StallStreams(3)
+			},
 			"capture":       cmdCapture,
 			"filltokens":    cmdFillTokens,
 			"sighup":        cmdSighup,
