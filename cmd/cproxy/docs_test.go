@@ -113,7 +113,6 @@ func TestDocExamples(t *testing.T) {
 // pendingDocs are the pages whose examples are not run yet. It shrinks to
 // nothing as each page's blocks are made to run or marked.
 var pendingDocs = map[string]bool{
-	"docs/admin-api.md":      true,
 	"docs/metrics.md":        true,
 	"docs/relays.md":         true,
 	"docs/replicas.md":       true,
@@ -603,10 +602,14 @@ func (r *docRun) runShell(ts *testscript.TestScript, b docBlock, hasOutput bool)
 	}
 	switch {
 	case b.kind == kindSession:
+		// Each command runs in the session's shell, its output through a
+		// file so that the next prompt starts a line of its own, as in a
+		// terminal, after output that does not end in a newline (curl's
+		// JSON). The status of each command is kept for a "$ echo $?".
+		out := shellQuote(filepath.Join(r.dir, "session.out"))
 		for _, c := range sessionCommands(b.text) {
-			// The echo keeps the status of the command before it, for
-			// a "$ echo $?".
-			fmt.Fprintf(&sh, "cproxy_doc_st=$?; printf '%%s\\n' %s; (exit $cproxy_doc_st)\n%s\n", shellQuote(c), r.commandText(ts, strings.TrimPrefix(c, "$ ")))
+			fmt.Fprintf(&sh, "cproxy_doc_st=$?; printf '%%s\\n' %s; (exit $cproxy_doc_st)\n{ %s\n} >%s 2>&1\n", shellQuote(c), r.commandText(ts, strings.TrimPrefix(c, "$ ")), out)
+			fmt.Fprintf(&sh, "cproxy_doc_st=$?; cat %s; test -z \"$(tail -c1 %s)\" || echo; (exit $cproxy_doc_st)\n", out, out)
 		}
 	case b.lang == "fish":
 		fmt.Fprintf(&sh, "fish -c %s\n", shellQuote(r.commandText(ts, b.text)))
