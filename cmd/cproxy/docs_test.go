@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -416,13 +417,33 @@ func (df *docFile) script(repo string) (string, error) {
 	return s.String(), nil
 }
 
+// The pages' ports come from below Linux's ephemeral range (32768 and up by
+// default): every page's ports are chosen before any page runs, and a port
+// the kernel handed out for a moment (to a listener on port 0, or to a
+// client's connection in another page) could be taken by then.
+const docPortMin, docPortMax = 20000, 32768
+
+// docPortsGiven are the ports freePort has handed out, so no two blocks
+// share one.
+var docPortsGiven = map[int]bool{}
+
+// freePort returns a loopback port below the ephemeral range that nothing
+// listens on now and that no other page was given.
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	for range 1000 {
+		port := docPortMin + rand.IntN(docPortMax-docPortMin)
+		if docPortsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		docPortsGiven[port] = true
+		return strconv.Itoa(port), nil
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+	return "", fmt.Errorf("no free port between %d and %d", docPortMin, docPortMax)
 }
 
 // docRun is the state of one page's run: its shell state file and the
