@@ -164,3 +164,27 @@ func newHashFor(t *testing.T) tokens.Hash {
 	}
 	return tok.Hash()
 }
+
+// busyStore is a store another replica is pruning: every Prune meets it.
+type busyStore struct{ tokens.Store }
+
+func (busyStore) Prune(context.Context, time.Time, int) ([]tokens.Record, error) {
+	return nil, tokens.ErrPruneBusy
+}
+
+// While another replica prunes, POST /tokens/prune answers 409 and says to
+// retry; serve's own runs skip quietly.
+func TestPruneTokensBusy(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.Store = busyStore{o.Store}
+		o.Retention = time.Hour
+		o.PruneInterval = time.Millisecond
+	})
+	code, _, body := e.adminCall("POST", "/tokens/prune")
+	if code != 409 || !strings.Contains(body, "another replica is pruning the token store now") || !strings.Contains(body, "retry") {
+		t.Errorf("prune while another replica prunes = %d %s; want 409 saying to retry", code, body)
+	}
+	if strings.Contains(e.logs.String(), `"level":"ERROR"`) {
+		t.Errorf("a busy store is logged as an error:\n%s", e.logs.String())
+	}
+}

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,6 +28,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // pgTestDatabase creates an empty database for t on CPROXY_TEST_PG_DSN's
@@ -579,6 +582,70 @@ func TestReplicaDatabaseRestart(t *testing.T) {
 		if !strings.Contains(r.s.stderr.String(), "token store look-up failed") {
 			t.Errorf("%s: no log line for the failed look-ups:\n%s", r.name, r.s.stderr.String())
 		}
+	}
+	checkNoPassword(t, dsn, a, b)
+}
+
+// Prune through one replica deletes a dead token minted and spent through
+// another, with its usage and rate rows in the database, and leaves a live
+// token's alone; the dead token stays refused.
+func TestReplicasPrune(t *testing.T) {
+	dsn := pgTestDatabase(t)
+	t.Setenv("CPROXY_PG_DSN", dsn)
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	pol := "[profile.default]\nmodels = [\"claude-*\"]\nbudget = { requests = 10, requests_per_minute = 100 }\n"
+	a, b := startReplicaWith(t, fake.URL, "", pol), startReplicaWith(t, fake.URL, "", pol)
+	old, live := a.mint("conv-old"), a.mint("conv-live")
+	for _, tok := range []string{old, live} {
+		if got := status(t, b, tok); got != 200 {
+			t.Fatalf("a model request through B: %d", got)
+		}
+	}
+	a.revoke("conv-old")
+
+	rows := func(tok string) int {
+		t.Helper()
+		parsed, err := tokens.Parse(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := parsed.Hash().ID()
+		conn, err := pgx.Connect(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(t.Context())
+		var n int
+		if err := conn.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM tokens WHERE id = $1)
+			+ (SELECT count(*) FROM usage WHERE split_part(key, '/', 1) = $1) + (SELECT count(*) FROM rates WHERE key = $1)`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if rows(old) != 3 || rows(live) != 3 {
+		t.Fatalf("rows before the prune: %d and %d; want a token, a usage and a rate row each", rows(old), rows(live))
+	}
+	resp, err := http.Post(b.admin+"/tokens/prune?older_than=0s", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out routes.PruneResult
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Count != 1 {
+		t.Fatalf("prune through B: %s %+v %v; want 1 pruned", resp.Status, out, err)
+	}
+	resp.Body.Close()
+	if n := rows(old); n != 0 {
+		t.Errorf("%d rows of the pruned token are left", n)
+	}
+	if n := rows(live); n != 3 {
+		t.Errorf("the live token has %d rows; want its 3", n)
+	}
+	if got := status(t, a, old); got != 401 {
+		t.Errorf("the pruned token through A: %d, want 401", got)
+	}
+	if got := status(t, a, live); got != 200 {
+		t.Errorf("the live token through A: %d, want 200", got)
 	}
 	checkNoPassword(t, dsn, a, b)
 }
