@@ -340,53 +340,68 @@ func (s *BoltStore) Lookup(ctx context.Context, h Hash) (Record, error) {
 	return r, nil
 }
 
+// revokeBatch is the most tokens RevokeSandbox revokes in one transaction. A transaction holds every page it
+// writes in memory until it commits, so a sandbox of many tokens is revoked a batch at a time, in bounded memory.
+const revokeBatch = 256
+
+// RevokeSandbox revokes the sandbox's live tokens a batch at a time, each batch durable when its transaction
+// commits, so that all of them are when it returns. A token the sandbox is given while it runs may be revoked too.
 func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error) {
 	if err := checkRevoke(ctx, sandbox, at); err != nil {
 		return 0, err
 	}
 	at = at.UTC()
+	prefix := indexKey(sandbox, Hash{})[:len(sandbox)+1]
 	n := 0
-	var revoked []Hash
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		toks := tx.Bucket(bucketTokens)
-		prefix := indexKey(sandbox, Hash{})[:len(sandbox)+1]
-		c := tx.Bucket(bucketSandboxes).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			h := k[len(prefix):]
-			v := toks.Get(h)
-			if v == nil {
-				continue
+	for from := prefix; from != nil; {
+		var revoked []Hash
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			revoked = revoked[:0]
+			toks := tx.Bucket(bucketTokens)
+			c := tx.Bucket(bucketSandboxes).Cursor()
+			k, _ := c.Seek(from)
+			for ; k != nil && bytes.HasPrefix(k, prefix) && len(revoked) < revokeBatch; k, _ = c.Next() {
+				h := k[len(prefix):]
+				v := toks.Get(h)
+				if v == nil {
+					continue
+				}
+				var r Record
+				if err := decodeRecord(v, &r); err != nil {
+					return err
+				}
+				if !r.RevokedAt.IsZero() {
+					continue
+				}
+				r.RevokedAt = at
+				nv, err := json.Marshal(r)
+				if err != nil {
+					return err
+				}
+				if err := toks.Put(h, nv); err != nil {
+					return err
+				}
+				revoked = append(revoked, Hash(h))
 			}
-			var r Record
-			if err := decodeRecord(v, &r); err != nil {
-				return err
+			// Where the next batch starts; a key is valid only within its transaction.
+			from = nil
+			if k != nil && bytes.HasPrefix(k, prefix) {
+				from = bytes.Clone(k)
 			}
-			if !r.RevokedAt.IsZero() {
-				continue
-			}
-			r.RevokedAt = at
-			nv, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			if err := toks.Put(h, nv); err != nil {
-				return err
-			}
-			revoked = append(revoked, Hash(h))
-			n++
+			return nil
+		})
+		// Whatever happened to the transaction, forget what it may have
+		// changed: the next look-up of these tokens reads the file.
+		s.mu.Lock()
+		s.gen++
+		for _, h := range revoked {
+			delete(s.cache, h)
 		}
-		return nil
-	})
-	// Whatever happened to the transaction, forget what it may have
-	// changed: the next look-up of these tokens reads the file.
-	s.mu.Lock()
-	s.gen++
-	for _, h := range revoked {
-		delete(s.cache, h)
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return 0, fmt.Errorf("revoke tokens of sandbox %s: %w", sandbox, err)
+		s.mu.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("revoke tokens of sandbox %s: %w", sandbox, err)
+		}
+		n += len(revoked)
 	}
 	return n, nil
 }

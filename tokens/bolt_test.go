@@ -149,6 +149,49 @@ func TestBoltCreateAll(t *testing.T) {
 	}
 }
 
+// A sandbox of more tokens than a batch is revoked whole, its tokens
+// already revoked keeping their time, and none in memory stays live.
+func TestBoltRevokeSandboxInBatches(t *testing.T) {
+	s, _ := openTemp(t)
+	const many = 3*revokeBatch + 5
+	recs := map[Hash]Record{}
+	var hs []Hash
+	for i := range many {
+		h := newHash(t)
+		r := Record{Sandbox: "many", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+		if i%10 == 0 {
+			r.RevokedAt = t0
+		}
+		recs[h], hs = r, append(hs, h)
+	}
+	other := newHash(t)
+	recs[other] = Record{Sandbox: "many-more", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := s.CreateAll(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if _, err := s.Lookup(ctx, h); err != nil { // cached now
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(time.Minute)
+	if n, err := s.RevokeSandbox(ctx, "many", at); err != nil || n != many-many/10-1 {
+		t.Fatalf("RevokeSandbox = %d, %v; want %d", n, err, many-many/10-1)
+	}
+	for i, h := range hs {
+		want := at
+		if i%10 == 0 {
+			want = t0
+		}
+		if r, err := s.Lookup(ctx, h); err != nil || !r.RevokedAt.Equal(want) {
+			t.Fatalf("token %d after the revocation: %+v, %v; want revoked at %v", i, r, err, want)
+		}
+	}
+	if r, _ := s.Lookup(ctx, other); !r.RevokedAt.IsZero() {
+		t.Error("revoking many revoked many-more")
+	}
+}
+
 func TestBoltRevokeSandbox(t *testing.T) {
 	s, path := openTemp(t)
 	a1 := issue(t, s, "a", t0)
