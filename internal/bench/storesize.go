@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cproxy/cproxy/tokens"
@@ -60,10 +61,26 @@ var DefaultStoreSizeOptions = StoreSizeOptions{
 	Days: 365, PerDay: 1000, TTL: 24 * time.Hour, Retention: 30 * 24 * time.Hour,
 }
 
+// sizeConfig is cproxyConfig with the store's own pruning off: a pruning
+// pass reads every record, and its first would come a minute after start,
+// in the middle of a measurement. The benchmark runs one where it says.
+var sizeConfig = strings.Replace(cproxyConfig, "path = \"cproxy.db\"\n", "path = \"cproxy.db\"\nretention = \"0s\"\n", 1)
+
 // bulkBatch is how many tokens go into the store per transaction when it is
 // built: large enough that the disk's sync is paid rarely, small enough that
 // bbolt's dirty pages stay a few tens of MiB.
 const bulkBatch = 50_000
+
+// Served is cproxy serving requests on a store: each a model request from
+// one client, each with a different token while the store has enough.
+type Served struct {
+	// Request is sending to the answer's last byte.
+	Request Stats `json:"request"`
+	// Start is cproxy's memory once it is ready, After once the requests
+	// are answered.
+	Start Mem `json:"start"`
+	After Mem `json:"after"`
+}
 
 // SizeRun is one store size's numbers.
 type SizeRun struct {
@@ -72,13 +89,12 @@ type SizeRun struct {
 	Build     time.Duration `json:"build_ns"`
 	// Lookup is the store's Lookup of a random live token, in process.
 	Lookup Stats `json:"lookup"`
-	// Request is a model request through cproxy, one client, each with a
-	// different token: sending to the answer's last byte.
-	Request Stats `json:"request"`
-	// Start is cproxy's memory once it is ready, After once the requests
-	// are answered.
-	Start Mem `json:"start"`
-	After Mem `json:"after"`
+	Served
+	// Prune is how long a pruning pass took through the admin API once the
+	// requests were answered (it reads every record and deletes none: every
+	// token is live), and AfterPrune cproxy's memory after it.
+	Prune      time.Duration `json:"prune_ns"`
+	AfterPrune Mem           `json:"after_prune"`
 }
 
 // ChurnPoint is the store's file after a number of simulated days.
@@ -88,11 +104,13 @@ type ChurnPoint struct {
 	FileBytes int64 `json:"file_bytes"`
 }
 
-// ChurnRun is one simulated year, with or without pruning.
+// ChurnRun is one simulated year, with or without pruning, and cproxy
+// serving the last day's tokens from the store it left.
 type ChurnRun struct {
 	Pruned bool          `json:"pruned"`
 	Points []ChurnPoint  `json:"points"`
 	Took   time.Duration `json:"took_ns"`
+	Served
 }
 
 // StoreSizeResult is a whole run.
@@ -147,7 +165,7 @@ func RunStoreSize(ctx context.Context, o StoreSizeOptions) (_ *StoreSizeResult, 
 		res.Sizes = append(res.Sizes, run)
 	}
 	for _, pruned := range []bool{false, true} {
-		run, err := churn(ctx, e.dir, pruned, o)
+		run, err := churn(ctx, e, bin, key, pruned, o)
 		if err != nil {
 			return nil, fmt.Errorf("churn: %w", err)
 		}
@@ -183,21 +201,57 @@ func sizeRun(ctx context.Context, e *Env, bin, key string, n int, o StoreSizeOpt
 	}
 
 	fmt.Fprintf(o.Progress, "bench-store-size: %d tokens: %d requests through cproxy\n", n, o.Requests)
-	t, err := e.startCproxy(bin, key, cproxyVariant{name: name, dir: name, config: cproxyConfig, policy: cproxyPolicy})
+	t, err := e.startCproxy(bin, key, cproxyVariant{name: name, dir: name, config: sizeConfig, policy: cproxyPolicy})
 	if err != nil {
 		return run, err
 	}
 	defer t.proc.stop()
-	if run.Start, err = t.Memory(); err != nil {
+	if run.Served, err = serve(ctx, t, sample, o.Requests); err != nil {
 		return run, err
 	}
-	if run.Request, err = burst(ctx, t, sample, o.Requests); err != nil {
+	start = time.Now()
+	if err := prunePass(ctx, t.admin); err != nil {
 		return run, err
 	}
-	if run.After, err = t.Memory(); err != nil {
+	run.Prune = time.Since(start)
+	if run.AfterPrune, err = t.Memory(); err != nil {
 		return run, err
 	}
 	return run, nil
+}
+
+// serve reads t's memory, sends count requests through it with the tokens
+// of sample, and reads its memory again.
+func serve(ctx context.Context, t *Target, sample []string, count int) (Served, error) {
+	var sv Served
+	var err error
+	if sv.Start, err = t.Memory(); err != nil {
+		return sv, err
+	}
+	if sv.Request, err = burst(ctx, t, sample, count); err != nil {
+		return sv, err
+	}
+	sv.After, err = t.Memory()
+	return sv, err
+}
+
+// prunePass asks cproxy's admin API at admin for a pruning pass, as its
+// background pruning makes one every hour.
+func prunePass(ctx context.Context, admin string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/tokens/prune?older_than=720h", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("prune: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("prune: %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
 }
 
 // buildStore makes a store at path holding n live tokens for as many
@@ -301,17 +355,19 @@ func statsOf(times []time.Duration, wall time.Duration) Stats {
 		PerSec: float64(len(times)) / wall.Seconds()}
 }
 
-// churn simulates o.Days days on a new store in dir: each day o.PerDay
-// tokens are minted at the day's start, expiring o.TTL later, and with
-// pruned the store then prunes what ended more than o.Retention before the
-// day's end. Time is simulated: the records carry the simulated dates.
-func churn(ctx context.Context, dir string, pruned bool, o StoreSizeOptions) (ChurnRun, error) {
+// churn simulates o.Days days on a new store in e's directory: each day
+// o.PerDay tokens are minted at the day's start, expiring o.TTL later, and
+// with pruned the store then prunes what ended more than o.Retention before
+// the day's end. Time is simulated: the records carry the simulated dates,
+// the last day's an hour ago, so that its tokens are live when cproxy then
+// serves requests with them from the store.
+func churn(ctx context.Context, e *Env, bin, key string, pruned bool, o StoreSizeOptions) (ChurnRun, error) {
 	run := ChurnRun{Pruned: pruned}
 	name := "churn-kept"
 	if pruned {
 		name = "churn-pruned"
 	}
-	path := filepath.Join(dir, name, "cproxy.db")
+	path := filepath.Join(e.dir, name, "cproxy.db")
 	fmt.Fprintf(o.Progress, "bench-store-size: %d days of %d tokens a day, %s\n", o.Days, o.PerDay, churnLabel(pruned, o.Retention))
 	s, err := tokens.OpenBolt(path)
 	if err != nil {
@@ -319,14 +375,18 @@ func churn(ctx context.Context, dir string, pruned bool, o StoreSizeOptions) (Ch
 	}
 	defer s.Close()
 	start := time.Now()
-	day0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	day0 := time.Now().UTC().Add(-time.Hour).AddDate(0, 0, 1-o.Days)
 	batch := make(map[tokens.Hash]tokens.Record, o.PerDay)
+	var last []string
 	for d := range o.Days {
 		minted := day0.AddDate(0, 0, d)
 		for i := range o.PerDay {
 			tok, err := tokens.New()
 			if err != nil {
 				return run, err
+			}
+			if d == o.Days-1 {
+				last = append(last, tok.Reveal())
 			}
 			batch[tok.Hash()] = tokens.Record{Sandbox: fmt.Sprintf("sandbox-%d-%d", d, i), Profile: "default", CreatedAt: minted, ExpiresAt: minted.Add(o.TTL)}
 		}
@@ -348,7 +408,17 @@ func churn(ctx context.Context, dir string, pruned bool, o StoreSizeOptions) (Ch
 		}
 	}
 	run.Took = time.Since(start)
-	return run, s.Close()
+	if err := s.Close(); err != nil {
+		return run, err
+	}
+	fmt.Fprintf(o.Progress, "bench-store-size: %d requests through cproxy with the last day's tokens\n", o.Requests)
+	t, err := e.startCproxy(bin, key, cproxyVariant{name: name, dir: name, config: sizeConfig, policy: cproxyPolicy})
+	if err != nil {
+		return run, err
+	}
+	defer t.proc.stop()
+	run.Served, err = serve(ctx, t, last, o.Requests)
+	return run, err
 }
 
 // pruneAll deletes every token of s that died at or before cutoff, in
@@ -383,14 +453,18 @@ func (r *StoreSizeResult) Markdown(w io.Writer) {
 		r.Machine, r.Started.Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), r.LoadBefore, r.LoadAfter)
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	fmt.Fprintf(w, "Live tokens in the embedded store: the store's Lookup of a random one (%d, in process), a model request through cproxy with a different token each (%d, one client), and cproxy's memory (RSS, and in parentheses its anonymous part: heap and stacks without the store's file mapped in).\n\n",
+	served := func(s Served) string {
+		return fmt.Sprintf("%.0f / %.0f µs | %.1f MiB (%.1f) | %.1f MiB (%.1f)",
+			us(s.Request.P50), us(s.Request.P99), mib(s.Start.RSS), mib(s.Start.Anon), mib(s.After.RSS), mib(s.After.Anon))
+	}
+	fmt.Fprintf(w, "Live tokens in the embedded store: the store's Lookup of a random one (%d, in process), a model request through cproxy with a different token each (%d, one client), cproxy's memory (RSS, and in parentheses its anonymous part: heap and stacks without the store's file mapped in), and a pruning pass through the admin API that deletes nothing.\n\n",
 		r.Options.Lookups, r.Options.Requests)
-	fmt.Fprintln(w, "| tokens | store file | built in | Lookup p50 / p99 | request p50 / p99 | cproxy RSS at start | after the requests | peak |")
-	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| tokens | store file | built in | Lookup p50 / p99 | request p50 / p99 | cproxy RSS at start | after the requests | pruning pass | after it |")
+	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range r.Sizes {
-		fmt.Fprintf(w, "| %d | %.1f MiB | %.1f s | %.1f / %.1f µs | %.0f / %.0f µs | %.1f MiB (%.1f) | %.1f MiB (%.1f) | %.1f MiB |\n",
-			s.Tokens, mib(s.FileBytes), s.Build.Seconds(), us(s.Lookup.P50), us(s.Lookup.P99), us(s.Request.P50), us(s.Request.P99),
-			mib(s.Start.RSS), mib(s.Start.Anon), mib(s.After.RSS), mib(s.After.Anon), mib(s.After.Peak))
+		fmt.Fprintf(w, "| %d | %.1f MiB | %.1f s | %.1f / %.1f µs | %s | %.2f s | %.1f MiB (%.1f) |\n",
+			s.Tokens, mib(s.FileBytes), s.Build.Seconds(), us(s.Lookup.P50), us(s.Lookup.P99), served(s.Served),
+			s.Prune.Seconds(), mib(s.AfterPrune.RSS), mib(s.AfterPrune.Anon))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Churn in simulated time: %d days, %d tokens minted a day, each expiring %s after; the store file's size.\n\n",
@@ -404,13 +478,20 @@ func (r *StoreSizeResult) Markdown(w io.Writer) {
 		fmt.Fprint(w, "--:|")
 	}
 	fmt.Fprintln(w)
-	if len(r.Churn) > 0 {
-		for i, p := range r.Churn[0].Points {
-			fmt.Fprintf(w, "| %d | %d |", p.Day, p.Minted)
-			for _, c := range r.Churn {
-				fmt.Fprintf(w, " %.1f MiB |", mib(c.Points[i].FileBytes))
-			}
-			fmt.Fprintln(w)
+	if len(r.Churn) == 0 {
+		return
+	}
+	for i, p := range r.Churn[0].Points {
+		fmt.Fprintf(w, "| %d | %d |", p.Day, p.Minted)
+		for _, c := range r.Churn {
+			fmt.Fprintf(w, " %.1f MiB |", mib(c.Points[i].FileBytes))
 		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\nThen cproxy on each store, %d requests with the last day's tokens:\n\n", r.Options.Requests)
+	fmt.Fprintln(w, "| store | request p50 / p99 | cproxy RSS at start | after the requests |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|")
+	for _, c := range r.Churn {
+		fmt.Fprintf(w, "| %s | %s |\n", churnLabel(c.Pruned, r.Options.Retention), served(c.Served))
 	}
 }

@@ -26,7 +26,7 @@ func TestStoreSizeTargets(t *testing.T) {
 		t.Fatalf("%d sizes measured, want 2", len(res.Sizes))
 	}
 	for _, s := range res.Sizes {
-		if s.Lookup.Ops != 1000 || s.Request.Ops != 200 || s.Start.RSS == 0 || s.After.Anon == 0 || s.FileBytes == 0 {
+		if s.Lookup.Ops != 1000 || s.Request.Ops != 200 || s.Start.RSS == 0 || s.After.Anon == 0 || s.FileBytes == 0 || s.Prune == 0 || s.AfterPrune.RSS == 0 {
 			t.Errorf("%d tokens: %+v", s.Tokens, s)
 		}
 	}
@@ -40,6 +40,11 @@ func TestStoreSizeTargets(t *testing.T) {
 	}
 	if !pruned.Pruned || last(pruned) >= last(kept) {
 		t.Errorf("churn with pruning: %+v; want a file smaller than without (%d bytes)", pruned, last(kept))
+	}
+	for _, c := range res.Churn {
+		if c.Request.Ops != 200 || c.After.Anon == 0 {
+			t.Errorf("cproxy on the store of the churn (pruned: %v): %+v", c.Pruned, c.Served)
+		}
 	}
 	var b bytes.Buffer
 	res.Markdown(&b)
@@ -55,16 +60,19 @@ func TestStoreSizeMarkdown(t *testing.T) {
 	res := &StoreSizeResult{
 		Options: StoreSizeOptions{Days: 365, Lookups: 10, Requests: 5, PerDay: 1000, TTL: 24 * time.Hour, Retention: 30 * 24 * time.Hour},
 		Sizes: []SizeRun{{Tokens: 10000, FileBytes: 8 * mib, Build: 1500 * time.Millisecond, Lookup: Stats{P50: us / 2, P99: 3 * us},
-			Request: Stats{P50: 300 * us, P99: 900 * us}, Start: Mem{RSS: 20 * mib, Anon: 12 * mib}, After: Mem{RSS: 24 * mib, Peak: 25 * mib, Anon: 14 * mib}}},
+			Served: Served{Request: Stats{P50: 300 * us, P99: 900 * us}, Start: Mem{RSS: 20 * mib, Anon: 12 * mib}, After: Mem{RSS: 24 * mib, Peak: 25 * mib, Anon: 14 * mib}},
+			Prune:  250 * time.Millisecond, AfterPrune: Mem{RSS: 30 * mib, Anon: 15 * mib}}},
 		Churn: []ChurnRun{
-			{Points: []ChurnPoint{{Day: 1, Minted: 1000, FileBytes: mib}, {Day: 365, Minted: 365000, FileBytes: 200 * mib}}},
+			{Points: []ChurnPoint{{Day: 1, Minted: 1000, FileBytes: mib}, {Day: 365, Minted: 365000, FileBytes: 200 * mib}},
+				Served: Served{Request: Stats{P50: 310 * us, P99: 800 * us}, Start: Mem{RSS: 21 * mib, Anon: 4 * mib}, After: Mem{RSS: 26 * mib, Anon: 13 * mib}}},
 			{Pruned: true, Points: []ChurnPoint{{Day: 1, Minted: 1000, FileBytes: mib}, {Day: 365, Minted: 365000, FileBytes: 20 * mib}}},
 		},
 	}
 	var b bytes.Buffer
 	res.Markdown(&b)
 	for _, want := range []string{
-		"| 10000 | 8.0 MiB | 1.5 s | 0.5 / 3.0 µs | 300 / 900 µs | 20.0 MiB (12.0) | 24.0 MiB (14.0) | 25.0 MiB |",
+		"| 10000 | 8.0 MiB | 1.5 s | 0.5 / 3.0 µs | 300 / 900 µs | 20.0 MiB (12.0) | 24.0 MiB (14.0) | 0.25 s | 30.0 MiB (15.0) |",
+		"| nothing pruned | 310 / 800 µs | 21.0 MiB (4.0) | 26.0 MiB (13.0) |",
 		"| day | tokens minted | nothing pruned | pruned 30 days after the end |",
 		"| 365 | 365000 | 200.0 MiB | 20.0 MiB |",
 		"Churn in simulated time: 365 days, 1000 tokens minted a day, each expiring 24 h after;",
