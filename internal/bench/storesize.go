@@ -54,7 +54,7 @@ type StoreSizeOptions struct {
 	Progress io.Writer
 }
 
-// DefaultStoreSizeOptions take about five minutes on two cores: the store
+// DefaultStoreSizeOptions take five to eight minutes on two cores: the store
 // of a million tokens and the pruned year take most of it.
 var DefaultStoreSizeOptions = StoreSizeOptions{
 	Sizes: []int{10_000, 100_000, 1_000_000}, Lookups: 200_000, Requests: 10_000,
