@@ -24,7 +24,9 @@
 // docs/benchmarks.md from those reports (package chart draws them);
 // .ci/bench-all does both. benchreport -store (.ci/bench-store) runs
 // RunStore instead: cproxy on the embedded store against PostgreSQL with and
-// without store.lookup_cache, and revocation across replicas.
-// Nothing here runs in the normal test suite beyond
-// a few fast checks of the harness itself and of the reports and charts.
+// without store.lookup_cache, and revocation across replicas;
+// benchreport -store-size (.ci/bench-store-size) runs RunStoreSize: the
+// embedded store with up to a million tokens, and a year of churn with and
+// without pruning. Nothing here runs in the normal test suite beyond a few
+// fast checks of the harness itself and of the reports and charts.
 package bench
