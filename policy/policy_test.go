@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// examplePolicy is the policy of issue 2, which must load and mean what it says.
+// examplePolicy is the policy the project started from, which must load and mean what it says.
 const examplePolicy = `[profile.default]
 models = ["claude-*"]
 

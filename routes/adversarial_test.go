@@ -1,6 +1,6 @@
 package routes
 
-// The routes-level half of the adversarial suite (issue 7): what the real
+// The routes-level half of the adversarial suite: what the real
 // binary cannot show from outside. That a malformed token never reaches the
 // store, that a store whose writes fail refuses to mint and says loudly that
 // a revocation may not have been recorded, and that upstream faults leave no

@@ -1,6 +1,6 @@
 package main
 
-// Adversarial HTTP (issue 7): the real `cproxy serve` against hostile
+// Adversarial HTTP: the real `cproxy serve` against hostile
 // bytes on its proxy listener and a hostile upstream behind it. Raw
 // sockets where the point is which bytes travel; a real client where one
 // is natural. Every case asserts what the client gets, what reached the

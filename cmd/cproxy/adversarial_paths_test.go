@@ -1,6 +1,6 @@
 package main
 
-// The adversarial suite of issue 7, paths, tokens and faults: the real
+// The adversarial suite's paths, tokens and faults: the real
 // `cproxy serve` with raw sockets, so every request target reaches cproxy
 // byte for byte as written here (Go's client would clean some of them), and
 // loopback upstreams that record what they receive. docs/security-tests.md

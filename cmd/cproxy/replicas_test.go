@@ -1,6 +1,6 @@
 package main
 
-// Several `cproxy serve` replicas sharing one PostgreSQL store (issue 9),
+// Several `cproxy serve` replicas sharing one PostgreSQL store,
 // through the real binary. They need CPROXY_TEST_PG_DSN, a PostgreSQL role
 // that may create databases (.ci/run starts a server with .ci/postgres);
 // without it they skip, except under CI=true, where they fail. The database
