@@ -189,3 +189,32 @@ func TestHelpOneDefault(t *testing.T) {
 	check("", app.Flags)
 	walkCommands(app.Commands, "", func(path string, cmd *cli.Command) { check(path, cmd.Flags) })
 }
+
+// docs/cli.md documents every command: a heading for each command (such as
+// ## `cproxy token`), and each subcommand under one, by its whole name.
+func TestCLIDocCoversCommands(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var headings []string
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "#") {
+			headings = append(headings, l)
+		}
+	}
+	app := newApp(io.Discard, io.Discard)
+	walkCommands(app.Commands, "", func(path string, cmd *cli.Command) {
+		if cmd.Hidden || cmd.Name == "help" {
+			return
+		}
+		name := "`cproxy " + path
+		if !strings.Contains(path, " ") {
+			if !slices.ContainsFunc(headings, func(h string) bool { return strings.Contains(h, name+"`") || strings.Contains(h, name+" ") }) {
+				t.Errorf("docs/cli.md has no heading for cproxy %s: give it a section", path)
+			}
+		} else if !strings.Contains(string(doc), "cproxy "+path+" ") && !strings.Contains(string(doc), name+"`") {
+			t.Errorf("docs/cli.md does not name cproxy %s: document it in its command's section", path)
+		}
+	})
+}
