@@ -489,8 +489,10 @@ func goBuilder(t *testing.T, repo string) func(ts *testscript.TestScript, neg bo
 
 // filltokens FILE N: write N tokens into a new embedded store FILE, before
 // serve opens it. Token i's id is tok_ and i as four hex digits then eight
-// zeros (tok_00ff00000000 is token 255); it is in sandbox bulk-(i%4),
-// revoked when i%3 is 1, expired when i%3 is 2, else live for an hour.
+// zeros (tok_00ff00000000 is token 255), except token 1000's, which is
+// token 999's, so that a page of 1,000 ends on two tokens of one id. It is
+// in sandbox bulk-(i%4), revoked when i%3 is 1, expired when i%3 is 2,
+// else live for an hour.
 func cmdFillTokens(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: filltokens FILE N")
@@ -505,6 +507,9 @@ func cmdFillTokens(ts *testscript.TestScript, neg bool, args []string) {
 			r.RevokedAt = now.Add(-time.Minute)
 		case 2:
 			r.ExpiresAt = now.Add(-time.Minute)
+		}
+		if i == 1000 {
+			return tokens.Hash{0x03, 0xe7, 6: 1}, r
 		}
 		return tokens.Hash{byte(i >> 8), byte(i)}, r
 	}))

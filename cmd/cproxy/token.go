@@ -258,15 +258,18 @@ func listTokens(c *cli.Context, admin *adminClient, sandbox string) error {
 		if err != nil {
 			return err
 		}
-		// A page may run past its limit (tokens that share an id).
-		toks := page.Tokens[:min(len(page.Tokens), size)]
+		toks := page.Tokens
+		if limit > 0 {
+			// A page may run past its limit (tokens that share an id).
+			toks = toks[:min(len(toks), limit-listed)]
+		}
 		listed += len(toks)
 		more := page.Next != "" && (limit == 0 || listed < limit)
 		if err := out.page(toks, !more); err != nil {
 			return err
 		}
 		if !more {
-			if page.Next != "" {
+			if page.Next != "" || len(toks) < len(page.Tokens) {
 				fmt.Fprintf(c.App.ErrWriter, "cproxy: --limit %d reached; there are more tokens\n", limit)
 			}
 			return nil
