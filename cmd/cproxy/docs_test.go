@@ -456,6 +456,10 @@ type docRun struct {
 	serve *exec.Cmd
 	done  chan struct{} // closed when serve exits
 	log   string        // the running serve's output file
+	// tmp stands in for /tmp in the page's commands: pages run side by
+	// side, and an example's /tmp/conv-42-claude must be its own. It is
+	// short, as a Unix socket's path must be.
+	tmp string
 }
 
 // docinit PAGE: the shell every block of PAGE runs in starts from the
@@ -466,6 +470,10 @@ func cmdDocInit(ts *testscript.TestScript, docs map[string]*docFile, repo string
 	r := ts.Value("docrun").(*docRun)
 	r.df, r.repo = docs[args[0]], repo
 	r.dir = ts.MkAbs(".doc")
+	tmp, err := os.MkdirTemp("", "cpxd")
+	ts.Check(err)
+	r.tmp = tmp + "/"
+	ts.Defer(func() { os.RemoveAll(tmp) })
 	r.state = filepath.Join(r.dir, "state")
 	ts.Check(os.MkdirAll(filepath.Join(r.dir, "bin"), 0o755))
 	for name, path := range map[string]string{"claude": os.Getenv("CPROXY_TEST_CLAUDE"), "pnpm": pnpmBinary(), "yarn": yarnBinary()} {
@@ -598,6 +606,7 @@ func (r *docRun) commandText(ts *testscript.TestScript, text string) string {
 	for _, s := range docSubstitutions {
 		text = strings.ReplaceAll(text, s.doc, ts.Getenv(s.env))
 	}
+	text = strings.ReplaceAll(text, "/tmp/", r.tmp)
 	return docPortRE.ReplaceAllStringFunc(text, func(m string) string {
 		host, port, _ := strings.Cut(m, ":")
 		return host + ":" + r.df.ports[port]
@@ -834,6 +843,7 @@ func (r *docRun) normalize(ts *testscript.TestScript, out string) string {
 		}
 	}
 	out = strings.ReplaceAll(out, ts.Getenv("HOME"), "/home/you")
+	out = strings.ReplaceAll(out, r.tmp, "/tmp/")
 	out = strings.ReplaceAll(out, ts.MkAbs("."), "/work")
 	return normalizeShapes(out)
 }
