@@ -562,3 +562,48 @@ func TestDefaultMaxConnections(t *testing.T) {
 		}
 	}
 }
+
+// Every path a config sets is expanded before it is resolved: ~/, $NAME and
+// ${NAME}, in a file: credential and a unix: listener too; other values
+// are taken as written.
+func TestLoadConfigExpandsPaths(t *testing.T) {
+	t.Setenv("HOME", "/home/you")
+	t.Setenv("CPX_A", "/srv/a")
+	t.Setenv("CPX_B", "b")
+	c, probs := loadConfig("/etc/cproxy/cproxy.toml", []byte(`
+[listen]
+proxy = "unix:$CPX_A/proxy.sock"
+ready_file = "${CPX_A}x$CPX_B/ready.json"
+
+[store]
+path = "~/state/cproxy.db"
+
+[upstream.anthropic]
+credential = "file:~/keys/$CPX_B"
+
+[upstream.github]
+credential = "env:CPX_B"
+
+[relay.mod]
+prefix = "/mod/"
+url = "https://hub.example.com/mod/"
+methods = ["GET"]
+paths = ["events"]
+headers = { Authorization = { credential = "file:$CPX_B/hub.key" } }
+`), ReadFile)
+	if len(probs) > 0 {
+		t.Fatal(probs)
+	}
+	for _, tt := range []struct{ name, got, want string }{
+		{"listen.proxy", c.Listen.Proxy, "unix:/srv/a/proxy.sock"},
+		{"listen.ready_file", c.Listen.ReadyFile, "/srv/axb/ready.json"},
+		{"store.path", c.Store.Path, "/home/you/state/cproxy.db"},
+		{"upstream.anthropic.credential", c.Upstream.Anthropic.Credential, "file:/home/you/keys/b"},
+		{"upstream.github.credential", c.Upstream.GitHub.Credential, "env:CPX_B"},
+		{"relay header", c.Relays["mod"].Headers["Authorization"].Credential, "file:/etc/cproxy/b/hub.key"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s = %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+}
