@@ -95,6 +95,7 @@ type BoltStore struct {
 
 	pruneMu   sync.Mutex
 	pruneFrom []byte // the key Prune's next scan starts from (pruneScan); nil: the first
+	readLimit int    // pruneReadLimit; smaller in tests
 }
 
 // cacheLimit bounds the records kept in memory; past it the cache starts again empty.
@@ -124,7 +125,7 @@ func OpenBolt(path string) (*BoltStore, error) {
 		}
 		return nil, err
 	}
-	return &BoltStore{db: db, memLimits: newMemLimits(time.Now), cache: make(map[Hash]Record)}, nil
+	return &BoltStore{db: db, memLimits: newMemLimits(time.Now), cache: make(map[Hash]Record), readLimit: pruneReadLimit}, nil
 }
 
 // maxReplaced bounds how many times openFile follows a file replaced under it before it gives up.
@@ -453,19 +454,6 @@ func (s *BoltStore) List(ctx context.Context, q ListQuery) (Page, error) {
 	return p, nil
 }
 
-// eachRecord calls f with every record, in one read transaction, which holds up no writer.
-func (s *BoltStore) eachRecord(f func(Record) error) error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTokens).ForEach(func(_, v []byte) error {
-			var r Record
-			if err := decodeRecord(v, &r); err != nil {
-				return err
-			}
-			return f(r)
-		})
-	})
-}
-
 // sortRecords sorts recs by CreatedAt then ID, Prunable's order.
 func sortRecords(recs []Record) {
 	slices.SortStableFunc(recs, func(a, b Record) int {
@@ -584,22 +572,16 @@ func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]R
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var found []Hash
 	s.pruneMu.Lock()
 	from := s.pruneFrom
 	s.pruneMu.Unlock()
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var next []byte
-		var err error
-		found, next, _, err = pruneScan(tx.Bucket(bucketTokens), from, cutoff, limit)
-		s.pruneMu.Lock()
-		s.pruneFrom = next
-		s.pruneMu.Unlock()
-		return err
-	})
+	found, next, _, err := s.pruneScan(from, cutoff, limit)
 	if err != nil {
 		return nil, fmt.Errorf("prune tokens: %w", err)
 	}
+	s.pruneMu.Lock()
+	s.pruneFrom = next
+	s.pruneMu.Unlock()
 	if len(found) == 0 {
 		return nil, nil
 	}
@@ -648,41 +630,77 @@ func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]R
 	return pruned, nil
 }
 
-// pruneScan returns the keys of at most limit records of b prunable at cutoff, reading from the key from (nil:
-// the first) to the last and then from the first up to from, the key the next scan is to start from (nil once it
-// read them all), and how many records it read. Each Prune scan starting where the last stopped, a backlog of
-// dead tokens costs one pass over the store however many batches it takes, where scans that each started at the
-// first key would read the live tokens before it again for every batch.
-func pruneScan(b *bolt.Bucket, from []byte, cutoff time.Time, limit int) (found []Hash, next []byte, read int, err error) {
-	c := b.Cursor()
-	k, v := c.First()
-	if from != nil {
-		k, v = c.Seek(from)
-	}
-	wrapped := from == nil
+// pruneReadLimit bounds the records one read transaction of Prune or Prunable reads. bbolt cannot grow its
+// file's mapping while a read transaction is open, nor reuse the pages freed since it began, so one that read a
+// large store whole would hold up a token being minted and grow the file.
+const pruneReadLimit = 10_000
+
+// readRecords calls f with each record from the key from (nil: the first) on, in read transactions of at most
+// s.readLimit records, until f returns false or the records end. It returns the key of the record f refused (to
+// be read again), or nil at the end. f must copy a key it keeps: bbolt's are valid only in their transaction.
+func (s *BoltStore) readRecords(from []byte, f func(k []byte, r Record) bool) ([]byte, error) {
 	for {
-		switch {
-		case k == nil && wrapped:
-			return found, nil, read, nil
-		case k == nil:
-			wrapped = true
-			k, v = c.First()
-			continue
-		case wrapped && from != nil && bytes.Compare(k, from) >= 0:
-			return found, nil, read, nil
-		case len(found) == limit:
-			return found, bytes.Clone(k), read, nil
+		var next []byte
+		refused := false
+		err := s.db.View(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketTokens).Cursor()
+			k, v := c.First()
+			if from != nil {
+				k, v = c.Seek(from)
+			}
+			for n := 0; k != nil; n++ {
+				if n == s.readLimit {
+					next = bytes.Clone(k)
+					return nil
+				}
+				var r Record
+				if err := decodeRecord(v, &r); err != nil {
+					return err
+				}
+				if !f(k, r) {
+					next, refused = bytes.Clone(k), true
+					return nil
+				}
+				k, v = c.Next()
+			}
+			return nil
+		})
+		if err != nil || next == nil || refused {
+			return next, err
 		}
-		read++
-		var r Record
-		if err := decodeRecord(v, &r); err != nil {
-			return nil, nil, read, err
-		}
-		if r.prunable(cutoff) {
-			found = append(found, Hash(k))
-		}
-		k, v = c.Next()
+		from = next
 	}
+}
+
+// pruneScan returns the keys of at most limit records prunable at cutoff, reading from the key from (nil: the
+// first) to the last and then from the first up to from; the key the next scan is to start from (nil once it read
+// them all); and how many records it read. Each Prune scan starting where the last stopped, a backlog of dead
+// tokens costs about one pass over the store however many batches it takes, where scans that each started at the
+// first key would read the live tokens before it again for every batch.
+func (s *BoltStore) pruneScan(from []byte, cutoff time.Time, limit int) (found []Hash, next []byte, read int, err error) {
+	upTo := func(stop []byte) func(k []byte, r Record) bool {
+		return func(k []byte, r Record) bool {
+			if len(found) == limit || stop != nil && bytes.Compare(k, stop) >= 0 {
+				return false
+			}
+			read++
+			if r.prunable(cutoff) {
+				found = append(found, Hash(k))
+			}
+			return true
+		}
+	}
+	next, err = s.readRecords(from, upTo(nil))
+	if err != nil || next != nil || from == nil {
+		return found, next, read, err
+	}
+	// Round from the first key to where this scan began, for the tokens
+	// that died there since the pass went by.
+	next, err = s.readRecords(nil, upTo(from))
+	if len(found) < limit {
+		next = nil // stopped at from: every record was read
+	}
+	return found, next, read, err
 }
 
 // usageKeysOf returns the keys of b that hold token id's usage: id itself and id/DAY (UsageKey). Every token
@@ -706,14 +724,14 @@ func (s *BoltStore) Prunable(ctx context.Context, cutoff time.Time, limit int) (
 	}
 	n := 0
 	var recs []Record
-	err := s.eachRecord(func(r Record) error {
+	_, err := s.readRecords(nil, func(_ []byte, r Record) bool {
 		if r.prunable(cutoff) {
 			n++
 			if len(recs) < limit {
 				recs = append(recs, r)
 			}
 		}
-		return nil
+		return true
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("list prunable tokens: %w", err)

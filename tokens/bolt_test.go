@@ -559,24 +559,27 @@ func TestBoltPruneScanOnePass(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Read transactions of 7 records: a scan reads on in the next.
+	s.readLimit = 7
+	if n, _, err := s.Prunable(ctx, cutoff, 1); err != nil || n != dead {
+		t.Errorf("Prunable in read transactions of 7 = %d, %v; want %d", n, err, dead)
+	}
 	var from []byte
 	total, read := 0, 0
 	for {
-		var found []Hash
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketTokens)
-			var n int
-			var err error
-			found, from, n, err = pruneScan(b, from, cutoff, 3)
-			read += n
+		found, next, n, err := s.pruneScan(from, cutoff, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, read = next, read+n
+		if err := s.db.Update(func(tx *bolt.Tx) error {
 			for _, h := range found {
-				if err := b.Delete(h[:]); err != nil {
+				if err := tx.Bucket(bucketTokens).Delete(h[:]); err != nil {
 					return err
 				}
 			}
-			return err
-		})
-		if err != nil {
+			return nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		total += len(found)
