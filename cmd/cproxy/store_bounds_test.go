@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,14 +112,58 @@ func listEvery(t *testing.T, s *served, q url.Values) int {
 func TestAdminMemoryDoesNotGrowWithTheStore(t *testing.T) {
 	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
 	t.Cleanup(fake.Close)
-	held := map[int]int64{}
-	for _, n := range []int{0, storeTokens} {
+	checkAdminMemory(t, func(n int) *served {
 		dir := t.TempDir()
 		writeServeConfig(t, dir, fake.URL)
 		if err := fillStore(filepath.Join(dir, "cproxy.db"), n, largeStoreToken(time.Now().UTC())); err != nil {
 			t.Fatal(err)
 		}
-		s := startServe(t, dir)
+		return startServe(t, dir)
+	})
+}
+
+// The same with the store on PostgreSQL.
+func TestAdminMemoryDoesNotGrowWithTheStorePostgres(t *testing.T) {
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	checkAdminMemory(t, func(n int) *served {
+		dsn := pgTestDatabase(t)
+		store, err := tokens.OpenPostgres(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		// Eight at a time, as several replicas would mint them.
+		token, next := largeStoreToken(time.Now().UTC()), make(chan int)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for i := range next {
+					if h, r := token(i); store.Create(t.Context(), h, r) != nil {
+						t.Errorf("creating token %d failed", i)
+					}
+				}
+			})
+		}
+		for i := range n {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		t.Setenv("CPROXY_PG_DSN", dsn)
+		return startReplica(t, fake.URL)
+	})
+}
+
+// checkAdminMemory starts cproxy with an empty store and with one of
+// storeTokens (start(n) fills the store with n tokens of largeStoreToken's
+// and starts serve on it), makes the same admin calls to each, and fails
+// the test if the large store's cproxy holds more than storeMemorySlack
+// more heap for them.
+func checkAdminMemory(t *testing.T, start func(n int) *served) {
+	held := map[int]int64{}
+	for _, n := range []int{0, storeTokens} {
+		s := start(n)
 		if got := listEvery(t, s, url.Values{}); got != n {
 			t.Fatalf("GET /tokens, page after page, listed %d tokens of %d", got, n)
 		}
