@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -114,7 +115,6 @@ func TestDocExamples(t *testing.T) {
 // pendingDocs are the pages whose examples are not run yet. It shrinks to
 // nothing as each page's blocks are made to run or marked.
 var pendingDocs = map[string]bool{
-	"docs/metrics.md":        true,
 	"docs/relays.md":         true,
 	"docs/replicas.md":       true,
 	"docs/security-tests.md": true,
@@ -143,6 +143,7 @@ const (
 	kindTOML                        // a policy or config file: cproxy policy check
 	kindJSON                        // must parse as JSON (one value or JSON lines)
 	kindSameAs                      // must appear in a file of the repository
+	kindMetrics                     // PromQL or alert rules: its metric names are the running serve's
 	kindFile                        // written to a file for later blocks, not checked
 	kindHiddenSh                    // an example-sh comment: hidden set-up commands
 	kindHiddenScript                // an example-script comment: testscript commands
@@ -167,7 +168,7 @@ func (c *docCounts) add(o docCounts) {
 
 func (c docCounts) String() string {
 	var parts []string
-	for _, k := range []string{"command", "session", "serve", "output", "log", "toml", "json", "same-as", "file"} {
+	for _, k := range []string{"command", "session", "serve", "output", "log", "toml", "json", "same-as", "file", "metrics"} {
 		if n := c.byKind[k]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
@@ -291,6 +292,10 @@ func (df *docFile) classify(b *docBlock, follows int) string {
 		b.kind = kindLog
 		count("log")
 		return ""
+	case directive == "metrics":
+		b.kind = kindMetrics
+		count("metrics")
+		return ""
 	case directive == "serve":
 		b.kind = kindServe
 		count("serve")
@@ -353,6 +358,8 @@ func (df *docFile) classify(b *docBlock, follows int) string {
 		b.kind = kindTOML
 	case b.lang == "json":
 		b.kind = kindJSON
+	case b.lang == "promql":
+		b.kind = kindMetrics
 	default:
 		return fmt.Sprintf("a %q block that neither runs nor is marked: mark it <!-- example: skip REASON -->, or see docs/writing-docs.md for what runs", b.lang)
 	}
@@ -361,7 +368,7 @@ func (df *docFile) classify(b *docBlock, follows int) string {
 }
 
 func kindName(k docKind) string {
-	return map[docKind]string{kindCommand: "command", kindSession: "session", kindTOML: "toml", kindJSON: "json"}[k]
+	return map[docKind]string{kindCommand: "command", kindSession: "session", kindTOML: "toml", kindJSON: "json", kindMetrics: "metrics"}[k]
 }
 
 // isSession reports whether a block is a shell session: its first line
@@ -578,6 +585,8 @@ func cmdDocBlock(ts *testscript.TestScript, args []string) {
 				ts.Fatalf("%s: not JSON (nor JSON lines): %v", where, err)
 			}
 		}
+	case kindMetrics:
+		r.checkMetricNames(ts, where, b.text)
 	case kindSameAs:
 		_, path, _ := strings.Cut(b.marker, " ")
 		src, err := os.ReadFile(filepath.Join(r.repo, strings.TrimSpace(path)))
@@ -818,6 +827,42 @@ func logLinesMatch(want, got string) bool {
 		gotLines = gotLines[i+1:]
 	}
 	return true
+}
+
+// docMetricRE finds the names of cproxy's metrics, and of the Go and
+// process collectors', in a PromQL query or an alert rule. Prometheus' own
+// series (up, ALERTS) are not cproxy's to serve.
+var docMetricRE = regexp.MustCompile(`\b(?:cproxy|go|process)_[a-zA-Z0-9_:]+`)
+
+// checkMetricNames fails the script unless every metric a query names is
+// one the running cproxy serve's GET /metrics has: there is no Prometheus
+// here to run the query, but a query of a metric that does not exist
+// (renamed, or never served) would silently find nothing.
+func (r *docRun) checkMetricNames(ts *testscript.TestScript, where, text string) {
+	if r.serve == nil {
+		ts.Fatalf("%s: metric names to check, but no cproxy serve is running (start one first, shown or example-serve)", where)
+	}
+	resp, err := http.Get("http://127.0.0.1:" + r.df.ports["9001"] + "/metrics")
+	ts.Check(err)
+	defer resp.Body.Close()
+	served := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if line := sc.Text(); line != "" && !strings.HasPrefix(line, "#") {
+			served[strings.FieldsFunc(line, func(c rune) bool { return c == '{' || c == ' ' })[0]] = true
+		}
+	}
+	ts.Check(sc.Err())
+	var missing []string
+	for _, name := range docMetricRE.FindAllString(text, -1) {
+		if !served[name] && !slices.Contains(missing, name) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		ts.Fatalf("%s: the running cproxy serve's /metrics has no %s", where, strings.Join(missing, ", "))
+	}
 }
 
 // compare fails the script unless a block's output matches its expected
