@@ -575,7 +575,7 @@ func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]R
 	s.pruneMu.Lock()
 	from := s.pruneFrom
 	s.pruneMu.Unlock()
-	found, next, _, err := s.pruneScan(from, cutoff, limit)
+	found, next, _, err := s.pruneScan(ctx, from, cutoff, limit)
 	if err != nil {
 		return nil, fmt.Errorf("prune tokens: %w", err)
 	}
@@ -636,10 +636,14 @@ func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]R
 const pruneReadLimit = 10_000
 
 // readRecords calls f with each record from the key from (nil: the first) on, in read transactions of at most
-// s.readLimit records, until f returns false or the records end. It returns the key of the record f refused (to
-// be read again), or nil at the end. f must copy a key it keeps: bbolt's are valid only in their transaction.
-func (s *BoltStore) readRecords(from []byte, f func(k []byte, r Record) bool) ([]byte, error) {
+// s.readLimit records, until f returns false, the records end or ctx is done. It returns the key of the record f
+// refused (to be read again), or nil at the end. f must copy a key it keeps: bbolt's are valid only in their
+// transaction.
+func (s *BoltStore) readRecords(ctx context.Context, from []byte, f func(k []byte, r Record) bool) ([]byte, error) {
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		var next []byte
 		refused := false
 		err := s.db.View(func(tx *bolt.Tx) error {
@@ -677,7 +681,7 @@ func (s *BoltStore) readRecords(from []byte, f func(k []byte, r Record) bool) ([
 // them all); and how many records it read. Each Prune scan starting where the last stopped, a backlog of dead
 // tokens costs about one pass over the store however many batches it takes, where scans that each started at the
 // first key would read the live tokens before it again for every batch.
-func (s *BoltStore) pruneScan(from []byte, cutoff time.Time, limit int) (found []Hash, next []byte, read int, err error) {
+func (s *BoltStore) pruneScan(ctx context.Context, from []byte, cutoff time.Time, limit int) (found []Hash, next []byte, read int, err error) {
 	upTo := func(stop []byte) func(k []byte, r Record) bool {
 		return func(k []byte, r Record) bool {
 			if len(found) == limit || stop != nil && bytes.Compare(k, stop) >= 0 {
@@ -690,13 +694,13 @@ func (s *BoltStore) pruneScan(from []byte, cutoff time.Time, limit int) (found [
 			return true
 		}
 	}
-	next, err = s.readRecords(from, upTo(nil))
+	next, err = s.readRecords(ctx, from, upTo(nil))
 	if err != nil || next != nil || from == nil {
 		return found, next, read, err
 	}
 	// Round from the first key to where this scan began, for the tokens
 	// that died there since the pass went by.
-	next, err = s.readRecords(nil, upTo(from))
+	next, err = s.readRecords(ctx, nil, upTo(from))
 	if len(found) < limit {
 		next = nil // stopped at from: every record was read
 	}
@@ -724,7 +728,7 @@ func (s *BoltStore) Prunable(ctx context.Context, cutoff time.Time, limit int) (
 	}
 	n := 0
 	var recs []Record
-	_, err := s.readRecords(nil, func(_ []byte, r Record) bool {
+	_, err := s.readRecords(ctx, nil, func(_ []byte, r Record) bool {
 		if r.prunable(cutoff) {
 			n++
 			if len(recs) < limit {

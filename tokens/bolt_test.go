@@ -388,6 +388,15 @@ func TestBoltCancelledContext(t *testing.T) {
 	if _, err := s.List(cancelled, ListQuery{Limit: 1}); !errors.Is(err, context.Canceled) {
 		t.Errorf("List: err = %v, want context.Canceled", err)
 	}
+	if _, err := s.Prune(cancelled, t0.Add(2*time.Hour), PruneBatch); !errors.Is(err, context.Canceled) {
+		t.Errorf("Prune: err = %v, want context.Canceled", err)
+	}
+	if _, err := s.Lookup(ctx, h); err != nil {
+		t.Errorf("a cancelled Prune deleted the token: %v", err)
+	}
+	if _, _, err := s.Prunable(cancelled, t0.Add(2*time.Hour), 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("Prunable: err = %v, want context.Canceled", err)
+	}
 }
 
 func TestBoltConcurrent(t *testing.T) {
@@ -567,7 +576,7 @@ func TestBoltPruneScanOnePass(t *testing.T) {
 	var from []byte
 	total, read := 0, 0
 	for {
-		found, next, n, err := s.pruneScan(from, cutoff, 3)
+		found, next, n, err := s.pruneScan(ctx, from, cutoff, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
