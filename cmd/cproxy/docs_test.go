@@ -115,7 +115,6 @@ func TestDocExamples(t *testing.T) {
 // pendingDocs are the pages whose examples are not run yet. It shrinks to
 // nothing as each page's blocks are made to run or marked.
 var pendingDocs = map[string]bool{
-	"docs/relays.md":         true,
 	"docs/replicas.md":       true,
 	"docs/security-tests.md": true,
 }
