@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cproxy/cproxy/internal/testutil"
 )
 
 // auditRecords decodes the JSON lines of an audit sink, each line checked
 // to be one whole object.
-func auditRecords(t *testing.T, sink *syncBuffer) []map[string]any {
+func auditRecords(t *testing.T, sink *testutil.Buffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, line := range strings.SplitAfter(sink.String(), "\n") {
@@ -37,7 +39,7 @@ func sonnetOnly(t *testing.T) envOpt {
 	return func(o *Options) { o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n") }
 }
 
-func withAuditLog(sink *syncBuffer) envOpt {
+func withAuditLog(sink *testutil.Buffer) envOpt {
 	return func(o *Options) { o.AuditLog = sink }
 }
 
@@ -45,7 +47,7 @@ func withAuditLog(sink *syncBuffer) envOpt {
 // with the documented fields, the decision and the rule behind it, and the
 // log gets no msg=request line.
 func TestAuditRecordJSON(t *testing.T) {
-	sink := &syncBuffer{}
+	sink := &testutil.Buffer{}
 	e := newEnv(t, withAuditLog(sink), func(o *Options) {
 		o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n")
 	})
@@ -111,7 +113,7 @@ func TestAuditRecordJSON(t *testing.T) {
 // error, not a denial; usage is written when the route set it, left out
 // when zero.
 func TestAuditRecordErrorAndUsage(t *testing.T) {
-	sink := &syncBuffer{}
+	sink := &testutil.Buffer{}
 	e := newEnv(t, withAuditLog(sink))
 	e.fake.Close()
 	tok := e.token("conv-1")
@@ -125,7 +127,7 @@ func TestAuditRecordErrorAndUsage(t *testing.T) {
 	}
 
 	// The record itself, for usage and the other route-set fields.
-	sink2 := &syncBuffer{}
+	sink2 := &testutil.Buffer{}
 	a := &audit{
 		w: &auditWriter{ResponseWriter: httptest.NewRecorder(), status: 200}, r: httptest.NewRequest("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", nil),
 		start: time.Now(), route: "npm", target: "is-thing", version: "1.1.0", rule: "r", body: &countingBody{ReadCloser: http.NoBody},
@@ -145,8 +147,8 @@ func TestAuditRecordErrorAndUsage(t *testing.T) {
 
 // pushEnv is a git environment with an audit sink, and the headers of a
 // push by sandbox conv-42.
-func pushEnv(t *testing.T) (*env, *syncBuffer, map[string]string) {
-	sink := &syncBuffer{}
+func pushEnv(t *testing.T) (*env, *testutil.Buffer, map[string]string) {
+	sink := &testutil.Buffer{}
 	u := newGitEnv(t, newGitUpstream(t))
 	u.srv.auditLog = sink
 	return u, sink, with(basic(u.token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
@@ -186,7 +188,7 @@ func TestAuditRecordPush(t *testing.T) {
 // with the cut named in truncated, and only the token-shaped part of a
 // string is withheld, in every field.
 func TestAuditRecordBoundsClientStrings(t *testing.T) {
-	sink := &syncBuffer{}
+	sink := &testutil.Buffer{}
 	e := newEnv(t, withAuditLog(sink), sonnetOnly(t))
 	tok := e.token("conv-42")
 	h := bearer(tok)
@@ -214,7 +216,7 @@ func TestAuditRecordBoundsClientStrings(t *testing.T) {
 // what the JSON record keeps: the refusal's reason too has the token
 // withheld, and a cut is named.
 func TestAuditLineBoundsClientStrings(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.Buffer
 	e := newEnv(t, func(o *Options) { o.Audit = slog.New(NewTextHandler(&buf, nil)) }, sonnetOnly(t))
 	tok := e.token("conv-42")
 	e.do("POST", "/v1/messages", bearer(tok), `{"model":"CPX_`+tok[len("cpx_"):]+`","max_tokens":8,"messages":[]}`)
@@ -265,7 +267,7 @@ func TestAuditRecordPushCut(t *testing.T) {
 // line break, and those that reorder text, are written as \u escapes in
 // the JSON record; decoded, the record holds them as sent.
 func TestAuditRecordEscapesLineBreakers(t *testing.T) {
-	sink := &syncBuffer{}
+	sink := &testutil.Buffer{}
 	e := newEnv(t, withAuditLog(sink), sonnetOnly(t))
 	tok := e.token("conv-42")
 	model := `claude-\u0085x\u009b\u2028\u2029\u202ey\u2066\u200f\u061c`

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 )
 
@@ -93,7 +94,7 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 // TestAuditLineThroughServer: with cproxy serve's audit logger
 // (NewTextHandler), a request's audit line comes out whole, once.
 func TestAuditLineThroughServer(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.Buffer
 	e := newEnv(t, func(o *Options) { o.Audit = slog.New(NewTextHandler(&buf, nil)) })
 	tok := e.token("sb-1")
 	if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 200 {

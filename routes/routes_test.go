@@ -2,7 +2,6 @@ package routes
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,11 +13,11 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -29,31 +28,13 @@ const (
 	canaryOAuth = "sk-ant-oat01-CANARYroutes0123456789abcdefghijklmnopqrstuvwxyz"
 )
 
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	t     *testing.T
 	fake  *fakes.Anthropic
 	srv   *Server
 	proxy *httptest.Server
 	admin *httptest.Server
-	logs  *syncBuffer
+	logs  *testutil.Buffer
 }
 
 type envOpt func(*Options)
@@ -68,7 +49,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	}
 	t.Cleanup(func() { store.Close() })
 	u, _ := url.Parse(fake.URL)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	o := Options{
 		Store:     store,
 		Policy:    policy.DefaultPolicy(),

@@ -1,42 +1,24 @@
 package tokens
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/cproxy/cproxy/internal/testutil"
 )
-
-// syncBuffer is a log destination the listener goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // openCache opens a PostgresCache with ttl on dsn, logging to the returned
 // buffer, and waits for its listener.
-func openCache(t *testing.T, dsn string, ttl time.Duration) (*PostgresCache, *syncBuffer) {
+func openCache(t *testing.T, dsn string, ttl time.Duration) (*PostgresCache, *testutil.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	c := NewPostgresCache(ctx, openPG(t, dsn), ttl, slog.New(slog.NewTextHandler(logs, nil)))
 	t.Cleanup(func() { c.Close() })
 	waitListening(t, c, true)

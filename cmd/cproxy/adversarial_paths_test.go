@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -454,7 +455,7 @@ func advServeFails(t *testing.T, dir string) string {
 	t.Helper()
 	cmd := exec.Command("cproxy", "serve", "--config", filepath.Join(dir, "cproxy.toml"))
 	cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY=")
-	var stderr lockedBuffer
+	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {

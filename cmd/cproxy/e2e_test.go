@@ -6,7 +6,6 @@ package main
 // revocation across SIGKILL and restart.
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,31 +23,15 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/routes"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // served is one running `cproxy serve`.
 type served struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testutil.Buffer
 	proxy  string // http://host:port
 	admin  string
 	done   chan error
@@ -91,7 +73,7 @@ func startServeUnder(t *testing.T, dir string, wrap ...string) *served {
 	t.Helper()
 	ready := filepath.Join(dir, "ready.json")
 	os.Remove(ready)
-	s := &served{t: t, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	s := &served{t: t, stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	argv := append(wrap, "cproxy", "serve", "--config", filepath.Join(dir, "cproxy.toml"))
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = append(os.Environ(), "ANTHROPIC_API_KEY=")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -11,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
@@ -27,36 +26,18 @@ const (
 	opusPolicy   = "[profile.default]\nmodels = [\"claude-opus-*\"]\n"
 )
 
-// syncBuffer is a log the reloader writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.b.String(), s)
-}
-
 // reloadFixture is a config whose policy file the test rewrites, a server
 // on it, and the reloader serve would run.
 type reloadFixture struct {
 	dir, policyFile string
 	srv             *routes.Server
 	reloader        *policyReloader
-	log             *syncBuffer
+	log             *testutil.Buffer
 }
 
 func newReloadFixture(t *testing.T, up routes.Upstream, store tokens.Store) *reloadFixture {
 	t.Helper()
-	f := &reloadFixture{dir: t.TempDir(), log: &syncBuffer{}}
+	f := &reloadFixture{dir: t.TempDir(), log: &testutil.Buffer{}}
 	f.policyFile = filepath.Join(f.dir, "policy.toml")
 	f.write(t, sonnetPolicy)
 	cfgFile := filepath.Join(f.dir, "cproxy.toml")
@@ -138,8 +119,8 @@ func TestPolicyReloadInFlight(t *testing.T) {
 	f.write(t, opusPolicy)
 	f.reloader.poll(context.Background()) // the change, seen once
 	f.reloader.poll(context.Background()) // and again the same: loaded
-	if f.log.count(`msg="policy reloaded"`) != 1 {
-		t.Fatalf("no reload:\n%s", f.log.b.String())
+	if f.log.Count(`msg="policy reloaded"`) != 1 {
+		t.Fatalf("no reload:\n%s", f.log.String())
 	}
 	next := post(false)
 	io.Copy(io.Discard, next.Body)
@@ -169,8 +150,8 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	// The first looks read the file serve started with: nothing to say.
 	r.poll(context.Background())
 	r.poll(context.Background())
-	if n := f.log.count("msg="); n != 0 {
-		t.Fatalf("start:\n%s", f.log.b.String())
+	if n := f.log.Count("msg="); n != 0 {
+		t.Fatalf("start:\n%s", f.log.String())
 	}
 
 	// Half written, then finished before the second look: never read half.
@@ -179,8 +160,8 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	f.write(t, opusPolicy)
 	r.poll(context.Background())
 	r.poll(context.Background())
-	if f.log.count(refused) != 0 || f.log.count(reloaded) != 1 {
-		t.Fatalf("half-written file:\n%s", f.log.b.String())
+	if f.log.Count(refused) != 0 || f.log.Count(reloaded) != 1 {
+		t.Fatalf("half-written file:\n%s", f.log.String())
 	}
 
 	// Invalid: logged once however many looks follow.
@@ -188,16 +169,16 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	for range 5 {
 		r.poll(context.Background())
 	}
-	if f.log.count(refused) != 1 || !strings.Contains(f.log.b.String(), "policy.toml:2:10: profile.default.models") {
-		t.Fatalf("invalid file:\n%s", f.log.b.String())
+	if f.log.Count(refused) != 1 || !strings.Contains(f.log.String(), "policy.toml:2:10: profile.default.models") {
+		t.Fatalf("invalid file:\n%s", f.log.String())
 	}
 	// Removed: a change too, logged once.
 	os.Remove(f.policyFile)
 	for range 3 {
 		r.poll(context.Background())
 	}
-	if f.log.count(refused) != 2 {
-		t.Fatalf("removed file:\n%s", f.log.b.String())
+	if f.log.Count(refused) != 2 {
+		t.Fatalf("removed file:\n%s", f.log.String())
 	}
 
 	// Fixed; then SIGHUP finds it loaded already. A touch changes nothing.
@@ -209,8 +190,8 @@ func TestPolicyWatchDebounce(t *testing.T) {
 	os.Chtimes(f.policyFile, later, later)
 	r.poll(context.Background())
 	r.poll(context.Background())
-	if f.log.count(reloaded) != 2 || f.log.count(`msg="policy unchanged" `) != 1 || f.log.count(refused) != 2 {
-		t.Fatalf("fixed:\n%s", f.log.b.String())
+	if f.log.Count(reloaded) != 2 || f.log.Count(`msg="policy unchanged" `) != 1 || f.log.Count(refused) != 2 {
+		t.Fatalf("fixed:\n%s", f.log.String())
 	}
 }
 
@@ -233,15 +214,15 @@ func TestPolicyReadTimeout(t *testing.T) {
 	ctx := context.Background()
 	r.load(ctx, "sighup")
 	r.load(ctx, "sighup")
-	if f.log.count("took more than 1ms") != 1 || f.log.count("has not returned yet") != 1 {
-		t.Fatalf("hanging read:\n%s", f.log.b.String())
+	if f.log.Count("took more than 1ms") != 1 || f.log.Count("has not returned yet") != 1 {
+		t.Fatalf("hanging read:\n%s", f.log.String())
 	}
 	close(hang)
 	r.readTimeout = time.Minute
 	for r.stuck != nil {
 		r.load(ctx, "sighup") // until the hung read has returned
 	}
-	if f.log.count(`msg="policy reloaded"`) != 1 {
-		t.Fatalf("after the read returned:\n%s", f.log.b.String())
+	if f.log.Count(`msg="policy reloaded"`) != 1 {
+		t.Fatalf("after the read returned:\n%s", f.log.String())
 	}
 }
