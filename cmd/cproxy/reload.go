@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -242,20 +243,19 @@ func (r *policyReloader) read(path string) ([]byte, error) {
 }
 
 // warnProfileChanges logs, before next is put in force, the sandboxes with
-// live tokens whose profile it changes (to another, or to none), so an
-// operator sees at once a reload that moves a sandbox where it was not
-// meant to go.
+// live tokens whose profile it changes (to another, or to none), in order
+// of their ids, so an operator sees at once a reload that moves a sandbox
+// where it was not meant to go.
 func (r *policyReloader) warnProfileChanges(ctx context.Context, old, next *policy.Policy) {
 	if r.store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, policyListTimeout)
 	defer cancel()
-	var moved []string
+	moved := map[string]bool{}
 	err := tokens.Walk(ctx, r.store, tokens.ListQuery{State: tokens.StateLive, Now: time.Now()}, func(rec tokens.Record) error {
-		from, to := profileName(old, rec), profileName(next, rec)
-		if m := rec.Sandbox + " (" + from + " -> " + to + ")"; from != to && !slices.Contains(moved, m) {
-			moved = append(moved, m)
+		if from, to := profileName(old, rec), profileName(next, rec); from != to {
+			moved[rec.Sandbox+" ("+from+" -> "+to+")"] = true
 		}
 		return nil
 	})
@@ -264,7 +264,9 @@ func (r *policyReloader) warnProfileChanges(ctx context.Context, old, next *poli
 		return
 	}
 	if len(moved) > 0 {
-		r.log.Warn("policy reload changes the profile of sandboxes with live tokens", "sandboxes", strings.Join(moved, ", "))
+		// Sandbox ids sort before the space that ends them, so this is
+		// their order.
+		r.log.Warn("policy reload changes the profile of sandboxes with live tokens", "sandboxes", strings.Join(slices.Sorted(maps.Keys(moved)), ", "))
 	}
 }
 
