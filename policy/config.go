@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // Config is the serve config file. Every field has a default (see Default); a file
@@ -368,7 +370,7 @@ func Default() *Config {
 			NPM:    Upstream{URL: "https://registry.npmjs.org", HeaderTimeout: Duration{2 * time.Minute}},
 		},
 		Log:     Log{Format: "text", Level: "info"},
-		Keyring: Keyring{Backend: "auto", Service: "cproxy", FileDir: defaultKeyringDir()},
+		Keyring: Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
 		Runtime: Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
 		Rules:   DefaultPolicy(),
 	}
@@ -381,19 +383,6 @@ func defaultStorePath() string {
 	}
 	if home := os.Getenv("HOME"); filepath.IsAbs(home) {
 		return filepath.Join(home, ".local", "state", "cproxy", "cproxy.db")
-	}
-	return ""
-}
-
-// defaultKeyringDir follows the XDG base directory spec; "" when neither variable
-// helps. The secrets package has the same default for a keyring opened without a
-// config.
-func defaultKeyringDir() string {
-	if dir := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(dir) {
-		return filepath.Join(dir, "cproxy", "keyring")
-	}
-	if home := os.Getenv("HOME"); filepath.IsAbs(home) {
-		return filepath.Join(home, ".local", "share", "cproxy", "keyring")
 	}
 	return ""
 }
