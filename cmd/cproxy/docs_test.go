@@ -115,7 +115,6 @@ func TestDocExamples(t *testing.T) {
 // pendingDocs are the pages whose examples are not run yet. It shrinks to
 // nothing as each page's blocks are made to run or marked.
 var pendingDocs = map[string]bool{
-	"docs/replicas.md":       true,
 	"docs/security-tests.md": true,
 }
 
@@ -606,19 +605,24 @@ var docSubstitutions = []struct{ doc, env string }{
 	{"github_pat_...", "CANARY_GITHUB"},
 	{"ghp_...", "CANARY_GITHUB"},
 	{"npm_...", "CANARY_NPM"},
+	// A database of the page's own on the test's server (pgdatabase).
+	{"postgres://cproxy:PASSWORD@db.internal:5432/cproxy?sslmode=verify-full", "PG_DSN"},
 }
 
 // commandText is a block's text as the shell runs it: placeholder
 // credentials become the canaries, and each loopback port its free port.
 func (r *docRun) commandText(ts *testscript.TestScript, text string) string {
-	for _, s := range docSubstitutions {
-		text = strings.ReplaceAll(text, s.doc, ts.Getenv(s.env))
-	}
-	text = strings.ReplaceAll(text, "/tmp/", r.tmp)
-	return docPortRE.ReplaceAllStringFunc(text, func(m string) string {
+	// The ports first: a value substituted in (a database's address)
+	// keeps its own.
+	text = docPortRE.ReplaceAllStringFunc(text, func(m string) string {
 		host, port, _ := strings.Cut(m, ":")
 		return host + ":" + r.df.ports[port]
 	})
+	text = strings.ReplaceAll(text, "/tmp/", r.tmp)
+	for _, s := range docSubstitutions {
+		text = strings.ReplaceAll(text, s.doc, ts.Getenv(s.env))
+	}
+	return text
 }
 
 // docBlockTimeout bounds one block: the slowest examples run Claude Code or
@@ -885,6 +889,9 @@ func (r *docRun) normalize(ts *testscript.TestScript, out string) string {
 		if v := ts.Getenv(f[0]); v != "" {
 			out = strings.ReplaceAll(out, v, f[1])
 		}
+	}
+	if where := ts.Getenv("PG_WHERE"); where != "" {
+		out = strings.ReplaceAll(out, where, "db.internal:5432/cproxy")
 	}
 	out = strings.ReplaceAll(out, ts.Getenv("HOME"), "/home/you")
 	out = strings.ReplaceAll(out, r.tmp, "/tmp/")

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 	bolt "go.etcd.io/bbolt"
 
@@ -183,6 +184,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"unixbridge":    cmdUnixBridge,
 			"gobuild":       gobuild,
 			"storeschema":   cmdStoreSchema,
+			"pgdatabase":    cmdPGDatabase,
 			"storechurn":    cmdStoreChurn,
 		},
 	}
@@ -398,8 +400,9 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // condition answers [claude], [git], [npm], [pnpm], [yarn], [tsc], [tmux],
-// [dash], [zsh] and [fish]: whether that client or shell is installed. In
-// CI a missing one is an error, not a reason to skip.
+// [dash], [zsh] and [fish]: whether that client or shell is installed, and
+// [pg]: whether a PostgreSQL server is there (CPROXY_TEST_PG_DSN). In CI a
+// missing one is an error, not a reason to skip.
 func condition(cond string) (bool, error) {
 	found, install := false, ""
 	switch cond {
@@ -411,6 +414,8 @@ func condition(cond string) (bool, error) {
 		found, install = yarnBinary() != "", ".ci/test installs yarn berry and sets CPROXY_TEST_YARN"
 	case "tsc":
 		found, install = os.Getenv("CPROXY_TEST_TSC") != "", ".ci/test installs typescript and sets CPROXY_TEST_TSC"
+	case "pg":
+		found, install = os.Getenv("CPROXY_TEST_PG_DSN") != "", "run the tests through .ci/postgres, which starts a PostgreSQL server and sets CPROXY_TEST_PG_DSN"
 	case "git", "npm", "tmux", "dash", "zsh", "fish":
 		_, err := exec.LookPath(cond)
 		found, install = err == nil, ".ci/run installs it from Debian's packages"
@@ -980,6 +985,35 @@ func cmdUnixBridge(ts *testscript.TestScript, neg bool, args []string) {
 // written at the schema after the newest this cproxy knows, as a newer
 // cproxy would have left it; set SCHEMA_KNOWN and SCHEMA_NEWER to the two
 // versions.
+// pgdatabase: create an empty database on CPROXY_TEST_PG_DSN's server,
+// dropped when the script ends; PG_DSN is its connection string and
+// PG_WHERE its HOST:PORT/NAME, as cproxy names it. Use it after [pg].
+func cmdPGDatabase(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: pgdatabase")
+	}
+	admin := os.Getenv("CPROXY_TEST_PG_DSN")
+	u, err := url.Parse(admin)
+	ts.Check(err)
+	var id [6]byte
+	rand.Read(id[:])
+	name := fmt.Sprintf("cproxy_test_%x", id)
+	run := func(sql string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin)
+		ts.Check(err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		ts.Check(err)
+	}
+	run("CREATE DATABASE " + name)
+	ts.Defer(func() { run("DROP DATABASE " + name + " WITH (FORCE)") })
+	u.Path = "/" + name
+	ts.Setenv("PG_DSN", u.String())
+	ts.Setenv("PG_WHERE", u.Host+"/"+name)
+}
+
 func cmdStoreSchema(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 || args[1] != "newer" {
 		ts.Fatalf("usage: storeschema FILE newer")
