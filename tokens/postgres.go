@@ -168,7 +168,7 @@ func (s *PostgresStore) migrateTx(ctx context.Context, tx pgx.Tx, ms []migration
 		return s.wrap("open token store "+s.where+": read schema_version", err)
 	}
 	if current > len(ms) {
-		return fmt.Errorf("token store %s was migrated by a newer cproxy (schema %d; this cproxy knows up to %d): upgrade cproxy", s.where, current, len(ms))
+		return fmt.Errorf("%w: %s is at schema %d; this cproxy knows up to %d", ErrNewerSchema, s.where, current, len(ms))
 	}
 	for _, m := range ms[current:] {
 		if _, err := tx.Exec(ctx, m.sql); err != nil {

@@ -88,8 +88,8 @@ func TestPostgresRefusesNewerSchema(t *testing.T) {
 	openPG(t, dsn).Close()
 	pgExec(t, dsn, "INSERT INTO schema_version (version) VALUES ($1)", PostgresSchemaVersion()+41)
 	_, err := OpenPostgres(ctx, dsn)
-	want := fmt.Sprintf("(schema %d; this cproxy knows up to %d): upgrade cproxy", PostgresSchemaVersion()+41, PostgresSchemaVersion())
-	if err == nil || !strings.Contains(err.Error(), want) {
+	want := fmt.Sprintf("is at schema %d; this cproxy knows up to %d", PostgresSchemaVersion()+41, PostgresSchemaVersion())
+	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), want) {
 		t.Errorf("OpenPostgres on a newer schema: %v; want %q", err, want)
 	}
 }

@@ -36,8 +36,8 @@ var (
 	ErrExpired   = errors.New("token expired")
 	// ErrLocked means another process holds the store file; bbolt allows a single writer process.
 	ErrLocked = errors.New("token store locked")
-	// ErrNewerSchema means the store file is at a schema version newer than this cproxy knows, which it would
-	// misread.
+	// ErrNewerSchema means the store (the embedded file, or the PostgreSQL database) is at a schema version newer
+	// than this cproxy knows, which it would misread.
 	ErrNewerSchema = errors.New("token store written by a newer cproxy")
 )
 

@@ -420,6 +420,10 @@ const storeLockedHint = "give each cproxy its own store: cproxy serve --store PA
 // this cproxy would misread.
 const storeNewerHint = "upgrade cproxy to the release that wrote this store, or point --store (store.path) at another file"
 
+// storeNewerPostgresHint is the fix for a database a newer replica has
+// migrated: the replicas share it, so only an upgrade helps.
+const storeNewerPostgresHint = "upgrade cproxy to the release that migrated this database, as the other replicas were"
+
 // storeOpenTimeout bounds connecting to PostgreSQL and migrating its schema
 // at start, which may wait for another replica's migration.
 const storeOpenTimeout = time.Minute
@@ -449,6 +453,9 @@ func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, 
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	store, err := tokens.OpenPostgres(ctx, dsn.Reveal())
+	if errors.Is(err, tokens.ErrNewerSchema) {
+		return nil, "", fail(storeNewerPostgresHint, "%v", err)
+	}
 	if err != nil {
 		return nil, "", fail("check store.dsn's connection string (host, port, database, user, password) and that PostgreSQL runs there; the user must be allowed to create tables in that database", "%v", err)
 	}
