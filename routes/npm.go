@@ -577,11 +577,10 @@ func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string)
 	}
 	// Read to the end, holding time alone.
 	published, err := packumentPublished(body, version)
-	var dup *duplicateKeyError
-	switch {
-	case errors.As(err, &dup):
-		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is ambiguous: %v", n.name, base.Host, err)
-	case err != nil:
+	if err != nil {
+		if err := ambiguous(err, n.name, base.Host); err != nil {
+			return time.Time{}, err
+		}
 		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
 	return published, nil

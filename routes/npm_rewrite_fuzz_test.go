@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -17,12 +18,12 @@ import (
 // a simple map-based rewrite of the whole document: for any input, with and
 // without a version policy, both refuse it, or both give the same JSON value
 // (key order aside), with only the members of npm's documented format. The
-// streaming one may also refuse a packument that gives one of those members
-// twice, a key twice in dist-tags or time, or a version twice, which the
-// oracle resolves by keeping the last. Whatever it sends is valid JSON in
-// which every tarball is on cproxy, every version came from the input, and
-// every integrity and shasum is the upstream's, byte for byte. Reading the
-// input one byte at a time changes nothing.
+// streaming one may also refuse a packument in which an object anywhere
+// gives a name twice, which the oracle resolves by keeping the last.
+// Whatever it sends is valid JSON in which every tarball is on cproxy, every
+// version came from the input, and every integrity and shasum is the
+// upstream's, byte for byte. Reading the input one byte at a time changes
+// nothing.
 func FuzzRewritePackument(f *testing.F) {
 	f.Add([]byte(`{"name":"is-x","dist-tags":{"latest":"2.0.0"},"versions":{"1.0.0":{"dist":{"integrity":"sha512-A\u002b==","shasum":"ab","tarball":"https://registry.example/is-x/-/is-x-1.0.0.tgz"}},"2.0.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-2.0.0.tgz"}}},"time":{"1.0.0":"2020-01-01T00:00:00.000Z","2.0.0":"2026-11-30T00:00:00Z"}}`), true)
 	f.Add([]byte(`{"time":{"1.0.0":"2020-01-01T00:00:00.000Z","2.0.0":"2026-11-30T00:00:00Z"},"readme":"# x\n","dist-tags":{"latest":"2.0.0","next":"1.0.0"},"versions":{"1.0.0":{"dist":{"integrity":"sha512-A\u002b==","shasum":"ab","tarball":"https://registry.example/is-x/-/is-x-1.0.0.tgz"}},"2.0.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-2.0.0.tgz"}}}}`), true)
@@ -125,46 +126,37 @@ func unmarshalNumbers(b []byte, v any) error {
 	return d.Decode(v)
 }
 
-// hasDuplicateKeys reports whether the packument gives a member it keeps
-// twice, or a key twice in dist-tags or time, or names a version twice.
+// hasDuplicateKeys reports whether an object anywhere in the JSON value raw
+// gives a name twice (names compared as encoding/json decodes them).
 func hasDuplicateKeys(raw []byte) bool {
-	keys := func(obj []byte) (ks []string, vs []json.RawMessage) {
-		d := json.NewDecoder(bytes.NewReader(obj))
-		if t, err := d.Token(); err != nil || t != json.Delim('{') {
-			return nil, nil
-		}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return false
+	}
+	switch raw[0] {
+	case '{':
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.Token()
+		names := map[string]bool{}
 		for d.More() {
 			t, err := d.Token()
 			if err != nil {
-				return ks, vs
+				return false
 			}
+			k, _ := t.(string)
 			var v json.RawMessage
 			if d.Decode(&v) != nil {
-				return ks, vs
+				return false
 			}
-			ks, vs = append(ks, t.(string)), append(vs, v)
-		}
-		return ks, vs
-	}
-	seen := map[string]bool{}
-	ks, vs := keys(raw)
-	for i, k := range ks {
-		if packumentMembers[k] {
-			if seen[k] {
+			if names[k] || hasDuplicateKeys(v) {
 				return true
 			}
-			seen[k] = true
+			names[k] = true
 		}
-		if k == "dist-tags" || k == "time" || k == "versions" {
-			names := map[string]bool{}
-			nks, _ := keys(vs[i])
-			for _, n := range nks {
-				if names[n] {
-					return true
-				}
-				names[n] = true
-			}
-		}
+	case '[':
+		var vs []json.RawMessage
+		json.Unmarshal(raw, &vs)
+		return slices.ContainsFunc(vs, func(v json.RawMessage) bool { return hasDuplicateKeys(v) })
 	}
 	return false
 }

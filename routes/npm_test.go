@@ -385,6 +385,7 @@ func TestNPMPackumentLimits(t *testing.T) {
 		{"bad gzip", "gzip", []byte("not gzip"), "not valid gzip"},
 		{"br", "br", []byte("x"), "cannot read"},
 		{"too large", "", []byte(`{"versions":{"1.0.0":{"x":"` + strings.Repeat("a", maxPackument) + `"}}}`), "larger than 64 MiB"},
+		{"a string too large", "", []byte(`{"readme":"` + strings.Repeat("a", maxPackument) + `"}`), "larger than 64 MiB where cproxy must hold it (readme)"},
 	} {
 		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if ae := r.Header.Get("Accept-Encoding"); ae != "gzip" {

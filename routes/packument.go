@@ -5,31 +5,30 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"iter"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Packuments are rewritten as they stream: cproxy reads the top-level object
 // member by member and sends each on as soon as it is rewritten, so a request
-// holds one version manifest at a time, not the packument (the largest on
-// registry.npmjs.org are tens of MiB, and only grow).
+// holds one top-level value or version manifest at a time, not the packument
+// (the largest on registry.npmjs.org are tens of MiB, and only grow).
 //
 // What it must hold counts against maxPackument, and a packument that needs
-// more is refused: a version manifest, dist-tags (sent last, since what they
-// keep depends on the versions dropped), time (whose keys are checked, and
-// which is sent last when a version policy filters it) and, when the policy
-// has a min_release_age and versions
-// come before time (as on registry.npmjs.org), the rewritten versions until
-// time arrives.
+// more is refused: the value being read (a version manifest, a readme),
+// dist-tags (sent last, since what they keep depends on the versions
+// dropped), time (which is sent last when a version policy filters it) and,
+// when the policy has a min_release_age and versions come before time (as on
+// registry.npmjs.org), the rewritten versions until time arrives.
 const (
 	maxPackument = 64 << 20
 	// packumentWhole: a rewrite that fits is sent whole, with a
@@ -38,8 +37,6 @@ const (
 	// the response off.
 	packumentWhole = 1 << 20
 	packumentChunk = 64 << 10
-	// maxJSONDepth is encoding/json's nesting limit.
-	maxJSONDepth = 10000
 )
 
 // packumentMembers are the top-level members of a packument as npm's
@@ -161,30 +158,27 @@ func (b *packumentBody) Close() error {
 	return b.upstream.Close()
 }
 
-// packumentStream rewrites one packument from its scanner into out. It points
-// every tarball on the upstream at cproxy and drops every version whose
-// tarball is anywhere else (and the dist-tags naming them). With rw.profile
-// set it also drops the versions the profile's npm version policy denies (and
-// their time entries); a latest tag it drops is moved to the highest release
-// left. Top-level members other than packumentMembers are dropped.
-// Whitespace goes; values (integrity, shasum, everything else) keep their
-// bytes, and so does the order of the top-level keys, except that cproxy
-// moves dist-tags (and time, when it filters it) to the end. npm does not
-// care about key order.
+// packumentStream rewrites one packument from its decoder into out. It
+// points every tarball on the upstream at cproxy and drops every version
+// whose tarball is anywhere else (and the dist-tags naming them). With
+// rw.profile set it also drops the versions the profile's npm version policy
+// denies (and their time entries); a latest tag it drops is moved to the
+// highest release left. Top-level members other than packumentMembers are
+// dropped. Whitespace goes; values (integrity, shasum, everything else) keep
+// their bytes, and so does the order of the top-level keys, except that
+// cproxy moves dist-tags (and time, when it filters it) to the end. npm does
+// not care about key order.
 type packumentStream struct {
-	sc       *jsonScanner
+	dec      *jsontext.Decoder
 	out      jsonOut // the rewritten packument, handed on in chunks
-	tmp      jsonOut // the version manifest or key being read
 	base     *url.URL
 	rw       *npmRewrite
 	needTime bool // the policy decides by time[version]
 	done     bool // out holds the rest of the packument, which is complete
 
-	members   int // top-level members written
-	versionsN int // versions written
-	held      int // bytes held below, against maxPackument
-	seenTop   map[string]bool
-	seen      map[string]bool // every version name, to refuse duplicates
+	members   int             // top-level members written
+	versionsN int             // versions written
+	held      int             // bytes held below, against maxPackument
 	removed   map[string]bool // versions dropped, for dist-tags
 	denied    map[string]bool // versions the policy dropped, for time
 	best      *semver.Version // the highest release kept
@@ -203,16 +197,64 @@ type pendingVersion struct {
 }
 
 func newPackumentStream(r io.Reader, base *url.URL, rw *npmRewrite) *packumentStream {
-	return &packumentStream{
-		sc:       newJSONScanner(r),
+	p := &packumentStream{
 		base:     base,
 		rw:       rw,
 		needTime: rw.profile != nil && rw.profile.NPM.MinReleaseAge.Duration > 0,
-		seenTop:  map[string]bool{},
-		seen:     map[string]bool{},
 		removed:  map[string]bool{},
 		denied:   map[string]bool{},
 	}
+	p.dec = newPackumentDecoder(r, p.room)
+	return p
+}
+
+// newPackumentDecoder reads a packument from r with jsontext
+// (github.com/go-json-experiment/json/jsontext, the API of the standard
+// library's encoding/json/jsontext, which Go 1.26 keeps behind
+// GOEXPERIMENT=jsonv2: moving to it is a change of import). Its decoder
+// checks the syntax and refuses an object that gives a name twice, anywhere
+// in the packument: npm keeps the last, another reader the first, and cproxy
+// must decide on what its client reads. Invalid UTF-8 passes, as npm and
+// encoding/json read it (as U+FFFD, also when names are compared). What the
+// decoder holds to read one value is bounded by room (decoderInput).
+func newPackumentDecoder(r io.Reader, room func() int) *jsontext.Decoder {
+	in := &decoderInput{r: r, room: room}
+	in.dec = jsontext.NewDecoder(in, jsontext.AllowInvalidUTF8(true))
+	return in.dec
+}
+
+// decoderInput feeds a packument to its decoder, counting what the decoder
+// has read and not yet consumed: what it holds. A value it returns is held
+// whole (a version manifest, time, a readme), so decoderInput reads no more
+// than room() allows held and then fails with errHeldFull.
+type decoderInput struct {
+	r    io.Reader
+	read int64
+	dec  *jsontext.Decoder
+	room func() int
+}
+
+func (h *decoderInput) Read(b []byte) (int, error) {
+	left := int64(h.room()) - (h.read - h.dec.InputOffset())
+	if left <= 0 {
+		return 0, errHeldFull
+	}
+	if int64(len(b)) > left {
+		b = b[:left]
+	}
+	// The decoder retries a read of nothing forever; a reader that keeps
+	// returning nothing is an error.
+	for range 100 {
+		n, err := h.r.Read(b)
+		h.read += int64(n)
+		if err != nil && err != io.EOF {
+			err = &readError{err}
+		}
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+	return 0, &readError{io.ErrNoProgress}
 }
 
 var errStopped = errors.New("packument reader closed")
@@ -243,66 +285,51 @@ func (p *packumentStream) chunks(yield func([]byte, error) bool) {
 
 // run reads the packument and writes it rewritten to p.out.
 func (p *packumentStream) run() error {
-	sc := p.sc
-	c, err := sc.peek()
-	if err != nil || c != '{' {
+	dec := p.dec
+	if k, err := peek(dec); k != '{' {
 		if isReadError(err) {
 			return p.fault(err, "")
 		}
 		return refuse(ErrUpstream, "the packument of %s from %s is not a JSON object", p.rw.req.name, p.base.Host)
 	}
-	sc.pos++
+	if _, err := dec.ReadToken(); err != nil {
+		return p.fault(err, "")
+	}
 	if err := p.out.writeByte('{'); err != nil {
 		return err
 	}
-	if c, err := sc.peekIn(); err != nil {
-		return p.fault(err, "")
-	} else if c == '}' {
-		sc.pos++
-	} else {
-		for {
-			rawKey, key, err := p.key()
-			if err != nil {
-				return p.fault(err, "a key")
-			}
-			if packumentMembers[key] {
-				if p.seenTop[key] {
-					return refuse(ErrUpstream, "the packument of %s from %s has more than one %q", p.rw.req.name, p.base.Host, key)
-				}
-				p.seenTop[key] = true
-			}
-			switch {
-			case !packumentMembers[key]:
-				err = sc.copyValue(nil)
-			case key == "versions":
-				err = p.versions(rawKey)
-			case key == "dist-tags":
-				err = p.readDistTags()
-			case key == "time":
-				err = p.readTime(rawKey)
-			default:
+	for dec.PeekKind() != '}' {
+		rawKey, key, err := p.key()
+		if err != nil {
+			return p.fault(err, "a key")
+		}
+		switch {
+		case !packumentMembers[key]:
+			err = dec.SkipValue()
+		case key == "versions":
+			err = p.versions(rawKey)
+		case key == "dist-tags":
+			err = p.readDistTags()
+		case key == "time":
+			err = p.readTime(rawKey)
+		default:
+			var v jsontext.Value
+			if v, err = dec.ReadValue(); err == nil {
 				if err = p.member(rawKey); err == nil {
-					err = sc.copyValue(&p.out)
+					err = p.out.writeValue(v)
 				}
-			}
-			if err != nil {
-				return p.fault(err, key)
-			}
-			if c, err = sc.peekIn(); err != nil {
-				return p.fault(err, "")
-			}
-			sc.pos++
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				return p.fault(errJSONSyntax, "")
 			}
 		}
+		if err != nil {
+			return p.fault(err, key)
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return p.fault(err, "")
 	}
 	// Nothing but whitespace may follow, to the end (which also checks
 	// gzip's checksum).
-	if _, err := sc.peek(); err != io.EOF {
+	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
 			err = errJSONSyntax
 		}
@@ -327,32 +354,73 @@ func (p *packumentStream) run() error {
 	return p.out.writeByte('}')
 }
 
+// peek is the kind of the next token, with the decoder's error when it has
+// none.
+func peek(dec *jsontext.Decoder) (jsontext.Kind, error) {
+	if k := dec.PeekKind(); k != jsontext.KindInvalid {
+		return k, nil
+	}
+	_, err := dec.ReadToken()
+	if err == nil || err == io.EOF {
+		err = errJSONSyntax
+	}
+	return jsontext.KindInvalid, err
+}
+
+var errJSONSyntax = errors.New("invalid JSON")
+
 // fault turns an error from reading into cproxy's refusal.
 func (p *packumentStream) fault(err error, what string) error {
 	var ref *refusal
 	switch {
 	case err == errStopped || errors.As(err, &ref):
 		return err
-	case err == errHeldFull:
+	case errors.Is(err, errHeldFull):
 		return refuse(ErrUpstream, "the packument of %s is larger than %d MiB where cproxy must hold it (%s)", p.rw.req.name, maxPackument>>20, what)
 	case isReadError(err):
 		return refuse(ErrUpstream, "reading the packument of %s from %s failed", p.rw.req.name, p.base.Host)
 	}
+	if err := ambiguous(err, p.rw.req.name, p.base.Host); err != nil {
+		return err
+	}
 	return refuse(ErrUpstream, "the packument of %s from %s is not valid JSON", p.rw.req.name, p.base.Host)
+}
+
+// ambiguous is the refusal of a packument in which an object gives a name
+// twice, from the decoder's error; nil for any other error.
+func ambiguous(err error, name, host string) error {
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) || !errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return nil
+	}
+	path := slices.Collect(se.JSONPointer.Tokens())
+	if len(path) == 0 {
+		return nil
+	}
+	last := clip(path[len(path)-1], 64)
+	switch {
+	case len(path) == 1:
+		return refuse(ErrUpstream, "the packument of %s from %s has more than one %q", name, host, last)
+	case len(path) == 2 && path[0] == "versions":
+		return refuse(ErrUpstream, "the packument of %s from %s has version %q twice", name, host, last)
+	}
+	in := strings.TrimPrefix(string(se.JSONPointer.Parent()), "/")
+	return refuse(ErrUpstream, "the packument of %s from %s is ambiguous: key %q comes twice in %q", name, host, last, clip(in, 64))
 }
 
 func (p *packumentStream) malformed() error {
 	return refuse(ErrUpstream, "the packument of %s from %s has malformed versions", p.rw.req.name, p.base.Host)
 }
 
-// key reads an object key and its colon: the key as sent and decoded.
+// key reads an object key: the key as sent and decoded.
 func (p *packumentStream) key() ([]byte, string, error) {
-	p.tmp.b, p.tmp.max = p.tmp.b[:0], p.room()
-	k, err := p.sc.key(&p.tmp)
+	raw, err := p.dec.ReadValue()
 	if err != nil {
 		return nil, "", err
 	}
-	return bytes.Clone(p.tmp.b), k, nil
+	// Invalid UTF-8 becomes U+FFFD, as npm and encoding/json read it.
+	k, _ := jsontext.AppendUnquote(nil, raw)
+	return bytes.Clone(raw), string(k), nil
 }
 
 // member writes the separator and key of the next top-level member.
@@ -385,11 +453,15 @@ func (p *packumentStream) room() int {
 
 // hold reads the next value into memory, compacted, and counts it as held.
 func (p *packumentStream) hold(what string) ([]byte, error) {
-	o := jsonOut{max: p.room()}
-	if err := p.sc.copyValue(&o); err != nil {
+	v, err := p.dec.ReadValue()
+	if err != nil {
 		return nil, p.fault(err, what)
 	}
-	return o.b, p.account(len(o.b), what)
+	b, err := appendCompact(nil, v)
+	if err != nil {
+		return nil, p.fault(err, what)
+	}
+	return b, p.account(len(b), what)
 }
 
 // readDistTags holds dist-tags, which are written last, without the tags
@@ -399,25 +471,17 @@ func (p *packumentStream) readDistTags() error {
 	if err != nil {
 		return err
 	}
-	if _, err := objectMembers(raw); err != nil && err != errNotObject {
-		return p.duplicate("dist-tags", err)
-	}
 	p.distTags = raw
 	return nil
 }
 
-// readTime holds time, whose keys must each come once (npmPublished reads
-// it for a tarball as this rewrite does for the packument). Without a
-// version policy it is written where it came; with one, it is filtered and
-// written last, and the versions waiting for it are decided.
+// readTime holds time. Without a version policy it is written where it
+// came; with one, it is filtered and written last, and the versions waiting
+// for it are decided.
 func (p *packumentStream) readTime(rawKey []byte) error {
 	raw, err := p.hold("time")
 	if err != nil {
 		return err
-	}
-	times, err := objectMembers(raw)
-	if err != nil && err != errNotObject {
-		return p.duplicate("time", err)
 	}
 	if p.rw.profile == nil {
 		p.held -= len(raw)
@@ -426,38 +490,37 @@ func (p *packumentStream) readTime(rawKey []byte) error {
 		}
 		return p.out.write(raw)
 	}
-	p.timeRaw, p.times = raw, times // times is nil when time is not an object: no version has a known time
+	p.timeRaw, p.times = raw, objectMembers(raw) // times is nil when time is not an object: no version has a known time
 	if p.pendingOn {
 		return p.writePending()
 	}
 	return nil
 }
 
-// duplicate is the refusal of a member whose object gives a key twice.
-func (p *packumentStream) duplicate(member string, err error) error {
-	return refuse(ErrUpstream, "the packument of %s from %s is ambiguous: %s in %q", p.rw.req.name, p.base.Host, err, member)
-}
-
 // versions reads the versions object, rewriting each version as it comes.
 // When the policy needs time and time has not come yet, the rewritten
 // versions are held until it does.
 func (p *packumentStream) versions(rawKey []byte) error {
-	sc := p.sc
-	c, err := sc.peekIn()
-	if err != nil {
+	dec := p.dec
+	k, err := peek(dec)
+	switch {
+	case err != nil:
 		return err
-	}
-	if c != '{' {
-		if c != 'n' {
-			return p.malformed()
-		}
+	case k == 'n':
 		// null: left as it is, as no version is in it.
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
 		if err := p.member(rawKey); err != nil {
 			return err
 		}
-		return sc.copyValue(&p.out)
+		return p.out.write([]byte("null"))
+	case k != '{':
+		return p.malformed()
 	}
-	sc.pos++
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
 	wait := p.needTime && p.timeRaw == nil
 	if wait {
 		p.pendingOn = true
@@ -469,54 +532,37 @@ func (p *packumentStream) versions(rawKey []byte) error {
 			return err
 		}
 	}
-	if c, err = sc.peekIn(); err != nil {
-		return err
-	} else if c == '}' {
-		sc.pos++
-	} else {
-		for {
-			rawVer, ver, err := p.key()
-			if err != nil {
-				return p.fault(err, "a version name")
-			}
-			if p.seen[ver] {
-				return refuse(ErrUpstream, "the packument of %s from %s has version %q twice", p.rw.req.name, p.base.Host, clip(ver, 64))
-			}
-			p.seen[ver] = true
-			if err := p.account(len(ver)+16, "version names"); err != nil {
+	for dec.PeekKind() != '}' {
+		rawVer, ver, err := p.key()
+		if err != nil {
+			return p.fault(err, "a version name")
+		}
+		if err := p.account(len(ver)+16, "version names"); err != nil {
+			return err
+		}
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return p.fault(err, "version "+clip(ver, 64))
+		}
+		manifest, keep, err := p.rewriteVersion(raw)
+		switch {
+		case err != nil:
+			return err
+		case !keep:
+			p.removed[ver] = true
+		case wait:
+			p.pending = append(p.pending, pendingVersion{rawKey: rawVer, name: ver, manifest: manifest})
+			if err := p.account(len(rawVer)+len(manifest), "the versions before time, which the version policy needs"); err != nil {
 				return err
 			}
-			p.tmp.b, p.tmp.max = p.tmp.b[:0], p.room()
-			if err := sc.copyValue(&p.tmp); err != nil {
-				return p.fault(err, "version "+clip(ver, 64))
-			}
-			manifest, keep, err := p.rewriteVersion(p.tmp.b)
-			switch {
-			case err != nil:
+		default:
+			if err := p.writeVersion(rawVer, ver, manifest); err != nil {
 				return err
-			case !keep:
-				p.removed[ver] = true
-			case wait:
-				p.pending = append(p.pending, pendingVersion{rawKey: rawVer, name: ver, manifest: manifest})
-				if err := p.account(len(rawVer)+len(manifest), "the versions before time, which the version policy needs"); err != nil {
-					return err
-				}
-			default:
-				if err := p.writeVersion(rawVer, ver, manifest); err != nil {
-					return err
-				}
-			}
-			if c, err = sc.peekIn(); err != nil {
-				return err
-			}
-			sc.pos++
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				return errJSONSyntax
 			}
 		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
 	}
 	if wait {
 		return nil
@@ -597,7 +643,7 @@ func (p *packumentStream) writePending() error {
 // "npm install pkg" gets the newest allowed one.
 func (p *packumentStream) writeDistTags() error {
 	out := p.distTags
-	if tags, err := objectMembers(out); len(p.removed) > 0 && err == nil {
+	if tags := objectMembers(out); len(p.removed) > 0 && tags != nil {
 		latestDenied := false
 		for tag, v := range tags {
 			var s string
@@ -634,62 +680,43 @@ func (p *packumentStream) writeTime() error {
 
 // packumentPublished reads a packument from r and returns time[version];
 // zero when the packument has none for the version, or one that is not an
-// RFC 3339 time. It reads time as the rewrite does (objectMembers,
-// publishedAt), holding it alone, and reads to the end, refusing a second
-// time or a key given twice in it: what a tarball check reads is what the
-// packument's reader was shown.
+// RFC 3339 time. It reads the packument as the rewrite does (its decoder,
+// objectMembers, publishedAt), holding time alone, and reads to the end,
+// refusing a name given twice anywhere: what a tarball check reads is what
+// the packument's reader was shown.
 func packumentPublished(r io.Reader, version string) (time.Time, error) {
-	sc := newJSONScanner(r)
-	c, err := sc.peekIn()
-	if err != nil {
+	dec := newPackumentDecoder(r, func() int { return maxPackument })
+	if k, err := peek(dec); k != '{' {
+		if err == nil {
+			err = errNotObject
+		}
 		return time.Time{}, err
 	}
-	if c != '{' {
-		return time.Time{}, errJSONSyntax
+	if _, err := dec.ReadToken(); err != nil {
+		return time.Time{}, err
 	}
-	sc.pos++
 	var published time.Time
-	seenTime := false
-	var tmp jsonOut
-	if c, err = sc.peekIn(); err != nil {
-		return time.Time{}, err
-	}
-	for c != '}' {
-		tmp.b, tmp.max = tmp.b[:0], maxPackument
-		k, err := sc.key(&tmp)
+	for dec.PeekKind() != '}' {
+		k, err := dec.ReadToken()
 		if err != nil {
 			return time.Time{}, err
 		}
-		if k != "time" {
-			if err := sc.copyValue(nil); err != nil {
+		if k.String() != "time" {
+			if err := dec.SkipValue(); err != nil {
 				return time.Time{}, err
 			}
-		} else {
-			if seenTime {
-				return time.Time{}, &duplicateKeyError{"time"}
-			}
-			seenTime = true
-			val := jsonOut{max: maxPackument}
-			if err := sc.copyValue(&val); err != nil {
-				return time.Time{}, err
-			}
-			times, err := objectMembers(val.b)
-			if err != nil && err != errNotObject {
-				return time.Time{}, fmt.Errorf(`%w in "time"`, err)
-			}
-			published = publishedAt(times, version)
+			continue
 		}
-		if c, err = sc.peekIn(); err != nil {
+		v, err := dec.ReadValue()
+		if err != nil {
 			return time.Time{}, err
 		}
-		if c == ',' {
-			sc.pos++
-		} else if c != '}' {
-			return time.Time{}, errJSONSyntax
-		}
+		published = publishedAt(objectMembers(v), version)
 	}
-	sc.pos++
-	if _, err := sc.peek(); err != io.EOF {
+	if _, err := dec.ReadToken(); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
 		if err == nil {
 			err = errJSONSyntax
 		}
@@ -715,50 +742,26 @@ func publishedAt(times map[string]json.RawMessage, version string) time.Time {
 // errNotObject says a JSON value is not an object.
 var errNotObject = errors.New("not a JSON object")
 
-// duplicateKeyError names a key an object gives twice.
-type duplicateKeyError struct{ key string }
-
-func (e *duplicateKeyError) Error() string {
-	return "key " + strconv.Quote(clip(e.key, 64)) + " comes twice"
+// objectMembers decodes a JSON object the packument's decoder has read (so
+// gives no name twice) into its members; nil for any other value.
+func objectMembers(raw []byte) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
 }
 
-// objectMembers decodes a JSON object into its members as json.Unmarshal
-// into a map does, except that a key given twice is an error: encoding/json
-// keeps the last value, a reader that stops at the first sees another, and
-// cproxy must decide on what its client will read. errNotObject for any
-// other value.
-func objectMembers(raw []byte) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errNotObject
-	}
-	out := map[string]json.RawMessage{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, errNotObject
-		}
-		k, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, errNotObject
-		}
-		if _, ok := out[k]; ok {
-			return nil, &duplicateKeyError{k}
-		}
-		out[k] = v
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, errNotObject
-	}
-	return out, nil
+// appendCompact appends the JSON value v without its whitespace, every
+// string and number as sent.
+func appendCompact(dst []byte, v []byte) ([]byte, error) {
+	return jsontext.AppendFormat(dst, v, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true), jsontext.PreserveRawStrings(true))
 }
 
-// jsonOut collects JSON text: held, up to max bytes (0: no limit), or, with
-// flush, handed on each time it reaches limit bytes.
+// jsonOut collects JSON text, handing it on to flush each time it reaches
+// limit bytes.
 type jsonOut struct {
 	b     []byte
-	max   int
 	limit int
 	flush func([]byte) error
 }
@@ -766,50 +769,34 @@ type jsonOut struct {
 var errHeldFull = errors.New("more than cproxy holds")
 
 func (o *jsonOut) write(p []byte) error {
-	if o == nil {
-		return nil
-	}
-	if o.max > 0 && len(o.b)+len(p) > o.max {
-		return errHeldFull
-	}
 	o.b = append(o.b, p...)
-	if o.flush != nil && len(o.b) >= o.limit {
-		return o.handOn()
-	}
-	return nil
+	return o.handOnFull()
 }
 
 func (o *jsonOut) writeByte(c byte) error {
-	if o == nil {
-		return nil
-	}
-	if o.max > 0 && len(o.b) >= o.max {
-		return errHeldFull
-	}
 	o.b = append(o.b, c)
-	if o.flush != nil && len(o.b) >= o.limit {
-		return o.handOn()
-	}
-	return nil
+	return o.handOnFull()
 }
 
-func (o *jsonOut) handOn() error {
+// writeValue writes the JSON value v compacted.
+func (o *jsonOut) writeValue(v []byte) error {
+	b, err := appendCompact(o.b, v)
+	if err != nil {
+		return err
+	}
+	o.b = b
+	return o.handOnFull()
+}
+
+func (o *jsonOut) handOnFull() error {
+	if o.flush == nil || len(o.b) < o.limit {
+		return nil
+	}
 	err := o.flush(o.b)
 	o.b = o.b[:0]
 	o.limit = packumentChunk
 	return err
 }
-
-// jsonScanner reads JSON text from a stream and copies values through,
-// checked and compacted, without holding them.
-type jsonScanner struct {
-	r        io.Reader
-	buf      []byte
-	pos, end int
-	err      error // the reader's error once it has returned one (io.EOF at the end)
-}
-
-var errJSONSyntax = errors.New("invalid JSON")
 
 // readError is an error from the reader, not in the JSON.
 type readError struct{ err error }
@@ -820,408 +807,4 @@ func (e *readError) Unwrap() error { return e.err }
 func isReadError(err error) bool {
 	var re *readError
 	return errors.As(err, &re)
-}
-
-func newJSONScanner(r io.Reader) *jsonScanner {
-	return &jsonScanner{r: r, buf: make([]byte, 64<<10)}
-}
-
-// more makes at least one byte available: nil, io.EOF at the end, or a
-// *readError.
-func (s *jsonScanner) more() error {
-	if s.pos < s.end {
-		return nil
-	}
-	if s.err != nil {
-		return s.readErr()
-	}
-	s.pos, s.end = 0, 0
-	for range 100 {
-		n, err := s.r.Read(s.buf)
-		s.end = n
-		if err != nil {
-			s.err = err
-		}
-		if n > 0 {
-			return nil
-		}
-		if err != nil {
-			return s.readErr()
-		}
-	}
-	s.err = io.ErrNoProgress
-	return s.readErr()
-}
-
-func (s *jsonScanner) readErr() error {
-	if s.err == io.EOF {
-		return io.EOF
-	}
-	return &readError{s.err}
-}
-
-// peek skips whitespace and returns the next byte without consuming it;
-// io.EOF at the end.
-func (s *jsonScanner) peek() (byte, error) {
-	for {
-		if err := s.more(); err != nil {
-			return 0, err
-		}
-		for s.pos < s.end {
-			switch c := s.buf[s.pos]; c {
-			case ' ', '\t', '\n', '\r':
-				s.pos++
-			default:
-				return c, nil
-			}
-		}
-	}
-}
-
-// peekIn is peek inside a value, where the end is a syntax error.
-func (s *jsonScanner) peekIn() (byte, error) {
-	c, err := s.peek()
-	if err == io.EOF {
-		err = errJSONSyntax
-	}
-	return c, err
-}
-
-// nextIn consumes one byte inside a value.
-func (s *jsonScanner) nextIn() (byte, error) {
-	if err := s.more(); err != nil {
-		if err == io.EOF {
-			err = errJSONSyntax
-		}
-		return 0, err
-	}
-	c := s.buf[s.pos]
-	s.pos++
-	return c, nil
-}
-
-// key copies an object key to w and consumes the colon after it; it
-// returns the key decoded.
-func (s *jsonScanner) key(w *jsonOut) (string, error) {
-	c, err := s.peekIn()
-	if err != nil {
-		return "", err
-	}
-	if c != '"' {
-		return "", errJSONSyntax
-	}
-	start := len(w.b)
-	if err := s.copyString(w); err != nil {
-		return "", err
-	}
-	if c, err = s.peekIn(); err != nil {
-		return "", err
-	}
-	if c != ':' {
-		return "", errJSONSyntax
-	}
-	s.pos++
-	raw := w.b[start:]
-	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
-		return string(raw[1 : len(raw)-1]), nil
-	}
-	var k string
-	if err := json.Unmarshal(raw, &k); err != nil {
-		return "", errJSONSyntax
-	}
-	return k, nil
-}
-
-// copyValue copies the next JSON value to w (nil: skips it), checking its
-// syntax and dropping whitespace.
-func (s *jsonScanner) copyValue(w *jsonOut) error {
-	var stack []byte // the closing byte of each open container
-	for {
-		c, err := s.peekIn()
-		if err != nil {
-			return err
-		}
-		switch c {
-		case '{', '[':
-			s.pos++
-			if err := w.writeByte(c); err != nil {
-				return err
-			}
-			end := byte('}')
-			if c == '[' {
-				end = ']'
-			}
-			d, err := s.peekIn()
-			if err != nil {
-				return err
-			}
-			if d == end {
-				s.pos++
-				if err := w.writeByte(end); err != nil {
-					return err
-				}
-				break
-			}
-			if len(stack) >= maxJSONDepth {
-				return errJSONSyntax
-			}
-			stack = append(stack, end)
-			if c == '{' {
-				if err := s.memberKey(w); err != nil {
-					return err
-				}
-			}
-			continue
-		case '"':
-			err = s.copyString(w)
-		case 't':
-			err = s.copyLiteral(w, "true")
-		case 'f':
-			err = s.copyLiteral(w, "false")
-		case 'n':
-			err = s.copyLiteral(w, "null")
-		default:
-			if c != '-' && (c < '0' || c > '9') {
-				return errJSONSyntax
-			}
-			err = s.copyNumber(w)
-		}
-		if err != nil {
-			return err
-		}
-		// After a value: close containers, or go on to the next element.
-		for {
-			if len(stack) == 0 {
-				return nil
-			}
-			d, err := s.peekIn()
-			if err != nil {
-				return err
-			}
-			end := stack[len(stack)-1]
-			if d == end {
-				s.pos++
-				stack = stack[:len(stack)-1]
-				if err := w.writeByte(d); err != nil {
-					return err
-				}
-				continue
-			}
-			if d != ',' {
-				return errJSONSyntax
-			}
-			s.pos++
-			if err := w.writeByte(','); err != nil {
-				return err
-			}
-			if end == '}' {
-				if err := s.memberKey(w); err != nil {
-					return err
-				}
-			}
-			break
-		}
-	}
-}
-
-// memberKey copies a key and its colon inside a copied object.
-func (s *jsonScanner) memberKey(w *jsonOut) error {
-	c, err := s.peekIn()
-	if err != nil {
-		return err
-	}
-	if c != '"' {
-		return errJSONSyntax
-	}
-	if err := s.copyString(w); err != nil {
-		return err
-	}
-	if c, err = s.peekIn(); err != nil {
-		return err
-	}
-	if c != ':' {
-		return errJSONSyntax
-	}
-	s.pos++
-	return w.writeByte(':')
-}
-
-// copyString copies a string, quotes and escapes as sent; s.buf[s.pos] is
-// its opening quote.
-func (s *jsonScanner) copyString(w *jsonOut) error {
-	start := s.pos
-	s.pos++
-	for {
-		i := s.pos
-		for i < s.end {
-			c := s.buf[i]
-			if c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			i++
-		}
-		if i == s.end {
-			if err := w.write(s.buf[start:i]); err != nil {
-				return err
-			}
-			s.pos = i
-			if err := s.more(); err != nil {
-				if err == io.EOF {
-					err = errJSONSyntax
-				}
-				return err
-			}
-			start = s.pos
-			continue
-		}
-		switch c := s.buf[i]; {
-		case c == '"':
-			s.pos = i + 1
-			return w.write(s.buf[start:s.pos])
-		case c < 0x20:
-			return errJSONSyntax
-		}
-		// An escape: flush what came before, then check it byte by byte
-		// (it may straddle a refill).
-		if err := w.write(s.buf[start:i]); err != nil {
-			return err
-		}
-		s.pos = i + 1
-		e, err := s.nextIn()
-		if err != nil {
-			return err
-		}
-		esc := [6]byte{'\\', e}
-		n := 2
-		switch e {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-		case 'u':
-			for range 4 {
-				h, err := s.nextIn()
-				if err != nil {
-					return err
-				}
-				if !isHex(h) {
-					return errJSONSyntax
-				}
-				esc[n] = h
-				n++
-			}
-		default:
-			return errJSONSyntax
-		}
-		if err := w.write(esc[:n]); err != nil {
-			return err
-		}
-		start = s.pos
-	}
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-func (s *jsonScanner) copyLiteral(w *jsonOut, lit string) error {
-	for i := range len(lit) {
-		c, err := s.nextIn()
-		if err != nil {
-			return err
-		}
-		if c != lit[i] {
-			return errJSONSyntax
-		}
-	}
-	return w.write([]byte(lit))
-}
-
-// copyNumber copies a number by JSON's grammar:
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (s *jsonScanner) copyNumber(w *jsonOut) error {
-	// peekNum returns the next byte, or 0 at the end (which ends the
-	// number; what must follow is checked by the caller).
-	peekNum := func() (byte, error) {
-		if err := s.more(); err != nil {
-			if err == io.EOF {
-				return 0, nil
-			}
-			return 0, err
-		}
-		return s.buf[s.pos], nil
-	}
-	take := func(c byte) error {
-		s.pos++
-		return w.writeByte(c)
-	}
-	digits := func(atLeastOne bool) error {
-		for n := 0; ; n++ {
-			c, err := peekNum()
-			if err != nil {
-				return err
-			}
-			if !isDigit(c) {
-				if atLeastOne && n == 0 {
-					return errJSONSyntax
-				}
-				return nil
-			}
-			if err := take(c); err != nil {
-				return err
-			}
-		}
-	}
-	c, err := peekNum()
-	if err != nil {
-		return err
-	}
-	if c == '-' {
-		if err := take(c); err != nil {
-			return err
-		}
-		if c, err = peekNum(); err != nil {
-			return err
-		}
-	}
-	switch {
-	case c == '0':
-		if err := take(c); err != nil {
-			return err
-		}
-	case isDigit(c):
-		if err := digits(true); err != nil {
-			return err
-		}
-	default:
-		return errJSONSyntax
-	}
-	if c, err = peekNum(); err != nil {
-		return err
-	}
-	if c == '.' {
-		if err := take(c); err != nil {
-			return err
-		}
-		if err := digits(true); err != nil {
-			return err
-		}
-		if c, err = peekNum(); err != nil {
-			return err
-		}
-	}
-	if c == 'e' || c == 'E' {
-		if err := take(c); err != nil {
-			return err
-		}
-		if c, err = peekNum(); err != nil {
-			return err
-		}
-		if c == '+' || c == '-' {
-			if err := take(c); err != nil {
-				return err
-			}
-		}
-		return digits(true)
-	}
-	return nil
 }

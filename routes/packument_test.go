@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // rewritePackument runs the streaming rewrite over raw and returns the
@@ -148,13 +150,16 @@ func raceEnabled() bool {
 // maxPackument through rewritePackumentResponse and samples the heap: what
 // it holds is a version at a time, not the packument.
 func TestPackumentMemoryBound(t *testing.T) {
-	size, versions, pad := 200<<20, 20000, 4<<10
+	size, versions := 200<<20, 20000
 	race := raceEnabled()
 	if testing.Short() || race {
-		size, versions, pad = 72<<20, 4000, 4<<10
+		size, versions = 72<<20, 4000
 	}
 	base, _ := url.Parse("https://registry.example/")
-	readme := size - versions*(pad+1300)
+	// The bulk is in the versions: the readme, like any single value, is
+	// held whole while it is read (a string over maxPackument is refused).
+	readme := 1 << 20
+	pad := (size-readme)/versions - 1300
 	body, total := genPackument("https://registry.example", versions, pad, readme, false)
 	if total <= maxPackument {
 		t.Fatalf("generated only %d bytes", total)
@@ -199,7 +204,7 @@ func TestPackumentMemoryBound(t *testing.T) {
 			io.Copy(io.Discard, pr)
 			return
 		}
-		if err := newJSONScanner(pr).copyValue(nil); err != nil {
+		if err := jsontext.NewDecoder(pr, jsontext.AllowInvalidUTF8(true)).SkipValue(); err != nil {
 			t.Errorf("output is not JSON: %v", err)
 		}
 	})
@@ -365,6 +370,10 @@ func TestRewritePackumentRefusals(t *testing.T) {
 		`{"name":"a","name":"b"}`:                   `more than one "name"`,
 		`{"time":{"1.0.0":"x","1.0.\u0030":"y"}}`:   `ambiguous: key "1.0.0" comes twice in "time"`,
 		`{"dist-tags":{"latest":"1","latest":"2"}}`: `ambiguous: key "latest" comes twice in "dist-tags"`,
+		// A name given twice anywhere, even in a member that is dropped.
+		`{"stagedVersions":{},"stagedVersions":1}`:                  `more than one "stagedVersions"`,
+		`{"versions":{"1.0.0":{"dist":{},"dist":{"tarball":"x"}}}}`: `ambiguous: key "dist" comes twice in "versions/1.0.0"`,
+		`{"users":{"a":[{"b":1,"\u0062":2}]}}`:                      `ambiguous: key "b" comes twice in "users/a/0"`,
 	} {
 		if _, err := rewritePackument([]byte(in), base, rw); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.40q: %v, want %q", in, err, want)
@@ -373,13 +382,13 @@ func TestRewritePackumentRefusals(t *testing.T) {
 }
 
 // TestRewritePackumentMembers: only the documented top-level members pass;
-// the rest (policyRestrictions, stagedVersions, anything else) are dropped,
-// given twice or not.
+// the rest (policyRestrictions, stagedVersions, anything else) are dropped
+// (given twice, they are refused as any name given twice is).
 func TestRewritePackumentMembers(t *testing.T) {
 	base, _ := url.Parse("https://registry.example/")
 	rw := &npmRewrite{req: npmRequest{kind: npmPackument, name: "is-x"}, public: "http://p:1"}
 	in := `{"name":"is-x","policyRestrictions":{"versions":{"1.1.0":{"dist":{"tarball":"https://evil.example/x.tgz"}}}},` +
-		`"stagedVersions":{"versions":{}},"stagedVersions":1,"_attachments":{},"Versions":{},"readme":"r","modified":"m"}`
+		`"stagedVersions":{"versions":{}},"_attachments":{},"Versions":{},"readme":"r","modified":"m"}`
 	out, err := rewritePackument([]byte(in), base, rw)
 	if want := `{"name":"is-x","readme":"r","modified":"m"}`; err != nil || string(out) != want {
 		t.Errorf("got %s, %v\nwant %s", out, err, want)
