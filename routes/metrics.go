@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -16,11 +15,11 @@ import (
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// Token counts for cproxy_tokens come from walking the whole store a page
-// at a time (memory holds one page), which takes longer with every token
-// ever minted; a walk is bounded in time and its counts are reused for a
-// while, so several scrapers (an HA Prometheus pair) cost one walk between
-// them.
+// Token counts for cproxy_tokens come from counting the whole store (one
+// query on PostgreSQL; a walk a page at a time, memory holding one page, on
+// the embedded store), which takes longer with every token ever minted; a
+// count is bounded in time and reused for a while, so several scrapers (an
+// HA Prometheus pair) cost one count between them.
 const (
 	tokensListTimeout = 5 * time.Second
 	tokensCacheFor    = 10 * time.Second
@@ -429,13 +428,13 @@ func (c *tokenCounts) get() ([3]float64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), tokensListTimeout)
 	defer cancel()
-	var counts [3]float64
-	err := tokens.Walk(ctx, c.store, tokens.ListQuery{}, func(rec tokens.Record) error {
-		counts[slices.Index(tokenStates[:], rec.StateAt(now))]++
-		return nil
-	})
+	byState, err := tokens.CountStates(ctx, c.store, now)
 	if err != nil {
 		return [3]float64{}, err
+	}
+	var counts [3]float64
+	for i, st := range tokenStates {
+		counts[i] = float64(byState[st])
 	}
 	c.at, c.counts = now, counts
 	return counts, nil

@@ -2,6 +2,8 @@ package routes
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -14,6 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // metricsEnv is an env whose proxy listener says when each request's
@@ -239,6 +243,33 @@ func TestMetricsUpstreamFailure(t *testing.T) {
 	s.want("cproxy_requests_total", requests("model", "default", "504"), 1)
 	s.want("cproxy_upstream_response_seconds", route("model"), 0)
 	s.want("cproxy_open_requests", route("model"), 0)
+}
+
+// countingStore counts its tokens by state itself, as PostgreSQL does in
+// one query, and fails a listing.
+type countingStore struct {
+	tokens.Store
+	counts map[tokens.State]int
+}
+
+func (s countingStore) CountStates(context.Context, time.Time) (map[tokens.State]int, error) {
+	return s.counts, nil
+}
+
+func (countingStore) List(context.Context, tokens.ListQuery) (tokens.Page, error) {
+	return tokens.Page{}, errors.New("listed")
+}
+
+// A store that counts its tokens by state is asked for the counts rather
+// than listed.
+func TestMetricsTokensCounted(t *testing.T) {
+	e := newMetricsEnv(t, func(o *Options) {
+		o.Store = countingStore{o.Store, map[tokens.State]int{tokens.StateLive: 3, tokens.StateRevoked: 20_000, tokens.StateExpired: 7}}
+	})
+	s := e.scrape()
+	s.want("cproxy_tokens", map[string]string{"state": "live"}, 3)
+	s.want("cproxy_tokens", map[string]string{"state": "revoked"}, 20_000)
+	s.want("cproxy_tokens", map[string]string{"state": "expired"}, 7)
 }
 
 func TestMetricsTokens(t *testing.T) {

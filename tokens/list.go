@@ -136,3 +136,22 @@ func Walk(ctx context.Context, s Store, q ListQuery, f func(Record) error) error
 		q.After = p.Next
 	}
 }
+
+// stateCounter is a Store that counts its records by state itself, for less than reading them costs.
+type stateCounter interface {
+	CountStates(ctx context.Context, now time.Time) (map[State]int, error)
+}
+
+// CountStates returns how many of s's records are in each state at now: in one query where the store can
+// (PostgreSQL, which would otherwise send every row), else by walking the store a page at a time.
+func CountStates(ctx context.Context, s Store, now time.Time) (map[State]int, error) {
+	if c, ok := s.(stateCounter); ok {
+		return c.CountStates(ctx, now)
+	}
+	counts := map[State]int{}
+	err := Walk(ctx, s, ListQuery{}, func(r Record) error {
+		counts[r.StateAt(now)]++
+		return nil
+	})
+	return counts, err
+}

@@ -130,6 +130,11 @@ func (c *PostgresCache) RevokeSandbox(ctx context.Context, sandbox string, at ti
 	return n, err
 }
 
+// CountStates counts in the database, in one query, as PostgresStore does.
+func (c *PostgresCache) CountStates(ctx context.Context, now time.Time) (map[State]int, error) {
+	return c.pg.CountStates(ctx, now)
+}
+
 // Close stops the listener and closes the database store.
 func (c *PostgresCache) Close() error {
 	c.stop()

@@ -356,6 +356,25 @@ func (s *PostgresStore) List(ctx context.Context, q ListQuery) (Page, error) {
 	return p, nil
 }
 
+// CountStates counts the records by state at now in one query, as Record.StateAt judges them.
+func (s *PostgresStore) CountStates(ctx context.Context, now time.Time) (map[State]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	counts, err := read(ctx, func(ctx context.Context) (map[State]int, error) {
+		var live, revoked, expired int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE revoked_at IS NULL AND expires_at > $1),
+				count(*) FILTER (WHERE revoked_at IS NOT NULL),
+				count(*) FILTER (WHERE revoked_at IS NULL AND expires_at <= $1)
+			FROM tokens`, now.UTC()).Scan(&live, &revoked, &expired)
+		return map[State]int{StateLive: live, StateRevoked: revoked, StateExpired: expired}, err
+	})
+	if err != nil {
+		return nil, s.wrap("count tokens", err)
+	}
+	return counts, nil
+}
+
 // keyedRecord is a record with its hash, where a batch of List stops.
 type keyedRecord struct {
 	hash []byte

@@ -475,6 +475,38 @@ func TestStoreListFilters(t *testing.T) {
 	})
 }
 
+func TestStoreCountStates(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		if _, ok := s.(*BoltStore); !ok {
+			if _, ok := s.(stateCounter); !ok {
+				t.Errorf("%T does not count in the database", s)
+			}
+		}
+		now := t0.Add(30 * time.Minute)
+		if counts, err := CountStates(ctx, s, now); err != nil || counts[StateLive]+counts[StateRevoked]+counts[StateExpired] != 0 {
+			t.Errorf("counts of an empty store: %v, %v", counts, err)
+		}
+		want := map[State]int{}
+		for i := range 11 {
+			r := Record{Sandbox: "conv-1", CreatedAt: t0, ExpiresAt: now.Add(time.Duration(i%3-1) * time.Minute)}
+			if i%4 == 0 {
+				r.RevokedAt = t0
+			}
+			if i == 10 {
+				r.ExpiresAt = now // expired at now exactly
+			}
+			if err := s.Create(ctx, newHash(t), r); err != nil {
+				t.Fatal(err)
+			}
+			want[r.StateAt(now)]++
+		}
+		counts, err := CountStates(ctx, s, now)
+		if err != nil || counts[StateLive] != want[StateLive] || counts[StateRevoked] != want[StateRevoked] || counts[StateExpired] != want[StateExpired] {
+			t.Errorf("CountStates = %v, %v; want %v", counts, err, want)
+		}
+	})
+}
+
 func TestStoreListRefuses(t *testing.T) {
 	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
 		issue(t, s, "conv-1", t0)
