@@ -155,12 +155,12 @@ type Token struct {
 	Source string `json:"source,omitempty"`
 	// Bind is BindSocket for a socket-bound token; empty otherwise.
 	Bind string `json:"bind,omitempty"`
-	// Socket is the path of the sandbox's Unix socket, for the harness to
-	// mount into the sandbox; set with Bind.
-	Socket string `json:"socket,omitempty"`
 	// Values names the per-token values the token was minted with; never
 	// the values.
 	Values []string `json:"values,omitempty"`
+	// Socket is the path of the sandbox's Unix socket, for the harness to
+	// mount into the sandbox; set with Bind.
+	Socket string `json:"socket,omitempty"`
 }
 
 // Reveal returns the token itself, for the environment handed to the
@@ -179,14 +179,14 @@ type TokenInfo struct {
 	ID      string `json:"id"`
 	Sandbox string `json:"sandbox"`
 	// Profile is the profile named when it was minted; empty when none.
-	Profile   string    `json:"profile,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	// Source and Bind are the token's binding; empty when none.
+	Source    string    `json:"source,omitempty"`
+	Bind      string    `json:"bind,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	// RevokedAt is when it was revoked. Zero: never.
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
-	// Source and Bind are the token's binding; empty when none.
-	Source string `json:"source,omitempty"`
-	Bind   string `json:"bind,omitempty"`
 	// State is StateLive, StateRevoked or StateExpired. Revoked wins over
 	// expired.
 	State string `json:"state"`
@@ -235,27 +235,14 @@ func (c *Client) CreateToken(ctx context.Context, sandbox string, opts CreateOpt
 			return Token{}, fmt.Errorf("cproxy client: %w", err)
 		}
 	}
-	var out struct {
-		Token     string    `json:"token"`
-		ID        string    `json:"id"`
-		Sandbox   string    `json:"sandbox"`
-		Profile   string    `json:"profile"`
-		ExpiresAt time.Time `json:"expires_at"`
-		Source    string    `json:"source"`
-		Bind      string    `json:"bind"`
-		Socket    string    `json:"socket"`
-		Values    []string  `json:"values"`
-	}
+	var out Token
 	if err := c.do(ctx, http.MethodPost, "/tokens", q, body, http.StatusCreated, &out); err != nil {
 		return Token{}, err
 	}
-	if out.Token == "" {
+	if out.Reveal() == "" {
 		return Token{}, fmt.Errorf("cproxy client: the answer to POST /tokens holds no token")
 	}
-	return Token{
-		Secret: Secret{s: &out.Token}, ID: out.ID, Sandbox: out.Sandbox, Profile: out.Profile, ExpiresAt: out.ExpiresAt,
-		Source: out.Source, Bind: out.Bind, Socket: out.Socket, Values: out.Values,
-	}, nil
+	return out, nil
 }
 
 // Revoke revokes every live token of sandbox (DELETE /tokens). The
@@ -338,9 +325,12 @@ func (c *Client) List(ctx context.Context, sandbox string) ([]TokenInfo, error) 
 type PruneOptions struct {
 	// DryRun asks what would be pruned, and prunes nothing.
 	DryRun bool
+	// AllDead prunes every token expired or revoked by now (older_than=0s),
+	// and OlderThan is not sent.
+	AllDead bool
 	// OlderThan prunes the tokens that expired or were revoked longer ago
-	// than it; time.Nanosecond prunes every token dead by now. Zero:
-	// cproxy's store.retention (refused when that keeps every token).
+	// than it. Zero: cproxy's store.retention (refused when that keeps
+	// every token).
 	OlderThan time.Duration
 }
 
@@ -353,7 +343,7 @@ type Pruned struct {
 	Count int `json:"count"`
 	// Tokens are, in a dry run, up to 100 of those that would be deleted,
 	// oldest first; nil otherwise.
-	Tokens []TokenInfo `json:"tokens"`
+	Tokens []TokenInfo `json:"tokens,omitempty"`
 }
 
 // Prune deletes the tokens that expired or were revoked longer ago than
@@ -366,7 +356,10 @@ func (c *Client) Prune(ctx context.Context, opts PruneOptions) (Pruned, error) {
 	if opts.DryRun {
 		q.Set("dry_run", "1")
 	}
-	if opts.OlderThan != 0 {
+	switch {
+	case opts.AllDead:
+		q.Set("older_than", "0s")
+	case opts.OlderThan != 0:
 		q.Set("older_than", ttlParam(opts.OlderThan))
 	}
 	var out Pruned
@@ -442,7 +435,8 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 
 // Secret holds a sandbox token. It prints as REDACTED with every fmt verb,
 // in slog, and in JSON and text encodings, so a stray log line or error
-// cannot leak it; only Reveal gives the value.
+// cannot leak it; only Reveal gives the value. It decodes from the JSON
+// string of the admin API's answer, the one way in besides CreateToken.
 type Secret struct {
 	// s is a pointer because fmt's error paths (a %p verb, for one) bypass
 	// Format and print fields by reflection, which shows a pointer field as
@@ -475,3 +469,14 @@ func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
 func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
 
 func (Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// UnmarshalJSON reads the token from a JSON string, as POST /tokens
+// answers it.
+func (s *Secret) UnmarshalJSON(b []byte) error {
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	s.s = &v
+	return nil
+}

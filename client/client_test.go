@@ -463,6 +463,26 @@ func TestSecretRedacts(t *testing.T) {
 	}
 }
 
+// A Token decodes from the admin API's answer to POST /tokens, the token
+// itself included, so that a harness that calls the API another way (or
+// the CLI, through this package) holds it as a Secret too.
+func TestTokenDecodes(t *testing.T) {
+	answer := `{"token": "cpx_decoded", "id": "tok_1", "sandbox": "conv-1", "expires_at": "2026-01-02T03:04:05Z", "socket": "/run/s"}`
+	var tok client.Token
+	if err := json.Unmarshal([]byte(answer), &tok); err != nil {
+		t.Fatal(err)
+	}
+	if tok.Reveal() != "cpx_decoded" || tok.ID != "tok_1" || tok.Sandbox != "conv-1" || tok.Socket != "/run/s" || tok.ExpiresAt.Year() != 2026 {
+		t.Errorf("decoded %+v (token %q)", tok, tok.Reveal())
+	}
+	if b, _ := json.Marshal(tok); strings.Contains(string(b), "cpx_decoded") {
+		t.Errorf("re-encoded, the token shows: %s", b)
+	}
+	if err := json.Unmarshal([]byte(`{"token": 42}`), &tok); err == nil {
+		t.Errorf("a token that is not a string decoded")
+	}
+}
+
 func TestPrune(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
@@ -485,6 +505,11 @@ func TestPrune(t *testing.T) {
 	}
 	if infos, _ := c.List(ctx, "conv-7"); len(infos) != 1 {
 		t.Fatalf("a dry run deleted: %+v", infos)
+	}
+	// AllDead asks for older_than=0s: the token revoked a moment ago.
+	all, err := c.Prune(ctx, client.PruneOptions{DryRun: true, AllDead: true, OlderThan: 24 * time.Hour})
+	if err != nil || all.Count != 1 || len(all.Tokens) != 1 || all.Tokens[0].Sandbox != "conv-7" {
+		t.Fatalf("dry run of every dead token = %+v, %v; want conv-7's revoked token", all, err)
 	}
 	done, err := c.Prune(ctx, client.PruneOptions{OlderThan: time.Nanosecond})
 	if err != nil || done.DryRun || done.Count != 1 || done.Tokens != nil {

@@ -16,44 +16,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// TokenCreated is the answer to POST /tokens. Token is the only place the
-// token ever appears; the other fields are safe to log.
+// TokenCreated is the answer to POST /tokens: the client package's Token,
+// whose Secret writes itself as REDACTED, with the token itself in Value.
+// It is the one place the token ever appears; the rest is safe to log.
 type TokenCreated struct {
-	Token     string    `json:"token"`
-	ID        string    `json:"id"`
-	Sandbox   string    `json:"sandbox"`
-	Profile   string    `json:"profile,omitempty"`
-	ExpiresAt time.Time `json:"expires_at"`
-	// Source is the address or prefix the token is accepted from (source=),
-	// in its canonical form; absent when none was named.
-	Source string `json:"source,omitempty"`
-	// Bind is "socket" for a token valid only on its sandbox's own socket.
-	Bind string `json:"bind,omitempty"`
-	// Values names the per-token values the token was minted with; the
-	// values themselves are never shown again.
-	Values []string `json:"values,omitempty"`
-	// Socket is the path of that socket, for the harness to mount into the
-	// sandbox; present with Bind.
-	Socket string `json:"socket,omitempty"`
-}
-
-// TokenInfo is one entry of GET /tokens.
-type TokenInfo struct {
-	tokens.Record
-	State string `json:"state"` // "live", "revoked" or "expired"
-	// Values hides the record's sealed values: they are never listed, not
-	// even sealed.
-	Values *struct{} `json:"values,omitempty"`
-	// Budget is the token's budget as it applies now (its profile's, with
-	// the token's own over it); absent when it has none.
-	Budget *policy.Budget `json:"budget,omitempty"`
-	// Usage is what the token has spent in its budget's current window;
-	// absent when its budget meters nothing.
-	Usage *tokens.Usage `json:"usage,omitempty"`
+	// Value is the token; it is written first, as the answer's "token".
+	Value string `json:"token"`
+	client.Token
 }
 
 // AdminHandler serves the harness: token creation and revocation, health,
@@ -170,10 +144,10 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		attrs = append(attrs, "bind", bind, "socket", socket)
 	}
 	s.log.Info("token created", attrs...)
-	writeJSON(w, http.StatusCreated, TokenCreated{
-		Token: tok.Reveal(), ID: rec.ID, Sandbox: sandbox, Profile: profile, ExpiresAt: rec.ExpiresAt,
+	writeJSON(w, http.StatusCreated, TokenCreated{Value: tok.Reveal(), Token: client.Token{
+		ID: rec.ID, Sandbox: sandbox, Profile: profile, ExpiresAt: rec.ExpiresAt,
 		Source: source, Bind: bind, Socket: socket, Values: slices.Sorted(maps.Keys(values)),
-	})
+	}})
 }
 
 // The most a token's values may hold.
@@ -203,7 +177,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 		return nil, nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d KiB", maxValuesBody>>10)
 	}
 	const shape = `{"values": {"NAME": "VALUE", …}, "budget": {…}} (string values, no other keys)`
-	switch dup, err := duplicateKey(body); {
+	switch dup, err := DuplicateKey(body); {
 	case errors.Is(err, errTooDeep):
 		return nil, nil, http.StatusBadRequest, err.Error() + ": it must be " + shape
 	case dup != "":
@@ -318,21 +292,10 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// The page sizes of GET /tokens.
-const (
-	// DefaultListLimit is the page size without limit=.
-	DefaultListLimit = 100
-	// MaxListLimit is the most limit= may ask for: a page is held in
-	// memory, and its answer written, whole.
-	MaxListLimit = 1000
-)
-
-// TokenList is the answer to GET /tokens: one page of tokens.
-type TokenList struct {
-	Tokens []TokenInfo `json:"tokens"`
-	// Next is the cursor= of the next page; absent on the last.
-	Next string `json:"next,omitempty"`
-}
+// DefaultListLimit is the page size of GET /tokens without limit=. The
+// most limit= may ask for is client.MaxListLimit: a page is held in
+// memory, and its answer written, whole.
+const DefaultListLimit = 100
 
 // listTokens answers one page of tokens, in the store's order (by id),
 // from where cursor= points, so that neither the store nor this answer
@@ -353,8 +316,8 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", clip(v, 32), MaxListLimit))
+		if err != nil || n < 1 || n > client.MaxListLimit {
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", clip(v, 32), client.MaxListLimit))
 			return
 		}
 		lq.Limit = n
@@ -369,18 +332,29 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusServiceUnavailable, "the token store failed")
 		return
 	}
-	out := TokenList{Tokens: make([]TokenInfo, 0, len(page.Records)), Next: page.Next}
+	out := client.TokenPage{Tokens: make([]client.TokenInfo, 0, len(page.Records)), Next: page.Next}
 	for _, rec := range page.Records {
-		info := TokenInfo{Record: rec, State: string(rec.StateAt(lq.Now))}
+		info := tokenInfo(rec, lq.Now)
 		if b := s.tokenBudget(rec); !b.IsZero() {
-			info.Budget = &b
+			cb := client.Budget(b)
+			info.Budget = &cb
 			if u, ok := s.budgets.usage(r.Context(), rec.ID, b); ok {
-				info.Usage = &u
+				info.Usage = &client.Usage{Requests: u.Requests, InputTokens: u.Input, OutputTokens: u.Output,
+					CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite}
 			}
 		}
 		out.Tokens = append(out.Tokens, info)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// tokenInfo is rec as the admin API lists it at now: never its value, nor
+// its sealed values.
+func tokenInfo(rec tokens.Record, now time.Time) client.TokenInfo {
+	return client.TokenInfo{
+		ID: rec.ID, Sandbox: rec.Sandbox, Profile: rec.Profile, Source: rec.Source, Bind: rec.Bind,
+		CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt, RevokedAt: rec.RevokedAt, State: string(rec.StateAt(now)),
+	}
 }
 
 // tokenBudget is the budget that applies to rec now: its profile's, with

@@ -13,14 +13,15 @@ import (
 // deepest, POST /tokens's {"budget": {"requests": 5}}, nests two.
 const maxAdminJSONDepth = 8
 
-// duplicateKey walks an admin request body with encoding/json's tokenizer
+// DuplicateKey walks an admin request body with encoding/json's tokenizer
 // and returns the first key an object holds twice, as a dotted path
 // ("budget.requests"), or "". Keys are compared as encoding/json matches
 // them to struct fields, without regard to case: json.Unmarshal keeps the
 // last of two such keys where another reader may keep the first, so
 // {"requests": 5, "REQUESTS": 999999} must not store either. The error is
-// the body's own: not JSON, or nested too deeply.
-func duplicateKey(body []byte) (string, error) {
+// the body's own: not JSON, or nested too deeply. The CLI checks its
+// --budget with it before it sends one.
+func DuplicateKey(body []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	return duplicateIn(dec, "", 0)
 }

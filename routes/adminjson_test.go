@@ -6,7 +6,7 @@ import (
 )
 
 // FuzzDuplicateKey holds foldKey to encoding/json: whenever json.Unmarshal
-// would fill one field from two keys of a body, duplicateKey reports it.
+// would fill one field from two keys of a body, DuplicateKey reports it.
 func FuzzDuplicateKey(f *testing.F) {
 	for _, k := range []string{"requests", "REQUESTS", "requeſts", "window", "\u212aey", "values", "other"} {
 		f.Add(k)
@@ -23,12 +23,12 @@ func FuzzDuplicateKey(f *testing.F) {
 		if json.Unmarshal(body, &v) != nil {
 			return
 		}
-		dup, err := duplicateKey(body)
+		dup, err := DuplicateKey(body)
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
 		if v.Requests == 2 && dup == "" {
-			t.Fatalf("%s: json.Unmarshal took the second key, duplicateKey saw no duplicate", body)
+			t.Fatalf("%s: json.Unmarshal took the second key, DuplicateKey saw no duplicate", body)
 		}
 	})
 }

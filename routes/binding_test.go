@@ -244,7 +244,7 @@ func TestSandboxSocket(t *testing.T) {
 	if err != nil || st.Mode().Type() != os.ModeSocket || st.Mode().Perm() != SocketMode {
 		t.Fatalf("socket %s: %v %v", path, st.Mode(), err)
 	}
-	bound := out.Token
+	bound := out.Value
 	plain := e.token("conv-1")
 	other := e.token("conv-2")
 	_, vm, _ := e.mint("sandbox=vm-7") // bound by its profile
@@ -266,7 +266,7 @@ func TestSandboxSocket(t *testing.T) {
 	if r := socketDo(t, vm.Socket, bound); r.status != http.StatusForbidden {
 		t.Errorf("bound token on another sandbox's socket: %d", r.status)
 	}
-	for _, tok := range []string{bound, vm.Token} {
+	for _, tok := range []string{bound, vm.Value} {
 		r = e.do("POST", "/v1/messages", bearer(tok), hello)
 		if _, msg := errorType(t, r); r.status != http.StatusForbidden ||
 			!strings.HasSuffix(msg, "is bound to its sandbox's own socket: it is not accepted on this listener") {

@@ -115,7 +115,7 @@ func TestConnLimitCoversSandboxSockets(t *testing.T) {
 	}
 	held.Close()
 	<-closed
-	if r := socketDo(t, out.Socket, out.Token); r.status != http.StatusOK {
+	if r := socketDo(t, out.Socket, out.Value); r.status != http.StatusOK {
 		t.Errorf("the socket once a place is free: %d %s", r.status, r.body)
 	}
 }

@@ -82,7 +82,7 @@ func FuzzModelRoute(f *testing.F) {
 	admin := httptest.NewRecorder()
 	srv.AdminHandler().ServeHTTP(admin, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))
 	var created TokenCreated
-	if err := json.Unmarshal(admin.Body.Bytes(), &created); err != nil || created.Token == "" {
+	if err := json.Unmarshal(admin.Body.Bytes(), &created); err != nil || created.Value == "" {
 		f.Fatalf("minting a token: %d %q", admin.Code, admin.Body)
 	}
 	proxy := srv.ProxyHandler()
@@ -94,7 +94,7 @@ func FuzzModelRoute(f *testing.F) {
 			body = hello
 		}
 		raw := method + " " + target + " HTTP/1.1\r\nHost: proxy.example\r\n" +
-			"Authorization: Bearer " + created.Token + "\r\nAnthropic-Version: 2023-06-01\r\n" +
+			"Authorization: Bearer " + created.Value + "\r\nAnthropic-Version: 2023-06-01\r\n" +
 			"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
 		if err != nil {
@@ -122,7 +122,7 @@ func FuzzModelRoute(f *testing.F) {
 		if w == nil {
 			return // net/http's server would not have handed this to cproxy
 		}
-		if strings.Contains(w.Body.String(), canary) || strings.Contains(w.Body.String(), created.Token) {
+		if strings.Contains(w.Body.String(), canary) || strings.Contains(w.Body.String(), created.Value) {
 			t.Fatalf("%s %s: the answer holds a credential: %q", method, target, w.Body)
 		}
 		if len(fwd) == 0 {

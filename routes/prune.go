@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -27,20 +28,6 @@ const (
 	// pruneSample bounds the tokens a dry run lists; it counts them all.
 	pruneSample = 100
 )
-
-// PruneResult is the answer to POST /tokens/prune.
-type PruneResult struct {
-	// DryRun: nothing was deleted; Count and Tokens are what would be.
-	DryRun bool `json:"dry_run"`
-	// Before is the cutoff: a token that expired or was revoked at or before
-	// it is pruned. It is now minus the retention (or older_than).
-	Before time.Time `json:"before"`
-	// Count is how many tokens were deleted, or would be in a dry run.
-	Count int `json:"count"`
-	// Tokens are at most pruneSample of the tokens a dry run would delete,
-	// oldest first; never for a prune.
-	Tokens []TokenInfo `json:"tokens,omitempty"`
-}
 
 // startPruning runs prune every interval, the first time sooner (at most
 // pruneStartDelay after start), until Close; with a zero retention it does
@@ -118,7 +105,7 @@ func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	age, why := s.retention, "retention"
 	if v := q.Get("older_than"); v != "" {
-		d, err := parseAge(v)
+		d, err := ParseAge(v)
 		if err != nil {
 			adminError(w, http.StatusBadRequest, err.Error())
 			return
@@ -128,7 +115,7 @@ func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusBadRequest, "store.retention is 0, which keeps every token: pass older_than=DURATION (e.g. 720h or 30d) to prune the tokens dead for longer")
 		return
 	}
-	out := PruneResult{DryRun: dryRun, Before: s.now().UTC().Add(-age)}
+	out := client.Pruned{DryRun: dryRun, Before: s.now().UTC().Add(-age)}
 	if dryRun {
 		n, recs, err := s.store.Prunable(r.Context(), out.Before, pruneSample)
 		if err != nil {
@@ -139,7 +126,7 @@ func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 		out.Count = n
 		now := s.now()
 		for _, rec := range recs {
-			out.Tokens = append(out.Tokens, TokenInfo{Record: rec, State: string(rec.StateAt(now))})
+			out.Tokens = append(out.Tokens, tokenInfo(rec, now))
 		}
 		writeJSON(w, http.StatusOK, out)
 		return
@@ -158,9 +145,9 @@ func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// parseAge reads older_than: a duration as ParseTTL reads one, zero or
-// more: 0 prunes every token that is dead now.
-func parseAge(v string) (time.Duration, error) {
+// ParseAge reads older_than, and the CLI's --older-than: a duration as
+// ParseTTL reads one, zero or more: 0 prunes every token that is dead now.
+func ParseAge(v string) (time.Duration, error) {
 	d, err := parseDays(v)
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("invalid older_than %q: use a duration such as 720h or 30d (0s: every token expired or revoked by now)", clip(v, 32))

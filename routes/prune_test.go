@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -64,7 +65,7 @@ func TestPruneTokensAdmin(t *testing.T) {
 		t.Errorf("prune without a retention or older_than = %d %s; want 400 naming older_than", code, body)
 	}
 	code, _, body := e.adminCall("POST", "/tokens/prune?dry_run=1&older_than=1h")
-	var dry PruneResult
+	var dry client.Pruned
 	if err := json.Unmarshal([]byte(body), &dry); code != 200 || err != nil || !dry.DryRun || dry.Count != 1 ||
 		len(dry.Tokens) != 1 || dry.Tokens[0].ID != oldID || dry.Tokens[0].State != "expired" {
 		t.Fatalf("dry run = %d %s; want the old token alone", code, body)
@@ -74,7 +75,7 @@ func TestPruneTokensAdmin(t *testing.T) {
 	}
 
 	code, _, body = e.adminCall("POST", "/tokens/prune?older_than=1h")
-	var done PruneResult
+	var done client.Pruned
 	if err := json.Unmarshal([]byte(body), &done); code != 200 || err != nil || done.DryRun || done.Count != 1 || done.Tokens != nil {
 		t.Fatalf("prune = %d %s; want 1 pruned", code, body)
 	}

@@ -101,7 +101,7 @@ func TestRelayForwards(t *testing.T) {
 	if status != 201 || strings.Join(created.Values, ",") != "mod_token" || strings.Contains(body, canaryMod) {
 		t.Fatalf("mint = %d %s", status, body)
 	}
-	tok := created.Token
+	tok := created.Value
 	auth := map[string]string{"Authorization": "Bearer " + tok, "X-Mod-Token": "from-the-sandbox", "Cookie": "c=1", "Content-Type": "application/json"}
 	r := e.do("POST", "/mod/sessions/42/commands", auth, `{"cmd":"go"}`)
 	if r.status != 200 {
@@ -153,7 +153,7 @@ func TestRelayRefusals(t *testing.T) {
 	_, body := e.mintWithValues("conv-1", `{"values": {"mod_token": "`+canaryMod+`"}}`)
 	var created TokenCreated
 	json.Unmarshal([]byte(body), &created)
-	auth := npmAuth(created.Token)
+	auth := npmAuth(created.Value)
 	bare := npmAuth(e.token("conv-2")) // minted without the mod token
 	other := npmAuth(e.token("other-1"))
 	for _, c := range []struct {

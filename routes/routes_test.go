@@ -92,10 +92,10 @@ func (e *env) token(sandbox string, query ...string) string {
 	defer resp.Body.Close()
 	var out TokenCreated
 	json.NewDecoder(resp.Body).Decode(&out)
-	if resp.StatusCode != http.StatusCreated || out.Token == "" {
+	if resp.StatusCode != http.StatusCreated || out.Value == "" {
 		e.t.Fatalf("POST /tokens?%s: %s", q, resp.Status)
 	}
-	return out.Token
+	return out.Value
 }
 
 type reply struct {

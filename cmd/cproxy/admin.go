@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,19 +8,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
 )
-
-// adminResponseLimit bounds what cproxy reads back from the admin API.
-const adminResponseLimit = 16 << 20
 
 func adminFlag() cli.Flag {
 	return &cli.StringFlag{Name: "admin", Usage: "admin API `URL` (default: from --config, else http://127.0.0.1:9001)", EnvVars: []string{"CPROXY_ADMIN_URL"}}
@@ -49,10 +44,11 @@ func listening(cfg *policy.Config) (proxy, admin string, err error) {
 	return r.Proxy, r.Admin, nil
 }
 
-// adminClient talks to a running cproxy's admin listener.
+// adminClient is the client package's Client for a running cproxy's admin
+// listener, at base.
 type adminClient struct {
+	*client.Client
 	base string
-	http *http.Client
 }
 
 // newAdminClient finds the admin URL: --admin or CPROXY_ADMIN_URL, else
@@ -72,69 +68,32 @@ func newAdminClient(c *cli.Context) (*adminClient, error) {
 		}
 		base = "http://" + addr
 	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	cl, err := client.New(base)
+	if err != nil {
 		return nil, fail("use a URL such as http://127.0.0.1:9001", "invalid admin URL %q", base)
 	}
-	return &adminClient{base: strings.TrimRight(base, "/"), http: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &adminClient{Client: cl, base: strings.TrimRight(base, "/")}, nil
 }
 
-func (a *adminClient) do(method, path string, q url.Values, want int, out any) error {
-	return a.doBody(method, path, q, nil, want, out)
-}
-
-// doBody is do with a JSON request body (nil for none).
-func (a *adminClient) doBody(method, path string, q url.Values, body []byte, want int, out any) error {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequest(method, a.base+path+"?"+q.Encode(), rd)
-	if err != nil {
-		return fail("", "%v", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
+// failed words an error of one of the client's calls for the CLI: the
+// admin API's refusal in its own words, or why it could not be asked, with
+// a hint. Nil stays nil.
+func (a *adminClient) failed(err error) error {
+	var refused *client.Error
+	var unreached *url.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &refused) && strings.HasPrefix(refused.Message, "cproxy: "):
+		// cproxy's own refusal: every one starts so (docs/admin-api.md).
+		return fail("", "%s", strings.TrimPrefix(refused.Message, "cproxy: "))
+	case errors.As(err, &refused):
+		return fail("is that URL cproxy's admin listener?", "admin API at %s answered %d %s", a.base, refused.StatusCode, http.StatusText(refused.StatusCode))
+	case errors.As(err, &unreached):
 		return fail("is cproxy serve running? point --admin or CPROXY_ADMIN_URL at its admin listener",
-			"cannot reach the admin API at %s: %v", a.base, err)
+			"cannot reach the admin API at %s: %v", a.base, unreached.Err)
 	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, adminResponseLimit))
-	if err != nil {
-		return fail("", "reading the admin API's answer: %v", err)
-	}
-	if resp.StatusCode != want {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(answer, &e) == nil && e.Error != "" {
-			return fail("", "%s", strings.TrimPrefix(e.Error, "cproxy: "))
-		}
-		return fail("is that URL cproxy's admin listener?", "admin API at %s answered %s", a.base, resp.Status)
-	}
-	if out != nil {
-		if err := json.Unmarshal(answer, out); err != nil {
-			return fail("", "the admin API's answer is not what cproxy expects: %v", err)
-		}
-	}
-	return nil
-}
-
-// mintRequest is what POST /tokens is asked for; empty fields are left out.
-type mintRequest struct {
-	Sandbox, Profile, TTL, Source, Bind string
-	// Values are the per-token values (relay headers); nil for none.
-	Values map[string]string
-	// Budget is the token's own budget over its profile's, as JSON; nil
-	// for the profile's.
-	Budget json.RawMessage
+	return fail("", "%s", strings.TrimPrefix(err.Error(), "cproxy client: "))
 }
 
 // budgetFlag is --budget, shared by token create, env and exec.
@@ -171,87 +130,32 @@ func readValues(c *cli.Context) (map[string]string, error) {
 	return values, nil
 }
 
-// mintFlags reads the token flags that token create, env and exec share.
-func mintFlags(c *cli.Context, sandbox string) (mintRequest, error) {
+// mintFlags reads the token flags that token create, env and exec share,
+// checked here, as the admin API would, so that a mistake is refused even
+// when serve is down.
+func mintFlags(c *cli.Context) (client.CreateOptions, error) {
 	values, err := readValues(c)
 	if err != nil {
-		return mintRequest{}, err
+		return client.CreateOptions{}, err
 	}
-	m := mintRequest{Sandbox: sandbox, Profile: c.String("profile"), TTL: c.String("ttl"), Source: c.String("source"), Bind: c.String("bind"), Values: values}
+	o := client.CreateOptions{Profile: c.String("profile"), Source: c.String("source"), Bind: c.String("bind"), Values: values}
+	if ttl := c.String("ttl"); ttl != "" {
+		if o.TTL, err = routes.ParseTTL(ttl); err != nil {
+			return client.CreateOptions{}, fail("", "%v", err)
+		}
+	}
 	if b := c.String("budget"); b != "" {
-		if _, err := policy.ParseBudget([]byte(b)); err != nil {
-			return mintRequest{}, fail(`e.g. --budget '{"requests": 100, "output_tokens": 200000, "window": "day"}' (see docs/policy.md#budgets)`, "--budget: %v", err)
+		if dup, _ := routes.DuplicateKey([]byte(b)); dup != "" {
+			return client.CreateOptions{}, fail("give each key once", "--budget: the key %q is given more than once (keys are matched without regard to case)", dup)
 		}
-		m.Budget = json.RawMessage(b)
-	}
-	return m, nil
-}
-
-func (a *adminClient) createToken(m mintRequest) (routes.TokenCreated, error) {
-	q := url.Values{"sandbox": {m.Sandbox}}
-	for k, v := range map[string]string{"profile": m.Profile, "ttl": m.TTL, "source": m.Source, "bind": m.Bind} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	var body []byte
-	if m.Values != nil || m.Budget != nil {
-		req := map[string]any{}
-		if m.Values != nil {
-			req["values"] = m.Values
-		}
-		if m.Budget != nil {
-			req["budget"] = m.Budget
-		}
-		body, _ = json.Marshal(req)
-	}
-	var out routes.TokenCreated
-	err := a.doBody(http.MethodPost, "/tokens", q, body, http.StatusCreated, &out)
-	return out, err
-}
-
-func (a *adminClient) revoke(sandbox string) error {
-	return a.do(http.MethodDelete, "/tokens", url.Values{"sandbox": {sandbox}}, http.StatusNoContent, nil)
-}
-
-// list asks GET /tokens for the page q names (sandbox, state, limit,
-// cursor).
-func (a *adminClient) list(q url.Values) (routes.TokenList, error) {
-	var out routes.TokenList
-	err := a.do(http.MethodGet, "/tokens", q, http.StatusOK, &out)
-	return out, err
-}
-
-// liveTokens returns the live tokens of sandbox, page after page.
-func (a *adminClient) liveTokens(sandbox string) ([]routes.TokenInfo, error) {
-	var all []routes.TokenInfo
-	q := url.Values{"sandbox": {sandbox}, "state": {string(tokens.StateLive)}, "limit": {strconv.Itoa(routes.MaxListLimit)}}
-	for {
-		page, err := a.list(q)
+		budget, err := policy.ParseBudget([]byte(b))
 		if err != nil {
-			return nil, err
+			return client.CreateOptions{}, fail(`e.g. --budget '{"requests": 100, "output_tokens": 200000, "window": "day"}' (see docs/policy.md#budgets)`, "--budget: %v", err)
 		}
-		all = append(all, page.Tokens...)
-		if page.Next == "" {
-			return all, nil
-		}
-		q.Set("cursor", page.Next)
+		cb := client.Budget(budget)
+		o.Budget = &cb
 	}
-}
-
-// prune asks POST /tokens/prune; an empty olderThan leaves it to the
-// server's store.retention.
-func (a *adminClient) prune(dryRun bool, olderThan string) (routes.PruneResult, error) {
-	q := url.Values{}
-	if dryRun {
-		q.Set("dry_run", "1")
-	}
-	if olderThan != "" {
-		q.Set("older_than", olderThan)
-	}
-	var out routes.PruneResult
-	err := a.do(http.MethodPost, "/tokens/prune", q, http.StatusOK, &out)
-	return out, err
+	return o, nil
 }
 
 func sandboxFlag() cli.Flag {

@@ -152,7 +152,7 @@ func (s *served) mintTTL(sandbox, ttl string) string {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 201 {
 		s.t.Fatalf("POST /tokens: %s %v", resp.Status, err)
 	}
-	return out.Token
+	return out.Value
 }
 
 func (s *served) revoke(sandbox string) {

@@ -158,15 +158,15 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		m, err := mintFlags(c, sandbox)
+		opts, err := mintFlags(c)
 		if err != nil {
 			return nil, nil, err
 		}
-		created, err := admin.createToken(m)
+		created, err := admin.CreateToken(c.Context, sandbox, opts)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, admin.failed(err)
 		}
-		token = created.Token
+		token = created.Reveal()
 	}
 	env, git, err := helpers.SandboxEnv(helpers.EnvOptions{
 		ProxyURL:        proxyURL,

@@ -10,9 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
-	"github.com/cproxy/cproxy/routes"
-	"github.com/cproxy/cproxy/tokens"
 )
 
 func policyCommand() *cli.Command {
@@ -163,7 +162,10 @@ Examples:
 			// named (--admin, CPROXY_ADMIN_URL) or its config is given.
 			if c.IsSet("admin") || o.configFile != "" {
 				if admin, err := newAdminClient(c); err == nil {
-					o.tokens = admin.liveTokens
+					o.tokens = func(sandbox string) ([]client.TokenInfo, error) {
+						toks, err := admin.List(c.Context, sandbox)
+						return toks, admin.failed(err)
+					}
 				}
 			}
 			allowed, err := runExplain(o, c.App.Writer)
@@ -192,9 +194,9 @@ type explainOptions struct {
 	relay        string
 	method, path string
 
-	// tokens lists the sandbox's live tokens from a running cproxy, for
-	// the budget left; nil when there is none to ask.
-	tokens func(sandbox string) ([]routes.TokenInfo, error)
+	// tokens lists the sandbox's tokens from a running cproxy, for the
+	// budget left; nil when there is none to ask.
+	tokens func(sandbox string) ([]client.TokenInfo, error)
 }
 
 // budgetExplained is the budget part of an explanation.
@@ -209,7 +211,7 @@ type budgetExplained struct {
 
 type tokenSpent struct {
 	ID    string        `json:"id"`
-	Usage *tokens.Usage `json:"usage,omitempty"`
+	Usage *client.Usage `json:"usage,omitempty"`
 	// Budget is the token's own budget when it differs from its profile's.
 	Budget *policy.Budget `json:"budget,omitempty"`
 }
@@ -321,8 +323,9 @@ func explainBudget(o explainOptions, lim policy.Budget) *budgetExplained {
 			continue
 		}
 		ts := tokenSpent{ID: t.ID, Usage: t.Usage}
-		if t.Budget != nil && *t.Budget != lim {
-			ts.Budget = t.Budget
+		if t.Budget != nil && policy.Budget(*t.Budget) != lim {
+			own := policy.Budget(*t.Budget)
+			ts.Budget = &own
 		}
 		b.Tokens = append(b.Tokens, ts)
 	}
@@ -473,7 +476,7 @@ func (e explanation) printText(w io.Writer) {
 			if lim == nil {
 				lim = &b.Limits
 			}
-			fmt.Fprintf(w, "budget:   %s has spent %s\n", t.ID, usageOf(routes.TokenInfo{Record: tokens.Record{ID: t.ID}, Usage: t.Usage, Budget: lim}))
+			fmt.Fprintf(w, "budget:   %s has spent %s\n", t.ID, usageOf(client.TokenInfo{ID: t.ID, Usage: t.Usage, Budget: (*client.Budget)(lim)}))
 		}
 		if b.Unknown != "" {
 			fmt.Fprintf(w, "budget:   %s\n", b.Unknown)

@@ -13,8 +13,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/internal/fakes"
-	"github.com/cproxy/cproxy/routes"
 )
 
 // budgetReplicas starts three replicas on a new database, in front of a
@@ -89,11 +89,11 @@ func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, O
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out struct{ Tokens []routes.TokenInfo }
+	var out client.TokenPage
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Tokens) != 1 || out.Tokens[0].Usage == nil {
 		t.Fatalf("GET /tokens?sandbox=%s: %s %+v %v", sandbox, resp.Status, out, err)
 	}
-	return struct{ Requests, Output int64 }{out.Tokens[0].Usage.Requests, out.Tokens[0].Usage.Output}
+	return struct{ Requests, Output int64 }{out.Tokens[0].Usage.Requests, out.Tokens[0].Usage.OutputTokens}
 }
 
 // The concurrency limit across three replicas: with a token's two slots

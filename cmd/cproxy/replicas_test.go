@@ -27,8 +27,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/internal/fakes"
-	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -630,7 +630,7 @@ func TestReplicasPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out routes.PruneResult
+	var out client.Pruned
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Count != 1 {
 		t.Fatalf("prune through B: %s %+v %v; want 1 pruned", resp.Status, out, err)
 	}

@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
@@ -52,18 +51,18 @@ Examples:
 					&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"},
 				},
 				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
-					m, err := mintFlags(c, sandbox)
+					opts, err := mintFlags(c)
 					if err != nil {
 						return err
 					}
-					tok, err := admin.createToken(m)
+					tok, err := admin.CreateToken(c.Context, sandbox, opts)
 					if err != nil {
-						return err
+						return admin.failed(err)
 					}
 					if c.Bool("json") {
-						return printJSON(c, tok)
+						return printJSON(c, routes.TokenCreated{Value: tok.Reveal(), Token: tok})
 					}
-					_, err = fmt.Fprintln(c.App.Writer, tok.Token)
+					_, err = fmt.Fprintln(c.App.Writer, tok.Reveal())
 					return err
 				}),
 			},
@@ -78,7 +77,7 @@ Examples:
    cproxy token revoke --config /etc/cproxy/cproxy.toml --sandbox conv-42`,
 				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag()},
 				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
-					return admin.revoke(sandbox)
+					return admin.failed(admin.Revoke(c.Context, sandbox))
 				}),
 			},
 			{
@@ -119,9 +118,17 @@ Examples:
 			&cli.StringFlag{Name: "older-than", Usage: "prune the tokens dead for longer than `DURATION`, e.g. 720h or 30d; 0s: every dead token (default: store.retention)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the admin API's JSON answer"}},
 		Action: adminAction(false, func(c *cli.Context, admin *adminClient, _ string) error {
-			res, err := admin.prune(c.Bool("dry-run"), c.String("older-than"))
+			opts := client.PruneOptions{DryRun: c.Bool("dry-run")}
+			if v := c.String("older-than"); v != "" {
+				d, err := routes.ParseAge(v)
+				if err != nil {
+					return fail("", "%v", err)
+				}
+				opts.OlderThan, opts.AllDead = d, d == 0
+			}
+			res, err := admin.Prune(c.Context, opts)
 			if err != nil {
-				return err
+				return admin.failed(err)
 			}
 			if c.Bool("json") {
 				return printJSON(c, res)
@@ -133,7 +140,7 @@ Examples:
 
 // printPruned words a prune's answer: what went, or in a dry run a table of
 // what would.
-func printPruned(c *cli.Context, res routes.PruneResult) error {
+func printPruned(c *cli.Context, res client.Pruned) error {
 	w, before := c.App.Writer, res.Before.UTC().Format(time.RFC3339)
 	switch {
 	case res.Count == 0:
@@ -151,7 +158,7 @@ func printPruned(c *cli.Context, res routes.PruneResult) error {
 		if profile == "" {
 			profile = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Sandbox, profile, t.State, t.DeadSince().UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Sandbox, profile, t.State, tokens.Record{ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}.DeadSince().UTC().Format(time.RFC3339))
 	}
 	if more := res.Count - len(res.Tokens); more > 0 {
 		fmt.Fprintf(tw, "… and %d more\n", more)
@@ -189,19 +196,19 @@ func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClien
 
 // boundTo words a token's binding for the list: "source=10.20.30.5",
 // "socket", or "-".
-func boundTo(r tokens.Record) string {
+func boundTo(t client.TokenInfo) string {
 	switch {
-	case r.Bind != "":
-		return r.Bind
-	case r.Source != "":
-		return "source=" + r.Source
+	case t.Bind != "":
+		return t.Bind
+	case t.Source != "":
+		return "source=" + t.Source
 	}
 	return "-"
 }
 
 // usageOf words a token's usage against its budget for the list, e.g.
 // "requests 3/10, output 1200/50000 (today)", or "-".
-func usageOf(t routes.TokenInfo) string {
+func usageOf(t client.TokenInfo) string {
 	if t.Usage == nil || t.Budget == nil {
 		return "-"
 	}
@@ -210,8 +217,8 @@ func usageOf(t routes.TokenInfo) string {
 	for _, x := range []struct {
 		name        string
 		used, limit int64
-	}{{"requests", u.Requests, b.Requests}, {"input", u.Input, b.InputTokens}, {"output", u.Output, b.OutputTokens},
-		{"cache_read", u.CacheRead, b.CacheReadTokens}, {"cache_write", u.CacheWrite, b.CacheWriteTokens}} {
+	}{{"requests", u.Requests, b.Requests}, {"input", u.InputTokens, b.InputTokens}, {"output", u.OutputTokens, b.OutputTokens},
+		{"cache_read", u.CacheReadTokens, b.CacheReadTokens}, {"cache_write", u.CacheWriteTokens, b.CacheWriteTokens}} {
 		if x.limit > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d/%d", x.name, x.used, x.limit))
 		}
@@ -240,23 +247,16 @@ func listTokens(c *cli.Context, admin *adminClient, sandbox string) error {
 	if limit < 0 {
 		return fail("--limit 0, or none, lists every token", "invalid --limit %d", limit)
 	}
-	q := url.Values{}
-	if sandbox != "" {
-		q.Set("sandbox", sandbox)
-	}
-	if state != "" {
-		q.Set("state", state)
-	}
+	opts := client.ListOptions{Sandbox: sandbox, State: state}
 	out := tokenPrinter{w: c.App.Writer, json: c.Bool("json")}
 	for listed := 0; ; {
-		size := routes.MaxListLimit
+		opts.Limit = client.MaxListLimit
 		if limit > 0 {
-			size = min(size, limit-listed)
+			opts.Limit = min(opts.Limit, limit-listed)
 		}
-		q.Set("limit", strconv.Itoa(size))
-		page, err := admin.list(q)
+		page, err := admin.ListPage(c.Context, opts)
 		if err != nil {
-			return err
+			return admin.failed(err)
 		}
 		toks := page.Tokens
 		if limit > 0 {
@@ -274,7 +274,7 @@ func listTokens(c *cli.Context, admin *adminClient, sandbox string) error {
 			}
 			return nil
 		}
-		q.Set("cursor", page.Next)
+		opts.Cursor = page.Next
 	}
 }
 
@@ -290,7 +290,7 @@ type tokenPrinter struct {
 }
 
 // page prints toks, the next page of the listing; last says it ends it.
-func (p *tokenPrinter) page(toks []routes.TokenInfo, last bool) error {
+func (p *tokenPrinter) page(toks []client.TokenInfo, last bool) error {
 	defer func() { p.pages++ }()
 	if p.json {
 		return p.pageJSON(toks, last)
@@ -301,8 +301,8 @@ func (p *tokenPrinter) page(toks []routes.TokenInfo, last bool) error {
 		// cproxy that binds nothing stays as it was; likewise USAGE, for
 		// tokens with a budget that meters. Past one page, both, as
 		// later pages may need them.
-		p.bound = !last || slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Source != "" || t.Bind != "" })
-		p.metered = !last || slices.ContainsFunc(toks, func(t routes.TokenInfo) bool { return t.Usage != nil })
+		p.bound = !last || slices.ContainsFunc(toks, func(t client.TokenInfo) bool { return t.Source != "" || t.Bind != "" })
+		p.metered = !last || slices.ContainsFunc(toks, func(t client.TokenInfo) bool { return t.Usage != nil })
 		header := "ID\tSANDBOX\tPROFILE\tSTATE\tCREATED\tEXPIRES"
 		if p.bound {
 			header += "\tBOUND"
@@ -320,7 +320,7 @@ func (p *tokenPrinter) page(toks []routes.TokenInfo, last bool) error {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", t.ID, t.Sandbox, profile, t.State,
 			t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
 		if p.bound {
-			line += "\t" + boundTo(t.Record)
+			line += "\t" + boundTo(t)
 		}
 		if p.metered {
 			line += "\t" + usageOf(t)
@@ -332,7 +332,7 @@ func (p *tokenPrinter) page(toks []routes.TokenInfo, last bool) error {
 
 // pageJSON writes toks as the next elements of one JSON array, indented
 // as printJSON indents it.
-func (p *tokenPrinter) pageJSON(toks []routes.TokenInfo, last bool) error {
+func (p *tokenPrinter) pageJSON(toks []client.TokenInfo, last bool) error {
 	var b bytes.Buffer
 	for _, t := range toks {
 		v, err := json.MarshalIndent(t, "  ", "  ")
