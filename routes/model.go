@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
@@ -303,96 +302,58 @@ func bodyReadError(r *http.Request, err error, what string) error {
 // other parsers may too), since the upstream's parser, not ours, would
 // choose which one counts.
 //
-// It walks only the top-level object and skips every other value by its
-// string and bracket structure, without decoding it: a 50 KB Claude Code
-// request costs microseconds, not the hundreds a full decode does. On valid
-// JSON it finds exactly what a full parser finds (FuzzRequestModel checks
-// this against encoding/json). Invalid JSON that the walk does not notice
-// is refused whole by the upstream, so its model is never used.
+// It walks the top-level object with jsonMembers, which skips every other
+// value by its structure: a 50 KB Claude Code request costs microseconds,
+// not the hundreds a full decode does. On valid JSON it finds exactly what a
+// full parser finds (FuzzRequestModel checks this against encoding/json).
+// Invalid JSON that the walk does not notice is refused whole by the
+// upstream, so its model is never used.
 func requestModel(body []byte) (string, int64, error) {
-	bad := errNotJSON
-	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return "", 0, refuse(ErrBadRequest, "the request body is not a JSON object")
-	}
-	i = skipSpace(body, i+1)
 	var model string
 	var maxTokens int64
 	seen, seenMax := false, false
-	if i < len(body) && body[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(body) || body[i] != '"' {
-				return "", 0, bad
+	err := jsonMembers(body, func(key, val []byte) error {
+		switch string(key) {
+		case "model":
+			if seen {
+				return refuse(ErrBadRequest, "the request body names \"model\" twice")
 			}
-			end, escaped := scanString(body, i)
-			if end < 0 {
-				return "", 0, bad
+			seen = true
+			if val[0] != '"' {
+				return refuse(ErrBadRequest, "\"model\" must be a string")
 			}
-			// Compared as bytes: a key cproxy does not look for costs no
-			// allocation. Only a key with an escape is decoded.
-			key := body[i+1 : end-1]
-			if escaped {
-				var k string
-				if json.Unmarshal(body[i:end], &k) != nil {
-					return "", 0, bad
-				}
-				key = []byte(k)
+			if m, ok := plainString(val); ok {
+				model = m
+			} else if json.Unmarshal(val, &model) != nil {
+				return refuse(ErrBadRequest, "\"model\" must be a string")
 			}
-			i = skipSpace(body, end)
-			if i >= len(body) || body[i] != ':' {
-				return "", 0, bad
+		case "max_tokens":
+			// What the budget reserves for the answer.
+			if seenMax {
+				return refuse(ErrBadRequest, "the request body names \"max_tokens\" twice")
 			}
-			i = skipSpace(body, i+1)
-			start := i
-			if i = skipJSONValue(body, i); i < 0 {
-				return "", 0, bad
+			seenMax = true
+			n, err := strconv.ParseInt(string(val), 10, 64)
+			if err != nil || n < 0 {
+				return refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
 			}
-			switch string(key) {
-			case "model":
-				if seen {
-					return "", 0, refuse(ErrBadRequest, "the request body names \"model\" twice")
-				}
-				seen = true
-				if body[start] != '"' {
-					return "", 0, refuse(ErrBadRequest, "\"model\" must be a string")
-				}
-				if m, ok := plainString(body[start:i]); ok {
-					model = m
-				} else if json.Unmarshal(body[start:i], &model) != nil {
-					return "", 0, refuse(ErrBadRequest, "\"model\" must be a string")
-				}
-			case "max_tokens":
-				// What the budget reserves for the answer.
-				if seenMax {
-					return "", 0, refuse(ErrBadRequest, "the request body names \"max_tokens\" twice")
-				}
-				seenMax = true
-				n, err := strconv.ParseInt(string(body[start:i]), 10, 64)
-				if err != nil || n < 0 {
-					return "", 0, refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
-				}
-				maxTokens = n
-			default:
-				if name, ok := casingOf(key); ok {
-					return "", 0, refuse(ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", clip(string(key), 64), name, name)
-				}
+			maxTokens = n
+		default:
+			if name, ok := casingOf(key); ok {
+				return refuse(ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", clip(string(key), 64), name, name)
 			}
-			i = skipSpace(body, i)
-			if i < len(body) && body[i] == ',' {
-				i = skipSpace(body, i+1)
-				continue
-			}
-			if i < len(body) && body[i] == '}' {
-				i++
-				break
-			}
-			return "", 0, bad
 		}
-	}
-	if skipSpace(body, i) != len(body) {
+		return nil
+	})
+	switch {
+	case err == errNotObject:
+		return "", 0, refuse(ErrBadRequest, "the request body is not a JSON object")
+	case err == errJSONTrailing:
 		return "", 0, refuse(ErrBadRequest, "the request body has data after its JSON object")
+	case err == errJSONSyntax:
+		return "", 0, errNotJSON
+	case err != nil:
+		return "", 0, err
 	}
 	if model == "" {
 		return "", 0, refuse(ErrBadRequest, "the request body names no model")
@@ -418,113 +379,6 @@ func casingOf(key []byte) (string, bool) {
 // errNotJSON is requestModel's refusal of a body it cannot walk; made once,
 // since requestModel runs on every model request.
 var errNotJSON = refuse(ErrBadRequest, "the request body is not valid JSON")
-
-// plainString returns the JSON string s (quotes included) as Go text when
-// it needs no decoding: no escape, no control character, valid UTF-8. Then
-// it means exactly its bytes, as encoding/json would decode it; otherwise
-// ok is false and the caller decodes it.
-func plainString(s []byte) (string, bool) {
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return "", false
-	}
-	s = s[1 : len(s)-1]
-	for _, c := range s {
-		if c < 0x20 || c == '\\' || c == '"' || c >= utf8.RuneSelf {
-			return "", false
-		}
-	}
-	return string(s), true
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// scanString returns the index just past the string that starts at b[i]
-// (a '"'), and whether it holds an escape; -1 if it does not end.
-func scanString(b []byte, i int) (end int, escaped bool) {
-	end = skipString(b, i)
-	if end < 0 {
-		return -1, false
-	}
-	return end, bytes.IndexByte(b[i+1:end-1], '\\') >= 0
-}
-
-// skipString returns the index just past the string that starts at b[i]
-// (a '"'), or -1 if it does not end.
-func skipString(b []byte, i int) int {
-	j := i + 1
-	for {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return -1
-		}
-		q := j + k
-		// The quote is escaped if an odd number of backslashes precede it.
-		n := 0
-		for q-1-n > i && b[q-1-n] == '\\' {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
-	}
-}
-
-// structural marks the bytes that matter while skipping an object or array.
-var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
-
-// skipJSONValue returns the index just past the value at b[i], or -1.
-func skipJSONValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			c := b[i]
-			if !structural[c] {
-				i++
-				continue
-			}
-			switch c {
-			case '"':
-				if i = skipString(b, i); i < 0 {
-					return -1
-				}
-				continue
-			case '{', '[':
-				depth++
-			default: // '}', ']'
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return -1
-	}
-	start := i
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			if i == start {
-				return -1
-			}
-			return i
-		}
-		i++
-	}
-	return -1
-}
 
 // setAnthropicCredential returns the function that puts the real credential
 // on a forwarded request, per the upstream's auth mode.

@@ -2,7 +2,6 @@ package routes
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
@@ -157,30 +156,31 @@ var usageFields = [...]string{"input_tokens", "output_tokens", "cache_read_input
 // is set and ok is false, as when decoding it with encoding/json.
 //
 // These walks run on every model answer and on the events of every stream,
-// so they read the few members they need in place, with the same walk as
-// requestModel, instead of decoding whole events with encoding/json. Keys
-// are matched exactly (the API spells them in lower case).
+// so they read the few members they need in place with jsonMembers, the
+// walk requestModel reads requests with, instead of decoding whole events
+// with encoding/json. Keys are matched exactly (the API spells them in
+// lower case).
 func usageInto(raw []byte, u *tokens.Usage) (output, ok bool) {
 	var got [len(usageFields)]int64
 	var has [len(usageFields)]bool
-	ok = jsonMembers(raw, func(key, val []byte) bool {
+	err := jsonMembers(raw, func(key, val []byte) error {
 		for f, name := range usageFields {
 			if string(key) != name {
 				continue
 			}
 			if string(val) == "null" {
 				has[f] = false
-				return true
+				return nil
 			}
 			n, err := strconv.ParseInt(string(val), 10, 64)
 			if err != nil {
-				return false
+				return err
 			}
 			got[f], has[f] = n, true
 		}
-		return true
+		return nil
 	})
-	if !ok {
+	if err != nil {
 		return false, false
 	}
 	for f, dst := range [...]*int64{&u.Input, &u.Output, &u.CacheRead, &u.CacheWrite} {
@@ -189,71 +189,4 @@ func usageInto(raw []byte, u *tokens.Usage) (output, ok bool) {
 		}
 	}
 	return has[1], true
-}
-
-// jsonMember returns the raw value of the member key of the JSON object
-// obj (the last one, if it is named twice, as encoding/json reads it).
-func jsonMember(obj []byte, key string) ([]byte, bool) {
-	var found []byte
-	ok := jsonMembers(obj, func(k, v []byte) bool {
-		if string(k) == key {
-			found = v
-		}
-		return true
-	})
-	return found, ok && found != nil
-}
-
-// jsonMembers calls member with each key (unquoted; a key with an escape
-// is passed decoded) and raw value of the JSON object obj, in order, until
-// member returns false. It reports whether obj is an object it could walk
-// to its end and member never returned false. Values are skipped by their
-// structure, not validated.
-func jsonMembers(obj []byte, member func(key, val []byte) bool) bool {
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return false
-	}
-	i = skipSpace(obj, i+1)
-	if i < len(obj) && obj[i] == '}' {
-		return skipSpace(obj, i+1) == len(obj)
-	}
-	for {
-		if i >= len(obj) || obj[i] != '"' {
-			return false
-		}
-		end, escaped := scanString(obj, i)
-		if end < 0 {
-			return false
-		}
-		key := obj[i+1 : end-1]
-		if escaped {
-			var k string
-			if json.Unmarshal(obj[i:end], &k) != nil {
-				return false
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(obj, end)
-		if i >= len(obj) || obj[i] != ':' {
-			return false
-		}
-		i = skipSpace(obj, i+1)
-		start := i
-		if i = skipJSONValue(obj, i); i < 0 {
-			return false
-		}
-		if !member(key, obj[start:i]) {
-			return false
-		}
-		i = skipSpace(obj, i)
-		if i < len(obj) && obj[i] == ',' {
-			i = skipSpace(obj, i+1)
-			continue
-		}
-		if i < len(obj) && obj[i] == '}' {
-			return skipSpace(obj, i+1) == len(obj)
-		}
-		return false
-	}
 }
