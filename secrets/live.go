@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cproxy/cproxy/internal/watch"
 )
 
 // ExpiryWarning is how long before a claude-code token expires that cproxy
@@ -38,9 +39,9 @@ type Live struct {
 
 	cur atomic.Pointer[held]
 
-	mu      sync.Mutex // one reload at a time
-	stamp   fileStamp  // claude-code: the credentials file as last read (mu)
-	pollErr string     // claude-code: the last poll's error, logged once (mu)
+	mu      sync.Mutex  // one reload at a time
+	file    *watch.File // claude-code: Claude Code's credentials file (mu); nil: none
+	pollErr string      // claude-code: the last poll's error, logged once (mu)
 }
 
 // held is one value of a Live. The flags are per value, so each token is
@@ -52,21 +53,6 @@ type held struct {
 
 	warned        atomic.Bool
 	expiredLogged atomic.Bool
-}
-
-// fileStamp tells a rewritten file from the one last read.
-type fileStamp struct {
-	mtime time.Time
-	size  int64
-	ok    bool // the file could be stat'ed
-}
-
-func stampOf(path string) fileStamp {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}
-	}
-	return fileStamp{mtime: st.ModTime(), size: st.Size(), ok: true}
 }
 
 // Live loads s and returns it as a Live credential for the upstream name;
@@ -82,6 +68,13 @@ func (l *Loader) live(name string, s Source, log *slog.Logger, now func() time.T
 		log = slog.New(slog.DiscardHandler)
 	}
 	lv := &Live{name: name, source: s, loader: l, log: log, now: now}
+	if s == "claude-code" {
+		// Watch rereads the login when the file changes; without one
+		// (no home folder), read says why.
+		if path, err := ClaudeCodeFile(); err == nil {
+			lv.file = watch.New(path, false)
+		}
+	}
 	h, err := lv.read()
 	if h == nil {
 		return nil, err
@@ -151,8 +144,8 @@ func (l *Live) read() (*held, error) {
 		}
 		return &held{secret: s}, nil
 	}
-	if path, err := ClaudeCodeFile(); err == nil {
-		l.stamp = stampOf(path)
+	if l.file != nil {
+		l.file.Reading()
 	}
 	login, err := readClaudeCode(l.now())
 	if login.token.IsZero() {
@@ -210,27 +203,15 @@ func (l *Live) Watch(ctx context.Context) {
 	if runtime.GOOS == "darwin" {
 		every = claudeCodeKeychainPoll
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.poll()
-		}
-	}
+	watch.Every(ctx, every, l.poll)
 }
 
 // poll rereads a claude-code login that may have changed.
 func (l *Live) poll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if runtime.GOOS != "darwin" {
-		path, err := ClaudeCodeFile()
-		if err != nil || stampOf(path) == l.stamp {
-			return
-		}
+	if runtime.GOOS != "darwin" && (l.file == nil || !l.file.Changed()) {
+		return
 	}
 	changed, err := l.reload()
 	failed := err != nil && !errors.Is(err, ErrExpired)

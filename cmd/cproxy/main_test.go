@@ -52,9 +52,17 @@ const (
 	canaryMod = "mod_CANARYmod0123456789abcdefghijklmnopqrs"
 )
 
+// testPolicyPollInterval is how often serve looks at its policy file in
+// the scripts: often enough that no script waits on it, seldom enough to
+// cost nothing.
+const testPolicyPollInterval = 50 * time.Millisecond
+
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"cproxy": func() {
+			// A script's change to a policy file is seen within a
+			// tenth of a second, not one.
+			policyPollInterval = testPolicyPollInterval
 			if os.Getenv("CPROXY_DOC_FAKES") == "1" {
 				adjustServeConfig = docFakes
 			}

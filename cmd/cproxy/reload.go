@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/cproxy/cproxy/internal/watch"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
@@ -20,7 +21,9 @@ import (
 // policyPollInterval is how often serve looks at the policy file for a
 // change. A change is loaded once the file has looked the same for two looks
 // in a row, so a file an editor is still writing is not read half-written.
-const policyPollInterval = time.Second
+// It is a variable for the test binary alone, whose scripts would otherwise
+// wait seconds for each change to be seen (TestMain in main_test.go).
+var policyPollInterval = time.Second
 
 // policyReadTimeout bounds one read of the policy file. A regular file on a
 // local disk reads in microseconds; one on a hung network mount may never
@@ -36,7 +39,7 @@ const policySettleRounds = 10
 const policyListTimeout = 10 * time.Second
 
 // policyReloader puts a new policy file in force when serve gets SIGHUP or
-// the file changes. It runs on a goroutine of its own (run), off the signal
+// the file changes. It runs on goroutines of its own (run), off the signal
 // path: a file that cannot be read at once delays no signal. A new policy is
 // read, and put in force only once the file has stayed the same (its bytes
 // and what stat says) for policy_settle, so a file still being written in
@@ -56,10 +59,9 @@ type policyReloader struct {
 	readFile    func(string) ([]byte, error)
 	readTimeout time.Duration
 
-	// Only run's goroutine (or a test in its place) uses these.
+	mu      sync.Mutex // one look or reload at a time; it guards the rest
 	inForce *policy.Policy
-	seen    fileState     // the file when it was last read
-	pending *fileState    // a change seen once, loaded if the next look sees it unchanged
+	file    *watch.File   // the policy file; a change counts once two looks see it
 	stuck   chan struct{} // closed when a read that timed out returns; nil: none is out
 }
 
@@ -69,29 +71,7 @@ type policyReloader struct {
 // while serve was starting.
 func newPolicyReloader(cfg *policy.Config, srv *routes.Server, store tokens.Store, log *slog.Logger) *policyReloader {
 	return &policyReloader{cfg: cfg, srv: srv, store: store, log: log, settle: cfg.PolicySettle.Duration, hup: make(chan struct{}, 1),
-		readFile: policy.ReadFile, readTimeout: policyReadTimeout, inForce: cfg.Rules}
-}
-
-// fileState is what a look at the file sees: its size, modification time
-// and identity (an editor that saves by writing a new file and renaming it
-// over the old one changes the inode, even when size and time look alike).
-type fileState struct {
-	info os.FileInfo // nil: the file cannot be looked at (removed, say)
-}
-
-func statFile(name string) fileState {
-	info, err := os.Stat(name)
-	if err != nil {
-		return fileState{}
-	}
-	return fileState{info}
-}
-
-func (a fileState) same(b fileState) bool {
-	if a.info == nil || b.info == nil {
-		return a.info == nil && b.info == nil
-	}
-	return a.info.Size() == b.info.Size() && a.info.ModTime().Equal(b.info.ModTime()) && os.SameFile(a.info, b.info)
+		readFile: policy.ReadFile, readTimeout: policyReadTimeout, inForce: cfg.Rules, file: watch.New(cfg.PolicyPath(), true)}
 }
 
 // sighup asks run to reload the policy file, changed or not. It never
@@ -107,23 +87,21 @@ func (r *policyReloader) sighup() {
 	}
 }
 
-// run handles SIGHUPs and looks at the policy file every interval, until
+// run looks at the policy file every interval, and handles SIGHUPs, until
 // ctx is done.
 func (r *policyReloader) run(ctx context.Context, interval time.Duration) {
 	if r.cfg.Policy == "" {
 		return
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	go watch.Every(ctx, interval, func() { r.poll(ctx) })
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.hup:
-			r.pending = nil
+			r.mu.Lock()
 			r.load(ctx, "sighup")
-		case <-t.C:
-			r.poll(ctx)
+			r.mu.Unlock()
 		}
 	}
 }
@@ -132,14 +110,9 @@ func (r *policyReloader) run(ctx context.Context, interval time.Duration) {
 // the file as the first did; so each change is tried once, and a policy
 // with errors is logged once, not at every look.
 func (r *policyReloader) poll(ctx context.Context) {
-	st := statFile(r.cfg.PolicyPath())
-	switch {
-	case st.same(r.seen):
-		r.pending = nil
-	case r.pending == nil || !st.same(*r.pending):
-		r.pending = &st
-	default:
-		r.pending = nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.file.Changed() {
 		r.load(ctx, "change")
 	}
 }
@@ -183,9 +156,7 @@ func (r *policyReloader) load(ctx context.Context, trigger string) {
 // write still has its first part loaded: only a rename puts a file in place
 // whole, as docs/operations.md says.
 func (r *policyReloader) settled(ctx context.Context, path string) ([]byte, error) {
-	// Looked at before reading: a change made while reading is seen by
-	// the next look.
-	r.seen = statFile(path)
+	seen := r.file.Reading()
 	data, err := r.read(path)
 	if err != nil {
 		return nil, err
@@ -197,15 +168,15 @@ func (r *policyReloader) settled(ctx context.Context, path string) ([]byte, erro
 			return nil, ctx.Err()
 		case <-time.After(r.settle):
 		}
-		st := statFile(path)
+		st := r.file.Reading()
 		again, err := r.read(path)
 		if err != nil {
 			return nil, err
 		}
-		if bytes.Equal(data, again) && st.same(r.seen) {
+		if bytes.Equal(data, again) && st.Same(seen) {
 			return data, nil
 		}
-		r.seen, data = st, again
+		seen, data = st, again
 	}
 	return nil, fmt.Errorf("%s kept changing for %s: write the policy elsewhere and rename it into place", path, policySettleRounds*r.settle)
 }
