@@ -4,7 +4,7 @@ import "github.com/cproxy/cproxy/policy"
 
 // decisions remembers the policy's answers to the two questions every model
 // request asks it: which profile a token gets (Policy.ProfileFor) and
-// whether that profile allows a model (Profile.Model). Both are pure
+// whether that profile allows a model (Profile.AskModel). Both are pure
 // functions of a loaded policy, which is never changed once loaded (a
 // reload is a new *Policy with new profiles, so its answers are asked
 // afresh), and each formats the rule that decided on every call: on the
@@ -12,7 +12,7 @@ import "github.com/cproxy/cproxy/policy"
 // map is a memo, bounded.
 type decisions struct {
 	profiles memo[profileKey, *policy.Profile]
-	models   memo[modelKey, policy.Decision]
+	models   memo[modelKey, policy.Answer]
 }
 
 type profileKey struct {
@@ -40,13 +40,13 @@ func (d *decisions) profileFor(pol *policy.Policy, sandbox, profile string) (*po
 	return prof, nil
 }
 
-// model is prof.Model(model), remembered.
-func (d *decisions) model(prof *policy.Profile, model string) policy.Decision {
+// model is prof.AskModel(model), remembered.
+func (d *decisions) model(prof *policy.Profile, model string) policy.Answer {
 	k := modelKey{prof, model}
 	if dec, ok := d.models.get(k); ok {
 		return dec
 	}
-	dec := prof.Model(model)
+	dec := prof.AskModel(model)
 	d.models.put(k, dec)
 	return dec
 }

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/cproxy/cproxy/policy"
@@ -26,8 +27,8 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := p.pol.Profiles["default"].Model(c.model)
-				if got := d.model(prof, c.model); got != want || got.Allow != p.allow {
+				want := p.pol.Profiles["default"].AskModel(c.model)
+				if got := d.model(prof, c.model); !reflect.DeepEqual(got, want) || got.Allow != p.allow {
 					t.Errorf("%s: remembered %+v, the policy says %+v", c.model, got, want)
 				}
 			}

@@ -166,32 +166,32 @@ func (s *Server) serveGitHub(a *audit, r *http.Request) {
 }
 
 // decideRepo asks prof whether sandbox may fetch from (or push to) g's
-// repository.
+// repository; a push's ref updates are asked once read (checkPush).
 func decideRepo(prof *policy.Profile, sandbox string, g gitRequest) (string, error) {
-	d := prof.Repo(g.repo(), g.push())
-	if d.Allow {
-		return d.Rule, nil
-	}
+	ans := prof.AskFetch(g.repo())
 	verb := "repository %s is not allowed for sandbox %s"
 	if g.push() {
+		ans = askPush(prof, g.repo(), nil)
 		verb = "push to repository %s is not allowed for sandbox %s"
 	}
-	return d.Rule, refuse(ErrForbidden, verb, g.repo(), sandbox)
+	if ans.Allow {
+		return ans.Rule, nil
+	}
+	return ans.Rule, refuse(ErrForbidden, verb, g.repo(), sandbox)
 }
 
 // decidePushAgain is a push's decision asked again of another profile
 // (Server.recheck): the repository, then every command. Its refusal is
 // plain, not a push report: the request may already be on its way.
 func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []*packp.Command) (string, error) {
-	rule, err := decideRepo(prof, sandbox, g)
-	if err != nil {
+	if rule, err := decideRepo(prof, sandbox, g); err != nil {
 		return rule, err
 	}
-	denials, rule := decidePush(prof, g.repo(), cmds)
-	if denials != nil {
-		return rule, refuse(ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
+	ans := askPush(prof, g.repo(), cmds)
+	if denials := pushDenials(ans, cmds); denials != nil {
+		return ans.Rule, refuse(ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
 	}
-	return rule, nil
+	return ans.Rule, nil
 }
 
 // checkGitBody checks the body's shape before anything reads it: none for
@@ -248,12 +248,12 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) ([]*packp.Co
 		a.refs = append(a.refs, RefUpdate{Ref: refs[i], Old: c.Old.String(), New: c.New.String()})
 	}
 	a.target = g.repo() + " " + strings.Join(refs, ",")
-	denials, rule := decidePush(a.session.Profile, g.repo(), p.commands)
+	ans := askPush(a.session.Profile, g.repo(), p.commands)
+	a.rule = ans.Rule
+	denials := pushDenials(ans, p.commands)
 	if denials == nil {
-		a.rule = rule
 		return p.commands, true
 	}
-	a.rule = rule
 	// Read what is left (the pack) before answering, so git reads the
 	// report instead of failing to send.
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
@@ -430,10 +430,8 @@ func validRefName(ref string) bool {
 	return true
 }
 
-// decidePush asks the policy about every command. It returns nil when all
-// are allowed (and the rule that allowed the first); otherwise a reason for
-// every command, the refused ones first in the report's wording, and the
-// rule that refused the first refused command.
+// askPush asks prof about pushing cmds to repo (policy's AskPush): the
+// repository, then every command.
 //
 // Force pushes are not told apart. A command carries the ref's old and new
 // object ids, not whether new descends from old: that needs the commit graph
@@ -443,42 +441,56 @@ func validRefName(ref string) bool {
 // profile's refs already keep a sandbox to branches such as agent/*, where
 // rewriting its own history (a rebase) is usually wanted. So the policy has
 // no force-push key: protect branches on GitHub.
-func decidePush(prof *policy.Profile, repo string, cmds []*packp.Command) ([]string, string) {
-	reasons := make([]string, len(cmds))
-	refused, rule := "", ""
+func askPush(prof *policy.Profile, repo string, cmds []*packp.Command) policy.Answer {
+	updates := make([]policy.RefUpdate, len(cmds))
 	for i, c := range cmds {
-		ref := c.Name.String()
-		del := c.New == plumbing.ZeroHash
-		d := prof.Ref(repo, ref, strings.HasPrefix(ref, "refs/tags/"), del)
-		if d.Allow {
-			if rule == "" {
-				rule = d.Rule
-			}
+		updates[i] = policy.RefUpdate{Ref: c.Name.String(), Delete: c.New == plumbing.ZeroHash}
+	}
+	return prof.AskPush(repo, updates)
+}
+
+// pushDenials words askPush's answer for git's push report: nil when the
+// push is allowed; otherwise a reason for every command, the refused ones
+// first in the report's wording, and the others as not pushed because of
+// the first refused.
+func pushDenials(ans policy.Answer, cmds []*packp.Command) []string {
+	if ans.Allow {
+		return nil
+	}
+	reasons := make([]string, len(cmds))
+	refused := ""
+	for i, c := range cmds {
+		// A command the answer did not reach (its repository refused the
+		// push) is refused with the rest.
+		var step policy.Step
+		if 1+i < len(ans.Steps) {
+			step = ans.Steps[1+i]
+		}
+		if step.Outcome == policy.Allowed {
 			continue
 		}
+		ref := c.Name.String()
+		del := c.New == plumbing.ZeroHash
 		if refused == "" {
-			refused, rule = ref, d.Rule
+			refused = ref
 		}
 		switch {
-		case del && (strings.HasSuffix(d.Rule, ": delete = false") || strings.HasSuffix(d.Rule, ": tags = false")):
+		case del && (strings.HasSuffix(step.Rule, ": delete = false") || strings.HasSuffix(step.Rule, ": tags = false")):
 			// A tag that may not be pushed may not be deleted either;
 			// say what the client asked for.
 			reasons[i] = fmt.Sprintf("cproxy: deleting %s is not allowed", ref)
-		case strings.HasSuffix(d.Rule, ": tags = false"):
+		case strings.HasSuffix(step.Rule, ": tags = false"):
 			reasons[i] = fmt.Sprintf("cproxy: push of tag %s is not allowed", ref)
 		default:
 			reasons[i] = fmt.Sprintf("cproxy: push to %s is not allowed", ref)
 		}
-	}
-	if refused == "" {
-		return nil, rule
 	}
 	for i := range reasons {
 		if reasons[i] == "" {
 			reasons[i] = fmt.Sprintf("cproxy: not pushed: %s in the same push is not allowed", refused)
 		}
 	}
-	return reasons, rule
+	return reasons
 }
 
 func firstDenial(reasons []string) string {

@@ -78,7 +78,7 @@ func FuzzParseGitPath(f *testing.F) {
 // FuzzReadPush: the body forwarded is always the body received, byte for
 // byte; and when a push is accepted, its commands are exactly those git's
 // receive-pack will read from it (so the policy decides every ref the
-// upstream will update), each a valid full ref name, and decidePush allows
+// upstream will update), each a valid full ref name, and pushDenials allows
 // the push only if the policy allows every one of them on its own.
 func FuzzReadPush(f *testing.F) {
 	f.Add(pushBody("report-status side-band-64k", []byte("PACK...."), oldID+" "+newID+" refs/heads/agent/x"))
@@ -112,14 +112,14 @@ func FuzzReadPush(f *testing.F) {
 				t.Fatalf("accepted ref name %q", c.Name)
 			}
 		}
-		reasons, _ := decidePush(prof, "acme/app", p.commands)
+		reasons := pushDenials(askPush(prof, "acme/app", p.commands), p.commands)
 		allAllowed := true
 		for _, c := range p.commands {
 			ref := c.Name.String()
 			allAllowed = allAllowed && prof.Ref("acme/app", ref, strings.HasPrefix(ref, "refs/tags/"), c.New == plumbing.ZeroHash).Allow
 		}
 		if (reasons == nil) != allAllowed {
-			t.Fatalf("decidePush allowed=%v, the policy per command %v", reasons == nil, allAllowed)
+			t.Fatalf("pushDenials allowed=%v, the policy per command %v", reasons == nil, allAllowed)
 		}
 	})
 }

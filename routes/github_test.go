@@ -540,7 +540,7 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func TestDecidePush(t *testing.T) {
+func TestPushDenials(t *testing.T) {
 	prof := gitProfile(t)
 	cmd := func(old, new, ref string) *packp.Command {
 		c := &packp.Command{}
@@ -569,13 +569,15 @@ func TestDecidePush(t *testing.T) {
 		}},
 	}
 	for _, tc := range tests {
-		got, rule := decidePush(prof, "acme/app", tc.cmds)
+		ans := askPush(prof, "acme/app", tc.cmds)
+		got, rule := pushDenials(ans, tc.cmds), ans.Rule
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) || rule == "" {
 			t.Errorf("%s: got %q (%s), want %q", tc.name, got, rule, tc.want)
 		}
 	}
 	// A repository the profile may only read allows no ref at all.
-	if got, _ := decidePush(prof, "acme/docs", []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x")}); got == nil {
+	docs := []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x")}
+	if got := pushDenials(askPush(prof, "acme/docs", docs), docs); got == nil {
 		t.Error("push to a read-only repository allowed")
 	}
 }

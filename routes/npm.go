@@ -335,49 +335,46 @@ func (q *npmQuestion) decideErr(prof *policy.Profile, err error) (string, error)
 // so does a packument whose rewrite was set up for the profile before.
 var errNeedsPublished = refuse(ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
 
-// decide asks prof about the request: search or audit (and the packages an
-// audit names, once read), or the package and, for a tarball, its version.
+// decide asks prof about the request (policy's AskNPMSearch, AskNPMAudit
+// and, for a package, AskNPM) and words its refusal for npm: the search
+// or audit (and the packages an audit names, once read), or the package
+// and, for a tarball, its version.
 func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 	n := q.n
 	switch n.kind {
 	case npmSearch, npmAudit:
-		what, d, hint := "search", prof.NPMSearch(), ""
+		what, ans, hint := "search", prof.AskNPMSearch(), ""
 		if n.kind == npmAudit {
-			what, d, hint = "audit", prof.NPMAudit(), "; run npm with --no-audit"
+			what, ans, hint = "audit", prof.AskNPMAudit(), "; run npm with --no-audit"
 		}
-		if !d.Allow {
-			return d.Rule, refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
+		if !ans.Allow {
+			return ans.Rule, refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
 		}
 		if q.audit != nil {
-			return d.Rule, q.audit.check(&Session{Sandbox: q.sandbox, Profile: prof})
+			return ans.Rule, q.audit.check(&Session{Sandbox: q.sandbox, Profile: prof})
 		}
-		return d.Rule, nil
+		return ans.Rule, nil
 	case npmPackument, npmTarball:
-		d := prof.Package(n.name)
-		if !d.Allow {
-			return d.Rule, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
+		nq := policy.NPMQuestion{Name: n.name, Published: q.published, Now: q.now()}
+		if n.kind == npmTarball {
+			nq.Version = n.version()
 		}
-		if n.kind == npmPackument {
-			if q.rewritten && prof.HasNPMVersionPolicy() {
-				// The rewrite filters versions for the profile asked first.
-				return d.Rule, errNeedsPublished
+		ans := prof.AskNPM(nq)
+		if step, refused := ans.Refusal(); refused {
+			if step.Reason == "" { // the package's rule, which needs no words
+				return ans.Rule, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
 			}
-			return d.Rule, nil
+			return ans.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
 		}
-		v := n.version()
-		if vd := prof.NPMDeny(n.name, v); !vd.Allow {
-			return vd.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, v, q.sandbox, vd.Reason)
+		switch {
+		case n.kind == npmPackument && q.rewritten && prof.HasNPMVersionPolicy():
+			// The rewrite filters versions for the profile asked first.
+			return ans.Rule, errNeedsPublished
+		case n.kind == npmTarball && ans.Deferred():
+			// The release age needs the version's publish time.
+			return ans.Rule, errNeedsPublished
 		}
-		if !prof.HasNPMVersionPolicy() || prof.NPM.MinReleaseAge.Duration <= 0 {
-			return d.Rule, nil
-		}
-		if q.published == nil {
-			return d.Rule, errNeedsPublished
-		}
-		if vd := prof.NPMVersion(n.name, v, *q.published, q.now()); !vd.Allow {
-			return vd.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, v, q.sandbox, vd.Reason)
-		}
-		return d.Rule, nil
+		return ans.Rule, nil
 	}
 	return "", nil // the ping
 }

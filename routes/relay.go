@@ -80,14 +80,14 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 		return
 	}
 	a.target = p.path
-	if !cfg.AllowsMethod(r.Method) {
-		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", ")))
-		return
-	}
-	pd := cfg.AllowsPath(p.path)
-	a.rule = rule + ", " + pd.Rule
-	if !pd.Allow {
-		a.fail(writeRelayError, refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, clip(p.path, 128)))
+	ans := a.session.Profile.AskRelay(policy.RelayQuestion{Relay: cfg, Method: r.Method, Path: p.path})
+	a.rule = ans.Rule
+	if step, refused := ans.Refusal(); refused {
+		err := refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, clip(p.path, 128))
+		if strings.HasPrefix(step.Check, "method ") {
+			err = refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
+		}
+		a.fail(writeRelayError, err)
 		return
 	}
 	t := target{path: "/" + p.path, rawPath: "/" + p.raw}
@@ -116,11 +116,11 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 // methods, paths and query are its config's, which a policy reload does
 // not change.
 func decideRelay(prof *policy.Profile, sandbox string, cfg *policy.Relay) (string, error) {
-	d := prof.Relay(cfg.Name)
-	if !d.Allow {
-		return d.Rule, refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
+	ans := prof.AskRelay(policy.RelayQuestion{Relay: cfg})
+	if !ans.Allow {
+		return ans.Rule, refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
 	}
-	return d.Rule, nil
+	return ans.Rule, nil
 }
 
 // headers are the relay's headers for one session's request.

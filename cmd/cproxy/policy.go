@@ -387,74 +387,40 @@ func (o explainOptions) checkQuestion() error {
 	return nil
 }
 
-// ask makes the checks the route makes for the question, in its order,
-// until one denies.
+// ask asks the policy the question as the route does and keeps its
+// answer: each rule looked at, in order, a note for what a rule says in
+// words or leaves to request time, and the rule that decided.
 func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Relay) {
-	check := func(what string, d policy.Decision) bool {
-		e.Checks = append(e.Checks, checkStep{Check: what, Allow: d.Allow, Rule: d.Rule})
-		e.Allow, e.Rule = d.Allow, d.Rule
-		return d.Allow
-	}
+	var a policy.Answer
 	switch {
 	case o.model != "":
-		check("model "+o.model, pr.Model(o.model))
+		a = pr.AskModel(o.model)
 	case o.repo != "" && o.push == "":
-		check("fetch from "+o.repo, pr.Repo(o.repo, false))
+		a = pr.AskFetch(o.repo)
 	case o.repo != "":
-		// As routes/github.go: the repository for push, then each ref
-		// command of the push.
-		if !check("push to "+o.repo, pr.Repo(o.repo, true)) {
-			return
-		}
-		verb := "update "
-		if o.del {
-			verb = "delete "
-		}
-		check(verb+o.push, pr.Ref(o.repo, o.push, strings.HasPrefix(o.push, "refs/tags/"), o.del))
+		a = pr.AskPush(o.repo, []policy.RefUpdate{{Ref: o.push, Delete: o.del}})
 	case o.pkg != "":
-		// As routes/npm.go: the package, then for a tarball its version.
 		name, version := splitPackage(o.pkg)
-		if !check("package "+name, pr.Package(name)) {
-			return
-		}
-		if version == "" {
-			if pr.HasNPMVersionPolicy() {
-				e.Notes = append(e.Notes, fmt.Sprintf("each version is checked against %s.npm at request time; ask about NAME@VERSION for one", pr.Key()))
-			}
-			return
-		}
-		if d := pr.NPMDeny(name, version); !check("version "+name+"@"+version, d.Decision) {
-			e.Notes = append(e.Notes, d.Reason)
-			return
-		}
-		if age := pr.NPM.MinReleaseAge; age.Duration > 0 {
-			text, _ := age.MarshalText()
-			e.Notes = append(e.Notes, fmt.Sprintf("release age checked against the registry's publish time at request time (%s.npm.min_release_age = %q)", pr.Key(), text))
-		}
+		a = pr.AskNPM(policy.NPMQuestion{Name: name, Version: version})
 	case o.relay != "":
-		// As routes/relay.go: the profile's relays, then the relay's
-		// methods, then its paths. Without the config only the first.
-		if !check("relay "+o.relay, pr.Relay(o.relay)) {
-			return
-		}
 		if relay == nil {
-			e.Notes = append(e.Notes, "the relay's methods and paths are in the config: give --config to check them")
-			return
-		}
-		if o.method != "" {
-			m := strings.ToUpper(o.method)
-			d := policy.Decision{Allow: true, Rule: fmt.Sprintf("relay.%s.methods[%q]", o.relay, m)}
-			if !relay.AllowsMethod(m) {
-				d = policy.Decision{Rule: fmt.Sprintf("relay.%s.methods: %s is not one of %s", o.relay, m, strings.Join(relay.Methods, ", "))}
+			// Without the config, only the profile's relays.
+			if a = pr.AskRelay(policy.RelayQuestion{Relay: &policy.Relay{Name: o.relay}}); a.Allow {
+				e.Notes = append(e.Notes, "the relay's methods and paths are in the config: give --config to check them")
 			}
-			if !check("method "+m, d) {
-				return
-			}
+			break
 		}
-		if o.path != "" {
-			check("path "+o.path, relay.AllowsPath(strings.TrimPrefix(o.path, "/")))
+		a = pr.AskRelay(policy.RelayQuestion{Relay: relay, Method: strings.ToUpper(o.method), Path: strings.TrimPrefix(o.path, "/")})
+	}
+	for _, s := range a.Steps {
+		if s.Outcome != policy.Deferred {
+			e.Checks = append(e.Checks, checkStep{Check: s.Check, Allow: s.Outcome == policy.Allowed, Rule: s.Rule})
+		}
+		if s.Reason != "" {
+			e.Notes = append(e.Notes, s.Reason)
 		}
 	}
+	e.Allow, e.Rule = a.Allow, a.Decided().Rule
 }
 
 func (e explanation) printText(w io.Writer) {

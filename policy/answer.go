@@ -1,0 +1,269 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Outcome is what one rule decided about a request.
+type Outcome int
+
+const (
+	// Refused: the rule refuses the request. The zero Outcome, so that a
+	// step nobody decided denies.
+	Refused Outcome = iota
+	// Allowed: the rule lets the request go on to the next step.
+	Allowed
+	// Deferred: the rule cannot be decided with what the question holds
+	// (a version not named, a publish time not yet fetched); the request
+	// is decided by it later, when that is known.
+	Deferred
+)
+
+// Step is one rule looked at in answering a question.
+type Step struct {
+	// Check is what was asked, in explain's words: "package react",
+	// "push to acme/app", "update refs/heads/main".
+	Check string
+	// Outcome is what the rule decided.
+	Outcome Outcome
+	// Rule is the rule that decided, as Decision.Rule.
+	Rule string
+	// Reason says why in words, when the rule has more to say than its
+	// name: an npm.deny rule's reason, or what a deferred step waits for.
+	// Empty otherwise.
+	Reason string
+}
+
+// Answer is a policy question's answer: each rule looked at, in the
+// order a route asks them, up to the first that refuses. The routes act on
+// it and `cproxy policy explain` prints it, so the two cannot disagree.
+type Answer struct {
+	// Steps are the rules looked at, in order; the last one decided,
+	// unless it was deferred.
+	Steps []Step
+	// Allow is whether the request may go ahead as far as the question
+	// could tell: no step refused it. The zero Answer denies.
+	Allow bool
+	// Rule is the rule the route records as the one that decided (the
+	// audit line's rule=): for a refusal the refusing step's; for an
+	// allowed request the one the question names as deciding, which is not
+	// always the last (a tarball is allowed by its package's rule).
+	Rule string
+}
+
+// Deferred reports whether a step could not be decided with what the
+// question held.
+func (a Answer) Deferred() bool {
+	for _, s := range a.Steps {
+		if s.Outcome == Deferred {
+			return true
+		}
+	}
+	return false
+}
+
+// Refusal is the step that refused the request; false when none did.
+func (a Answer) Refusal() (Step, bool) {
+	for _, s := range a.Steps {
+		if s.Outcome == Refused {
+			return s, true
+		}
+	}
+	return Step{}, false
+}
+
+// Decided is the last step that was not deferred: the rule explain names
+// as deciding. The zero Step when there is none.
+func (a Answer) Decided() Step {
+	for i := len(a.Steps) - 1; i >= 0; i-- {
+		if a.Steps[i].Outcome != Deferred {
+			return a.Steps[i]
+		}
+	}
+	return Step{}
+}
+
+// ask adds a step decided by d and reports whether it allowed the request.
+// The first step to refuse names the answer's Rule; while every step
+// allows, the question sets Rule to the one it names as deciding.
+func (a *Answer) ask(check string, d Decision, reason string) bool {
+	o := Refused
+	if d.Allow {
+		o = Allowed
+	}
+	a.Steps = append(a.Steps, Step{Check: check, Outcome: o, Rule: d.Rule, Reason: reason})
+	if !d.Allow && a.Allow {
+		a.Allow, a.Rule = false, d.Rule
+	}
+	return d.Allow
+}
+
+// later adds a step that waits for something the question did not hold.
+func (a *Answer) later(check, rule, reason string) {
+	a.Steps = append(a.Steps, Step{Check: check, Outcome: Deferred, Rule: rule, Reason: reason})
+}
+
+// newAnswer starts an answer that allows until a step refuses.
+func newAnswer() Answer { return Answer{Allow: true} }
+
+// oneStep is the answer of a question that looks at one rule.
+func oneStep(check string, d Decision) Answer {
+	a := newAnswer()
+	a.ask(check, d, "")
+	a.Rule = d.Rule
+	return a
+}
+
+// AskModel asks whether the profile may use a model: its models.
+func (pr *Profile) AskModel(model string) Answer {
+	return oneStep("model "+model, pr.Model(model))
+}
+
+// AskFetch asks whether the profile may fetch from a repository
+// ("owner/name"): a repos rule of either access.
+func (pr *Profile) AskFetch(repo string) Answer {
+	return oneStep("fetch from "+repo, pr.Repo(repo, false))
+}
+
+// RefUpdate is one ref-update command of a push.
+type RefUpdate struct {
+	// Ref is the full ref name ("refs/heads/agent/x").
+	Ref string
+	// Delete says the command deletes the ref.
+	Delete bool
+}
+
+// AskPush asks whether the profile may push updates to a repository: a
+// repos rule with push access, then every update against its refs, tags
+// and delete. Every update is asked, so that a push refused for one ref
+// can say what of each; the answer's Rule is the first refused update's
+// rule, or the first update's when all are allowed. With no updates (git's
+// first request of a push, or its probe) only the repository is asked.
+func (pr *Profile) AskPush(repo string, updates []RefUpdate) Answer {
+	a := newAnswer()
+	d := pr.Repo(repo, true)
+	a.Rule = d.Rule
+	if !a.ask("push to "+repo, d, "") {
+		return a
+	}
+	for i, u := range updates {
+		verb := "update "
+		if u.Delete {
+			verb = "delete "
+		}
+		d := pr.Ref(repo, u.Ref, strings.HasPrefix(u.Ref, "refs/tags/"), u.Delete)
+		if i == 0 {
+			a.Rule = d.Rule
+		}
+		a.ask(verb+u.Ref, d, "")
+	}
+	return a
+}
+
+// NPMQuestion is a request for an npm package: its packument (no
+// version) or one version's tarball.
+type NPMQuestion struct {
+	// Name is the package's full name ("react", "@types/node").
+	Name string
+	// Version is the tarball's version; empty for the packument.
+	Version string
+	// Published is the version's publish time, as the registry's
+	// packument gives it (zero when it gives none); nil while not fetched.
+	Published *time.Time
+	// Now is the time the release age is measured at.
+	Now time.Time
+}
+
+// AskNPM asks whether the profile may have an npm package: its packages,
+// then for a version npm.deny and npm.min_release_age. A packument's
+// versions are each decided when it is rewritten, and a release age needs
+// the version's publish time: both are deferred steps. The answer's Rule
+// is the package's rule unless a version rule refuses.
+func (pr *Profile) AskNPM(q NPMQuestion) Answer {
+	a := newAnswer()
+	d := pr.Package(q.Name)
+	a.Rule = d.Rule
+	if !a.ask("package "+q.Name, d, "") {
+		return a
+	}
+	if q.Version == "" {
+		if pr.HasNPMVersionPolicy() {
+			a.later("versions of "+q.Name, pr.rule(".npm"), fmt.Sprintf("each version is checked against %s.npm at request time; ask about NAME@VERSION for one", pr.Key()))
+		}
+		return a
+	}
+	check := "version " + q.Name + "@" + q.Version
+	if vd := pr.NPMDeny(q.Name, q.Version); !a.ask(check, vd.Decision, vd.Reason) {
+		return a
+	}
+	if pr.NPM.MinReleaseAge.Duration <= 0 {
+		return a
+	}
+	if q.Published == nil {
+		text, _ := pr.NPM.MinReleaseAge.MarshalText()
+		a.later("release age of "+q.Name+"@"+q.Version, pr.rule(".npm.min_release_age"),
+			fmt.Sprintf("release age checked against the registry's publish time at request time (%s.npm.min_release_age = %q)", pr.Key(), text))
+		return a
+	}
+	vd := pr.NPMVersion(q.Name, q.Version, *q.Published, q.Now)
+	a.ask("release age of "+q.Name+"@"+q.Version, vd.Decision, vd.Reason)
+	return a
+}
+
+// AskNPMSearch asks whether the profile may search the registry: npm.search.
+func (pr *Profile) AskNPMSearch() Answer {
+	return oneStep("npm search", pr.NPMSearch())
+}
+
+// AskNPMAudit asks whether the profile may send npm audit's report:
+// npm.audit. The packages the report names are asked of Package each,
+// once its body is read.
+func (pr *Profile) AskNPMAudit() Answer {
+	return oneStep("npm audit", pr.NPMAudit())
+}
+
+// RelayQuestion is a request for a relay of the config.
+type RelayQuestion struct {
+	// Relay is the config's relay; with only Name set (a policy without
+	// its config), only the profile's relays are asked.
+	Relay *Relay
+	// Method is the request's method, upper-case; empty: not asked.
+	Method string
+	// Path is the request's path under the relay's prefix, decoded and
+	// without a leading slash; empty: not asked.
+	Path string
+}
+
+// AskRelay asks whether the profile may use a relay: its relays, then the
+// relay's methods and paths, each only when the question names it. The
+// answer's Rule is the profile's rule, joined by the path's when the
+// path was asked ("profile.web.relays[\"mod\"], relay.mod.paths[…]").
+func (pr *Profile) AskRelay(q RelayQuestion) Answer {
+	a := newAnswer()
+	r := q.Relay
+	d := pr.Relay(r.Name)
+	a.Rule = d.Rule
+	if !a.ask("relay "+r.Name, d, "") {
+		return a
+	}
+	if q.Method != "" {
+		md := Decision{Allow: true, Rule: fmt.Sprintf("relay.%s.methods[%q]", tomlKey(r.Name), q.Method)}
+		if !r.AllowsMethod(q.Method) {
+			md = Decision{Rule: fmt.Sprintf("relay.%s.methods: %s is not one of %s", tomlKey(r.Name), q.Method, strings.Join(r.Methods, ", "))}
+		}
+		if !a.ask("method "+q.Method, md, "") {
+			// A refused method leaves the profile's rule on the audit
+			// line, as before the path was looked at.
+			a.Rule = d.Rule
+			return a
+		}
+	}
+	if q.Path != "" {
+		pd := r.AllowsPath(q.Path)
+		a.ask("path "+q.Path, pd, "")
+		a.Rule = d.Rule + ", " + pd.Rule
+	}
+	return a
+}
