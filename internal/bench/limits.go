@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -200,32 +200,28 @@ func adminGet(ctx context.Context, url, accept string, limit int64) ([]byte, err
 // tokenUsage is the usage of the token id, which must have a budget, from
 // the admin API's GET /tokens.
 func tokenUsage(ctx context.Context, admin, id string) (tokens.Usage, error) {
-	b, err := adminGet(ctx, admin+"/tokens", "application/json", maxTokenList)
+	c, err := adminAPI(admin)
 	if err != nil {
 		return tokens.Usage{}, err
 	}
-	return parseTokenUsage(b, id)
-}
-
-func parseTokenUsage(b []byte, id string) (tokens.Usage, error) {
-	var list struct {
-		Tokens []struct {
-			ID     string
-			Budget *json.RawMessage
-			Usage  *tokens.Usage
-		}
-	}
-	if err := json.Unmarshal(b, &list); err != nil {
+	list, err := c.List(ctx, "")
+	if err != nil {
 		return tokens.Usage{}, fmt.Errorf("GET /tokens: %w", err)
 	}
-	for _, tok := range list.Tokens {
+	return usageOf(list, id)
+}
+
+// usageOf is the usage of the token id in list, which must have a budget.
+func usageOf(list []client.TokenInfo, id string) (tokens.Usage, error) {
+	for _, tok := range list {
 		if tok.ID != id {
 			continue
 		}
 		if tok.Budget == nil || tok.Usage == nil {
 			return tokens.Usage{}, fmt.Errorf("GET /tokens: token %s has no budget or no usage: its profile's budget is not in force", id)
 		}
-		return *tok.Usage, nil
+		u := tok.Usage
+		return tokens.Usage{Requests: u.Requests, Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens}, nil
 	}
 	return tokens.Usage{}, fmt.Errorf("GET /tokens: no token %s", id)
 }

@@ -2,12 +2,14 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -77,22 +79,31 @@ func TestLimitsConfig(t *testing.T) {
 	}
 }
 
-func TestParseTokenUsage(t *testing.T) {
+func TestUsageOf(t *testing.T) {
 	list := `{"tokens":[{"id":"tok_0","sandbox":"bench-1","state":"live","budget":{"requests":5},"usage":{"requests":1}},` +
 		`{"id":"tok_1","sandbox":"bench-1","state":"live","budget":{"window":"day","requests":5},"usage":{"requests":3,"input_tokens":15360,"output_tokens":93,"cache_read_tokens":12288,"cache_write_tokens":0}}]}`
-	u, err := parseTokenUsage([]byte(list), "tok_1")
+	u, err := usageOf(page(t, list), "tok_1")
 	if want := (tokens.Usage{Requests: 3, Input: 15360, Output: 93, CacheRead: 12288}); err != nil || u != want {
 		t.Errorf("usage %+v, %v; want %+v", u, err, want)
 	}
 	for _, bad := range []string{
 		`{"tokens":[{"id":"tok_1","sandbox":"bench-1","state":"live"}]}`, // no budget in force
 		`{"tokens":[{"id":"tok_0","budget":{"requests":5},"usage":{"requests":1}}]}`,
-		`not json`,
 	} {
-		if _, err := parseTokenUsage([]byte(bad), "tok_1"); err == nil {
+		if _, err := usageOf(page(t, bad), "tok_1"); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
 	}
+}
+
+// page decodes a GET /tokens answer.
+func page(t *testing.T, answer string) []client.TokenInfo {
+	t.Helper()
+	var p client.TokenPage
+	if err := json.Unmarshal([]byte(answer), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Tokens
 }
 
 func TestParseRefused(t *testing.T) {

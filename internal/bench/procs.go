@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cproxy/cproxy/client"
 )
 
 // Bounds on waiting for a process to come up or go away.
@@ -713,18 +715,22 @@ func (e *Env) startCproxy(bin, key string, v cproxyVariant) (*Target, error) {
 func mintToken(admin, sandbox string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/tokens?sandbox="+sandbox, nil)
-	resp, err := http.DefaultClient.Do(req)
+	c, err := adminAPI(admin)
 	if err != nil {
 		return "", "", fmt.Errorf("mint token: %w", err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	var created struct{ Token, ID string }
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &created) != nil || created.Token == "" {
-		return "", "", fmt.Errorf("mint token: %s: %s", resp.Status, bytes.TrimSpace(b))
+	tok, err := c.CreateToken(ctx, sandbox, client.CreateOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("mint token: %w", err)
 	}
-	return created.Token, created.ID, nil
+	return tok.Reveal(), tok.ID, nil
+}
+
+// adminAPI is a client of cproxy's admin API at admin, bounded by its
+// callers' contexts alone: a pruning pass over a large store may take
+// longer than the client's own timeout.
+func adminAPI(admin string) (*client.Client, error) {
+	return client.New(admin, client.WithHTTPClient(http.DefaultClient))
 }
 
 // CPU is the processor time the target's processes have used so far, user

@@ -394,14 +394,12 @@ func statusOf(ctx context.Context, hc *http.Client, t *Target, body []byte) (int
 func revokeSandbox(ctx context.Context, admin, sandbox string) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, admin+"/tokens?sandbox="+sandbox, nil)
-	resp, err := http.DefaultClient.Do(req)
+	c, err := adminAPI(admin)
+	if err == nil {
+		err = c.Revoke(ctx, sandbox)
+	}
 	if err != nil {
 		return fmt.Errorf("revoke %s: %w", sandbox, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("revoke %s: %s", sandbox, resp.Status)
 	}
 	return nil
 }

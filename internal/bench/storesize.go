@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -238,18 +239,12 @@ func serve(ctx context.Context, t *Target, sample []string, count int) (Served, 
 // prunePass asks cproxy's admin API at admin for a pruning pass, as its
 // background pruning makes one every hour.
 func prunePass(ctx context.Context, admin string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/tokens/prune?older_than=720h", nil)
-	if err != nil {
-		return err
+	c, err := adminAPI(admin)
+	if err == nil {
+		_, err = c.Prune(ctx, client.PruneOptions{OlderThan: 720 * time.Hour})
 	}
-	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("prune: %w", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("prune: %s: %s", resp.Status, bytes.TrimSpace(b))
 	}
 	return nil
 }
