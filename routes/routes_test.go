@@ -423,19 +423,28 @@ func TestAbsoluteFormRefused(t *testing.T) {
 	}
 }
 
-func TestStreamingPassesEventByEvent(t *testing.T) {
-	e := newEnv(t)
+// stalledStream starts a streamed model request of sandbox conv-1 that the
+// fake holds after its first three events until the gate is released, and
+// returns its response, headers read; both are closed when the test ends.
+func (e *env) stalledStream() (*http.Response, *fakes.Gate) {
+	e.t.Helper()
 	gate := e.fake.StallStreams(3)
-	defer gate.Release()
+	e.t.Cleanup(gate.Release)
 	body := strings.Replace(hello, `"max_tokens":64`, `"max_tokens":64,"stream":true`, 1)
 	req, _ := http.NewRequest("POST", e.proxy.URL+"/v1/messages", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.token("conv-1"))
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp, gate
+}
+
+func TestStreamingPassesEventByEvent(t *testing.T) {
+	e := newEnv(t)
+	resp, gate := e.stalledStream()
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" && ct != "text/event-stream" {
 		t.Fatalf("content-type %q", ct)
 	}
@@ -553,4 +562,25 @@ func mustPolicy(t testing.TB, src string) *policy.Policy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// WaitRequests waits for a request in flight, and returns once the request,
+// cut when its connection closed, has ended and written its audit line: a
+// cproxy that exits after it loses no audit line.
+func TestWaitRequestsUntilAudited(t *testing.T) {
+	e := newEnv(t)
+	_, gate := e.stalledStream()
+	<-gate.Reached()
+	open, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := e.srv.WaitRequests(open); err == nil {
+		t.Fatal("WaitRequests returned while a stream was open")
+	}
+	e.proxy.CloseClientConnections()
+	if err := e.srv.WaitRequests(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.logs.String(), "response cut off before its end") {
+		t.Fatalf("no audit line of the cut stream once WaitRequests returned:\n%s", e.logs.String())
+	}
 }

@@ -3,6 +3,7 @@
 package routes
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -141,6 +143,9 @@ type Server struct {
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
 	flights     inflight
+	// requests counts the proxy handler's requests until each has
+	// written its audit line, for WaitRequests.
+	requests sync.WaitGroup
 	// sweepStop stops sweepFlights, which runs when the store is shared;
 	// nil when it does not.
 	sweepStop, sweepDone chan struct{}
@@ -260,6 +265,24 @@ func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
 func (s *Server) policy() *policy.Policy { return s.pol.Load() }
 
 // Close releases idle upstream connections.
+// WaitRequests waits until every request the proxy handler took has
+// ended and written its audit line, or ctx ends. http.Server.Close returns
+// while the handlers of the requests it cut are still finishing: a process
+// that exited then would lose their audit lines and what they spent.
+func (s *Server) WaitRequests(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.requests.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (s *Server) Close() {
 	if s.pruneStop != nil {
 		s.pruneStop()
@@ -310,6 +333,8 @@ func (s *Server) answerRoot(w http.ResponseWriter, r *http.Request) {
 // anything else is refused without being forwarded.
 func (s *Server) ProxyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		defer s.requests.Done()
 		if isBareRoot(r) {
 			s.answerRoot(w, r)
 			return

@@ -378,7 +378,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 		case err := <-served:
 			return fail("", "listener failed: %v", err)
 		case <-ctx.Done():
-			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
+			return drain(stoppers, srv.WaitRequests, cfg.Listen.Drain.Duration, sigs, log)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				policies.sighup()
@@ -387,7 +387,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 				continue
 			}
 			log.Info("shutting down: no new connections; open requests may finish (signal again to stop at once)", "signal", sig.String(), "drain", cfg.Listen.Drain.Duration)
-			return drain(stoppers, cfg.Listen.Drain.Duration, sigs, log)
+			return drain(stoppers, srv.WaitRequests, cfg.Listen.Drain.Duration, sigs, log)
 		}
 	}
 }
@@ -466,6 +466,11 @@ func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, 
 	return store, store.String(), nil
 }
 
+// requestsEndTimeout bounds how long a drain that ran out waits for the
+// requests it closed to end: their upstream requests are cancelled, so
+// they end at once unless the machine is starved.
+const requestsEndTimeout = 5 * time.Second
+
 // shutdowner is a server drain stops: an http.Server, or the per-sandbox
 // sockets.
 type shutdowner interface {
@@ -511,8 +516,10 @@ func (l *removeOnClose) Close() error {
 }
 
 // drain stops accepting and gives open requests (SSE streams included) up
-// to d to finish, then closes what is left.
-func drain(servers []shutdowner, d time.Duration, sigs <-chan os.Signal, log *slog.Logger) error {
+// to d to finish, then closes what is left and waits, up to
+// requestsEndTimeout, for the requests it closed to write their audit
+// lines (waitRequests).
+func drain(servers []shutdowner, waitRequests func(context.Context) error, d time.Duration, sigs <-chan os.Signal, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	// A second SIGINT or SIGTERM ends the drain at once, as an operator
@@ -541,6 +548,11 @@ func drain(servers []shutdowner, d time.Duration, sigs <-chan os.Signal, log *sl
 	}
 	wg.Wait()
 	if timedOut {
+		ended, cancel := context.WithTimeout(context.Background(), requestsEndTimeout)
+		defer cancel()
+		if err := waitRequests(ended); err != nil {
+			log.Error("requests closed by the drain did not end in time: their audit lines may be missing", "wait", requestsEndTimeout)
+		}
 		log.Warn("drain over: closed the requests still open", "drain", d)
 	}
 	log.Info("cproxy stopped")
