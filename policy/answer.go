@@ -26,6 +26,12 @@ type Step struct {
 	// Check is what was asked, in explain's words: "package react",
 	// "push to acme/app", "update refs/heads/main".
 	Check string
+	// Key is the key of the rules looked at, for a route that words a
+	// refusal by what refused: "models", "repos", "refs", "packages",
+	// "npm.deny", "npm.min_release_age", "npm.search", "npm.audit",
+	// "relays", and a relay's "methods" and "paths"; "npm" for a packument's
+	// versions, deferred to its rewrite.
+	Key string
 	// Outcome is what the rule decided.
 	Outcome Outcome
 	// Rule is the rule that decided, as Decision.Rule.
@@ -88,12 +94,12 @@ func (a Answer) Decided() Step {
 // ask adds a step decided by d and reports whether it allowed the request.
 // The first step to refuse names the answer's Rule; while every step
 // allows, the question sets Rule to the one it names as deciding.
-func (a *Answer) ask(check string, d Decision, reason string) bool {
+func (a *Answer) ask(check, key string, d Decision, reason string) bool {
 	o := Refused
 	if d.Allow {
 		o = Allowed
 	}
-	a.Steps = append(a.Steps, Step{Check: check, Outcome: o, Rule: d.Rule, Reason: reason})
+	a.Steps = append(a.Steps, Step{Check: check, Key: key, Outcome: o, Rule: d.Rule, Reason: reason})
 	if !d.Allow && a.Allow {
 		a.Allow, a.Rule = false, d.Rule
 	}
@@ -101,30 +107,30 @@ func (a *Answer) ask(check string, d Decision, reason string) bool {
 }
 
 // later adds a step that waits for something the question did not hold.
-func (a *Answer) later(check, rule, reason string) {
-	a.Steps = append(a.Steps, Step{Check: check, Outcome: Deferred, Rule: rule, Reason: reason})
+func (a *Answer) later(check, key, rule, reason string) {
+	a.Steps = append(a.Steps, Step{Check: check, Key: key, Outcome: Deferred, Rule: rule, Reason: reason})
 }
 
 // newAnswer starts an answer that allows until a step refuses.
 func newAnswer() Answer { return Answer{Allow: true} }
 
 // oneStep is the answer of a question that looks at one rule.
-func oneStep(check string, d Decision) Answer {
+func oneStep(check, key string, d Decision) Answer {
 	a := newAnswer()
-	a.ask(check, d, "")
+	a.ask(check, key, d, "")
 	a.Rule = d.Rule
 	return a
 }
 
 // AskModel asks whether the profile may use a model: its models.
 func (pr *Profile) AskModel(model string) Answer {
-	return oneStep("model "+model, pr.Model(model))
+	return oneStep("model "+model, "models", pr.Model(model))
 }
 
 // AskFetch asks whether the profile may fetch from a repository
 // ("owner/name"): a repos rule of either access.
 func (pr *Profile) AskFetch(repo string) Answer {
-	return oneStep("fetch from "+repo, pr.Repo(repo, false))
+	return oneStep("fetch from "+repo, "repos", pr.Repo(repo, false))
 }
 
 // RefUpdate is one ref-update command of a push.
@@ -145,7 +151,7 @@ func (pr *Profile) AskPush(repo string, updates []RefUpdate) Answer {
 	a := newAnswer()
 	d := pr.Repo(repo, true)
 	a.Rule = d.Rule
-	if !a.ask("push to "+repo, d, "") {
+	if !a.ask("push to "+repo, "repos", d, "") {
 		return a
 	}
 	for i, u := range updates {
@@ -157,7 +163,7 @@ func (pr *Profile) AskPush(repo string, updates []RefUpdate) Answer {
 		if i == 0 {
 			a.Rule = d.Rule
 		}
-		a.ask(verb+u.Ref, d, "")
+		a.ask(verb+u.Ref, "refs", d, "")
 	}
 	return a
 }
@@ -185,17 +191,17 @@ func (pr *Profile) AskNPM(q NPMQuestion) Answer {
 	a := newAnswer()
 	d := pr.Package(q.Name)
 	a.Rule = d.Rule
-	if !a.ask("package "+q.Name, d, "") {
+	if !a.ask("package "+q.Name, "packages", d, "") {
 		return a
 	}
 	if q.Version == "" {
 		if pr.HasNPMVersionPolicy() {
-			a.later("versions of "+q.Name, pr.rule(".npm"), fmt.Sprintf("each version is checked against %s.npm at request time; ask about NAME@VERSION for one", pr.Key()))
+			a.later("versions of "+q.Name, "npm", pr.rule(".npm"), fmt.Sprintf("each version is checked against %s.npm at request time; ask about NAME@VERSION for one", pr.Key()))
 		}
 		return a
 	}
 	check := "version " + q.Name + "@" + q.Version
-	if vd := pr.NPMDeny(q.Name, q.Version); !a.ask(check, vd.Decision, vd.Reason) {
+	if vd := pr.NPMDeny(q.Name, q.Version); !a.ask(check, "npm.deny", vd.Decision, vd.Reason) {
 		return a
 	}
 	if pr.NPM.MinReleaseAge.Duration <= 0 {
@@ -203,25 +209,25 @@ func (pr *Profile) AskNPM(q NPMQuestion) Answer {
 	}
 	if q.Published == nil {
 		text, _ := pr.NPM.MinReleaseAge.MarshalText()
-		a.later("release age of "+q.Name+"@"+q.Version, pr.rule(".npm.min_release_age"),
+		a.later("release age of "+q.Name+"@"+q.Version, "npm.min_release_age", pr.rule(".npm.min_release_age"),
 			fmt.Sprintf("release age checked against the registry's publish time at request time (%s.npm.min_release_age = %q)", pr.Key(), text))
 		return a
 	}
 	vd := pr.NPMVersion(q.Name, q.Version, *q.Published, q.Now)
-	a.ask("release age of "+q.Name+"@"+q.Version, vd.Decision, vd.Reason)
+	a.ask("release age of "+q.Name+"@"+q.Version, "npm.min_release_age", vd.Decision, vd.Reason)
 	return a
 }
 
 // AskNPMSearch asks whether the profile may search the registry: npm.search.
 func (pr *Profile) AskNPMSearch() Answer {
-	return oneStep("npm search", pr.NPMSearch())
+	return oneStep("npm search", "npm.search", pr.NPMSearch())
 }
 
 // AskNPMAudit asks whether the profile may send npm audit's report:
 // npm.audit. The packages the report names are asked of Package each,
 // once its body is read.
 func (pr *Profile) AskNPMAudit() Answer {
-	return oneStep("npm audit", pr.NPMAudit())
+	return oneStep("npm audit", "npm.audit", pr.NPMAudit())
 }
 
 // RelayQuestion is a request for a relay of the config.
@@ -245,7 +251,7 @@ func (pr *Profile) AskRelay(q RelayQuestion) Answer {
 	r := q.Relay
 	d := pr.Relay(r.Name)
 	a.Rule = d.Rule
-	if !a.ask("relay "+r.Name, d, "") {
+	if !a.ask("relay "+r.Name, "relays", d, "") {
 		return a
 	}
 	if q.Method != "" {
@@ -253,7 +259,7 @@ func (pr *Profile) AskRelay(q RelayQuestion) Answer {
 		if !r.AllowsMethod(q.Method) {
 			md = Decision{Rule: fmt.Sprintf("relay.%s.methods: %s is not one of %s", tomlKey(r.Name), q.Method, strings.Join(r.Methods, ", "))}
 		}
-		if !a.ask("method "+q.Method, md, "") {
+		if !a.ask("method "+q.Method, "methods", md, "") {
 			// A refused method leaves the profile's rule on the audit
 			// line, as before the path was looked at.
 			a.Rule = d.Rule
@@ -262,7 +268,7 @@ func (pr *Profile) AskRelay(q RelayQuestion) Answer {
 	}
 	if q.Path != "" {
 		pd := r.AllowsPath(q.Path)
-		a.ask("path "+q.Path, pd, "")
+		a.ask("path "+q.Path, "paths", pd, "")
 		a.Rule = d.Rule + ", " + pd.Rule
 	}
 	return a

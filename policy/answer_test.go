@@ -169,6 +169,28 @@ func TestAnswerReaders(t *testing.T) {
 	if s, refused := denied.Refusal(); !refused || s.Rule != "profile.web.npm.deny[0]" || denied.Deferred() {
 		t.Errorf("a denied version: refusal %+v %v, deferred %v", s, refused, denied.Deferred())
 	}
+	mod := &Relay{Name: "mod", Methods: []string{"GET"}, Paths: []string{"*"}}
+	for _, c := range []struct {
+		ask  Answer
+		keys string
+	}{
+		{web.AskModel("m"), "models"},
+		{web.AskFetch("acme/app"), "repos"},
+		{web.AskPush("acme/app", []RefUpdate{{Ref: "refs/heads/main"}, {Ref: "refs/heads/agent/x"}}), "repos refs refs"},
+		{web.AskNPM(NPMQuestion{Name: "react"}), "packages npm"},
+		{waits, "packages npm.deny npm.min_release_age"},
+		{web.AskNPMSearch(), "npm.search"},
+		{web.AskNPMAudit(), "npm.audit"},
+		{web.AskRelay(RelayQuestion{Relay: mod, Method: "GET", Path: "x"}), "relays methods paths"},
+	} {
+		var keys []string
+		for _, s := range c.ask.Steps {
+			keys = append(keys, s.Key)
+		}
+		if got := strings.Join(keys, " "); got != c.keys {
+			t.Errorf("%q: keys %q, want %q", c.ask.Steps[0].Check, got, c.keys)
+		}
+	}
 	var zero Answer
 	if _, refused := zero.Refusal(); zero.Allow || refused || zero.Decided() != (Step{}) {
 		t.Error("the zero Answer is not a denial with no steps")

@@ -10,6 +10,11 @@
 // sandbox id. A config names its policy file with policy = "…"; without one,
 // DefaultPolicy applies: every model, no repository, no package.
 //
+// Each route's question is one method of Profile (AskModel, AskFetch, AskPush,
+// AskNPM, AskNPMSearch, AskNPMAudit, AskRelay) whose Answer lists the rules it
+// looked at in the route's order and what each decided: the route acts on it, its
+// re-check before forwarding asks it again, and `cproxy policy explain` prints it.
+//
 // Both files are loaded strictly: an unknown key, a value of the wrong type or a
 // value that cannot mean anything is refused, every problem is reported (not just the
 // first) as "file:line:col: message", and a message names the fix where there is one.

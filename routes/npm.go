@@ -361,7 +361,7 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 		}
 		ans := prof.AskNPM(nq)
 		if step, refused := ans.Refusal(); refused {
-			if step.Reason == "" { // the package's rule, which needs no words
+			if step.Key == "packages" {
 				return ans.Rule, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
 			}
 			return ans.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)

@@ -84,7 +84,7 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 	a.rule = ans.Rule
 	if step, refused := ans.Refusal(); refused {
 		err := refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, clip(p.path, 128))
-		if strings.HasPrefix(step.Check, "method ") {
+		if step.Key == "methods" {
 			err = refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
 		}
 		a.fail(writeRelayError, err)
