@@ -43,7 +43,8 @@ type Step struct {
 }
 
 // Answer is a policy question's answer: each rule looked at, in the
-// order a route asks them, up to the first that refuses. The routes act on
+// order a route asks them, up to the first that refuses (a push's updates
+// are all asked, so that git's report can answer each). The routes act on
 // it and `cproxy policy explain` prints it, so the two cannot disagree.
 type Answer struct {
 	// Steps are the rules looked at, in order; the last one decided,
@@ -237,8 +238,8 @@ type RelayQuestion struct {
 	Relay *Relay
 	// Method is the request's method, upper-case; empty: not asked.
 	Method string
-	// Path is the request's path under the relay's prefix, decoded and
-	// without a leading slash; empty: not asked.
+	// Path is the request's path under the relay's prefix, decoded (a
+	// leading slash is ignored); empty: not asked.
 	Path string
 }
 
@@ -267,7 +268,7 @@ func (pr *Profile) AskRelay(q RelayQuestion) Answer {
 		}
 	}
 	if q.Path != "" {
-		pd := r.AllowsPath(q.Path)
+		pd := r.AllowsPath(strings.TrimPrefix(q.Path, "/"))
 		a.ask("path "+q.Path, "paths", pd, "")
 		a.Rule = d.Rule + ", " + pd.Rule
 	}

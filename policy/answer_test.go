@@ -146,6 +146,10 @@ allow relay mod by profile.web.relays["mod"]
 allow method GET by relay.mod.methods["GET"]
 deny path admin by relay.mod: no paths entry matches
 = deny profile.web.relays["mod"], relay.mod: no paths entry matches`},
+		{"relay path with a leading slash", web.AskRelay(RelayQuestion{Relay: mod, Path: "/sessions/7"}), `
+allow relay mod by profile.web.relays["mod"]
+allow path /sessions/7 by relay.mod.paths["sessions/*"]
+= allow profile.web.relays["mod"], relay.mod.paths["sessions/*"]`},
 	}
 	for _, tc := range tests {
 		if got, want := steps(tc.ask), strings.TrimPrefix(tc.want, "\n"); got != want {

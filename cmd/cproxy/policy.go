@@ -410,7 +410,7 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 			}
 			break
 		}
-		a = pr.AskRelay(policy.RelayQuestion{Relay: relay, Method: strings.ToUpper(o.method), Path: strings.TrimPrefix(o.path, "/")})
+		a = pr.AskRelay(policy.RelayQuestion{Relay: relay, Method: strings.ToUpper(o.method), Path: o.path})
 	}
 	for _, s := range a.Steps {
 		if s.Outcome != policy.Deferred {
