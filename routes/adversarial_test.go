@@ -32,10 +32,12 @@ import (
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// advStore wraps a real store: it counts look-ups and, while failWrites is
-// set, fails every write the way a full disk does.
+// advStore wraps a real store, and its shared limits when it has them: it
+// counts look-ups and, while failWrites is set, fails every write the way a
+// full disk does.
 type advStore struct {
 	tokens.Store
+	limits     tokens.SharedLimits // nil: none
 	lookups    atomic.Int64
 	failWrites atomic.Bool
 }
@@ -72,21 +74,33 @@ func (s *advStore) ReserveUsage(ctx context.Context, key string, want, limit tok
 	if s.failWrites.Load() {
 		return tokens.Usage{}, errAdvDiskFull
 	}
-	return s.Store.ReserveUsage(ctx, key, want, limit)
+	return s.limits.ReserveUsage(ctx, key, want, limit)
 }
 
 func (s *advStore) AdjustUsage(ctx context.Context, key string, delta tokens.Usage) (tokens.Usage, error) {
 	if s.failWrites.Load() {
 		return tokens.Usage{}, errAdvDiskFull
 	}
-	return s.Store.AdjustUsage(ctx, key, delta)
+	return s.limits.AdjustUsage(ctx, key, delta)
 }
 
 func (s *advStore) AcquireSlot(ctx context.Context, key string, limit int64, lease time.Duration) (tokens.Slot, error) {
 	if s.failWrites.Load() {
 		return 0, errAdvDiskFull
 	}
-	return s.Store.AcquireSlot(ctx, key, limit, lease)
+	return s.limits.AcquireSlot(ctx, key, limit, lease)
+}
+
+func (s *advStore) TakeRate(ctx context.Context, key string, perMinute int64) (time.Duration, error) {
+	return s.limits.TakeRate(ctx, key, perMinute)
+}
+
+func (s *advStore) RenewSlots(ctx context.Context, slots []tokens.Slot, lease time.Duration) error {
+	return s.limits.RenewSlots(ctx, slots, lease)
+}
+
+func (s *advStore) ReleaseSlot(ctx context.Context, slot tokens.Slot) error {
+	return s.limits.ReleaseSlot(ctx, slot)
 }
 
 func newAdvEnv(t *testing.T) (*env, *advStore) {

@@ -35,11 +35,11 @@ import (
 // can charge beyond what was spent or held by requests in flight (which
 // the upstream may well bill), so it is kept small: crashes add up.
 //
-// Replicas sharing one store (shared) cannot count in memory: each would
-// see only its own spending. They reserve and settle in the store itself,
-// each in one atomic statement (tokens.Store.ReserveUsage, AdjustUsage), so
-// their spending adds up exactly, at one round trip to the store at each
-// end of a request. What the store holds is then what was spent plus what
+// Replicas sharing one store (shared, the store's tokens.SharedLimits)
+// cannot count in memory: each would see only its own spending. They
+// reserve and settle in the store itself, each in one atomic statement
+// (ReserveUsage, AdjustUsage), so their spending adds up exactly, at one
+// round trip to the store at each end of a request. What the store holds is then what was spent plus what
 // requests in flight hold; a replica that dies with requests in flight
 // leaves their reservations charged, an over-charge, never an under-charge.
 // The default rate and concurrency limits (policy.DefaultConcurrent,
@@ -47,10 +47,11 @@ import (
 // each process's memory: they bound what one process spends.
 type budgets struct {
 	store tokens.Store
-	// shared: other processes count in store too (PostgreSQL replicas), so
-	// every reservation and settlement is made in the store, atomically,
-	// and nothing is counted in accts.
-	shared bool
+	// shared is the store's shared limits when other processes count in
+	// the store too (PostgreSQL replicas): every reservation and settlement
+	// is then made there, atomically, and nothing is counted in accts. Nil:
+	// this process is the store's only user and counts in memory.
+	shared tokens.SharedLimits
 	log    *slog.Logger
 	now    func() time.Time
 
@@ -78,7 +79,7 @@ type tokenLimit struct {
 	inflight int64
 }
 
-func newBudgets(store tokens.Store, shared bool, log *slog.Logger, now func() time.Time) *budgets {
+func newBudgets(store tokens.Store, shared tokens.SharedLimits, log *slog.Logger, now func() time.Time) *budgets {
 	b := &budgets{store: store, shared: shared, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
 		slots: map[tokens.Slot]struct{}{},
 		stop:  make(chan struct{}), done: make(chan struct{})}
@@ -133,7 +134,7 @@ func (b *budgets) acquire(ctx context.Context, sess *Session, lim policy.Budget)
 	if err != nil {
 		return nil, err
 	}
-	if b.shared {
+	if b.shared != nil {
 		if err := b.acquireShared(ctx, res, sess, lim); err != nil {
 			res.settle(tokens.Usage{})
 			return nil, err
@@ -149,9 +150,9 @@ func (b *budgets) hold(ctx context.Context, res *reservation, sess *Session, lim
 		return nil
 	}
 	now := b.now()
-	if b.shared {
+	if b.shared != nil {
 		key, reset := usageWindow(sess.TokenID, lim.Window, now)
-		held, err := b.store.ReserveUsage(ctx, key, want, caps(lim))
+		held, err := b.shared.ReserveUsage(ctx, key, want, caps(lim))
 		if err != nil {
 			return b.refusal(err, sess, lim, held, want, now, reset)
 		}
@@ -170,7 +171,7 @@ func (b *budgets) hold(ctx context.Context, res *reservation, sess *Session, lim
 // what it holds.
 func (b *budgets) acquireShared(ctx context.Context, res *reservation, sess *Session, lim policy.Budget) error {
 	if lim.Concurrent > 0 {
-		slot, err := b.store.AcquireSlot(ctx, sess.TokenID, lim.Concurrent, slotLease)
+		slot, err := b.shared.AcquireSlot(ctx, sess.TokenID, lim.Concurrent, slotLease)
 		if errors.Is(err, tokens.ErrOverBudget) {
 			return inFlightError(sess, lim.Concurrent, lim.Concurrent, lim.Concurrent)
 		}
@@ -183,7 +184,7 @@ func (b *budgets) acquireShared(ctx context.Context, res *reservation, sess *Ses
 		b.mu.Unlock()
 	}
 	if lim.RequestsPerMinute > 0 {
-		wait, err := b.store.TakeRate(ctx, sess.TokenID, lim.RequestsPerMinute)
+		wait, err := b.shared.TakeRate(ctx, sess.TokenID, lim.RequestsPerMinute)
 		if err != nil {
 			return b.storeFailed(err, sess)
 		}
@@ -227,7 +228,7 @@ func defaultNote(set int64) string {
 // it there).
 func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reservation, error) {
 	concurrent, rpm := lim.Concurrent, lim.RequestsPerMinute
-	if b.shared {
+	if b.shared != nil {
 		concurrent, rpm = 0, 0
 	}
 	if lim.Concurrent == 0 {
@@ -333,7 +334,7 @@ func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered boo
 		}
 		if r.key != "" {
 			var err error
-			total, err = r.b.store.AdjustUsage(context.Background(), r.key, used.Sub(r.want))
+			total, err = r.b.shared.AdjustUsage(context.Background(), r.key, used.Sub(r.want))
 			if err != nil {
 				r.b.log.Error("budget: settling a request in the token store failed; its reservation stays charged", "key", r.key, "err", err)
 			}
@@ -353,7 +354,7 @@ func (r *reservation) release() {
 	r.b.mu.Lock()
 	delete(r.b.slots, r.slot)
 	r.b.mu.Unlock()
-	if err := r.b.store.ReleaseSlot(context.Background(), r.slot); err != nil {
+	if err := r.b.shared.ReleaseSlot(context.Background(), r.slot); err != nil {
 		r.b.log.Error("budget: freeing an in-flight slot in the token store failed; its lease frees it", "err", err)
 	}
 	r.slot = 0
@@ -484,7 +485,9 @@ func (b *budgets) flushLoop() {
 			return
 		case <-t.C:
 			b.flush(false)
-			b.renewSlots()
+			if b.shared != nil {
+				b.renewSlots()
+			}
 		}
 	}
 }
@@ -502,7 +505,7 @@ func (b *budgets) renewSlots() {
 		held = append(held, s)
 	}
 	b.mu.Unlock()
-	if err := b.store.RenewSlots(context.Background(), held, slotLease); err != nil {
+	if err := b.shared.RenewSlots(context.Background(), held, slotLease); err != nil {
 		b.log.Error("budget: renewing in-flight slots in the token store failed", "slots", len(held), "err", err)
 	}
 }

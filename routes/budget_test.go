@@ -222,7 +222,7 @@ func TestBudgetPersists(t *testing.T) {
 	}
 	lim := e.srv.policy().Profiles["default"].Budget
 	// A crash: a second server on the same store reads what is there.
-	crashed := newBudgets(e.srv.store, false, e.srv.log, time.Now)
+	crashed := newBudgets(e.srv.store, nil, e.srv.log, time.Now)
 	u, _ := crashed.usage(context.Background(), id, lim)
 	if u.Requests < 3 {
 		t.Errorf("after a crash: %d requests charged, want at least the 3 spent", u.Requests)
@@ -230,14 +230,14 @@ func TestBudgetPersists(t *testing.T) {
 	crashed.close()
 	// A clean stop saves the exact usage.
 	e.srv.budgets.close()
-	after := newBudgets(e.srv.store, false, e.srv.log, time.Now)
+	after := newBudgets(e.srv.store, nil, e.srv.log, time.Now)
 	defer after.close()
 	if u, _ := after.usage(context.Background(), id, lim); u.Requests != 3 {
 		t.Errorf("after a clean stop: %d requests, want 3", u.Requests)
 	}
 }
 
-// Replicas on one store (SharedStore) add up their spending exactly: 100
+// Replicas on one store (SharedLimits) add up their spending exactly: 100
 // requests at once, spread over two servers, against a budget of 10 send
 // exactly 10 upstream, and once they end the store holds what the upstream
 // reported, no reservation left behind. A request over the output budget is
@@ -276,16 +276,18 @@ func TestBudgetShared(t *testing.T) {
 	}
 }
 
-// newSharedBudgetEnv is newBudgetEnv with SharedStore, and a second server
-// on the same store and upstream, as a second replica; it returns that
-// server's proxy URL.
+// newSharedBudgetEnv is newBudgetEnv with SharedLimits, and a second server
+// on the same store, shared limits and upstream, as a second replica; it
+// returns that server's proxy URL.
 func newSharedBudgetEnv(t *testing.T) (*env, string) {
+	var shared *memShared
 	e := newEnv(t, func(o *Options) {
 		o.Policy = mustPolicy(t, budgetPolicy)
-		o.SharedStore = true
+		shared = newMemShared(o.Store)
+		o.SharedLimits = shared
 	})
 	u, _ := url.Parse(e.fake.URL)
-	other := New(Options{Store: e.srv.store, SharedStore: true, Policy: e.srv.policy(),
+	other := New(Options{Store: e.srv.store, SharedLimits: shared, Policy: e.srv.policy(),
 		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}})
 	t.Cleanup(other.Close)
 	second := httptest.NewServer(other.ProxyHandler())
@@ -338,9 +340,8 @@ func TestBudgetSharedStoreFails(t *testing.T) {
 	var st *advStore
 	e := newEnv(t, func(o *Options) {
 		o.Policy = mustPolicy(t, budgetPolicy)
-		o.SharedStore = true
-		st = &advStore{Store: o.Store}
-		o.Store = st
+		st = &advStore{Store: o.Store, limits: newMemShared(o.Store)}
+		o.Store, o.SharedLimits = st, st
 	})
 	tok, one := e.token("tight-1"), e.token("one-1")
 	auth := map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}
@@ -390,7 +391,7 @@ func TestBudgetCrashesAddUpToLittle(t *testing.T) {
 	sess := &Session{TokenID: "tok_0123456789ab", Sandbox: "conv-1"}
 	lim := policy.Budget{Requests: 1_000_000, OutputTokens: 1_000_000_000}
 	for range 20 {
-		b := newBudgets(store, false, log, time.Now)
+		b := newBudgets(store, nil, log, time.Now)
 		res, err := b.reserve(context.Background(), sess, lim, tokens.Usage{Requests: 1, Output: 32_000}, true)
 		if err != nil {
 			t.Fatal(err)
@@ -401,7 +402,7 @@ func TestBudgetCrashesAddUpToLittle(t *testing.T) {
 		close(b.stop)
 		<-b.done
 	}
-	after := newBudgets(store, false, log, time.Now)
+	after := newBudgets(store, nil, log, time.Now)
 	defer after.close()
 	u, _ := after.usage(context.Background(), sess.TokenID, lim)
 	if u.Requests < 20 || u.Requests > 20+20*1000 || u.Output < 20*500 || u.Output > 20*(32_000+1_000_000) {

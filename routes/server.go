@@ -59,14 +59,22 @@ func (up Upstream) configured() bool { return up.Live != nil || !up.Credential.I
 // Options configure a Server. Store, Policy and Anthropic are required.
 type Options struct {
 	Store tokens.Store
-	// SharedStore says that other cproxy processes use Store at the same
-	// time (replicas on one PostgreSQL database): budgets are then reserved
-	// and settled in Store, atomically, on every request, so the replicas'
-	// spending adds up exactly. False: this process counts budgets in
-	// memory and saves them to Store ahead of use.
-	SharedStore bool
-	Policy      *policy.Policy
-	Anthropic   Upstream
+	// SharedLimits are Store's shared limits when other cproxy processes use
+	// Store at the same time (replicas on one PostgreSQL database): budgets,
+	// rates and in-flight slots are then counted in the store, atomically,
+	// on every request, so the replicas' spending adds up exactly. Nil: this
+	// process is the store's only user; it counts them in memory and saves
+	// budgets to Store ahead of use.
+	//
+	// The caller says so here, rather than New asking Store whether it has
+	// shared limits (a type assertion): a wrapper around a shared store (a
+	// look-up cache, a test's fault injector) that did not pass the methods
+	// on would silently turn replicas into processes counting apart, each
+	// spending the whole budget.
+	SharedLimits tokens.SharedLimits
+
+	Policy    *policy.Policy
+	Anthropic Upstream
 	// GitHub is the github route's upstream (github.com's git smart HTTP).
 	// A nil URL means the route has none: github requests are refused.
 	GitHub Upstream
@@ -174,8 +182,8 @@ func New(o Options) *Server {
 	if s.sockets != nil {
 		s.sockets.handler = s.ProxyHandler()
 	}
-	s.budgets = newBudgets(s.store, o.SharedStore, s.log, s.now)
-	if o.SharedStore {
+	s.budgets = newBudgets(s.store, o.SharedLimits, s.log, s.now)
+	if o.SharedLimits != nil {
 		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
 		go s.sweepFlights(s.sweepStop, s.sweepDone)
 	}

@@ -86,8 +86,6 @@ func createBuckets(names ...[]byte) func(tx *bolt.Tx) error {
 // does not cache what it read (gen tells it so).
 type BoltStore struct {
 	db *bolt.DB
-	// Rates and slots are in memory: the file has one process.
-	*memLimits
 
 	mu    sync.RWMutex
 	cache map[Hash]Record
@@ -125,7 +123,7 @@ func OpenBolt(path string) (*BoltStore, error) {
 		}
 		return nil, err
 	}
-	return &BoltStore{db: db, memLimits: newMemLimits(time.Now), cache: make(map[Hash]Record), readLimit: pruneReadLimit}, nil
+	return &BoltStore{db: db, cache: make(map[Hash]Record), readLimit: pruneReadLimit}, nil
 }
 
 // maxReplaced bounds how many times openFile follows a file replaced under it before it gives up.
@@ -500,57 +498,6 @@ func (s *BoltStore) SaveUsage(ctx context.Context, key string, u Usage) error {
 	return nil
 }
 
-// ReserveUsage adds want to the usage under key if it fits limit, in one
-// write transaction (bbolt runs one at a time).
-func (s *BoltStore) ReserveUsage(ctx context.Context, key string, want, limit Usage) (Usage, error) {
-	return s.updateUsage(ctx, "reserve", key, func(u Usage) (Usage, error) {
-		if next := u.Add(want); next.Fits(limit) {
-			return next, nil
-		}
-		return u, ErrOverBudget
-	})
-}
-
-// AdjustUsage adds delta to the usage under key, no count below zero.
-func (s *BoltStore) AdjustUsage(ctx context.Context, key string, delta Usage) (Usage, error) {
-	return s.updateUsage(ctx, "adjust", key, func(u Usage) (Usage, error) { return u.Add(delta).floor(), nil })
-}
-
-// updateUsage replaces the usage under key with what f makes of it, in one
-// write transaction; when f fails, nothing is written and it returns the
-// usage as it was with f's error.
-func (s *BoltStore) updateUsage(ctx context.Context, op, key string, f func(Usage) (Usage, error)) (Usage, error) {
-	if err := ctx.Err(); err != nil {
-		return Usage{}, err
-	}
-	var out Usage
-	var refused error
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketUsage)
-		var u Usage
-		if v := b.Get([]byte(key)); v != nil {
-			if err := json.Unmarshal(v, &u); err != nil {
-				return err
-			}
-		}
-		next, err := f(u)
-		if err != nil {
-			out, refused = u, err
-			return nil
-		}
-		v, err := json.Marshal(next)
-		if err != nil {
-			return err
-		}
-		out = next
-		return b.Put([]byte(key), v)
-	})
-	if err != nil {
-		return Usage{}, fmt.Errorf("%s usage %s: %w", op, key, err)
-	}
-	return out, refused
-}
-
 func indexKey(sandbox string, h Hash) []byte {
 	k := make([]byte, 0, len(sandbox)+1+len(h))
 	k = append(k, sandbox...)
@@ -566,8 +513,7 @@ func decodeRecord(v []byte, r *Record) error {
 }
 
 // Prune finds the dead tokens in a read transaction, which holds up nobody, reading on from where the call
-// before stopped (pruneScan), and deletes them in a write transaction as short as the batch. Rates and slots are
-// in this process's memory; they go too.
+// before stopped (pruneScan), and deletes them in a write transaction as short as the batch.
 func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -626,7 +572,6 @@ func (s *BoltStore) Prune(ctx context.Context, cutoff time.Time, limit int) ([]R
 		delete(s.cache, h)
 	}
 	s.mu.Unlock()
-	s.forget(pruned)
 	return pruned, nil
 }
 

@@ -58,7 +58,10 @@ type PostgresStore struct {
 	where    string
 }
 
-var _ Store = (*PostgresStore)(nil)
+var (
+	_ Store        = (*PostgresStore)(nil)
+	_ SharedLimits = (*PostgresStore)(nil)
+)
 
 // OpenPostgres connects to the database named by dsn (a libpq connection string or postgres:// URL), applies
 // the migrations this cproxy knows and the database lacks, and returns the store. It refuses a database whose
@@ -506,6 +509,9 @@ func (s *PostgresStore) AdjustUsage(ctx context.Context, key string, delta Usage
 	}
 	return u, nil
 }
+
+// rateStep is how long one event of perMinute a minute fills a bucket for.
+func rateStep(perMinute int64) time.Duration { return time.Minute / time.Duration(max(perMinute, 1)) }
 
 // TakeRate is the generic cell rate algorithm in one statement, timed by
 // the database's clock (so replicas' clocks need not agree): the upsert

@@ -77,7 +77,8 @@ func (r Record) Check(now time.Time) error {
 	return nil
 }
 
-// Store keeps token hashes and their records. Implementations must be safe for concurrent use.
+// Store keeps token hashes, their records and their usage: what every store, embedded or shared by replicas,
+// holds. Implementations must be safe for concurrent use.
 //
 // Lookup runs on every proxied request, so implementations keep it cheap, and they do not cache what another
 // process may change: a revocation must take effect on the very next request. (PostgresCache is the one opt-in
@@ -100,6 +101,23 @@ type Store interface {
 	LoadUsage(ctx context.Context, key string) (Usage, error)
 	// SaveUsage stores u under key. The change is durable before it returns.
 	SaveUsage(ctx context.Context, key string, u Usage) error
+	// Prune deletes at most limit tokens that died (Record.DeadSince) at or before cutoff, each with everything
+	// kept under its id (its usage in every window and, in a store with SharedLimits, its rate and its slots), in
+	// one transaction, and returns their records: fewer than limit when no more are left. It touches nothing of
+	// any other token. When another process sharing the store is pruning it, it returns ErrPruneBusy and deletes
+	// nothing.
+	Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error)
+	// Prunable returns how many tokens Prune with cutoff would delete, and at most limit of them (which ones is
+	// up to the store), sorted by CreatedAt then ID. It changes nothing.
+	Prunable(ctx context.Context, cutoff time.Time, limit int) (int, []Record, error)
+	Close() error
+}
+
+// SharedLimits counts budgets, rates and in-flight requests in a store that several processes use at once
+// (replicas on one PostgreSQL database), each in one atomic step, so that what the processes spend adds up
+// exactly. A store one process holds (the embedded store, whose file is locked to its process) has none: that
+// process counts them in its own memory, which is all there is to share.
+type SharedLimits interface {
 	// ReserveUsage adds want to the usage under key if, for every kind limit caps (a non-zero count), the sum
 	// stays within the cap; in one atomic step, so that reservations made at once, by any number of processes
 	// sharing the store, never pass a cap together. It returns the usage under key after it, or, with
@@ -122,15 +140,6 @@ type Store interface {
 	RenewSlots(ctx context.Context, slots []Slot, lease time.Duration) error
 	// ReleaseSlot frees slot; releasing a slot that expired is not an error.
 	ReleaseSlot(ctx context.Context, slot Slot) error
-	// Prune deletes at most limit tokens that died (Record.DeadSince) at or before cutoff, each with everything
-	// kept under its id (its usage in every window, its rate and its slots), in one transaction, and returns
-	// their records: fewer than limit when no more are left. It touches nothing of any other token. When another
-	// process sharing the store is pruning it, it returns ErrPruneBusy and deletes nothing.
-	Prune(ctx context.Context, cutoff time.Time, limit int) ([]Record, error)
-	// Prunable returns how many tokens Prune with cutoff would delete, and at most limit of them (which ones is
-	// up to the store), sorted by CreatedAt then ID. It changes nothing.
-	Prunable(ctx context.Context, cutoff time.Time, limit int) (int, []Record, error)
-	Close() error
 }
 
 // Slot is one slot AcquireSlot took.

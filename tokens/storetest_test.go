@@ -2,7 +2,8 @@ package tokens
 
 // The Store contract: one suite that every implementation passes, the
 // embedded store always and PostgreSQL when CPROXY_TEST_PG_DSN names a
-// server (under CI=true it must).
+// server (under CI=true it must). The SharedLimits contract, which only a
+// store shared by replicas implements, is in sharedlimits_test.go.
 
 import (
 	"bytes"
@@ -16,7 +17,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,16 +45,7 @@ func storeKinds(t *testing.T) []storeKind {
 	}}}
 	if testPostgresDSN(t) != "" {
 		kinds = append(kinds, storeKind{"postgres", func(t *testing.T) (Store, func(Store) Store) {
-			dsn := NewTestDatabase(t)
-			open := func() Store {
-				s, err := OpenPostgres(ctx, dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { s.Close() })
-				return s
-			}
-			return open(), func(s Store) Store { s.Close(); return open() }
+			return openTestPostgres(t)
 		}}, storeKind{"postgres+cache", func(t *testing.T) (Store, func(Store) Store) {
 			dsn := NewTestDatabase(t)
 			open := func() Store {
@@ -70,6 +61,22 @@ func storeKinds(t *testing.T) []storeKind {
 		}})
 	}
 	return kinds
+}
+
+// openTestPostgres opens a PostgresStore on a new, empty database, and
+// returns with it a reopen that closes a store and opens the same database
+// again.
+func openTestPostgres(t *testing.T) (*PostgresStore, func(Store) Store) {
+	dsn := NewTestDatabase(t)
+	open := func() *PostgresStore {
+		s, err := OpenPostgres(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	return open(), func(s Store) Store { s.Close(); return open() }
 }
 
 // testPostgresDSN is CPROXY_TEST_PG_DSN: a PostgreSQL role that may create
@@ -611,177 +618,6 @@ func TestStoreDurableAcrossReopen(t *testing.T) {
 		}
 		if recs, err := listAll(ctx, s); err != nil || len(recs) != 2 || (recs[0].ID != kept.ID()) == (kept.ID() < revoked.ID()) {
 			t.Errorf("List after reopen: %+v, %v", recs, err)
-		}
-	})
-}
-
-func TestStoreReserveAndAdjustUsage(t *testing.T) {
-	eachStore(t, func(t *testing.T, s Store, reopen func(Store) Store) {
-		limit := Usage{Requests: 3, Output: 100} // input and the cache kinds: no cap
-		want := Usage{Requests: 1, Input: 1 << 40, Output: 40}
-		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); err != nil || u != want {
-			t.Fatalf("first reservation = %+v, %v; want %+v", u, err, want)
-		}
-		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); err != nil || u != want.Add(want) {
-			t.Fatalf("second reservation = %+v, %v", u, err)
-		}
-		// A third would take output to 120 of 100: refused, nothing changed.
-		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); !errors.Is(err, ErrOverBudget) || u != want.Add(want) {
-			t.Fatalf("over the output cap = %+v, %v; want ErrOverBudget and the usage as it was", u, err)
-		}
-		// Settling one reservation lower (40 held, 15 used) makes room.
-		if u, err := s.AdjustUsage(ctx, "tok_r", Usage{Output: -25}); err != nil || u.Output != 55 || u.Requests != 2 {
-			t.Fatalf("adjust = %+v, %v", u, err)
-		}
-		if u, err := s.ReserveUsage(ctx, "tok_r", want, limit); err != nil || u.Requests != 3 || u.Output != 95 {
-			t.Fatalf("after settling = %+v, %v", u, err)
-		}
-		if _, err := s.ReserveUsage(ctx, "tok_r", Usage{Requests: 1}, limit); !errors.Is(err, ErrOverBudget) {
-			t.Fatalf("a fourth request of 3 = %v, want ErrOverBudget", err)
-		}
-		// A want that fits no window is refused on a fresh key too, and
-		// leaves nothing behind.
-		if u, err := s.ReserveUsage(ctx, "tok_new", Usage{Output: 101}, limit); !errors.Is(err, ErrOverBudget) || u != (Usage{}) {
-			t.Fatalf("a want over the cap on a fresh key = %+v, %v", u, err)
-		}
-		if u, _ := s.LoadUsage(ctx, "tok_new"); u != (Usage{}) {
-			t.Errorf("a refused reservation left %+v", u)
-		}
-		// No count goes below zero, and a fresh key starts from zero.
-		if u, err := s.AdjustUsage(ctx, "tok_r", Usage{Requests: -10, Output: 5}); err != nil || u.Requests != 0 || u.Output != 100 {
-			t.Errorf("adjust below zero = %+v, %v", u, err)
-		}
-		if u, err := s.AdjustUsage(ctx, "tok_fresh", Usage{Requests: -1, Output: 7}); err != nil || u != (Usage{Output: 7}) {
-			t.Errorf("adjust of a fresh key = %+v, %v", u, err)
-		}
-		s = reopen(s)
-		if u, err := s.LoadUsage(ctx, "tok_r"); err != nil || u.Output != 100 || u.Input != 3<<40 {
-			t.Errorf("usage after reopen = %+v, %v", u, err)
-		}
-	})
-}
-
-// Reservations made at once never pass a cap together: of 60 concurrent
-// reservations of one request against a cap of 10, exactly 10 succeed.
-func TestStoreReserveUsageConcurrent(t *testing.T) {
-	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		granted := 0
-		for range 60 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := s.ReserveUsage(ctx, "tok_c", Usage{Requests: 1, Output: 3}, Usage{Requests: 10})
-				switch {
-				case err == nil:
-					mu.Lock()
-					granted++
-					mu.Unlock()
-				case !errors.Is(err, ErrOverBudget):
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
-		if u, err := s.LoadUsage(ctx, "tok_c"); granted != 10 || err != nil || u != (Usage{Requests: 10, Output: 30}) {
-			t.Errorf("%d reservations granted, usage %+v, %v; want 10 and 10 requests", granted, u, err)
-		}
-	})
-}
-
-// A rate of 3 a minute admits 3 at once, then one every 20 seconds, and
-// says how long to wait; keys are counted apart.
-func TestStoreTakeRate(t *testing.T) {
-	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
-		for i := range 3 {
-			if wait, err := s.TakeRate(ctx, "tok_a", 3); err != nil || wait != 0 {
-				t.Fatalf("event %d of a burst of 3: wait %v, %v", i+1, wait, err)
-			}
-		}
-		wait, err := s.TakeRate(ctx, "tok_a", 3)
-		if err != nil || wait <= 15*time.Second || wait > 20*time.Second {
-			t.Errorf("a fourth at once: wait %v, %v; want up to 20s (one step)", wait, err)
-		}
-		// A refused event takes nothing: the wait does not grow.
-		if again, _ := s.TakeRate(ctx, "tok_a", 3); again > wait {
-			t.Errorf("a refused event moved the bucket: wait %v after %v", again, wait)
-		}
-		if wait, err := s.TakeRate(ctx, "tok_b", 3); err != nil || wait != 0 {
-			t.Errorf("another key: wait %v, %v", wait, err)
-		}
-	})
-}
-
-// Slots: limit at once, freed by ReleaseSlot or by their lease running out
-// unrenewed (a process that died), kept by RenewSlots.
-func TestStoreSlots(t *testing.T) {
-	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
-		a, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute); !errors.Is(err, ErrOverBudget) {
-			t.Fatalf("a third of 2 slots: %v, want ErrOverBudget", err)
-		}
-		if _, err := s.AcquireSlot(ctx, "tok_other", 1, time.Minute); err != nil {
-			t.Errorf("another key's slot: %v", err)
-		}
-		if err := s.ReleaseSlot(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.AcquireSlot(ctx, "tok_s", 2, time.Minute); err != nil {
-			t.Errorf("after a release: %v", err)
-		}
-
-		short, err := s.AcquireSlot(ctx, "tok_lease", 1, 300*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(600 * time.Millisecond)
-		kept, err := s.AcquireSlot(ctx, "tok_lease", 1, 300*time.Millisecond)
-		if err != nil {
-			t.Fatalf("a slot whose lease ran out was not freed: %v", err)
-		}
-		if err := s.ReleaseSlot(ctx, short); err != nil {
-			t.Errorf("releasing an expired slot: %v", err)
-		}
-		if err := s.RenewSlots(ctx, []Slot{kept}, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(600 * time.Millisecond)
-		if _, err := s.AcquireSlot(ctx, "tok_lease", 1, time.Minute); !errors.Is(err, ErrOverBudget) {
-			t.Errorf("a renewed slot was freed: %v, want ErrOverBudget", err)
-		}
-	})
-}
-
-// Slots taken at once never pass the limit: of 40 concurrent acquisitions
-// of 5 slots, exactly 5 succeed.
-func TestStoreSlotsConcurrent(t *testing.T) {
-	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		got := 0
-		for range 40 {
-			wg.Go(func() {
-				_, err := s.AcquireSlot(ctx, "tok_c", 5, time.Minute)
-				switch {
-				case err == nil:
-					mu.Lock()
-					got++
-					mu.Unlock()
-				case !errors.Is(err, ErrOverBudget):
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if got != 5 {
-			t.Errorf("%d of 40 acquisitions of 5 slots succeeded", got)
 		}
 	})
 }

@@ -294,7 +294,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 	for _, c := range creds {
 		go c.Watch(watching) // claude-code: rereads Claude Code's login when it changes
 	}
-	store, storeName, err := openStore(ctx, cfg, loader, log)
+	store, limits, storeName, err := openStore(ctx, cfg, loader, log)
 	if err != nil {
 		return err
 	}
@@ -331,7 +331,7 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 	}
 	defer adminLn.Close()
 
-	srv := routes.New(routes.Options{Store: store, SharedStore: cfg.Store.Kind == policy.StorePostgres, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
+	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})
@@ -429,41 +429,43 @@ const storeNewerPostgresHint = "upgrade cproxy to the release that migrated this
 const storeOpenTimeout = time.Minute
 
 // openStore opens the token store store.kind names, with a look-up cache in
-// front of PostgreSQL when store.lookup_cache asks for one, and says where it
-// is for the log: the embedded store's path, or PostgreSQL's host, port,
-// database and user (never its password).
-func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (tokens.Store, string, error) {
+// front of PostgreSQL when store.lookup_cache asks for one, with its shared
+// limits when replicas share it (PostgreSQL; nil for the embedded store,
+// whose one process counts them in memory), and says where it is for the
+// log: the embedded store's path, or PostgreSQL's host, port, database and
+// user (never its password).
+func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (tokens.Store, tokens.SharedLimits, string, error) {
 	if cfg.Store.Kind != policy.StorePostgres {
 		store, err := tokens.OpenBolt(cfg.Store.Path)
 		if errors.Is(err, tokens.ErrLocked) {
-			return nil, "", fail(storeLockedHint, "%v", err)
+			return nil, nil, "", fail(storeLockedHint, "%v", err)
 		}
 		if errors.Is(err, tokens.ErrNewerSchema) {
-			return nil, "", fail(storeNewerHint, "%v", err)
+			return nil, nil, "", fail(storeNewerHint, "%v", err)
 		}
 		if err != nil {
-			return nil, "", fail("", "%v", err)
+			return nil, nil, "", fail("", "%v", err)
 		}
-		return store, cfg.Store.Path, nil
+		return store, nil, cfg.Store.Path, nil
 	}
 	dsn, err := loader.Load(secrets.Source(cfg.Store.DSN))
 	if err != nil {
-		return nil, "", credentialError(cfg, "store.dsn", cfg.Store.DSN, err)
+		return nil, nil, "", credentialError(cfg, "store.dsn", cfg.Store.DSN, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	store, err := tokens.OpenPostgres(ctx, dsn.Reveal())
 	if errors.Is(err, tokens.ErrNewerSchema) {
-		return nil, "", fail(storeNewerPostgresHint, "%v", err)
+		return nil, nil, "", fail(storeNewerPostgresHint, "%v", err)
 	}
 	if err != nil {
-		return nil, "", fail("check store.dsn's connection string (host, port, database, user, password) and that PostgreSQL runs there; the user must be allowed to create tables in that database", "%v", err)
+		return nil, nil, "", fail("check store.dsn's connection string (host, port, database, user, password) and that PostgreSQL runs there; the user must be allowed to create tables in that database", "%v", err)
 	}
 	if ttl := cfg.Store.LookupCache.Duration; ttl > 0 {
 		cache := tokens.NewPostgresCache(ctx, store, ttl, log)
-		return cache, cache.String(), nil
+		return cache, store, cache.String(), nil
 	}
-	return store, store.String(), nil
+	return store, store, store.String(), nil
 }
 
 // requestsEndTimeout bounds how long a drain that ran out waits for the
