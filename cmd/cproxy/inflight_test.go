@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -341,11 +342,28 @@ func TestHeldPushAfterRevocation(t *testing.T) {
 type heldStreams struct {
 	URL  string
 	next chan struct{}
+	// open counts the streams being served: a stream cproxy cut may still
+	// wait on next for a moment, and would take the event meant for another.
+	open atomic.Int32
+}
+
+// waitOpen waits until n streams are being served.
+func (h *heldStreams) waitOpen(t *testing.T, n int32) {
+	t.Helper()
+	deadline := time.Now().Add(heldDeadline)
+	for h.open.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams open upstream, want %d", h.open.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func newHeldStreams(t *testing.T) *heldStreams {
 	h := &heldStreams{next: make(chan struct{})}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.open.Add(1)
+		defer h.open.Add(-1)
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 1; ; i++ {
 			fmt.Fprintf(w, "event: tick\ndata: %d\n\n", i)
@@ -445,6 +463,7 @@ func TestStreamsCutOnRevocation(t *testing.T) {
 	s.revoke("conv-1")
 	wantCut(t, "the model stream", model)
 	wantCut(t, "the relay stream", mod)
+	relay.waitOpen(t, 1)
 	relay.next <- struct{}{}
 	if ev := readEvent(t, other); !strings.Contains(ev, "data: 2") {
 		t.Fatalf("another sandbox's stream: %q", ev)
