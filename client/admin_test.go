@@ -40,7 +40,8 @@ func startCproxyStore() (string, *tokens.BoltStore, func()) {
 		Policy:    pol,
 		Anthropic: routes.Upstream{URL: upstream},
 		Relays: []routes.Relay{{
-			Config:  &policy.Relay{Prefix: "/mod/"},
+			Rules:   &policy.Relay{},
+			Prefix:  "/mod/",
 			URL:     relay,
 			Headers: []routes.RelayHeader{{Name: "X-Mod-Token", Value: "mod_token"}},
 		}},

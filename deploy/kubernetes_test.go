@@ -23,7 +23,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/routes"
 )
 
@@ -220,7 +220,7 @@ type deployed struct {
 	pod     corev1.PodSpec
 	c       corev1.Container
 	labels  labels.Set
-	cfg     *policy.Config // the ConfigMap's, with paths as the pod sees them
+	cfg     *config.Config // the ConfigMap's, with paths as the pod sees them
 	mounts  map[string]corev1.VolumeMount
 	volumes map[string]corev1.Volume
 }
@@ -564,13 +564,13 @@ func namespaced(m manifests) []object {
 
 // loadConfigMapConfig writes the ConfigMap's files to a directory, as the
 // pod's mount would hold them, and loads them with cproxy's own loader.
-func loadConfigMapConfig(t *testing.T, cm corev1.ConfigMap) *policy.Config {
+func loadConfigMapConfig(t *testing.T, cm corev1.ConfigMap) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	for name, data := range cm.Data {
 		writeFile(t, filepath.Join(dir, name), data)
 	}
-	cfg, err := policy.LoadConfig(filepath.Join(dir, filepath.Base(configFile)))
+	cfg, err := config.LoadConfig(filepath.Join(dir, filepath.Base(configFile)))
 	if err != nil {
 		t.Fatalf("the ConfigMap's cproxy.toml does not load: %v", err)
 	}
@@ -631,8 +631,8 @@ func TestKubernetesReplicas(t *testing.T) {
 			t.Errorf("volume %s: want only the config, from the ConfigMap", v.Name)
 		}
 	}
-	if p.cfg.Store.Kind != policy.StorePostgres || p.cfg.Store.DSN != "env:"+pgEnv {
-		t.Errorf("store.kind %q, store.dsn %q: want %q and env:%s", p.cfg.Store.Kind, p.cfg.Store.DSN, policy.StorePostgres, pgEnv)
+	if p.cfg.Store.Kind != config.StorePostgres || p.cfg.Store.DSN != "env:"+pgEnv {
+		t.Errorf("store.kind %q, store.dsn %q: want %q and env:%s", p.cfg.Store.Kind, p.cfg.Store.DSN, config.StorePostgres, pgEnv)
 	}
 	if ref := secretRef(p.c, pgEnv); ref == nil || ref.Name != pgSecret || ref.Key != pgSecretKey || ref.Optional != nil && *ref.Optional {
 		t.Errorf("env %s: want a required secretKeyRef to Secret %s, key %s", pgEnv, pgSecret, pgSecretKey)

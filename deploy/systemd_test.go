@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/config"
 )
 
 const (
@@ -137,7 +137,7 @@ func TestSystemdUnitHardening(t *testing.T) {
 // cproxy's own loader, as /etc/cproxy would hold them. Only log.audit's
 // directory, /var/log/cproxy (which the unit's LogsDirectory= creates), is
 // moved into a temporary directory: the loader checks that it exists.
-func loadSystemdConfig(t *testing.T) *policy.Config {
+func loadSystemdConfig(t *testing.T) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "log")
@@ -151,7 +151,7 @@ func loadSystemdConfig(t *testing.T) *policy.Config {
 	data = strings.ReplaceAll(data, `"/var/log/cproxy/`, `"`+logs+`/`)
 	writeFile(t, filepath.Join(dir, "cproxy.toml"), data)
 	writeFile(t, filepath.Join(dir, "policy.toml"), readFile(t, "systemd/policy.toml"))
-	cfg, err := policy.LoadConfig(filepath.Join(dir, "cproxy.toml"))
+	cfg, err := config.LoadConfig(filepath.Join(dir, "cproxy.toml"))
 	if err != nil {
 		t.Fatalf("systemd/cproxy.toml does not load: %v", err)
 	}
@@ -272,7 +272,7 @@ func replicaConfig(t *testing.T, n int) string {
 // with cproxy's own loader, as /etc/cproxy would hold them, log.audit's
 // directory moved into a temporary directory (the loader checks that it
 // exists) and put back in the result.
-func loadReplicaConfig(t *testing.T, n int) *policy.Config {
+func loadReplicaConfig(t *testing.T, n int) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "log")
@@ -286,7 +286,7 @@ func loadReplicaConfig(t *testing.T, n int) *policy.Config {
 	}
 	writeFile(t, filepath.Join(dir, fmt.Sprintf("replica-%d.toml", n)), strings.ReplaceAll(data, `"`+logDir, `"`+logs+"/"))
 	writeFile(t, filepath.Join(dir, "policy.toml"), readFile(t, "systemd/policy.toml"))
-	cfg, err := policy.LoadConfig(filepath.Join(dir, fmt.Sprintf("replica-%d.toml", n)))
+	cfg, err := config.LoadConfig(filepath.Join(dir, fmt.Sprintf("replica-%d.toml", n)))
 	if err != nil {
 		t.Fatalf("systemd/replica-1.toml as replica %d does not load: %v", n, err)
 	}
@@ -322,8 +322,8 @@ func TestSystemdReplicaConfigMatchesUnit(t *testing.T) {
 		if want := fmt.Sprintf("replica-%d.toml", n); filepath.Base(instance(u.one(t, "Service", "ExecStart"))) != want {
 			t.Errorf("replica %d: the unit's ExecStart does not read %s", n, want)
 		}
-		if cfg.Store.Kind != policy.StorePostgres {
-			t.Errorf("replica %d: store.kind = %q, want %q", n, cfg.Store.Kind, policy.StorePostgres)
+		if cfg.Store.Kind != config.StorePostgres {
+			t.Errorf("replica %d: store.kind = %q, want %q", n, cfg.Store.Kind, config.StorePostgres)
 		}
 		credDir := instance("file:/run/credentials/cproxy@%i.service/")
 		if want := credDir + pgCredential; cfg.Store.DSN != want {

@@ -20,7 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// maxFileSize bounds what LoadConfig, LoadPolicy and Check read: real files are a few KiB.
+// maxFileSize bounds what ReadFile reads of a config or policy file: real files are a few KiB.
 const maxFileSize = 1 << 20
 
 // Decoding onto the Go types is done here rather than by toml.Decode into the
@@ -274,7 +274,7 @@ func (d *decoder) decode(v reflect.Value, data any, p path) {
 				continue
 			}
 			d.mark(p.key(k))
-			d.decode(v.Field(i), m[k], p.key(k))
+			d.decode(v.FieldByIndex(i), m[k], p.key(k))
 		}
 	default:
 		panic("policy: cannot decode into " + v.Type().String()) // a programming error in this package's types
@@ -287,15 +287,23 @@ func (d *decoder) mark(p path) {
 }
 
 // tomlFields maps the toml tag names of t's exported fields to their indices.
-func tomlFields(t reflect.Type) map[string]int {
-	fields := map[string]int{}
+// The fields of an embedded struct without a tag are t's own, as
+// encoding/json has them: the config's Relay embeds policy.Relay.
+func tomlFields(t reflect.Type) map[string][]int {
+	fields := map[string][]int{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for k, sub := range tomlFields(f.Type) {
+				fields[k] = append([]int{i}, sub...)
+			}
+			continue
+		}
 		if !f.IsExported() || name == "" || name == "-" {
 			continue
 		}
-		fields[name] = i
+		fields[name] = []int{i}
 	}
 	return fields
 }
@@ -332,12 +340,13 @@ func (d *decoder) wrongType(want reflect.Type, got any, p path) {
 	d.fail(p, "%s: %s", p, msg)
 }
 
-// wanter lets a TextUnmarshaler say what its TOML text looks like.
-type wanter interface{ tomlWant() string }
+// wanter lets a TextUnmarshaler say what its TOML text looks like; exported
+// so that the config package's types (Duration) can.
+type wanter interface{ TOMLWant() string }
 
 func describeWant(t reflect.Type) string {
 	if w, ok := reflect.New(t).Interface().(wanter); ok {
-		return w.tomlWant()
+		return w.TOMLWant()
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -1,13 +1,11 @@
-// Package policy loads cproxy's two TOML files and answers the questions the routes
-// ask of them.
+// Package policy is cproxy's rule engine: it loads the policy file and answers
+// the questions the routes ask of it.
 //
-// The config file (Config, LoadConfig) says where cproxy listens, where it keeps
-// tokens, which upstreams it forwards to with which credentials, and how it logs;
-// every key has a default, so no file at all is a working config (Default). The
-// policy file (Policy, LoadPolicy) says what each sandbox may do: named profiles,
-// each an allowlist of models, GitHub repositories (read or push, with the refs a
-// push may update) and npm packages, and [[sandbox]] rules that pick a profile by
-// sandbox id. A config names its policy file with policy = "…"; without one,
+// The policy file (Policy, LoadPolicy) says what each sandbox may do: named
+// profiles, each an allowlist of models, GitHub repositories (read or push, with
+// the refs a push may update) and npm packages, and [[sandbox]] rules that pick a
+// profile by sandbox id. The daemon's config file, which names the policy file
+// with policy = "…", is the config package's; without a policy file,
 // DefaultPolicy applies: every model, no repository, no package.
 //
 // Each route's question is one method of Profile (AskModel, AskFetch, AskPush,
@@ -15,10 +13,11 @@
 // looked at in the route's order and what each decided: the route acts on it, its
 // re-check before forwarding asks it again, and `cproxy policy explain` prints it.
 //
-// Both files are loaded strictly: an unknown key, a value of the wrong type or a
+// The policy file is loaded strictly: an unknown key, a value of the wrong type or a
 // value that cannot mean anything is refused, every problem is reported (not just the
 // first) as "file:line:col: message", and a message names the fix where there is one.
-// Check does the same for `cproxy policy check`.
+// File gives the config package the same strict loading, so that a config's problems
+// and its policy file's are one Problems.
 //
 // # Policy file
 //

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 )
 
@@ -47,33 +46,6 @@ func TestChooseProfile(t *testing.T) {
 	}
 	if got := p.Profiles["web"].Key(); got != "profile.web" {
 		t.Errorf("Key() = %q", got)
-	}
-}
-
-// TestCheckPolicy: a policy loaded on its own (a reload) is checked against
-// the config's relays as LoadConfig checks the one it loads.
-func TestCheckPolicy(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "policy.toml"), "[profile.default]\nrelays = [\"mod\"]\n")
-	cfg, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), relayConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if probs := cfg.CheckPolicy(cfg.Rules); len(probs) != 0 {
-		t.Errorf("the policy loaded with the config: %v", probs)
-	}
-	bad := writeFile(t, filepath.Join(dir, "new.toml"), "[profile.default]\nrelays = [\"mod\", \"mdo\", \"m*\"]\n")
-	p, err := LoadPolicy(bad)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := bad + `:2:18: profile.default.relays: "mdo" names no [relay.mdo] in ` + filepath.Join(dir, "cproxy.toml") + " (relays there: gateway, mod)"
-	if probs := cfg.CheckPolicy(p); probs.Error() != want {
-		t.Errorf("got %v\nwant %s", probs, want)
-	}
-	// A policy built in code has no positions; the check does not need them.
-	if probs := Default().CheckPolicy(&Policy{Profiles: map[string]*Profile{"x": {Name: "x", Relays: []string{"mod"}}}}); len(probs) != 1 || probs[0].Line != 1 {
-		t.Errorf("built policy: %v", probs)
 	}
 }
 

@@ -79,7 +79,9 @@ func (a Age) MarshalText() ([]byte, error) {
 	return []byte(a.String()), nil
 }
 
-func (Age) tomlWant() string { return `an age string like "3d" or "72h"` }
+// TOMLWant says what the TOML text looks like, for the "must be …, not …"
+// message of a value of the wrong type.
+func (Age) TOMLWant() string { return `an age string like "3d" or "72h"` }
 
 // parseRange parses an npm-style semver range; pre-releases inside it count.
 func parseRange(s string) (*semver.Constraints, error) {

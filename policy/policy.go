@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -156,12 +155,8 @@ func loadPolicy(file string, data []byte) (*Policy, Problems) {
 	return p, nil
 }
 
-// configKeys are the config file's top-level keys, from Config's fields:
-// policy, [listen], [store] and the other tables.
-var configKeys = slices.Sorted(maps.Keys(tomlFields(reflect.TypeFor[Config]())))
-
 func policyHint(p path, key string) string {
-	if len(p) == 0 && slices.Contains(configKeys, key) {
+	if len(p) == 0 && slices.Contains(ConfigKeys, key) {
 		return "that is a config key; a policy file has only [profile.NAME] and [[sandbox]]"
 	}
 	return ""

@@ -499,28 +499,6 @@ func FuzzLoadPolicy(f *testing.F) {
 	})
 }
 
-// FuzzLoadConfig is FuzzLoadPolicy for the config file; a policy file it names is
-// never read.
-func FuzzLoadConfig(f *testing.F) {
-	f.Add([]byte("policy = \"p.toml\"\n[listen]\nproxy = \"127.0.0.1:0\"\ndrain = \"1s\"\n[upstream.anthropic]\ncredential = \"file:k\"\n"))
-	f.Add([]byte("listen = { proxy = 1, admin = [], drain = {} }\nlog.level = \"x\"\n"))
-	noFiles := func(string) ([]byte, error) { return nil, os.ErrNotExist }
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c, probs := loadConfig("f.toml", data, noFiles)
-		for _, pr := range probs {
-			if pr.Line < 1 || pr.Col < 1 || pr.Message == "" {
-				t.Fatalf("bad problem %+v", pr)
-			}
-		}
-		if c == nil && len(probs) == 0 {
-			t.Fatal("no config and no problems")
-		}
-		if c != nil && c.Rules == nil {
-			t.Fatal("a config without Rules")
-		}
-	})
-}
-
 func TestPackageDocExampleLoads(t *testing.T) {
 	p := mustPolicy(t, `[profile.web]
 models = ["claude-sonnet-*", "claude-haiku-*"]
@@ -538,5 +516,24 @@ profile = "web"
 	web := p.Profiles["web"]
 	if !web.Ref("acme/app", "refs/tags/v2", true, false).Allow || web.Ref("acme/app", "refs/heads/main", false, false).Allow {
 		t.Error("the doc's example does not mean what the doc says")
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := []string{"access", "delete", "refs", "repo", "tags", "header_timeout", "github"}
+	for key, want := range map[string]string{
+		"acces":         "access",
+		"acecss":        "access", // a swap is one edit
+		"Access":        "access",
+		"ref":           "refs",
+		"repos":         "repo",
+		"header_timout": "header_timeout",
+		"heder_timeot":  "header_timeout", // two edits in a long key
+		"gitlab":        "",               // two edits in a short key: a different word
+		"budget":        "",
+	} {
+		if got := suggest(key, known); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
+		}
 	}
 }

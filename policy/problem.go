@@ -9,14 +9,14 @@ import (
 
 // Problem is one thing wrong with a config or policy file, and where it is.
 type Problem struct {
-	File    string `json:"file"`    // the file as it was named to LoadConfig, LoadPolicy or Check, or as a config names it
+	File    string `json:"file"`    // the file as it was named to LoadPolicy or the config package, or as a config names it
 	Line    int    `json:"line"`    // 1-based; 0 when the problem is about the whole file (it cannot be read)
 	Col     int    `json:"col"`     // 1-based, counted in characters; 0 when Line is 0
 	Message string `json:"message"` // lower-case, no trailing period; names the fix where there is one
 }
 
 // String formats the problem as "file:line:col: message"; as "file: message" when it
-// has no line, and as the bare message when it has no file either (Config.Validate).
+// has no line, and as the bare message when it has no file either (config.Config.Validate).
 func (p Problem) String() string {
 	switch {
 	case p.Line > 0:
@@ -28,7 +28,7 @@ func (p Problem) String() string {
 }
 
 // Problems is every problem found in a file (and, for a config, in the policy it
-// names). LoadConfig, LoadPolicy and Config.Validate return it as a *Problems error;
+// names). LoadPolicy, config.LoadConfig and config.Config.Validate return it as a *Problems error;
 // errors.As fills either a Problems or a *Problems from it.
 type Problems []Problem
 

@@ -54,6 +54,11 @@ const bodyGrowStep = 1 << 20
 // (TestBodyMemoryIsBounded); with it, back near the 23 MiB it started at.
 const returnAfter = 64 << 20
 
+// defaultBodyMemory is Options.BodyMemory when it is zero: the config's
+// runtime.body_memory_mib default (config.DefaultBodyMemoryMiB), which
+// serve passes; a Server built in a test may leave it out.
+const defaultBodyMemory = 256 << 20
+
 func newBodyMemory(size int64, m *metrics) *bodyMemory {
 	return &bodyMemory{sem: semaphore.NewWeighted(size), size: size, wait: bodyMemoryWait, metrics: m}
 }

@@ -125,7 +125,7 @@ func (s *Server) credentials() []namedCredential {
 	for _, rr := range s.relays {
 		for _, h := range rr.Headers {
 			if h.Live != nil {
-				creds = append(creds, namedCredential{fmt.Sprintf("relay.%s (header %s)", rr.Config.Name, h.Name), h.Live})
+				creds = append(creds, namedCredential{fmt.Sprintf("relay.%s (header %s)", rr.Rules.Name, h.Name), h.Live})
 			}
 		}
 	}

@@ -188,7 +188,7 @@ func TestReadyzCredentialNames(t *testing.T) {
 	e := newEnv(t, func(o *Options) {
 		o.Anthropic.Live, o.Anthropic.Auth = claude, "oauth"
 		u, _ := url.Parse("http://127.0.0.1:1/")
-		o.Relays = []Relay{{Config: &policy.Relay{Name: "mod", Prefix: "/mod/"}, URL: u, Headers: []RelayHeader{{Name: "X-Mod-Token", Live: mod}}}}
+		o.Relays = []Relay{{Rules: &policy.Relay{Name: "mod"}, Prefix: "/mod/", URL: u, Headers: []RelayHeader{{Name: "X-Mod-Token", Live: mod}}}}
 	})
 	code, a, body := e.readyz()
 	if code != 503 || !slices.Equal(a.Failed, []string{"credential", "credential"}) ||

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cproxy/cproxy/policy"
@@ -13,8 +14,17 @@ import (
 // Relay is one relay route as the server runs it: the config's [relay.NAME]
 // with its URL parsed and its credential headers loaded.
 type Relay struct {
-	Config *policy.Relay
-	URL    *url.URL
+	// Rules are the relay's name, methods and paths: what a profile's use
+	// of it is checked against.
+	Rules *policy.Relay
+	// Prefix is the path on the proxy listener, e.g. "/mod/".
+	Prefix string
+	// Query forwards the request's query string (re-encoded); false: a
+	// request with a query is refused.
+	Query bool
+	// HeaderTimeout bounds the wait for the upstream's response headers.
+	HeaderTimeout time.Duration
+	URL           *url.URL
 	// Headers are set on every forwarded request, in this order.
 	Headers []RelayHeader
 }
@@ -37,18 +47,18 @@ type relayRoute struct {
 // newRelayRoute builds rl's route; public is cproxy's public URL, for the
 // upstream's redirects ("" : the Host each request came with).
 func newRelayRoute(rl Relay, public string) *relayRoute {
-	up := Upstream{URL: rl.URL, HeaderTimeout: rl.Config.HeaderTimeout.Duration}
+	up := Upstream{URL: rl.URL, HeaderTimeout: rl.HeaderTimeout}
 	// The relay's headers travel with each request's target: they may
 	// differ per token.
 	rr := &relayRoute{Relay: rl, fwd: newForwarder(up, func(http.Header, secrets.Secret) {}, nil)}
-	rr.fwd.redirects = &redirectMap{route: "relay " + rl.Config.Name, base: rl.URL, prefix: strings.TrimSuffix(rl.Config.Prefix, "/"), public: public}
+	rr.fwd.redirects = &redirectMap{route: "relay " + rl.Rules.Name, base: rl.URL, prefix: strings.TrimSuffix(rl.Prefix, "/"), public: public}
 	return rr
 }
 
 // relayFor is the relay whose prefix the path starts with, or nil.
 func (s *Server) relayFor(path string) *relayRoute {
 	for _, rr := range s.relays {
-		if strings.HasPrefix(path, rr.Config.Prefix) {
+		if strings.HasPrefix(path, rr.Prefix) {
 			return rr
 		}
 	}
@@ -63,7 +73,7 @@ var writeRelayError = writeNPMError
 // methods, paths and query), sets the relay's headers and forwards, both
 // ways streaming.
 func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
-	cfg := rr.Config
+	cfg := rr.Rules
 	if !s.admit(a, r, writeRelayError) {
 		return
 	}
@@ -74,7 +84,7 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 		a.fail(writeRelayError, err)
 		return
 	}
-	p, err := relayPath(r.URL.EscapedPath(), cfg.Prefix)
+	p, err := relayPath(r.URL.EscapedPath(), rr.Prefix)
 	if err != nil {
 		a.fail(writeRelayError, err)
 		return
@@ -92,7 +102,7 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 	}
 	t := target{path: "/" + p.path, rawPath: "/" + p.raw}
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
-		if !cfg.Query {
+		if !rr.Query {
 			a.fail(writeRelayError, refuse(ErrForbidden, "relay %s forwards no query string", cfg.Name))
 			return
 		}
@@ -131,13 +141,13 @@ func (rr *relayRoute) headers(sess *Session) (http.Header, error) {
 		if rh.Live != nil {
 			sec, err := rh.Live.Current()
 			if err != nil {
-				return nil, refuse(ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Config.Name, rh.Name)
+				return nil, refuse(ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Rules.Name, rh.Name)
 			}
 			v = sec.Reveal()
 		} else {
 			val, ok := sess.Values[rh.Value]
 			if !ok {
-				return nil, refuse(ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Config.Name, rh.Value, rh.Value)
+				return nil, refuse(ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Rules.Name, rh.Value, rh.Value)
 			}
 			v = val.Reveal()
 		}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/fakes"
-	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -53,7 +53,7 @@ paths = ["events", "sessions/*/commands", "stream", "files/**"]
 Authorization = { credential = "env:RELAY_HUB_TOKEN", prefix = "Bearer " }
 X-Mod-Token = { value = "mod_token" }
 `), 0o600)
-	cfg, err := policy.LoadConfig(filepath.Join(dir, "cproxy.toml"))
+	cfg, err := config.LoadConfig(filepath.Join(dir, "cproxy.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ X-Mod-Token = { value = "mod_token" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl := Relay{Config: r, URL: u, Headers: []RelayHeader{
+	rl := Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u, Headers: []RelayHeader{
 		{Name: "Authorization", Prefix: "Bearer ", Live: live},
 		{Name: "X-Mod-Token", Value: "mod_token"},
 	}}

@@ -112,8 +112,7 @@ type Options struct {
 	// minBodyRate bytes received. Zero means no deadline.
 	BodyTimeout time.Duration
 	// BodyMemory bounds the bytes request bodies read whole may hold at
-	// once, across every request; zero means
-	// policy.DefaultBodyMemoryMiB MiB.
+	// once, across every request; zero means defaultBodyMemory.
 	BodyMemory int64
 	// MaxConnections bounds the connections open at once on the
 	// listeners LimitConnections wraps and the per-sandbox sockets,
@@ -229,7 +228,7 @@ func New(o Options) *Server {
 	}
 	s.metrics = newMetrics(o.Version, s.store, s.now, s.log, s.routeNames())
 	if o.BodyMemory == 0 {
-		o.BodyMemory = policy.DefaultBodyMemoryMiB << 20
+		o.BodyMemory = defaultBodyMemory
 	}
 	s.bodies = newBodyMemory(o.BodyMemory, s.metrics)
 	if o.MaxConnections > 0 {
@@ -259,7 +258,7 @@ func (s *Server) routeNames() []string {
 		names = append(names, "npm")
 	}
 	for _, rr := range s.relays {
-		names = append(names, "relay."+rr.Config.Name)
+		names = append(names, "relay."+rr.Rules.Name)
 	}
 	return names
 }
@@ -387,7 +386,7 @@ func (s *Server) ProxyHandler() http.Handler {
 			// above (the config refuses that), and the model route, the
 			// hot one, need not look at them.
 			if relay := s.relayFor(r.URL.Path); relay != nil {
-				rec.route = "relay." + relay.Config.Name
+				rec.route = "relay." + relay.Rules.Name
 				s.serveRelay(relay, rec, r)
 				return
 			}

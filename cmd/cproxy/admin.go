@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/client"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
@@ -24,7 +25,7 @@ func adminFlag() cli.Flag {
 
 // listening returns the addresses a config's cproxy serve listens on: the
 // configured ones, or for port 0 the ones it wrote to its ready file.
-func listening(cfg *policy.Config) (proxy, admin string, err error) {
+func listening(cfg *config.Config) (proxy, admin string, err error) {
 	proxy, admin = cfg.Listen.Proxy, cfg.Listen.Admin
 	if !strings.HasSuffix(proxy, ":0") && !strings.HasSuffix(admin, ":0") {
 		return proxy, admin, nil

@@ -25,7 +25,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/routes"
 )
 
@@ -80,11 +80,11 @@ type auditItem struct {
 	reopen chan error
 }
 
-// openAuditLog opens log.audit: stdout for policy.AuditStdout, else the
+// openAuditLog opens log.audit: stdout for config.AuditStdout, else the
 // file, created 0600 and appended to.
 func openAuditLog(dest string, stdout io.Writer, log *slog.Logger) (*auditLog, error) {
 	l := &auditLog{log: log, queue: make(chan auditItem, auditQueue), done: make(chan struct{})}
-	if dest == policy.AuditStdout {
+	if dest == config.AuditStdout {
 		l.w = stdout
 	} else {
 		l.path = dest
@@ -147,7 +147,7 @@ const auditFlushTimeout = 5 * time.Second
 
 // serveAuditLog opens log.audit for serve, before any socket: nil when it
 // is not set and the audit lines go to the diagnostic log.
-func serveAuditLog(cfg *policy.Config, stdout io.Writer, log *slog.Logger) (*auditLog, error) {
+func serveAuditLog(cfg *config.Config, stdout io.Writer, log *slog.Logger) (*auditLog, error) {
 	if cfg.Log.Audit == "" {
 		return nil, nil
 	}
@@ -193,7 +193,7 @@ func (l *auditLog) Write(p []byte) (int, error) {
 
 func (l *auditLog) dest() string {
 	if l.path == "" {
-		return policy.AuditStdout
+		return config.AuditStdout
 	}
 	return l.path
 }
@@ -417,19 +417,19 @@ func auditCommand() *cli.Command {
 }
 
 // auditFileOf is the audit file a config names.
-func auditFileOf(config string) (string, error) {
-	if config == "" {
+func auditFileOf(configFile string) (string, error) {
+	if configFile == "" {
 		return "", fail("pass --file PATH, or --config FILE with log.audit set", "no audit log to read")
 	}
-	cfg, err := loadConfig(config)
+	cfg, err := loadConfig(configFile)
 	if err != nil {
 		return "", err
 	}
 	switch cfg.Log.Audit {
 	case "":
-		return "", fail(`set log.audit = "audit.jsonl" (a file) in the config and restart cproxy serve; until then the audit lines are in serve's standard error, as msg=request`, "%s: log.audit is not set: there is no audit file to read", config)
-	case policy.AuditStdout:
-		return "", fail("read serve's standard output, or pass --file PATH where it is saved", `%s: log.audit is "stdout": there is no audit file to read`, config)
+		return "", fail(`set log.audit = "audit.jsonl" (a file) in the config and restart cproxy serve; until then the audit lines are in serve's standard error, as msg=request`, "%s: log.audit is not set: there is no audit file to read", configFile)
+	case config.AuditStdout:
+		return "", fail("read serve's standard output, or pass --file PATH where it is saved", `%s: log.audit is "stdout": there is no audit file to read`, configFile)
 	}
 	return cfg.Log.Audit, nil
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/policy"
 )
@@ -284,7 +285,7 @@ func TestSandboxCannotStarveTheAdminListener(t *testing.T) {
 	const nofile, streams = 400, 450
 	s := startServeUnder(t, dir, "prlimit", fmt.Sprintf("--nofile=%d:%d", nofile, nofile))
 	tok := s.mint("conv-1")
-	bound := policy.DefaultMaxConnections(nofile)
+	bound := config.DefaultMaxConnections(nofile)
 
 	// Each stream on a connection of its own, held open whatever the
 	// answer, as a hostile sandbox would: a connection cproxy closes at

@@ -25,7 +25,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/config"
 )
 
 // TestDocExamples runs the examples in README.md and docs/*.md against the
@@ -973,7 +973,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // docFakes is adjustServeConfig in the docs' examples (CPROXY_DOC_FAKES=1):
 // the upstreams of any config an example serves on become the script's
 // loopback fakes, so no example reaches a real API.
-func docFakes(cfg *policy.Config) error {
+func docFakes(cfg *config.Config) error {
 	cfg.Upstream.Anthropic.URL = os.Getenv("FAKE_ANTHROPIC")
 	cfg.Upstream.GitHub.URL = os.Getenv("FAKE_GITHUB")
 	cfg.Upstream.NPM.URL = os.Getenv("FAKE_NPM")

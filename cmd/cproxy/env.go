@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/helpers"
-	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -202,7 +202,7 @@ func sandboxProxyURL(c *cli.Context) (string, error) {
 				if err != nil {
 					return "", err
 				}
-				if strings.HasPrefix(addr, policy.UnixPrefix) {
+				if strings.HasPrefix(addr, config.UnixPrefix) {
 					return "", fail("pass --proxy-url, the address a bridge in the sandbox listens on (see docs/harness.md), or set listen.public_url",
 						"the proxy listener is a Unix socket (%s): sandboxes reach it through a bridge", addr)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/client"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 )
 
@@ -59,7 +60,7 @@ Examples:
 			}
 			var all policy.Problems
 			for _, path := range c.Args().Slice() {
-				all = append(all, policy.Check(path)...)
+				all = append(all, config.Check(path)...)
 			}
 			if format == "json" {
 				type problem struct {
@@ -252,7 +253,7 @@ func runExplain(o explainOptions, w io.Writer) (bool, error) {
 	if err := o.checkQuestion(); err != nil {
 		return false, err
 	}
-	var cfg *policy.Config // nil with --policy: no relays to check against
+	var cfg *config.Config // nil with --policy: no relays to check against
 	var rules *policy.Policy
 	if o.policyFile != "" {
 		p, err := policy.LoadPolicy(o.policyFile)
@@ -273,13 +274,15 @@ func runExplain(o explainOptions, w io.Writer) (bool, error) {
 		case cfg == nil && (o.method != "" || o.path != ""):
 			return false, fail("give the config with --config: a relay's methods and paths are there", "--method and --path need the config, not --policy")
 		case cfg != nil:
-			if relay = cfg.Relays[o.relay]; relay == nil {
+			r := cfg.Relays[o.relay]
+			if r == nil {
 				known := "none"
 				if len(cfg.Relays) > 0 {
 					known = strings.Join(slices.Sorted(maps.Keys(cfg.Relays)), ", ")
 				}
 				return false, fail("name one of its relays: "+known, "no [relay.%s] in %s", o.relay, configName(cfg))
 			}
+			relay = &r.Relay
 		}
 	}
 
@@ -472,7 +475,7 @@ func splitPackage(s string) (name, version string) {
 	return s, ""
 }
 
-func configName(cfg *policy.Config) string {
+func configName(cfg *config.Config) string {
 	if cfg.Path == "" {
 		return "the embedded default config"
 	}

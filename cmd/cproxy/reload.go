@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/watch"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
@@ -48,7 +49,7 @@ const policyListTimeout = 10 * time.Second
 // logged, and the policy in force stays. A request not yet sent upstream in
 // whole is decided again under the new policy (routes.Server.SetPolicy).
 type policyReloader struct {
-	cfg    *policy.Config
+	cfg    *config.Config
 	srv    *routes.Server
 	store  tokens.Store // nil: no warning about sandboxes with live tokens
 	log    *slog.Logger
@@ -69,7 +70,7 @@ type policyReloader struct {
 // looked at the file yet, so the watcher's first looks read it once more:
 // silently when it is what cfg was loaded from, as a reload when it changed
 // while serve was starting.
-func newPolicyReloader(cfg *policy.Config, srv *routes.Server, store tokens.Store, log *slog.Logger) *policyReloader {
+func newPolicyReloader(cfg *config.Config, srv *routes.Server, store tokens.Store, log *slog.Logger) *policyReloader {
 	return &policyReloader{cfg: cfg, srv: srv, store: store, log: log, settle: cfg.PolicySettle.Duration, hup: make(chan struct{}, 1),
 		readFile: policy.ReadFile, readTimeout: policyReadTimeout, inForce: cfg.Rules, file: watch.New(cfg.PolicyPath(), true)}
 }

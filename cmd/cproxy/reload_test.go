@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
@@ -44,7 +45,7 @@ func newReloadFixture(t *testing.T, up routes.Upstream, store tokens.Store) *rel
 	if err := os.WriteFile(cfgFile, []byte("policy = \"policy.toml\"\n[store]\npath = \"tokens.db\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := policy.LoadConfig(cfgFile)
+	cfg, err := config.LoadConfig(cfgFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestPolicyReloadInFlight(t *testing.T) {
 	if err := store.Create(context.Background(), tok.Hash(), tokens.Record{Sandbox: "conv-42", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	f := newReloadFixture(t, routes.Upstream{URL: u, Credential: secrets.New(canaryAPIKey), Auth: policy.AuthAPIKey}, store)
+	f := newReloadFixture(t, routes.Upstream{URL: u, Credential: secrets.New(canaryAPIKey), Auth: config.AuthAPIKey}, store)
 	proxy := httptest.NewServer(f.srv.ProxyHandler())
 	defer proxy.Close()
 	post := func(stream bool) *http.Response {

@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -113,7 +113,7 @@ func withSecretOpts(c *cli.Context, nargs int, usage string, run func(secretOpts
 
 // keyringConfig is the keyring the config names. On a terminal the file
 // backend's passphrase is asked for when CPROXY_KEYRING_PASSWORD is not set.
-func keyringConfig(cfg *policy.Config, terminal bool, stderr io.Writer) secrets.KeyringConfig {
+func keyringConfig(cfg *config.Config, terminal bool, stderr io.Writer) secrets.KeyringConfig {
 	kc := secrets.KeyringConfig{Backend: cfg.Keyring.Backend, Service: cfg.Keyring.Service, FileDir: cfg.Keyring.FileDir}
 	if terminal {
 		kc.Prompt = func(prompt string, confirm bool) (string, error) {

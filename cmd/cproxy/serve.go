@@ -24,6 +24,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
@@ -91,14 +92,14 @@ Examples:
 // that the documentation's examples, which start `cproxy serve` on the
 // embedded defaults or on configs naming the real APIs, reach loopback fakes
 // and never a real upstream.
-var adjustServeConfig func(*policy.Config) error
+var adjustServeConfig func(*config.Config) error
 
 // loadConfig loads the config file, or the embedded defaults for "".
-func loadConfig(path string) (*policy.Config, error) {
+func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
-		return policy.Default(), nil
+		return config.Default(), nil
 	}
-	cfg, err := policy.LoadConfig(path)
+	cfg, err := config.LoadConfig(path)
 	if err != nil {
 		return nil, configError(err)
 	}
@@ -119,7 +120,7 @@ func configError(err error) error {
 	return fail("", "%v", err)
 }
 
-func applyServeFlags(c *cli.Context, cfg *policy.Config) error {
+func applyServeFlags(c *cli.Context, cfg *config.Config) error {
 	set := func(flag string, dst *string) {
 		if c.IsSet(flag) {
 			*dst = c.String(flag)
@@ -143,7 +144,7 @@ func applyServeFlags(c *cli.Context, cfg *policy.Config) error {
 
 // newLoggers returns the diagnostic log, at the configured level, and the
 // audit log, which writes every request whatever that level is.
-func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
+func newLoggers(cfg config.Log, w io.Writer) (log, audit *slog.Logger) {
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(cfg.Level))
 	if cfg.Format == "json" {
@@ -161,7 +162,7 @@ func newLoggers(cfg policy.Log, w io.Writer) (log, audit *slog.Logger) {
 // route's requests are answered with what to set. The keyring is opened once,
 // for the first keyring:NAME; on a terminal its passphrase may be asked for
 // on stderr.
-func loadCredentials(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (anthropic, github, npm routes.Upstream, err error) {
+func loadCredentials(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) (anthropic, github, npm routes.Upstream, err error) {
 	a := cfg.Upstream.Anthropic
 	anthropic, err = loadUpstream(cfg, loader, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
 	if err != nil {
@@ -184,7 +185,7 @@ func loadCredentials(cfg *policy.Config, loader *secrets.Loader, log *slog.Logge
 // loadRelays builds the config's relay routes, loading the credential
 // source of each header that has one; a source that cannot be read stops
 // serve at its config line. It returns those credentials too, for SIGHUP.
-func loadRelays(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) ([]routes.Relay, []*secrets.Live, error) {
+func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]routes.Relay, []*secrets.Live, error) {
 	var relays []routes.Relay
 	var creds []*secrets.Live
 	for _, name := range slices.Sorted(maps.Keys(cfg.Relays)) {
@@ -193,7 +194,7 @@ func loadRelays(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) ([
 		if err != nil {
 			return nil, nil, fail("", "relay.%s.url: %v", name, err)
 		}
-		rl := routes.Relay{Config: r, URL: u}
+		rl := routes.Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u}
 		for _, h := range slices.Sorted(maps.Keys(r.Headers)) {
 			hd := r.Headers[h]
 			rh := routes.RelayHeader{Name: http.CanonicalHeaderKey(h), Prefix: hd.Prefix, Value: hd.Value}
@@ -222,7 +223,7 @@ var missingCredential = map[string]string{
 
 // loadUpstream parses one [upstream.NAME] and loads its credential. An
 // empty credential source means none: requests go upstream without one.
-func loadUpstream(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger, name, rawURL, source string, timeout time.Duration) (routes.Upstream, error) {
+func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, name, rawURL, source string, timeout time.Duration) (routes.Upstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return routes.Upstream{}, fail("", "upstream.%s.url: %v", name, err)
@@ -249,7 +250,7 @@ func loadUpstream(cfg *policy.Config, loader *secrets.Loader, log *slog.Logger, 
 
 // credentialError reports a credential that cannot be loaded at the config
 // line that names it, with the fix.
-func credentialError(cfg *policy.Config, key, source string, err error) error {
+func credentialError(cfg *config.Config, key, source string, err error) error {
 	p := cfg.ProblemAt(key, "%v", err)
 	hint := "fix the credential, or point " + key + " at another source"
 	if source == "claude-code" {
@@ -270,7 +271,7 @@ func credentialError(cfg *policy.Config, key, source string, err error) error {
 	return &userError{msg: p.String(), hint: hint, code: 1}
 }
 
-func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) error {
 	setCPUs(cfg.Runtime.CPUs)
 	log, auditLog := newLoggers(cfg.Log, stderr)
 	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
@@ -395,11 +396,11 @@ func serve(ctx context.Context, cfg *policy.Config, stdout, stderr io.Writer) er
 // maxConnections is runtime.max_connections, or when that is zero the
 // bound derived from the open-file limit (Go has raised the soft limit to
 // the hard one by now, as far as it may).
-func maxConnections(cfg *policy.Config) int64 {
+func maxConnections(cfg *config.Config) int64 {
 	if n := cfg.Runtime.MaxConnections; n > 0 {
 		return n
 	}
-	return policy.DefaultMaxConnections(openFileLimit())
+	return config.DefaultMaxConnections(openFileLimit())
 }
 
 // setCPUs sets how many CPUs run Go code at once (runtime.cpus); 0 gives
@@ -434,8 +435,8 @@ const storeOpenTimeout = time.Minute
 // whose one process counts them in memory), and says where it is for the
 // log: the embedded store's path, or PostgreSQL's host, port, database and
 // user (never its password).
-func openStore(ctx context.Context, cfg *policy.Config, loader *secrets.Loader, log *slog.Logger) (tokens.Store, tokens.SharedLimits, string, error) {
-	if cfg.Store.Kind != policy.StorePostgres {
+func openStore(ctx context.Context, cfg *config.Config, loader *secrets.Loader, log *slog.Logger) (tokens.Store, tokens.SharedLimits, string, error) {
+	if cfg.Store.Kind != config.StorePostgres {
 		store, err := tokens.OpenBolt(cfg.Store.Path)
 		if errors.Is(err, tokens.ErrLocked) {
 			return nil, nil, "", fail(storeLockedHint, "%v", err)
@@ -483,7 +484,7 @@ type shutdowner interface {
 // listenProxy opens the proxy listener: TCP, or a Unix socket for
 // listen.proxy = "unix:PATH", which is removed when cproxy stops. It
 // returns the address as the ready file and the log give it.
-func listenProxy(cfg *policy.Config) (net.Listener, string, error) {
+func listenProxy(cfg *config.Config) (net.Listener, string, error) {
 	path := cfg.Listen.ProxySocket()
 	if path == "" {
 		ln, err := net.Listen("tcp", cfg.Listen.Proxy)
@@ -501,7 +502,7 @@ func listenProxy(cfg *policy.Config) (net.Listener, string, error) {
 	if err != nil {
 		return nil, "", fail("point listen.proxy at a path in a directory cproxy may write to, where nothing else listens", "proxy listener: %v", err)
 	}
-	return &removeOnClose{Listener: ln, path: path}, policy.UnixPrefix + path, nil
+	return &removeOnClose{Listener: ln, path: path}, config.UnixPrefix + path, nil
 }
 
 // removeOnClose removes a Unix socket's file when its listener closes.
@@ -571,14 +572,14 @@ func reloadCredentials(creds []*secrets.Live) {
 	}
 }
 
-func policySource(cfg *policy.Config) string {
+func policySource(cfg *config.Config) string {
 	if cfg.Policy == "" {
 		return "embedded default"
 	}
 	return cfg.PolicyPath()
 }
 
-func publicURL(cfg *policy.Config, proxy net.Addr) string {
+func publicURL(cfg *config.Config, proxy net.Addr) string {
 	if cfg.Listen.PublicURL != "" {
 		return cfg.Listen.PublicURL
 	}
@@ -592,7 +593,7 @@ func publicURL(cfg *policy.Config, proxy net.Addr) string {
 // listen.public_url, or the proxy address when it is one a sandbox can
 // dial. For a wildcard address (0.0.0.0, [::]) it is "", and the npm route
 // uses the Host each request came with: the address that sandbox reached.
-func tarballBase(cfg *policy.Config, proxy net.Addr) string {
+func tarballBase(cfg *config.Config, proxy net.Addr) string {
 	if cfg.Listen.PublicURL != "" {
 		return cfg.Listen.PublicURL
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -58,8 +58,8 @@ Examples:
 
 // runStoreCompact compacts the embedded store and prints its size before and
 // after.
-func runStoreCompact(store policy.Store, stdout io.Writer) error {
-	if store.Kind == policy.StorePostgres {
+func runStoreCompact(store config.Store, stdout io.Writer) error {
+	if store.Kind == config.StorePostgres {
 		return fail("PostgreSQL reclaims deleted rows' space itself (autovacuum); for an embedded store's file: cproxy store compact --store PATH", "store compact is for the embedded store; this config's store is PostgreSQL")
 	}
 	before, after, err := tokens.CompactBolt(store.Path)

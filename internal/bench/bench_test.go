@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
@@ -374,7 +375,7 @@ func newRoutesServer(tb testing.TB, upstream *url.URL, limits bool) (*routes.Ser
 		Store:  store,
 		Policy: loaded,
 		Anthropic: routes.Upstream{
-			URL: upstream, Credential: secrets.New(testKey), Auth: policy.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
+			URL: upstream, Credential: secrets.New(testKey), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Audit:    slog.New(routes.NewTextHandler(io.Discard, nil)),

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/client"
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
 // loadVariant writes a cproxy variant's files as startCproxy does and loads
 // them as `cproxy serve` would.
-func loadVariant(t *testing.T, v cproxyVariant) (*policy.Config, string) {
+func loadVariant(t *testing.T, v cproxyVariant) (*config.Config, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), v.dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -27,7 +28,7 @@ func loadVariant(t *testing.T, v cproxyVariant) (*policy.Config, string) {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := policy.LoadConfig(filepath.Join(dir, "cproxy.toml"))
+	cfg, err := config.LoadConfig(filepath.Join(dir, "cproxy.toml"))
 	if err != nil {
 		t.Fatalf("%s: %v", v.name, err)
 	}

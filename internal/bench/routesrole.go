@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
@@ -52,7 +53,7 @@ func newRoutesRole() (*http.Server, func(), error) {
 		Store:  store,
 		Policy: pol,
 		Anthropic: routes.Upstream{
-			URL: u, Credential: secrets.New(os.Getenv(keyEnv)), Auth: policy.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
+			URL: u, Credential: secrets.New(os.Getenv(keyEnv)), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		},
 		Logger: log,
 		Audit:  slog.New(routes.NewTextHandler(os.Stderr, nil)),

@@ -1,9 +1,11 @@
-package policy
+package config
 
 import (
 	"os"
 	"regexp"
 	"strings"
+
+	"github.com/cproxy/cproxy/policy"
 )
 
 // pathVarRE is a variable in a config path, $NAME or ${NAME}, as a shell
@@ -19,33 +21,33 @@ var pathVarRE = regexp.MustCompile(`\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-
 // lost its first part would land somewhere else, relative to the config.
 // The defaults, flags and environment overrides are not expanded: they
 // are absolute, or a shell has expanded them already.
-func (c *Config) expandPaths(d *decoder) {
+func (c *Config) expandPaths(f *policy.File) {
 	for _, v := range []struct {
-		key    path
+		key    policy.Key
 		value  *string
 		prefix string // what comes before the path: a credential source's "file:", a socket's "unix:"
 	}{
-		{keyPath("policy"), &c.Policy, ""},
-		{keyPath("listen", "proxy"), &c.Listen.Proxy, UnixPrefix},
-		{keyPath("listen", "ready_file"), &c.Listen.ReadyFile, ""},
-		{keyPath("listen", "sandbox_sockets"), &c.Listen.SandboxSockets, ""},
-		{keyPath("store", "path"), &c.Store.Path, ""},
-		{keyPath("store", "dsn"), &c.Store.DSN, "file:"},
-		{keyPath("log", "audit"), &c.Log.Audit, ""},
-		{keyPath("keyring", "file_dir"), &c.Keyring.FileDir, ""},
-		{keyPath("upstream", "anthropic", "credential"), &c.Upstream.Anthropic.Credential, "file:"},
-		{keyPath("upstream", "github", "credential"), &c.Upstream.GitHub.Credential, "file:"},
-		{keyPath("upstream", "npm", "credential"), &c.Upstream.NPM.Credential, "file:"},
+		{policy.KeyOf("policy"), &c.Policy, ""},
+		{policy.KeyOf("listen", "proxy"), &c.Listen.Proxy, UnixPrefix},
+		{policy.KeyOf("listen", "ready_file"), &c.Listen.ReadyFile, ""},
+		{policy.KeyOf("listen", "sandbox_sockets"), &c.Listen.SandboxSockets, ""},
+		{policy.KeyOf("store", "path"), &c.Store.Path, ""},
+		{policy.KeyOf("store", "dsn"), &c.Store.DSN, "file:"},
+		{policy.KeyOf("log", "audit"), &c.Log.Audit, ""},
+		{policy.KeyOf("keyring", "file_dir"), &c.Keyring.FileDir, ""},
+		{policy.KeyOf("upstream", "anthropic", "credential"), &c.Upstream.Anthropic.Credential, "file:"},
+		{policy.KeyOf("upstream", "github", "credential"), &c.Upstream.GitHub.Credential, "file:"},
+		{policy.KeyOf("upstream", "npm", "credential"), &c.Upstream.NPM.Credential, "file:"},
 	} {
-		if d.named[v.key.String()] {
-			*v.value = expandPath(d, v.key, *v.value, v.prefix)
+		if f.Sets(v.key.String()) {
+			*v.value = expandPath(f, v.key, *v.value, v.prefix)
 		}
 	}
 	for _, name := range sortedKeys(c.Relays) {
 		r := c.Relays[name]
 		for _, h := range sortedKeys(r.Headers) {
 			rh := r.Headers[h]
-			rh.Credential = expandPath(d, keyPath("relay", name, "headers", h, "credential"), rh.Credential, "file:")
+			rh.Credential = expandPath(f, policy.KeyOf("relay", name, "headers", h, "credential"), rh.Credential, "file:")
 			r.Headers[h] = rh
 		}
 	}
@@ -54,7 +56,7 @@ func (c *Config) expandPaths(d *decoder) {
 // expandPath expands the path in value after prefix, or reports why it
 // cannot and returns value as it is. A message names the variable, never
 // the value: a credential's value may be a pasted secret.
-func expandPath(d *decoder, p path, value, prefix string) string {
+func expandPath(f *policy.File, p policy.Key, value, prefix string) string {
 	s, ok := strings.CutPrefix(value, prefix)
 	if !ok || !strings.ContainsAny(s, "~$") {
 		return value
@@ -63,17 +65,17 @@ func expandPath(d *decoder, p path, value, prefix string) string {
 	home := ""
 	if rest, ok := strings.CutPrefix(s, "~"); ok {
 		if rest != "" && !strings.HasPrefix(rest, "/") {
-			d.atValue(p, "%s: only ~/ is expanded, not ~NAME (write the path in full)", p)
+			f.AtValue(p, "%s: only ~/ is expanded, not ~NAME (write the path in full)", p)
 			return value
 		}
 		if home = os.Getenv("HOME"); home == "" {
-			d.atValue(p, "%s: $HOME is not set, for ~/ %s", p, fix)
+			f.AtValue(p, "%s: $HOME is not set, for ~/ %s", p, fix)
 			return value
 		}
 		s = rest
 	}
 	if strings.Count(s, "$") != len(pathVarRE.FindAllStringIndex(s, -1)) {
-		d.atValue(p, "%s: a $ that does not start $NAME or ${NAME} (a path cannot hold a $ of its own)", p)
+		f.AtValue(p, "%s: a $ that does not start $NAME or ${NAME} (a path cannot hold a $ of its own)", p)
 		return value
 	}
 	unset := false
@@ -81,7 +83,7 @@ func expandPath(d *decoder, p path, value, prefix string) string {
 		name := strings.Trim(v, "${}")
 		val := os.Getenv(name)
 		if val == "" {
-			d.atValue(p, "%s: $%s is not set %s", p, name, fix)
+			f.AtValue(p, "%s: $%s is not set %s", p, name, fix)
 			unset = true
 		}
 		return val

@@ -1,4 +1,4 @@
-package policy
+package config
 
 import (
 	"path/filepath"
@@ -6,31 +6,33 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cproxy/cproxy/policy"
 )
 
 func TestStoreConfig(t *testing.T) {
 	c, probs := loadConfig("/etc/cproxy/cproxy.toml", []byte(`[store]
 kind = "postgres"
 dsn = "file:pg.dsn"
-`), ReadFile)
+`), policy.ReadFile)
 	if len(probs) > 0 {
 		t.Fatal(probs)
 	}
 	if c.Store.Kind != StorePostgres || c.Store.DSN != "file:"+filepath.Join("/etc/cproxy", "pg.dsn") {
 		t.Errorf("store = %+v; want kind postgres and the dsn file resolved", c.Store)
 	}
-	c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n"), ReadFile)
+	c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:CPROXY_PG_DSN\"\n"), policy.ReadFile)
 	if len(probs) > 0 || c.Store.DSN != "env:CPROXY_PG_DSN" {
 		t.Errorf("env dsn: %+v %v", c.Store, probs)
 	}
 	if d := Default().Store; d.Kind != StoreBolt || d.DSN != "" || d.LookupCache.Duration != 0 {
 		t.Errorf("default store = %+v; want bolt without a dsn or a look-up cache", d)
 	}
-	if c, probs := loadConfig("cproxy.toml", []byte("[store]\nkind = \"bolt\"\nlookup_cache = \"0s\"\n"), ReadFile); len(probs) > 0 || c.Store.LookupCache.Duration != 0 {
+	if c, probs := loadConfig("cproxy.toml", []byte("[store]\nkind = \"bolt\"\nlookup_cache = \"0s\"\n"), policy.ReadFile); len(probs) > 0 || c.Store.LookupCache.Duration != 0 {
 		t.Errorf(`lookup_cache = "0s" with kind = "bolt" (the default, written out): %v`, probs)
 	}
 	for src, want := range map[string]time.Duration{`"30s"`: 30 * time.Second, `"0s"`: 0} {
-		c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = "+src+"\n"), ReadFile)
+		c, probs = loadConfig("cproxy.toml", []byte("[store]\nkind = \"postgres\"\ndsn = \"env:PG\"\nlookup_cache = "+src+"\n"), policy.ReadFile)
 		if len(probs) > 0 || c.Store.LookupCache.Duration != want {
 			t.Errorf("lookup_cache = %s: %v %v; want %v", src, c.Store.LookupCache, probs, want)
 		}
@@ -86,7 +88,7 @@ func TestStoreConfigProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, probs := loadConfig("cproxy.toml", []byte(tt.src), ReadFile)
+			_, probs := loadConfig("cproxy.toml", []byte(tt.src), policy.ReadFile)
 			got := make([]string, len(probs))
 			for i, pr := range probs {
 				got[i] = pr.String()
@@ -106,7 +108,7 @@ func TestStoreRetention(t *testing.T) {
 		t.Errorf("default store.retention = %v; want 720h (30 days)", d)
 	}
 	for src, want := range map[string]time.Duration{`"168h"`: 7 * 24 * time.Hour, `"0s"`: 0} {
-		c, probs := loadConfig("cproxy.toml", []byte("[store]\nretention = "+src+"\n"), ReadFile)
+		c, probs := loadConfig("cproxy.toml", []byte("[store]\nretention = "+src+"\n"), policy.ReadFile)
 		if len(probs) > 0 || c.Store.Retention.Duration != want {
 			t.Errorf("retention = %s: %v %v; want %v", src, c.Store.Retention, probs, want)
 		}

@@ -1,10 +1,12 @@
-package policy
+package config
 
 import (
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cproxy/cproxy/policy"
 )
 
 const relayConfig = `policy = "policy.toml"
@@ -51,7 +53,7 @@ func TestRelayConfig(t *testing.T) {
 	}
 	def, none := c.Rules.Profiles["default"], c.Rules.Profiles["none"]
 	for _, tc := range []struct {
-		d     Decision
+		d     policy.Decision
 		allow bool
 		rule  string
 	}{
@@ -89,7 +91,7 @@ func TestRelayConfigProblems(t *testing.T) {
 		{"header prefix newline", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\nheaders = { X-T = { value = \"t\", prefix = \"a\\nb\" } }\n", "relay.mod.headers.X-T.prefix: must not hold a line break"},
 		{"unknown key", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npath = [\"a\"]\n", `unknown key "path" in [relay.mod] (did you mean "paths"?)`},
 	} {
-		_, probs := loadConfig("cproxy.toml", []byte(tc.src), ReadFile)
+		_, probs := loadConfig("cproxy.toml", []byte(tc.src), policy.ReadFile)
 		if got := (&probs).Error(); !strings.Contains(got, tc.want) || strings.Contains(got, "SECRETVALUE") {
 			t.Errorf("%s: got\n%s\nwant %q", tc.name, got, tc.want)
 		}
@@ -103,5 +105,32 @@ func TestRelayUnknownInPolicy(t *testing.T) {
 	want := filepath.Join(dir, "policy.toml") + `:2:11: profile.default.relays: "mdo" names no [relay.mdo] in ` + filepath.Join(dir, "cproxy.toml") + " (relays there: gateway, mod)"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
+	}
+}
+
+// TestCheckPolicy: a policy loaded on its own (a reload) is checked against
+// the config's relays as LoadConfig checks the one it loads.
+func TestCheckPolicy(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy.toml"), "[profile.default]\nrelays = [\"mod\"]\n")
+	cfg, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), relayConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if probs := cfg.CheckPolicy(cfg.Rules); len(probs) != 0 {
+		t.Errorf("the policy loaded with the config: %v", probs)
+	}
+	bad := writeFile(t, filepath.Join(dir, "new.toml"), "[profile.default]\nrelays = [\"mod\", \"mdo\", \"m*\"]\n")
+	p, err := policy.LoadPolicy(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bad + `:2:18: profile.default.relays: "mdo" names no [relay.mdo] in ` + filepath.Join(dir, "cproxy.toml") + " (relays there: gateway, mod)"
+	if probs := cfg.CheckPolicy(p); probs.Error() != want {
+		t.Errorf("got %v\nwant %s", probs, want)
+	}
+	// A policy built in code has no positions; the check does not need them.
+	if probs := Default().CheckPolicy(&policy.Policy{Profiles: map[string]*policy.Profile{"x": {Name: "x", Relays: []string{"mod"}}}}); len(probs) != 1 || probs[0].Line != 1 {
+		t.Errorf("built policy: %v", probs)
 	}
 }

@@ -1,18 +1,19 @@
-package policy
+package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -44,11 +45,10 @@ type Config struct {
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
-	// Rules is the loaded policy: Policy's file, or DefaultPolicy() when Policy is empty. Never nil.
-	Rules *Policy `toml:"-"`
+	// Rules is the loaded policy: Policy's file, or policy.DefaultPolicy() when Policy is empty. Never nil.
+	Rules *policy.Policy `toml:"-"`
 
-	explicit map[string]bool // dotted keys the file sets
-	ix       *index          // where each key is in the file, for ProblemAt
+	file *policy.File // the keys the file sets, and where, for Explicit and ProblemAt
 }
 
 // Listen is where cproxy listens and how it is reached.
@@ -321,16 +321,16 @@ var (
 	claudeScopeRE       = regexp.MustCompile(`^[a-z0-9_]+(:[a-z0-9_]+)*$`)
 )
 
-func (c Claude) validate(d *decoder) {
+func (c Claude) validate(f *policy.File) {
 	if c.SubscriptionType != "" && !slices.Contains(claudeSubscriptions, c.SubscriptionType) {
-		d.atValue(keyPath("claude", "subscription_type"), `claude.subscription_type: %q is not a Claude plan (use "pro", "max", "team" or "enterprise")`, c.SubscriptionType)
+		f.AtValue(policy.KeyOf("claude", "subscription_type"), `claude.subscription_type: %q is not a Claude plan (use "pro", "max", "team" or "enterprise")`, c.SubscriptionType)
 	}
 	if c.RateLimitTier != "" && !claudeTierRE.MatchString(c.RateLimitTier) {
-		d.atValue(keyPath("claude", "rate_limit_tier"), `claude.rate_limit_tier: %q is not a tier name (lower-case letters, digits and '_', e.g. "default_claude_max_20x")`, c.RateLimitTier)
+		f.AtValue(policy.KeyOf("claude", "rate_limit_tier"), `claude.rate_limit_tier: %q is not a tier name (lower-case letters, digits and '_', e.g. "default_claude_max_20x")`, c.RateLimitTier)
 	}
 	for i, sc := range c.OAuthScopes {
 		if len(sc) > 64 || !claudeScopeRE.MatchString(sc) {
-			d.atValue(keyPath("claude", "oauth_scopes").elem(i, false), `claude.oauth_scopes[%d]: %q is not an OAuth scope (e.g. "user:inference")`, i, sc)
+			f.AtValue(policy.KeyOf("claude", "oauth_scopes").Elem(i), `claude.oauth_scopes[%d]: %q is not an OAuth scope (e.g. "user:inference")`, i, sc)
 		}
 	}
 }
@@ -351,7 +351,9 @@ func (d *Duration) UnmarshalText(text []byte) error {
 // MarshalText writes the duration as time.Duration.String does.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-func (Duration) tomlWant() string { return `a duration string like "30s"` }
+// TOMLWant says what the TOML text looks like, for the "must be …, not …"
+// message of a value of the wrong type (policy.File).
+func (Duration) TOMLWant() string { return `a duration string like "30s"` }
 
 // Default returns the embedded defaults: what `cproxy serve` runs on with no config.
 func Default() *Config {
@@ -372,7 +374,7 @@ func Default() *Config {
 		Log:     Log{Format: "text", Level: "info"},
 		Keyring: Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
 		Runtime: Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
-		Rules:   DefaultPolicy(),
+		Rules:   policy.DefaultPolicy(),
 	}
 }
 
@@ -392,46 +394,47 @@ func defaultStorePath() string {
 func (c *Config) PolicyPath() string { return c.Policy }
 
 // Validate checks the config's values as LoadConfig does, for values changed after
-// loading (flags, environment). It returns nil or a *Problems whose problems have no
+// loading (flags, environment). It returns nil or a *policy.Problems whose problems have no
 // position, since the values need not come from the file.
 func (c *Config) Validate() error {
-	d := newDecoder("", newIndex(""))
-	c.validate(d)
-	if len(d.probs) == 0 {
+	f, _ := policy.ParseFile("", nil)
+	c.validate(f)
+	probs := f.Problems()
+	if len(probs) == 0 {
 		return nil
 	}
-	for i := range d.probs {
-		d.probs[i].Line, d.probs[i].Col = 0, 0
+	for i := range probs {
+		probs[i].Line, probs[i].Col = 0, 0
 	}
-	return &d.probs
+	return &probs
 }
 
-// ProblemAt makes a Problem about key's value (a dotted name such as
+// ProblemAt makes a policy.Problem about key's value (a dotted name such as
 // "upstream.anthropic.credential"), placed where the file sets it; without a
 // position when the value is a default or came from a flag. For problems found
 // after loading, such as a credential that cannot be read.
-func (c *Config) ProblemAt(key, format string, args ...any) Problem {
-	p := Problem{Message: key + ": " + fmt.Sprintf(format, args...)}
-	if c.ix != nil && c.Explicit(key) {
+func (c *Config) ProblemAt(key, format string, args ...any) policy.Problem {
+	p := policy.Problem{Message: key + ": " + fmt.Sprintf(format, args...)}
+	if c.Explicit(key) {
 		p.File = c.Path
-		p.Line, p.Col = c.ix.find(keyPath(strings.Split(key, ".")...), false)
+		p.Line, p.Col = c.file.Position(policy.KeyOf(strings.Split(key, ".")...))
 	}
 	return p
 }
 
 // Explicit reports whether the config file set key, a dotted name such as
 // "upstream.anthropic.credential"; false for every key of Default().
-func (c *Config) Explicit(key string) bool { return c.explicit[key] }
+func (c *Config) Explicit(key string) bool { return c.file != nil && c.file.Sets(key) }
 
 // LoadConfig reads the config file at path over the defaults, then the policy file it
 // names. A file that cannot be read gives its os error; a file with problems gives a
-// *Problems listing all of them, the policy file's included.
+// *policy.Problems listing all of them, the policy file's included.
 func LoadConfig(path string) (*Config, error) {
-	data, err := ReadFile(path)
+	data, err := policy.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c, probs := loadConfig(path, data, ReadFile)
+	c, probs := loadConfig(path, data, policy.ReadFile)
 	if len(probs) > 0 {
 		return nil, &probs
 	}
@@ -439,24 +442,21 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // loadConfig loads a config from data, and its policy file through readPolicy.
-func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error)) (*Config, Problems) {
-	tree, ix, probs := parse(file, data)
+func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error)) (*Config, policy.Problems) {
+	f, probs := policy.ParseFile(file, data)
 	if probs != nil {
 		return nil, probs
 	}
 	c := Default()
-	d := newDecoder(file, ix)
-	d.hint = configHint
-	d.decode(reflect.ValueOf(c).Elem(), tree, nil)
+	f.Decode(c, configHint)
 	// claude-code's token is an OAuth token: it implies auth = "oauth".
-	if c.Upstream.Anthropic.Credential == "claude-code" && !d.named["upstream.anthropic.auth"] {
+	if c.Upstream.Anthropic.Credential == "claude-code" && !f.Sets("upstream.anthropic.auth") {
 		c.Upstream.Anthropic.Auth = AuthOAuth
 	}
 	c.Path = file
-	c.explicit = d.named
-	c.ix = ix
-	c.expandPaths(d)
-	c.validate(d)
+	c.file = f
+	c.expandPaths(f)
+	c.validate(f)
 
 	dir := filepath.Dir(file)
 	c.Listen.ReadyFile = resolve(dir, c.Listen.ReadyFile)
@@ -469,7 +469,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	if a := c.Log.Audit; a != "" && a != AuditStdout {
 		c.Log.Audit = resolve(dir, a)
 		if auditPathOK(a) {
-			checkAuditFile(d, c.Log.Audit)
+			checkAuditFile(f, c.Log.Audit)
 		}
 	}
 	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential, &c.Store.DSN} {
@@ -487,21 +487,21 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 		}
 	}
 
-	var policyProbs Problems
+	var policyProbs policy.Problems
 	if c.Policy != "" {
 		c.Policy = resolve(dir, c.Policy)
 		pdata, err := readPolicy(c.Policy)
 		if err != nil {
-			d.atValue(path{}.key("policy"), "policy: %q: %s", c.Policy, readProblem(err))
+			f.AtValue(policy.KeyOf("policy"), "policy: %q: %s", c.Policy, policy.ReadProblem(err))
+		} else if c.Rules, err = policy.ParsePolicy(c.Policy, pdata); err != nil {
+			errors.As(err, &policyProbs)
 		} else {
-			c.Rules, policyProbs = loadPolicy(c.Policy, pdata)
-			if c.Rules != nil {
-				policyProbs = c.CheckPolicy(c.Rules)
-			}
+			policyProbs = c.CheckPolicy(c.Rules)
 		}
 	}
-	sortProblems(d.probs)
-	if probs := append(d.probs, policyProbs...); len(probs) > 0 {
+	probs = f.Problems()
+	probs.Sort()
+	if probs = append(probs, policyProbs...); len(probs) > 0 {
 		return nil, probs
 	}
 	return c, nil
@@ -514,84 +514,76 @@ func resolve(dir, name string) string {
 	return filepath.Join(dir, name)
 }
 
-func configHint(p path, key string) string {
-	if len(p) == 0 && (key == "profile" || key == "sandbox") {
+func configHint(key string) string {
+	if slices.Contains(policy.PolicyKeys, key) {
 		return `profiles and [[sandbox]] rules go in the policy file that policy = "…" names`
 	}
 	return ""
 }
 
-func keyPath(keys ...string) path {
-	var p path
-	for _, k := range keys {
-		p = p.key(k)
-	}
-	return p
-}
-
-func (c *Config) validate(d *decoder) {
+func (c *Config) validate(f *policy.File) {
 	if strings.HasPrefix(c.Listen.Proxy, UnixPrefix) {
-		checkSocketPath(d, keyPath("listen", "proxy"), c.Listen.ProxySocket(), 0)
+		checkSocketPath(f, policy.KeyOf("listen", "proxy"), c.Listen.ProxySocket(), 0)
 	} else {
-		checkHostPort(d, keyPath("listen", "proxy"), c.Listen.Proxy)
+		checkHostPort(f, policy.KeyOf("listen", "proxy"), c.Listen.Proxy)
 	}
-	checkHostPort(d, keyPath("listen", "admin"), c.Listen.Admin)
+	checkHostPort(f, policy.KeyOf("listen", "admin"), c.Listen.Admin)
 	if c.Listen.SandboxSockets != "" {
-		checkSocketPath(d, keyPath("listen", "sandbox_sockets"), c.Listen.SandboxSockets, 1+maxSandboxSocketName)
+		checkSocketPath(f, policy.KeyOf("listen", "sandbox_sockets"), c.Listen.SandboxSockets, 1+maxSandboxSocketName)
 	}
 	if c.Listen.Proxy == c.Listen.Admin && !strings.HasSuffix(c.Listen.Admin, ":0") {
-		d.atValue(keyPath("listen", "admin"), "listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)")
+		f.AtValue(policy.KeyOf("listen", "admin"), "listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)")
 	}
 	if c.Listen.PublicURL != "" {
-		checkURL(d, keyPath("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
+		checkURL(f, policy.KeyOf("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
 	}
-	checkPositive(d, keyPath("listen", "drain"), c.Listen.Drain, "30s")
-	checkPositive(d, keyPath("listen", "body_timeout"), c.Listen.BodyTimeout, "60s")
-	checkPositive(d, keyPath("policy_settle"), c.PolicySettle, "2s")
-	c.Store.validate(d)
+	checkPositive(f, policy.KeyOf("listen", "drain"), c.Listen.Drain, "30s")
+	checkPositive(f, policy.KeyOf("listen", "body_timeout"), c.Listen.BodyTimeout, "60s")
+	checkPositive(f, policy.KeyOf("policy_settle"), c.PolicySettle, "2s")
+	c.Store.validate(f)
 
 	a := c.Upstream.Anthropic
-	checkURL(d, keyPath("upstream", "anthropic", "url"), a.URL, "https://api.anthropic.com")
-	checkCredential(d, keyPath("upstream", "anthropic", "credential"), a.Credential, true)
+	checkURL(f, policy.KeyOf("upstream", "anthropic", "url"), a.URL, "https://api.anthropic.com")
+	checkCredential(f, policy.KeyOf("upstream", "anthropic", "credential"), a.Credential, true)
 	if a.Auth != AuthAPIKey && a.Auth != AuthOAuth {
-		d.atValue(keyPath("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q is not an auth mode (use "api-key" or "oauth")`, a.Auth)
+		f.AtValue(policy.KeyOf("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q is not an auth mode (use "api-key" or "oauth")`, a.Auth)
 	} else if a.Credential == "claude-code" && a.Auth != AuthOAuth {
-		d.atValue(keyPath("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use "oauth", or leave auth out: claude-code implies it)`, a.Auth)
+		f.AtValue(policy.KeyOf("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use "oauth", or leave auth out: claude-code implies it)`, a.Auth)
 	}
-	checkPositive(d, keyPath("upstream", "anthropic", "header_timeout"), a.HeaderTimeout, "10m")
+	checkPositive(f, policy.KeyOf("upstream", "anthropic", "header_timeout"), a.HeaderTimeout, "10m")
 	for _, u := range []struct {
 		name, example string
 		up            Upstream
 	}{{"github", "https://github.com", c.Upstream.GitHub}, {"npm", "https://registry.npmjs.org", c.Upstream.NPM}} {
-		checkURL(d, keyPath("upstream", u.name, "url"), u.up.URL, u.example)
-		checkCredential(d, keyPath("upstream", u.name, "credential"), u.up.Credential, false)
-		checkPositive(d, keyPath("upstream", u.name, "header_timeout"), u.up.HeaderTimeout, "2m")
+		checkURL(f, policy.KeyOf("upstream", u.name, "url"), u.up.URL, u.example)
+		checkCredential(f, policy.KeyOf("upstream", u.name, "credential"), u.up.Credential, false)
+		checkPositive(f, policy.KeyOf("upstream", u.name, "header_timeout"), u.up.HeaderTimeout, "2m")
 	}
 
-	c.Keyring.validate(d)
-	c.Claude.validate(d)
-	c.validateRelays(d)
+	c.Keyring.validate(f)
+	c.Claude.validate(f)
+	c.validateRelays(f)
 
 	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
-		d.atValue(keyPath("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)
+		f.AtValue(policy.KeyOf("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)
 	}
 	if n := c.Runtime.MaxConnections; n < 0 {
-		d.atValue(keyPath("runtime", "max_connections"), "runtime.max_connections: %d is not a number of connections (use 1 or more, or 0 to derive it from the open-file limit)", n)
+		f.AtValue(policy.KeyOf("runtime", "max_connections"), "runtime.max_connections: %d is not a number of connections (use 1 or more, or 0 to derive it from the open-file limit)", n)
 	}
 	if n := c.Runtime.BodyMemoryMiB; n < MinBodyMemoryMiB || n > maxBodyMemoryMiB {
-		d.atValue(keyPath("runtime", "body_memory_mib"), "runtime.body_memory_mib: %d is out of range (use %d MiB, the largest request body, to %d; the default is %d)", n, MinBodyMemoryMiB, maxBodyMemoryMiB, DefaultBodyMemoryMiB)
+		f.AtValue(policy.KeyOf("runtime", "body_memory_mib"), "runtime.body_memory_mib: %d is out of range (use %d MiB, the largest request body, to %d; the default is %d)", n, MinBodyMemoryMiB, maxBodyMemoryMiB, DefaultBodyMemoryMiB)
 	}
-	if f := c.Log.Format; f != "text" && f != "json" {
-		d.atValue(keyPath("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, f)
+	if lf := c.Log.Format; lf != "text" && lf != "json" {
+		f.AtValue(policy.KeyOf("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, lf)
 	}
 	if l := c.Log.Level; l != "debug" && l != "info" && l != "warn" && l != "error" {
-		d.atValue(keyPath("log", "level"), `log.level: %q is not a log level (use "debug", "info", "warn" or "error")`, l)
+		f.AtValue(policy.KeyOf("log", "level"), `log.level: %q is not a log level (use "debug", "info", "warn" or "error")`, l)
 	}
 	switch a := c.Log.Audit; {
 	case a == "stderr":
-		d.atValue(keyPath("log", "audit"), `log.audit: "stderr" is not a destination: leave log.audit out to keep the audit lines with the diagnostic log on standard error, or use "stdout" or a file path (e.g. "audit.jsonl")`)
+		f.AtValue(policy.KeyOf("log", "audit"), `log.audit: "stderr" is not a destination: leave log.audit out to keep the audit lines with the diagnostic log on standard error, or use "stdout" or a file path (e.g. "audit.jsonl")`)
 	case !auditPathOK(a):
-		d.atValue(keyPath("log", "audit"), `log.audit: %q is not a file path (e.g. "/var/log/cproxy/audit.jsonl")`, a)
+		f.AtValue(policy.KeyOf("log", "audit"), `log.audit: %q is not a file path (e.g. "/var/log/cproxy/audit.jsonl")`, a)
 	}
 }
 
@@ -603,46 +595,42 @@ func auditPathOK(a string) bool {
 // checkAuditFile checks, at load, that serve will be able to create or
 // append to the audit file: its directory exists, and it is not a directory.
 // Whether cproxy may write there is for serve to find out.
-func checkAuditFile(d *decoder, file string) {
-	p := keyPath("log", "audit")
+func checkAuditFile(f *policy.File, file string) {
+	p := policy.KeyOf("log", "audit")
 	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
-		d.atValue(p, "log.audit: %q is a directory (name a file in it, e.g. %q)", file, filepath.Join(file, "audit.jsonl"))
+		f.AtValue(p, "log.audit: %q is a directory (name a file in it, e.g. %q)", file, filepath.Join(file, "audit.jsonl"))
 		return
 	}
 	dir := filepath.Dir(file)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		d.atValue(p, "log.audit: the directory of %q does not exist (create %s, or point log.audit elsewhere)", file, dir)
+		f.AtValue(p, "log.audit: the directory of %q does not exist (create %s, or point log.audit elsewhere)", file, dir)
 	}
 }
 
-// keyringNameRE is what the secrets package accepts as a keyring entry name (it
-// becomes a file name and a pass path); policy imports nothing of ours, so it is
-// repeated here.
-var keyringNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// keyringNameRule words keyringNameRE for messages.
+// keyringNameRule words secrets.CheckName's rule for messages that name the
+// key and give an example.
 const keyringNameRule = "1 to 128 letters, digits, '.', '_' and '-', starting with a letter or digit"
 
-func (k Keyring) validate(d *decoder) {
+func (k Keyring) validate(f *policy.File) {
 	if !slices.Contains(keyringBackends, k.Backend) {
-		d.atValue(keyPath("keyring", "backend"), `keyring.backend: %q is not a keyring backend (use "auto", "keychain", "secret-service", "kwallet", "pass" or "file")`, k.Backend)
+		f.AtValue(policy.KeyOf("keyring", "backend"), `keyring.backend: %q is not a keyring backend (use "auto", "keychain", "secret-service", "kwallet", "pass" or "file")`, k.Backend)
 	}
-	if len(k.Service) > 64 || !keyringNameRE.MatchString(k.Service) {
-		d.atValue(keyPath("keyring", "service"), `keyring.service: must be 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "cproxy")`)
+	if len(k.Service) > 64 || secrets.CheckName(k.Service) != nil {
+		f.AtValue(policy.KeyOf("keyring", "service"), `keyring.service: must be 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit (e.g. "cproxy")`)
 	}
 	if k.FileDir == "" && k.Backend == "file" {
-		d.atValue(keyPath("keyring", "file_dir"), "keyring.file_dir: no default without $XDG_DATA_HOME or $HOME (set keyring.file_dir)")
+		f.AtValue(policy.KeyOf("keyring", "file_dir"), "keyring.file_dir: no default without $XDG_DATA_HOME or $HOME (set keyring.file_dir)")
 	}
 }
 
-func checkHostPort(d *decoder, p path, s string) {
+func checkHostPort(f *policy.File, p policy.Key, s string) {
 	_, port, err := net.SplitHostPort(s)
 	if err != nil {
-		d.atValue(p, `%s: %q is not host:port (e.g. "127.0.0.1:8080")`, p, s)
+		f.AtValue(p, `%s: %q is not host:port (e.g. "127.0.0.1:8080")`, p, s)
 		return
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		d.atValue(p, `%s: port %q is not a number from 0 to 65535 (e.g. "127.0.0.1:8080")`, p, port)
+		f.AtValue(p, `%s: port %q is not a number from 0 to 65535 (e.g. "127.0.0.1:8080")`, p, port)
 	}
 }
 
@@ -650,22 +638,22 @@ func checkHostPort(d *decoder, p path, s string) {
 // of sockets whose names add extra bytes. A relative path counts as it will
 // be once resolved against the config file's directory, which loadConfig
 // does after validating; the length check is then a little lenient.
-func checkSocketPath(d *decoder, p path, s string, extra int) {
+func checkSocketPath(f *policy.File, p policy.Key, s string, extra int) {
 	example, limit := "unix:/run/cproxy/proxy.sock", ""
 	if extra > 0 {
 		example, limit = "/run/cproxy/sandboxes", fmt.Sprintf(", so that DIR/SANDBOX.sock fits in %d", maxSocketPath)
 	}
 	switch {
 	case s == "" || strings.IndexByte(s, 0) >= 0:
-		d.atValue(p, "%s: needs a path (e.g. %q)", p, example)
+		f.AtValue(p, "%s: needs a path (e.g. %q)", p, example)
 	case len(s)+extra > maxSocketPath:
-		d.atValue(p, "%s: %q is too long for a Unix socket path: at most %d bytes%s", p, s, maxSocketPath-extra, limit)
+		f.AtValue(p, "%s: %q is too long for a Unix socket path: at most %d bytes%s", p, s, maxSocketPath-extra, limit)
 	}
 }
 
 // checkURL accepts an absolute http or https URL with a host and nothing that would
 // change where requests go or carry a secret: no user info, query or fragment.
-func checkURL(d *decoder, p path, s, example string) {
+func checkURL(f *policy.File, p policy.Key, s, example string) {
 	shown := strconv.Quote(s)
 	if strings.Contains(s, "@") { // it may hold a password: never echo it
 		shown = "the URL"
@@ -673,59 +661,59 @@ func checkURL(d *decoder, p path, s, example string) {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil || !u.IsAbs() || u.Opaque != "" || (u.Scheme != "http" && u.Scheme != "https"):
-		d.atValue(p, "%s: %s is not an absolute http or https URL (e.g. %q)", p, shown, example)
+		f.AtValue(p, "%s: %s is not an absolute http or https URL (e.g. %q)", p, shown, example)
 	case u.User != nil:
-		d.atValue(p, "%s: the URL must not carry user info (put the secret behind credential = …)", p)
+		f.AtValue(p, "%s: the URL must not carry user info (put the secret behind credential = …)", p)
 	case u.Host == "" || u.Hostname() == "":
-		d.atValue(p, "%s: %s has no host (e.g. %q)", p, shown, example)
+		f.AtValue(p, "%s: %s has no host (e.g. %q)", p, shown, example)
 	case u.RawQuery != "" || u.ForceQuery:
-		d.atValue(p, "%s: %s must not have a query", p, shown)
+		f.AtValue(p, "%s: %s must not have a query", p, shown)
 	case u.Fragment != "" || strings.Contains(s, "#"):
-		d.atValue(p, "%s: %s must not have a fragment", p, shown)
+		f.AtValue(p, "%s: %s must not have a fragment", p, shown)
 	}
 }
 
-func checkPositive(d *decoder, p path, v Duration, example string) {
+func checkPositive(f *policy.File, p policy.Key, v Duration, example string) {
 	if v.Duration <= 0 {
-		d.atValue(p, "%s: must be more than 0 (e.g. %q)", p, example)
+		f.AtValue(p, "%s: must be more than 0 (e.g. %q)", p, example)
 	}
 }
 
-func (s Store) validate(d *decoder) {
+func (s Store) validate(f *policy.File) {
 	if s.Retention.Duration < 0 {
-		d.atValue(keyPath("store", "retention"), `store.retention: must not be negative (e.g. "720h", 30 days; "0s" keeps every token)`)
+		f.AtValue(policy.KeyOf("store", "retention"), `store.retention: must not be negative (e.g. "720h", 30 days; "0s" keeps every token)`)
 	}
 	if s.LookupCache.Duration < 0 {
-		d.atValue(keyPath("store", "lookup_cache"), `store.lookup_cache: must not be negative (e.g. "30s"; "0s" is no cache)`)
+		f.AtValue(policy.KeyOf("store", "lookup_cache"), `store.lookup_cache: must not be negative (e.g. "30s"; "0s" is no cache)`)
 	}
 	switch s.Kind {
 	case StoreBolt:
 		if s.Path == "" {
-			d.atValue(keyPath("store", "path"), "store.path: no default without $XDG_STATE_HOME or $HOME (set store.path)")
+			f.AtValue(policy.KeyOf("store", "path"), "store.path: no default without $XDG_STATE_HOME or $HOME (set store.path)")
 		}
 		if s.DSN != "" {
-			d.atValue(keyPath("store", "dsn"), `store.dsn: only for kind = "postgres" (the embedded store is a file: store.path)`)
+			f.AtValue(policy.KeyOf("store", "dsn"), `store.dsn: only for kind = "postgres" (the embedded store is a file: store.path)`)
 		}
 		if s.LookupCache.Duration > 0 {
-			d.atValue(keyPath("store", "lookup_cache"), `store.lookup_cache: only for kind = "postgres" (the embedded store keeps its records in memory already): remove it, or set kind = "postgres"`)
+			f.AtValue(policy.KeyOf("store", "lookup_cache"), `store.lookup_cache: only for kind = "postgres" (the embedded store keeps its records in memory already): remove it, or set kind = "postgres"`)
 		}
 	case StorePostgres:
-		p := keyPath("store", "dsn")
+		p := policy.KeyOf("store", "dsn")
 		switch kind, _, _ := strings.Cut(s.DSN, ":"); {
 		case s.DSN == "":
 			// Placed at the kind, which is what asks for it.
-			d.atValue(keyPath("store", "kind"), `store.dsn: kind = "postgres" needs the connection string's credential source (e.g. "env:CPROXY_PG_DSN")`)
+			f.AtValue(policy.KeyOf("store", "kind"), `store.dsn: kind = "postgres" needs the connection string's credential source (e.g. "env:CPROXY_PG_DSN")`)
 		case kind == "env" || kind == "file" || kind == "keyring":
-			checkCredential(d, p, s.DSN, false)
+			checkCredential(f, p, s.DSN, false)
 		default:
-			d.atValue(p, `store.dsn: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the connection string itself, which holds the password)`)
+			f.AtValue(p, `store.dsn: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the connection string itself, which holds the password)`)
 		}
-		if d.named["store.path"] {
-			d.atValue(keyPath("store", "path"), `store.path: only for kind = "bolt" (kind = "postgres" keeps tokens in the database store.dsn names)`)
+		if f.Sets("store.path") {
+			f.AtValue(policy.KeyOf("store", "path"), `store.path: only for kind = "bolt" (kind = "postgres" keeps tokens in the database store.dsn names)`)
 		}
 	default:
 		// A kind is not a secret, but a value pasted into the wrong key might be.
-		d.atValue(keyPath("store", "kind"), `store.kind: not a store kind (use "bolt" or "postgres")`)
+		f.AtValue(policy.KeyOf("store", "kind"), `store.kind: not a store kind (use "bolt" or "postgres")`)
 	}
 }
 
@@ -734,35 +722,35 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // checkCredential checks the syntax of a credential source; whether it can be read
 // is for serve to find out. No message echoes the value: a user may have pasted the
 // secret itself.
-func checkCredential(d *decoder, p path, s string, anthropic bool) {
+func checkCredential(f *policy.File, p policy.Key, s string, anthropic bool) {
 	const sources = `"env:NAME", "file:PATH", "keyring:NAME" or "claude-code"`
 	kind, rest, _ := strings.Cut(s, ":")
 	switch {
 	case s == "":
 		if anthropic {
-			d.atValue(p, `%s: must not be empty: the model route needs a credential (e.g. "env:ANTHROPIC_API_KEY")`, p)
+			f.AtValue(p, `%s: must not be empty: the model route needs a credential (e.g. "env:ANTHROPIC_API_KEY")`, p)
 		}
 	case s == "claude-code":
 		if !anthropic {
-			d.atValue(p, "%s: claude-code is Claude Code's Anthropic login and serves upstream.anthropic only (use %s)", p, `"env:NAME", "file:PATH" or "keyring:NAME"`)
+			f.AtValue(p, "%s: claude-code is Claude Code's Anthropic login and serves upstream.anthropic only (use %s)", p, `"env:NAME", "file:PATH" or "keyring:NAME"`)
 		}
 	case kind == "env":
 		if !envNameRE.MatchString(rest) {
-			d.atValue(p, "%s: env: needs an environment variable name: letters, digits and _, not starting with a digit (e.g. \"env:GITHUB_TOKEN\")", p)
+			f.AtValue(p, "%s: env: needs an environment variable name: letters, digits and _, not starting with a digit (e.g. \"env:GITHUB_TOKEN\")", p)
 		}
 	case kind == "file":
 		if rest == "" {
-			d.atValue(p, `%s: file: needs a path (e.g. "file:/etc/cproxy/anthropic.key")`, p)
+			f.AtValue(p, `%s: file: needs a path (e.g. "file:/etc/cproxy/anthropic.key")`, p)
 		}
 	case kind == "keyring":
-		if !keyringNameRE.MatchString(rest) {
-			d.atValue(p, `%s: keyring: needs an entry name of %s (e.g. "keyring:anthropic")`, p, keyringNameRule)
+		if secrets.CheckName(rest) != nil {
+			f.AtValue(p, `%s: keyring: needs an entry name of %s (e.g. "keyring:anthropic")`, p, keyringNameRule)
 		}
 	default:
 		if anthropic {
-			d.atValue(p, "%s: not a credential source (use %s; never the secret itself)", p, sources)
+			f.AtValue(p, "%s: not a credential source (use %s; never the secret itself)", p, sources)
 		} else {
-			d.atValue(p, `%s: not a credential source (use "env:NAME", "file:PATH", "keyring:NAME" or ""; never the secret itself)`, p)
+			f.AtValue(p, `%s: not a credential source (use "env:NAME", "file:PATH", "keyring:NAME" or ""; never the secret itself)`, p)
 		}
 	}
 }

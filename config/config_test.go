@@ -1,4 +1,4 @@
-package policy
+package config
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cproxy/cproxy/policy"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -89,7 +91,7 @@ func TestLoadConfigEmptyIsDefault(t *testing.T) {
 
 func TestLoadConfigResolvesPaths(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "etc", "policies", "policy.toml"), examplePolicy)
+	writeFile(t, filepath.Join(dir, "etc", "policies", "policy.toml"), webPolicy)
 	name := writeFile(t, filepath.Join(dir, "etc", "cproxy.toml"), `policy = "policies/policy.toml"
 
 [listen]
@@ -350,7 +352,7 @@ credentials = "env:X"
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, probs := loadConfig("cproxy.toml", []byte(tt.src), ReadFile)
+			c, probs := loadConfig("cproxy.toml", []byte(tt.src), policy.ReadFile)
 			got := make([]string, len(probs))
 			for i, pr := range probs {
 				got[i] = pr.String()
@@ -370,7 +372,7 @@ credentials = "env:X"
 
 func TestLoadConfigWithBrokenPolicy(t *testing.T) {
 	dir := t.TempDir()
-	policy := writeFile(t, filepath.Join(dir, "policy.toml"), `[profile.web]
+	policyFile := writeFile(t, filepath.Join(dir, "policy.toml"), `[profile.web]
 models = ["claude-*"]
 repos = [
   { repo = "acme/app", access = "push" },
@@ -381,12 +383,12 @@ repos = [
 level = "loud"
 `)
 	_, err := LoadConfig(name)
-	var probs *Problems
+	var probs *policy.Problems
 	if !errors.As(err, &probs) {
-		t.Fatalf("err = %v, want *Problems", err)
+		t.Fatalf("err = %v, want *policy.Problems", err)
 	}
 	want := name + `:3:9: log.level: "loud" is not a log level (use "debug", "info", "warn" or "error")` + "\n" +
-		policy + `:4:33: profile.web.repos: access = "push" needs refs, the refs a push may update (e.g. refs = ["refs/heads/agent/*"], or ["refs/heads/**"] for every branch)`
+		policyFile + `:4:33: profile.web.repos: access = "push" needs refs, the refs a push may update (e.g. refs = ["refs/heads/agent/*"], or ["refs/heads/**"] for every branch)`
 	if err.Error() != want {
 		t.Errorf("err:\n%s\nwant:\n%s", err, want)
 	}
@@ -405,25 +407,6 @@ func TestLoadConfigMissingFiles(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	known := []string{"access", "delete", "refs", "repo", "tags", "header_timeout", "github"}
-	for key, want := range map[string]string{
-		"acces":         "access",
-		"acecss":        "access", // a swap is one edit
-		"Access":        "access",
-		"ref":           "refs",
-		"repos":         "repo",
-		"header_timout": "header_timeout",
-		"heder_timeot":  "header_timeout", // two edits in a long key
-		"gitlab":        "",               // two edits in a short key: a different word
-		"budget":        "",
-	} {
-		if got := suggest(key, known); got != want {
-			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
-		}
-	}
-}
-
 func TestValidateAfterOverrides(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	c := Default()
@@ -433,9 +416,9 @@ func TestValidateAfterOverrides(t *testing.T) {
 	c.Listen.Proxy = "localhost"
 	c.Log.Level = "loud"
 	err := c.Validate()
-	var probs Problems
+	var probs policy.Problems
 	if !errors.As(err, &probs) {
-		t.Fatalf("err = %v, want Problems", err)
+		t.Fatalf("err = %v, want policy.Problems", err)
 	}
 	want := `listen.proxy: "localhost" is not host:port (e.g. "127.0.0.1:8080")` + "\n" +
 		`log.level: "loud" is not a log level (use "debug", "info", "warn" or "error")`
@@ -446,7 +429,7 @@ func TestValidateAfterOverrides(t *testing.T) {
 
 func TestPolicyPath(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "conf", "p.toml"), examplePolicy)
+	writeFile(t, filepath.Join(dir, "conf", "p.toml"), webPolicy)
 	name := writeFile(t, filepath.Join(dir, "conf", "cproxy.toml"), `policy = "p.toml"`+"\n")
 	c, err := LoadConfig(name)
 	if err != nil {
@@ -455,7 +438,7 @@ func TestPolicyPath(t *testing.T) {
 	if got, want := c.PolicyPath(), filepath.Join(dir, "conf", "p.toml"); got != want {
 		t.Errorf("PolicyPath = %q, want %q", got, want)
 	}
-	if _, err := LoadPolicy(c.PolicyPath()); err != nil { // what a reload does
+	if _, err := policy.LoadPolicy(c.PolicyPath()); err != nil { // what a reload does
 		t.Error(err)
 	}
 	if Default().PolicyPath() != "" {
@@ -489,7 +472,7 @@ func TestClaudeCodeImpliesOAuth(t *testing.T) {
 		{"[upstream.anthropic]\ncredential = \"claude-code\"\nauth = \"oauth\"\n", AuthOAuth},
 		{"[upstream.anthropic]\ncredential = \"env:X\"\n", AuthAPIKey},
 	} {
-		c, probs := loadConfig("cproxy.toml", []byte(tt.src), ReadFile)
+		c, probs := loadConfig("cproxy.toml", []byte(tt.src), policy.ReadFile)
 		if len(probs) > 0 {
 			t.Fatalf("%q: %v", tt.src, probs)
 		}
@@ -524,7 +507,7 @@ func TestLogAudit(t *testing.T) {
 		name := writeFile(t, filepath.Join(dir, "cproxy.toml"), "[log]\naudit = "+tt.value+"\n")
 		c, err := LoadConfig(name)
 		if tt.problem != "" {
-			var probs *Problems
+			var probs *policy.Problems
 			if !errors.As(err, &probs) || len(*probs) != 1 || (*probs)[0].String() != strings.Replace(tt.problem, "cproxy.toml", name, 1) {
 				t.Errorf("audit = %s: %v, want %s", tt.value, err, tt.problem)
 			}
@@ -590,7 +573,7 @@ url = "https://hub.example.com/mod/"
 methods = ["GET"]
 paths = ["events"]
 headers = { Authorization = { credential = "file:$CPX_B/hub.key" } }
-`), ReadFile)
+`), policy.ReadFile)
 	if len(probs) > 0 {
 		t.Fatal(probs)
 	}
@@ -607,3 +590,13 @@ headers = { Authorization = { credential = "file:$CPX_B/hub.key" } }
 		}
 	}
 }
+
+// webPolicy is a policy file for the configs here to name; the policy
+// package's tests hold what a policy means.
+const webPolicy = `[profile.web]
+models = ["claude-sonnet-*"]
+
+[[sandbox]]
+match = "conv-*"
+profile = "web"
+`
