@@ -538,11 +538,8 @@ func cmdDocBlock(ts *testscript.TestScript, args []string) {
 		if (directive == "file" || directive == "invalid") && strings.TrimSpace(arg) != "" {
 			name = strings.TrimSpace(arg)
 		}
-		check := docBlock{kind: kindCommand, lang: "sh", text: "cat > " + shellQuote(name) + " <<'CPROXY_DOC_EOF'\n" + b.text + "CPROXY_DOC_EOF\n"}
-		if _, err := r.runShell(ts, check, false); err != nil {
-			ts.Fatalf("%s: writing %s: %v", where, name, err)
-		}
-		check.text = "cproxy policy check " + shellQuote(name) + "\n"
+		r.writeFile(ts, where, name, b.text)
+		check := docBlock{kind: kindCommand, lang: "sh", text: "cproxy policy check " + shellQuote(name) + "\n"}
 		out, err := r.runShell(ts, check, true)
 		if directive == "invalid" {
 			if err == nil {
@@ -556,10 +553,7 @@ func cmdDocBlock(ts *testscript.TestScript, args []string) {
 		}
 	case kindFile:
 		_, arg, _ := strings.Cut(b.marker, " ")
-		write := docBlock{kind: kindCommand, lang: "sh", text: "cat > " + shellQuote(strings.TrimSpace(arg)) + " <<'CPROXY_DOC_EOF'\n" + b.text + "CPROXY_DOC_EOF\n"}
-		if out, err := r.runShell(ts, write, false); err != nil {
-			ts.Fatalf("%s: %v\n%s", where, err, out)
-		}
+		r.writeFile(ts, where, strings.TrimSpace(arg), b.text)
 	case kindJSON:
 		dec := json.NewDecoder(strings.NewReader(b.text))
 		for {
@@ -581,6 +575,16 @@ func cmdDocBlock(ts *testscript.TestScript, args []string) {
 		}
 	default:
 		ts.Fatalf("%s: docblock of a block of kind %d", where, b.kind)
+	}
+}
+
+// writeFile writes a block's text to name in the page's current folder,
+// from the page's shell, so that the text gets a command's substitutions
+// (a config's ports and credentials become the page's).
+func (r *docRun) writeFile(ts *testscript.TestScript, where, name, text string) {
+	write := docBlock{kind: kindCommand, lang: "sh", text: "cat > " + shellQuote(name) + " <<'CPROXY_DOC_EOF'\n" + text + "CPROXY_DOC_EOF\n"}
+	if out, err := r.runShell(ts, write, false); err != nil {
+		ts.Fatalf("%s: writing %s: %v\n%s", where, name, err, out)
 	}
 }
 
