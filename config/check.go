@@ -46,7 +46,7 @@ func Check(file string) policy.Problems {
 		known := slices.Sorted(slices.Values(append(slices.Clone(configKeys), policy.PolicyKeys...)))
 		hint := "neither a config key (" + strings.Join(configKeys, ", ") + ") nor a policy key (" + strings.Join(policy.PolicyKeys, ", ") + ")"
 		for _, k := range f.Keys() {
-			f.Unknown(k, known, hint)
+			f.Unknown(policy.KeyOf(), k, known, hint)
 		}
 		probs = f.Problems()
 		probs.Sort()

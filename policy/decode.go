@@ -247,14 +247,21 @@ func (d *decoder) decode(v reflect.Value, data any, p path) {
 			d.wrongType(v.Type(), data, p)
 			return
 		}
-		out := reflect.MakeMapWithSize(v.Type(), len(m))
+		// The map keeps the entries it has, and an entry the file sets is
+		// decoded over the one there: defaults held in a map's values
+		// (the config's upstreams) stay, as a struct's fields do.
+		if v.IsNil() {
+			v.Set(reflect.MakeMapWithSize(v.Type(), len(m)))
+		}
 		for _, k := range sortedKeys(m) {
 			d.mark(p.key(k))
 			e := reflect.New(v.Type().Elem()).Elem()
+			if old := v.MapIndex(reflect.ValueOf(k)); old.IsValid() {
+				e.Set(old)
+			}
 			d.decode(e, m[k], p.key(k))
-			out.SetMapIndex(reflect.ValueOf(k), e)
+			v.SetMapIndex(reflect.ValueOf(k), e)
 		}
-		v.Set(out)
 	case reflect.Pointer:
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))

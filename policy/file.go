@@ -42,8 +42,10 @@ func ParseFile(file string, data []byte) (*File, Problems) {
 
 // Decode sets the struct v points to from the file, by its fields' toml tags,
 // reporting every unknown key, wrong type and bad text; v keeps its value
-// wherever the file is wrong. topHint, if set, may add advice to an unknown
-// top-level key's message when no known key is close.
+// wherever the file is wrong, and where the file does not set it: a map in v
+// keeps its entries, and an entry the file sets is decoded over the one of
+// that name. topHint, if set, may add advice to an unknown top-level key's
+// message when no known key is close.
 func (f *File) Decode(v any, topHint func(key string) string) {
 	if topHint != nil {
 		f.d.hint = func(p path, key string) string {
@@ -59,11 +61,13 @@ func (f *File) Decode(v any, topHint func(key string) string) {
 // Keys are the file's top-level keys, sorted.
 func (f *File) Keys() []string { return sortedKeys(f.tree) }
 
-// Unknown reports key, a top-level key, as unknown: with the known key it is
-// a typo of, else with hint.
-func (f *File) Unknown(key string, known []string, hint string) {
+// Unknown reports key, a key in table (KeyOf() for the top level), as
+// unknown: with the known key it is a typo of, else with hint.
+func (f *File) Unknown(table Key, key string, known []string, hint string) {
+	saved := f.d.hint
 	f.d.hint = func(path, string) string { return hint }
-	f.d.unknownKey(nil, key, known)
+	f.d.unknownKey(table.p, key, known)
+	f.d.hint = saved
 }
 
 // Sets reports whether the file sets key, a dotted name without indices such
