@@ -31,14 +31,17 @@ type Config struct {
 	// before and after, before a reload puts it in force, so that a file
 	// still being written is not loaded half-written. Default 2s; must be
 	// more than 0.
-	PolicySettle Duration  `toml:"policy_settle"`
-	Listen       Listen    `toml:"listen"`   // [listen]; every key has a default
-	Store        Store     `toml:"store"`    // [store]; every key has a default
-	Upstream     Upstreams `toml:"upstream"` // [upstream.*]; every key has a default
-	Log          Log       `toml:"log"`      // [log]; every key has a default
-	Keyring      Keyring   `toml:"keyring"`  // [keyring]; every key has a default
-	Claude       Claude    `toml:"claude"`   // [claude]; what cproxy env tells Claude Code in oauth mode
-	Runtime      Runtime   `toml:"runtime"`  // [runtime]; every key has a default
+	PolicySettle Duration `toml:"policy_settle"`
+	Listen       Listen   `toml:"listen"` // [listen]; every key has a default
+	Store        Store    `toml:"store"`  // [store]; every key has a default
+	// Upstream are the [upstream.NAME] tables, one for each of
+	// UpstreamKinds, with its defaults where the file sets nothing; a
+	// NAME that is not a kind is refused.
+	Upstream map[string]*Upstream `toml:"upstream"`
+	Log      Log                  `toml:"log"`     // [log]; every key has a default
+	Keyring  Keyring              `toml:"keyring"` // [keyring]; every key has a default
+	Claude   Claude               `toml:"claude"`  // [claude]; what cproxy env tells Claude Code in oauth mode
+	Runtime  Runtime              `toml:"runtime"` // [runtime]; every key has a default
 	// Relays are the [relay.NAME] tables: extra services the proxy listener
 	// forwards to, by name.
 	Relays map[string]*Relay `toml:"relay"`
@@ -141,46 +144,6 @@ const (
 	StoreBolt     = "bolt"
 	StorePostgres = "postgres"
 )
-
-// Upstreams are the services cproxy forwards to.
-type Upstreams struct {
-	Anthropic Anthropic `toml:"anthropic"` // the model route's upstream; [upstream.anthropic]
-	GitHub    Upstream  `toml:"github"`    // the github route's upstream; [upstream.github]
-	NPM       Upstream  `toml:"npm"`       // the npm route's upstream; [upstream.npm]
-}
-
-// Auth modes for the Anthropic upstream.
-const (
-	AuthAPIKey = "api-key" // the credential is an API key, sent as x-api-key
-	AuthOAuth  = "oauth"   // the credential is a Claude OAuth (setup-)token, sent as Authorization: Bearer
-)
-
-// Anthropic is the model upstream.
-type Anthropic struct {
-	// URL is the API's base URL. Default "https://api.anthropic.com".
-	URL string `toml:"url"`
-	// Credential says where the real credential comes from: "env:NAME", "file:PATH"
-	// (relative to the config file's directory; LoadConfig stores it resolved),
-	// "keyring:NAME" or "claude-code". Default "env:ANTHROPIC_API_KEY"; never empty.
-	Credential string `toml:"credential"`
-	// Auth is AuthAPIKey (the default) or AuthOAuth. With Credential
-	// "claude-code" it defaults to AuthOAuth, and AuthAPIKey is refused.
-	Auth string `toml:"auth"`
-	// HeaderTimeout is how long to wait for the upstream's response headers before
-	// answering 504. Default 10m.
-	HeaderTimeout Duration `toml:"header_timeout"`
-}
-
-// Upstream is the GitHub or the npm upstream.
-type Upstream struct {
-	// URL is the base URL. Default "https://github.com" for GitHub, "https://registry.npmjs.org" for npm.
-	URL string `toml:"url"`
-	// Credential is as for Anthropic, except "claude-code". Default "env:GITHUB_TOKEN"
-	// for GitHub and "" for npm; empty means requests go upstream without a credential.
-	Credential string `toml:"credential"`
-	// HeaderTimeout is as for Anthropic. Default 2m.
-	HeaderTimeout Duration `toml:"header_timeout"`
-}
 
 // Log says how cproxy logs.
 type Log struct {
@@ -361,20 +324,11 @@ func Default() *Config {
 		PolicySettle: Duration{2 * time.Second},
 		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}, BodyTimeout: Duration{time.Minute}},
 		Store:        Store{Kind: StoreBolt, Path: defaultStorePath(), Retention: Duration{DefaultRetention}},
-		Upstream: Upstreams{
-			Anthropic: Anthropic{
-				URL:           "https://api.anthropic.com",
-				Credential:    "env:ANTHROPIC_API_KEY",
-				Auth:          AuthAPIKey,
-				HeaderTimeout: Duration{10 * time.Minute},
-			},
-			GitHub: Upstream{URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: Duration{2 * time.Minute}},
-			NPM:    Upstream{URL: "https://registry.npmjs.org", HeaderTimeout: Duration{2 * time.Minute}},
-		},
-		Log:     Log{Format: "text", Level: "info"},
-		Keyring: Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
-		Runtime: Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
-		Rules:   policy.DefaultPolicy(),
+		Upstream:     defaultUpstreams(),
+		Log:          Log{Format: "text", Level: "info"},
+		Keyring:      Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
+		Runtime:      Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
+		Rules:        policy.DefaultPolicy(),
 	}
 }
 
@@ -449,10 +403,8 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	}
 	c := Default()
 	f.Decode(c, configHint)
-	// claude-code's token is an OAuth token: it implies auth = "oauth".
-	if c.Upstream.Anthropic.Credential == "claude-code" && !f.Sets("upstream.anthropic.auth") {
-		c.Upstream.Anthropic.Auth = AuthOAuth
-	}
+	c.refuseUnknownUpstreams(f)
+	c.impliedAuth(f)
 	c.Path = file
 	c.file = f
 	c.expandPaths(f)
@@ -472,7 +424,11 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 			checkAuditFile(f, c.Log.Audit)
 		}
 	}
-	for _, cred := range []*string{&c.Upstream.Anthropic.Credential, &c.Upstream.GitHub.Credential, &c.Upstream.NPM.Credential, &c.Store.DSN} {
+	creds := []*string{&c.Store.DSN}
+	for _, k := range UpstreamKinds {
+		creds = append(creds, &c.Upstream[k.Name].Credential)
+	}
+	for _, cred := range creds {
 		if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {
 			*cred = "file:" + resolve(dir, name)
 		}
@@ -542,23 +498,7 @@ func (c *Config) validate(f *policy.File) {
 	checkPositive(f, policy.KeyOf("policy_settle"), c.PolicySettle, "2s")
 	c.Store.validate(f)
 
-	a := c.Upstream.Anthropic
-	checkURL(f, policy.KeyOf("upstream", "anthropic", "url"), a.URL, "https://api.anthropic.com")
-	checkCredential(f, policy.KeyOf("upstream", "anthropic", "credential"), a.Credential, true)
-	if a.Auth != AuthAPIKey && a.Auth != AuthOAuth {
-		f.AtValue(policy.KeyOf("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q is not an auth mode (use "api-key" or "oauth")`, a.Auth)
-	} else if a.Credential == "claude-code" && a.Auth != AuthOAuth {
-		f.AtValue(policy.KeyOf("upstream", "anthropic", "auth"), `upstream.anthropic.auth: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use "oauth", or leave auth out: claude-code implies it)`, a.Auth)
-	}
-	checkPositive(f, policy.KeyOf("upstream", "anthropic", "header_timeout"), a.HeaderTimeout, "10m")
-	for _, u := range []struct {
-		name, example string
-		up            Upstream
-	}{{"github", "https://github.com", c.Upstream.GitHub}, {"npm", "https://registry.npmjs.org", c.Upstream.NPM}} {
-		checkURL(f, policy.KeyOf("upstream", u.name, "url"), u.up.URL, u.example)
-		checkCredential(f, policy.KeyOf("upstream", u.name, "credential"), u.up.Credential, false)
-		checkPositive(f, policy.KeyOf("upstream", u.name, "header_timeout"), u.up.HeaderTimeout, "2m")
-	}
+	c.validateUpstreams(f)
 
 	c.Keyring.validate(f)
 	c.Claude.validate(f)
@@ -704,7 +644,7 @@ func (s Store) validate(f *policy.File) {
 			// Placed at the kind, which is what asks for it.
 			f.AtValue(policy.KeyOf("store", "kind"), `store.dsn: kind = "postgres" needs the connection string's credential source (e.g. "env:CPROXY_PG_DSN")`)
 		case kind == "env" || kind == "file" || kind == "keyring":
-			checkCredential(f, p, s.DSN, false)
+			checkCredential(f, p, s.DSN, false, false)
 		default:
 			f.AtValue(p, `store.dsn: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the connection string itself, which holds the password)`)
 		}
@@ -720,19 +660,18 @@ func (s Store) validate(f *policy.File) {
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // checkCredential checks the syntax of a credential source; whether it can be read
-// is for serve to find out. No message echoes the value: a user may have pasted the
-// secret itself.
-func checkCredential(f *policy.File, p policy.Key, s string, anthropic bool) {
-	const sources = `"env:NAME", "file:PATH", "keyring:NAME" or "claude-code"`
+// is for serve to find out. claudeCode allows "claude-code"; emptyOK lists "" among the
+// sources in the message for one that is none (the caller checks an empty one). No
+// message echoes the value: a user may have pasted the secret itself.
+func checkCredential(f *policy.File, p policy.Key, s string, claudeCode, emptyOK bool) {
+	sources := []string{"env:NAME", "file:PATH", "keyring:NAME"}
 	kind, rest, _ := strings.Cut(s, ":")
 	switch {
 	case s == "":
-		if anthropic {
-			f.AtValue(p, `%s: must not be empty: the model route needs a credential (e.g. "env:ANTHROPIC_API_KEY")`, p)
-		}
 	case s == "claude-code":
-		if !anthropic {
-			f.AtValue(p, "%s: claude-code is Claude Code's Anthropic login and serves upstream.anthropic only (use %s)", p, `"env:NAME", "file:PATH" or "keyring:NAME"`)
+		if !claudeCode {
+			f.AtValue(p, "%s: claude-code is Claude Code's Anthropic login and serves %s only (use %s)", p,
+				orList(upstreamNames(func(k UpstreamKind) bool { return k.ClaudeCode }), false), orList(sources, true))
 		}
 	case kind == "env":
 		if !envNameRE.MatchString(rest) {
@@ -747,10 +686,12 @@ func checkCredential(f *policy.File, p policy.Key, s string, anthropic bool) {
 			f.AtValue(p, `%s: keyring: needs an entry name of %s (e.g. "keyring:anthropic")`, p, keyringNameRule)
 		}
 	default:
-		if anthropic {
-			f.AtValue(p, "%s: not a credential source (use %s; never the secret itself)", p, sources)
-		} else {
-			f.AtValue(p, `%s: not a credential source (use "env:NAME", "file:PATH", "keyring:NAME" or ""; never the secret itself)`, p)
+		if claudeCode {
+			sources = append(sources, "claude-code")
 		}
+		if emptyOK {
+			sources = append(sources, "")
+		}
+		f.AtValue(p, "%s: not a credential source (use %s; never the secret itself)", p, orList(sources, true))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -35,16 +36,16 @@ func TestDefault(t *testing.T) {
 		{"listen.ready_file", c.Listen.ReadyFile, ""},
 		{"listen.drain", c.Listen.Drain.String(), "30s"},
 		{"store.path", c.Store.Path, "/state/cproxy/cproxy.db"},
-		{"anthropic.url", c.Upstream.Anthropic.URL, "https://api.anthropic.com"},
-		{"anthropic.credential", c.Upstream.Anthropic.Credential, "env:ANTHROPIC_API_KEY"},
-		{"anthropic.auth", c.Upstream.Anthropic.Auth, "api-key"},
-		{"anthropic.header_timeout", c.Upstream.Anthropic.HeaderTimeout.String(), "10m0s"},
-		{"github.url", c.Upstream.GitHub.URL, "https://github.com"},
-		{"github.credential", c.Upstream.GitHub.Credential, "env:GITHUB_TOKEN"},
-		{"github.header_timeout", c.Upstream.GitHub.HeaderTimeout.String(), "2m0s"},
-		{"npm.url", c.Upstream.NPM.URL, "https://registry.npmjs.org"},
-		{"npm.credential", c.Upstream.NPM.Credential, ""},
-		{"npm.header_timeout", c.Upstream.NPM.HeaderTimeout.String(), "2m0s"},
+		{"anthropic.url", c.Upstream["anthropic"].URL, "https://api.anthropic.com"},
+		{"anthropic.credential", c.Upstream["anthropic"].Credential, "env:ANTHROPIC_API_KEY"},
+		{"anthropic.auth", c.Upstream["anthropic"].Auth, "api-key"},
+		{"anthropic.header_timeout", c.Upstream["anthropic"].HeaderTimeout.String(), "10m0s"},
+		{"github.url", c.Upstream["github"].URL, "https://github.com"},
+		{"github.credential", c.Upstream["github"].Credential, "env:GITHUB_TOKEN"},
+		{"github.header_timeout", c.Upstream["github"].HeaderTimeout.String(), "2m0s"},
+		{"npm.url", c.Upstream["npm"].URL, "https://registry.npmjs.org"},
+		{"npm.credential", c.Upstream["npm"].Credential, ""},
+		{"npm.header_timeout", c.Upstream["npm"].HeaderTimeout.String(), "2m0s"},
 		{"log.format", c.Log.Format, "text"},
 		{"log.level", c.Log.Level, "info"},
 		{"keyring.backend", c.Keyring.Backend, "auto"},
@@ -81,7 +82,7 @@ func TestLoadConfigEmptyIsDefault(t *testing.T) {
 	}
 	want := Default()
 	want.Path = name
-	if c.Listen != want.Listen || c.Store != want.Store || c.Upstream != want.Upstream || c.Log != want.Log || c.Keyring != want.Keyring || c.Path != name {
+	if c.Listen != want.Listen || c.Store != want.Store || !reflect.DeepEqual(c.Upstream, want.Upstream) || c.Log != want.Log || c.Keyring != want.Keyring || c.Path != name {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
 	if d := c.Rules.Profiles["default"].Model("claude-opus-4-1"); !d.Allow {
@@ -133,11 +134,11 @@ file_dir = "keyring"
 		{"policy", c.Policy, filepath.Join(etc, "policies", "policy.toml")},
 		{"ready_file", c.Listen.ReadyFile, filepath.Join(etc, "run", "ready.json")},
 		{"store.path", c.Store.Path, filepath.Join(etc, "state", "cproxy.db")},
-		{"anthropic.credential", c.Upstream.Anthropic.Credential, "file:" + filepath.Join(etc, "keys", "anthropic")},
-		{"github.credential", c.Upstream.GitHub.Credential, "file:/abs/github"},
-		{"npm.credential", c.Upstream.NPM.Credential, "keyring:npm"},
+		{"anthropic.credential", c.Upstream["anthropic"].Credential, "file:" + filepath.Join(etc, "keys", "anthropic")},
+		{"github.credential", c.Upstream["github"].Credential, "file:/abs/github"},
+		{"npm.credential", c.Upstream["npm"].Credential, "keyring:npm"},
 		{"public_url", c.Listen.PublicURL, "https://cproxy.internal:8443/base"},
-		{"auth", c.Upstream.Anthropic.Auth, "oauth"},
+		{"auth", c.Upstream["anthropic"].Auth, "oauth"},
 		{"log", c.Log.Format + " " + c.Log.Level, "json debug"},
 		{"keyring", c.Keyring.Backend + " " + c.Keyring.Service, "file cproxy-test"},
 		{"keyring.file_dir", c.Keyring.FileDir, filepath.Join(etc, "keyring")},
@@ -148,8 +149,8 @@ file_dir = "keyring"
 			t.Errorf("%s = %q, want %q", ch.name, ch.got, ch.want)
 		}
 	}
-	if c.Listen.Drain.Duration != 5*time.Second || c.Upstream.Anthropic.HeaderTimeout.Duration != 90*time.Second {
-		t.Errorf("durations: %v %v", c.Listen.Drain, c.Upstream.Anthropic.HeaderTimeout)
+	if c.Listen.Drain.Duration != 5*time.Second || c.Upstream["anthropic"].HeaderTimeout.Duration != 90*time.Second {
+		t.Errorf("durations: %v %v", c.Listen.Drain, c.Upstream["anthropic"].HeaderTimeout)
 	}
 	if !c.Rules.HasProfile("web") {
 		t.Errorf("policy not loaded: %+v", c.Rules)
@@ -346,7 +347,7 @@ credentials = "env:X"
 			`cproxy.toml:1:1: unknown key "polcy" (did you mean "policy"?)`,
 			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, body_timeout, drain, proxy, public_url, ready_file, sandbox_sockets)`,
 			`cproxy.toml:5:1: unknown key "credentials" in [upstream.anthropic] (did you mean "credential"?)`,
-			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known keys: anthropic, github, npm)`,
+			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known upstreams: anthropic, github, npm; for another service, add a [relay.gitlab] table)`,
 			`cproxy.toml:7:3: unknown key "sandbox" (profiles and [[sandbox]] rules go in the policy file that policy = "…" names)`,
 		}},
 	}
@@ -476,7 +477,7 @@ func TestClaudeCodeImpliesOAuth(t *testing.T) {
 		if len(probs) > 0 {
 			t.Fatalf("%q: %v", tt.src, probs)
 		}
-		if got := c.Upstream.Anthropic.Auth; got != tt.want {
+		if got := c.Upstream["anthropic"].Auth; got != tt.want {
 			t.Errorf("%q: auth %q, want %q", tt.src, got, tt.want)
 		}
 		if err := c.Validate(); err != nil {
@@ -581,8 +582,8 @@ headers = { Authorization = { credential = "file:$CPX_B/hub.key" } }
 		{"listen.proxy", c.Listen.Proxy, "unix:/srv/a/proxy.sock"},
 		{"listen.ready_file", c.Listen.ReadyFile, "/srv/axb/ready.json"},
 		{"store.path", c.Store.Path, "/home/you/state/cproxy.db"},
-		{"upstream.anthropic.credential", c.Upstream.Anthropic.Credential, "file:/home/you/keys/b"},
-		{"upstream.github.credential", c.Upstream.GitHub.Credential, "env:CPX_B"},
+		{"upstream.anthropic.credential", c.Upstream["anthropic"].Credential, "file:/home/you/keys/b"},
+		{"upstream.github.credential", c.Upstream["github"].Credential, "env:CPX_B"},
 		{"relay header", c.Relays["mod"].Headers["Authorization"].Credential, "file:/etc/cproxy/b/hub.key"},
 	} {
 		if tt.got != tt.want {

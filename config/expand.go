@@ -22,11 +22,12 @@ var pathVarRE = regexp.MustCompile(`\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-
 // The defaults, flags and environment overrides are not expanded: they
 // are absolute, or a shell has expanded them already.
 func (c *Config) expandPaths(f *policy.File) {
-	for _, v := range []struct {
+	type pathKey struct {
 		key    policy.Key
 		value  *string
 		prefix string // what comes before the path: a credential source's "file:", a socket's "unix:"
-	}{
+	}
+	paths := []pathKey{
 		{policy.KeyOf("policy"), &c.Policy, ""},
 		{policy.KeyOf("listen", "proxy"), &c.Listen.Proxy, UnixPrefix},
 		{policy.KeyOf("listen", "ready_file"), &c.Listen.ReadyFile, ""},
@@ -35,10 +36,11 @@ func (c *Config) expandPaths(f *policy.File) {
 		{policy.KeyOf("store", "dsn"), &c.Store.DSN, "file:"},
 		{policy.KeyOf("log", "audit"), &c.Log.Audit, ""},
 		{policy.KeyOf("keyring", "file_dir"), &c.Keyring.FileDir, ""},
-		{policy.KeyOf("upstream", "anthropic", "credential"), &c.Upstream.Anthropic.Credential, "file:"},
-		{policy.KeyOf("upstream", "github", "credential"), &c.Upstream.GitHub.Credential, "file:"},
-		{policy.KeyOf("upstream", "npm", "credential"), &c.Upstream.NPM.Credential, "file:"},
-	} {
+	}
+	for _, k := range UpstreamKinds {
+		paths = append(paths, pathKey{policy.KeyOf("upstream", k.Name, "credential"), &c.Upstream[k.Name].Credential, "file:"})
+	}
+	for _, v := range paths {
 		if f.Sets(v.key.String()) {
 			*v.value = expandPath(f, v.key, *v.value, v.prefix)
 		}

@@ -148,11 +148,7 @@ func checkRelayHeader(f *policy.File, hp policy.Key, name string, h RelayHeader)
 	case h.Credential == "" && h.Value == "":
 		f.AtValue(hp, `%s: needs credential (a credential source, e.g. "env:HUB_TOKEN") or value (a per-token value's name, e.g. "mod_token")`, hp)
 	case h.Credential != "":
-		if h.Credential == "claude-code" {
-			f.AtValue(hp.Dot("credential"), "%s.credential: claude-code is Claude Code's Anthropic login and serves upstream.anthropic only", hp)
-		} else {
-			checkCredential(f, hp.Dot("credential"), h.Credential, false)
-		}
+		checkCredential(f, hp.Dot("credential"), h.Credential, false, false)
 	case !ValueNameRE.MatchString(h.Value):
 		f.AtValue(hp.Dot("value"), "%s.value: %q is not a value name (lower-case letters, digits and _, at most 64)", hp, h.Value)
 	}

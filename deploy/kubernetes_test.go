@@ -307,8 +307,8 @@ func checkDeployment(t *testing.T, m manifests) deployed {
 	}
 
 	// The credential: the env var the config names, from a Secret.
-	if cfg.Upstream.Anthropic.Credential != "env:"+credentialEnv {
-		t.Errorf("upstream.anthropic.credential = %q, want env:%s", cfg.Upstream.Anthropic.Credential, credentialEnv)
+	if c := cfg.Upstream["anthropic"].Credential; c != "env:"+credentialEnv {
+		t.Errorf("upstream.anthropic.credential = %q, want env:%s", c, credentialEnv)
 	}
 	for _, e := range c.Env {
 		if e.Value != "" {

@@ -187,7 +187,8 @@ func TestSystemdConfigMatchesUnit(t *testing.T) {
 	}
 	const credDir = "file:/run/credentials/cproxy.service/"
 	named := 0
-	for _, c := range []string{cfg.Upstream.Anthropic.Credential, cfg.Upstream.GitHub.Credential, cfg.Upstream.NPM.Credential} {
+	for _, up := range cfg.Upstream {
+		c := up.Credential
 		name, ok := strings.CutPrefix(c, credDir)
 		if !ok {
 			continue
@@ -329,7 +330,11 @@ func TestSystemdReplicaConfigMatchesUnit(t *testing.T) {
 		if want := credDir + pgCredential; cfg.Store.DSN != want {
 			t.Errorf("replica %d: store.dsn = %q, want %q (the unit's LoadCredential=%s:…)", n, cfg.Store.DSN, want, pgCredential)
 		}
-		for _, c := range []string{cfg.Store.DSN, cfg.Upstream.Anthropic.Credential, cfg.Upstream.GitHub.Credential, cfg.Upstream.NPM.Credential} {
+		sources := []string{cfg.Store.DSN}
+		for _, up := range cfg.Upstream {
+			sources = append(sources, up.Credential)
+		}
+		for _, c := range sources {
 			if !strings.HasPrefix(c, "file:") {
 				continue
 			}

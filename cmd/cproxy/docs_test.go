@@ -876,9 +876,9 @@ func (r *docRun) normalize(ts *testscript.TestScript, out string) string {
 	for doc, free := range r.df.ports {
 		out = strings.ReplaceAll(out, ":"+free, ":"+doc)
 	}
-	for _, f := range [][2]string{{"FAKE_ANTHROPIC", "https://api.anthropic.com"}, {"FAKE_GITHUB", "https://github.com"}, {"FAKE_NPM", "https://registry.npmjs.org"}} {
-		if v := ts.Getenv(f[0]); v != "" {
-			out = strings.ReplaceAll(out, v, f[1])
+	for _, k := range config.UpstreamKinds {
+		if v := ts.Getenv("FAKE_" + strings.ToUpper(k.Name)); v != "" {
+			out = strings.ReplaceAll(out, v, k.URL)
 		}
 	}
 	if where := ts.Getenv("PG_WHERE"); where != "" {
@@ -965,11 +965,12 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 
 // docFakes is adjustServeConfig in the docs' examples (CPROXY_DOC_FAKES=1):
 // the upstreams of any config an example serves on become the script's
-// loopback fakes, so no example reaches a real API.
+// loopback fakes (FAKE_NAME for [upstream.name]), so no example reaches a
+// real API.
 func docFakes(cfg *config.Config) error {
-	cfg.Upstream.Anthropic.URL = os.Getenv("FAKE_ANTHROPIC")
-	cfg.Upstream.GitHub.URL = os.Getenv("FAKE_GITHUB")
-	cfg.Upstream.NPM.URL = os.Getenv("FAKE_NPM")
+	for _, k := range config.UpstreamKinds {
+		cfg.Upstream[k.Name].URL = os.Getenv("FAKE_" + strings.ToUpper(k.Name))
+	}
 	for name, relay := range cfg.Relays {
 		u, err := url.Parse(relay.URL)
 		if err != nil {
@@ -984,9 +985,9 @@ func docFakes(cfg *config.Config) error {
 			relay.URL = u.String()
 		}
 	}
-	for _, u := range []string{cfg.Upstream.Anthropic.URL, cfg.Upstream.GitHub.URL, cfg.Upstream.NPM.URL} {
-		if !strings.HasPrefix(u, "http://127.0.0.1:") {
-			return errors.New("doc examples: an upstream is not a loopback fake: " + u)
+	for name, up := range cfg.Upstream {
+		if !strings.HasPrefix(up.URL, "http://127.0.0.1:") {
+			return errors.New("doc examples: upstream." + name + " is not a loopback fake: " + up.URL)
 		}
 	}
 	return nil

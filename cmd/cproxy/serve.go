@@ -156,30 +156,22 @@ func newLoggers(cfg config.Log, w io.Writer) (log, audit *slog.Logger) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), slog.New(routes.NewTextHandler(w, nil))
 }
 
-// loadCredentials reads every upstream credential before a socket opens. A
-// credential the config names explicitly must load; an embedded default
-// (env:ANTHROPIC_API_KEY, env:GITHUB_TOKEN) may be missing, and then that
-// route's requests are answered with what to set. The keyring is opened once,
-// for the first keyring:NAME; on a terminal its passphrase may be asked for
-// on stderr.
-func loadCredentials(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) (anthropic, github, npm routes.Upstream, err error) {
-	a := cfg.Upstream.Anthropic
-	anthropic, err = loadUpstream(cfg, loader, log, "anthropic", a.URL, a.Credential, a.HeaderTimeout.Duration)
-	if err != nil {
-		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
+// loadCredentials reads every upstream credential before a socket opens,
+// one for each of config.UpstreamKinds, by name. A credential the config
+// names explicitly must load; an embedded default (env:ANTHROPIC_API_KEY,
+// env:GITHUB_TOKEN) may be missing, and then that route's requests are
+// answered with what to set. The keyring is opened once, for the first
+// keyring:NAME; on a terminal its passphrase may be asked for on stderr.
+func loadCredentials(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) (map[string]routes.Upstream, error) {
+	ups := make(map[string]routes.Upstream, len(config.UpstreamKinds))
+	for _, k := range config.UpstreamKinds {
+		up, err := loadUpstream(cfg, loader, log, k)
+		if err != nil {
+			return nil, err
+		}
+		ups[k.Name] = up
 	}
-	anthropic.Auth = a.Auth
-	g := cfg.Upstream.GitHub
-	github, err = loadUpstream(cfg, loader, log, "github", g.URL, g.Credential, g.HeaderTimeout.Duration)
-	if err != nil {
-		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
-	}
-	n := cfg.Upstream.NPM
-	npm, err = loadUpstream(cfg, loader, log, "npm", n.URL, n.Credential, n.HeaderTimeout.Duration)
-	if err != nil {
-		return routes.Upstream{}, routes.Upstream{}, routes.Upstream{}, err
-	}
-	return anthropic, github, npm, nil
+	return ups, nil
 }
 
 // loadRelays builds the config's relay routes, loading the credential
@@ -213,22 +205,16 @@ func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([
 	return relays, creds, nil
 }
 
-// missingCredential is the start-up warning for each upstream whose default
-// credential is not set.
-var missingCredential = map[string]string{
-	"anthropic": "no Anthropic credential: model requests will be refused until it is set",
-	"github":    "no GitHub credential: git requests will be refused until it is set",
-	"npm":       "no npm credential: npm requests will be refused until it is set",
-}
-
 // loadUpstream parses one [upstream.NAME] and loads its credential. An
 // empty credential source means none: requests go upstream without one.
-func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, name, rawURL, source string, timeout time.Duration) (routes.Upstream, error) {
-	u, err := url.Parse(rawURL)
+func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, k config.UpstreamKind) (routes.Upstream, error) {
+	name, c := k.Name, cfg.Upstream[k.Name]
+	u, err := url.Parse(c.URL)
 	if err != nil {
 		return routes.Upstream{}, fail("", "upstream.%s.url: %v", name, err)
 	}
-	up := routes.Upstream{URL: u, HeaderTimeout: timeout}
+	up := routes.Upstream{URL: u, Auth: c.Auth, HeaderTimeout: c.HeaderTimeout.Duration}
+	source := c.Credential
 	if source == "" {
 		return up, nil
 	}
@@ -243,7 +229,7 @@ func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, 
 		return routes.Upstream{}, credentialError(cfg, key, source, err)
 	default:
 		up.Missing = fmt.Sprintf("the operator must set %s (or %s in the config) and restart cproxy", strings.TrimPrefix(source, "env:"), key)
-		log.Warn(missingCredential[name], "source", source, "err", err)
+		log.Warn(k.Missing, "source", source, "err", err)
 	}
 	return up, nil
 }
@@ -275,7 +261,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	setCPUs(cfg.Runtime.CPUs)
 	log, auditLog := newLoggers(cfg.Log, stderr)
 	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
-	anthropic, github, npm, err := loadCredentials(cfg, loader, log)
+	upstreams, err := loadCredentials(cfg, loader, log)
 	if err != nil {
 		return err
 	}
@@ -284,8 +270,8 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		return err
 	}
 	var creds []*secrets.Live // every credential that SIGHUP rereads
-	for _, up := range []routes.Upstream{anthropic, github, npm} {
-		if up.Live != nil {
+	for _, k := range config.UpstreamKinds {
+		if up := upstreams[k.Name]; up.Live != nil {
 			creds = append(creds, up.Live)
 		}
 	}
@@ -332,7 +318,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	}
 	defer adminLn.Close()
 
-	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules, Anthropic: anthropic, GitHub: github, NPM: npm,
+	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules, Anthropic: upstreams["anthropic"], GitHub: upstreams["github"], NPM: upstreams["npm"],
 		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})

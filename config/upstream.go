@@ -1,0 +1,179 @@
+package config
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+)
+
+// Upstream is one [upstream.NAME]: the service a route forwards to, and the
+// credential cproxy sends there. Its defaults are its kind's (UpstreamKinds).
+type Upstream struct {
+	// URL is the service's base URL. Default: its kind's URL.
+	URL string `toml:"url"`
+	// Credential says where the real credential comes from: "env:NAME",
+	// "file:PATH" (relative to the config file's directory; LoadConfig
+	// stores it resolved), "keyring:NAME", or, for a kind whose ClaudeCode
+	// is set, "claude-code". Default: its kind's Credential. Empty means
+	// requests go upstream without a credential, which a kind with Required
+	// refuses.
+	Credential string `toml:"credential"`
+	// Auth is how the credential is sent: one of its kind's Auths, the
+	// first by default; empty for a kind that has none, which refuses the
+	// key. With Credential "claude-code" it defaults to AuthOAuth, and any
+	// other mode is refused.
+	Auth string `toml:"auth"`
+	// HeaderTimeout is how long to wait for the upstream's response headers
+	// before answering 504. Default: its kind's HeaderTimeout.
+	HeaderTimeout Duration `toml:"header_timeout"`
+}
+
+// Auth modes, for an upstream whose kind has Auths.
+const (
+	AuthAPIKey = "api-key" // the credential is an API key, sent as x-api-key
+	AuthOAuth  = "oauth"   // the credential is a Claude OAuth (setup-)token, sent as Authorization: Bearer
+)
+
+// An UpstreamKind is what cproxy knows of one [upstream.NAME]: its
+// defaults, what it accepts, and how messages speak of it.
+type UpstreamKind struct {
+	Name          string        // NAME in [upstream.NAME]: the route's name
+	URL           string        // url's default, and the example in messages about it
+	Credential    string        // credential's default; "" is none
+	HeaderTimeout time.Duration // header_timeout's default
+	// Required, if set, says why credential may not be empty, for the
+	// message that refuses it; "" lets it be empty (no credential).
+	Required string
+	// ClaudeCode is whether credential = "claude-code", Claude Code's
+	// Anthropic login, may serve it.
+	ClaudeCode bool
+	// Auths are the auth modes it takes, the default first; none: it has
+	// no auth key.
+	Auths []string
+	// Missing is serve's start-up warning when the default credential is
+	// not set.
+	Missing string
+}
+
+// UpstreamKinds are the upstreams cproxy knows, one per route that forwards
+// to a fixed service, sorted by name. Default, validation, file: paths and
+// serve's credential loading all loop over it: a new kind is a new entry.
+var UpstreamKinds = []UpstreamKind{
+	{
+		Name: "anthropic", URL: "https://api.anthropic.com", Credential: "env:ANTHROPIC_API_KEY", HeaderTimeout: 10 * time.Minute,
+		Required: "the model route needs a credential", ClaudeCode: true, Auths: []string{AuthAPIKey, AuthOAuth},
+		Missing: "no Anthropic credential: model requests will be refused until it is set",
+	},
+	{
+		Name: "github", URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: 2 * time.Minute,
+		Missing: "no GitHub credential: git requests will be refused until it is set",
+	},
+	{
+		Name: "npm", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
+		Missing: "no npm credential: npm requests will be refused until it is set",
+	},
+}
+
+// defaultUpstreams are the [upstream.*] tables of Default: one per kind.
+func defaultUpstreams() map[string]*Upstream {
+	ups := make(map[string]*Upstream, len(UpstreamKinds))
+	for _, k := range UpstreamKinds {
+		u := &Upstream{URL: k.URL, Credential: k.Credential, HeaderTimeout: Duration{k.HeaderTimeout}}
+		if len(k.Auths) > 0 {
+			u.Auth = k.Auths[0]
+		}
+		ups[k.Name] = u
+	}
+	return ups
+}
+
+// upstreamNames are the names, as "upstream.NAME", of the kinds that has
+// picks out, for messages.
+func upstreamNames(has func(UpstreamKind) bool) []string {
+	var names []string
+	for _, k := range UpstreamKinds {
+		if has(k) {
+			names = append(names, "upstream."+k.Name)
+		}
+	}
+	return names
+}
+
+// refuseUnknownUpstreams reports each [upstream.NAME] that is not a kind,
+// with the kinds and the fix, and drops it.
+func (c *Config) refuseUnknownUpstreams(f *policy.File) {
+	var known []string
+	for _, k := range UpstreamKinds {
+		known = append(known, k.Name)
+	}
+	for _, name := range sortedKeys(c.Upstream) {
+		if slices.Contains(known, name) {
+			continue
+		}
+		f.Unknown(policy.KeyOf("upstream"), name, known,
+			"known upstreams: "+strings.Join(known, ", ")+"; for another service, add a [relay."+name+"] table")
+		delete(c.Upstream, name)
+	}
+}
+
+// impliedAuth applies the rule that credential = "claude-code" implies
+// auth = "oauth": Claude Code's login is an OAuth token.
+func (c *Config) impliedAuth(f *policy.File) {
+	for _, k := range UpstreamKinds {
+		if u := c.Upstream[k.Name]; k.ClaudeCode && u.Credential == "claude-code" && !f.Sets("upstream."+k.Name+".auth") {
+			u.Auth = AuthOAuth
+		}
+	}
+}
+
+func (c *Config) validateUpstreams(f *policy.File) {
+	for _, k := range UpstreamKinds {
+		u, key := c.Upstream[k.Name], policy.KeyOf("upstream", k.Name)
+		checkURL(f, key.Dot("url"), u.URL, k.URL)
+		if u.Credential == "" && k.Required != "" {
+			f.AtValue(key.Dot("credential"), "%s: must not be empty: %s (e.g. %q)", key.Dot("credential"), k.Required, k.Credential)
+		}
+		checkCredential(f, key.Dot("credential"), u.Credential, k.ClaudeCode, k.Required == "")
+		auth := key.Dot("auth")
+		switch {
+		case len(k.Auths) == 0:
+			if u.Auth != "" {
+				f.AtKey(auth, "%s: %s has no auth modes (auth is for %s): remove it", auth, key, orList(upstreamNames(func(k UpstreamKind) bool { return len(k.Auths) > 0 }), false))
+			}
+		case !slices.Contains(k.Auths, u.Auth):
+			f.AtValue(auth, "%s: %q is not an auth mode (use %s)", auth, u.Auth, orList(k.Auths, true))
+		case u.Credential == "claude-code" && u.Auth != AuthOAuth:
+			f.AtValue(auth, `%s: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use %q, or leave auth out: claude-code implies it)`, auth, u.Auth, AuthOAuth)
+		}
+		checkPositive(f, key.Dot("header_timeout"), u.HeaderTimeout, shortDuration(k.HeaderTimeout))
+	}
+}
+
+// orList words items as `a, b or c`, each quoted if quote is set.
+func orList(items []string, quote bool) string {
+	if quote {
+		items = slices.Clone(items)
+		for i, s := range items {
+			items[i] = strconv.Quote(s)
+		}
+	}
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
+}
+
+// shortDuration is d as a config would write it: "10m", not "10m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
