@@ -60,8 +60,8 @@ var seriesColor = map[string]string{
 }
 
 // ran is the chart's series: the columns of the table that the run has.
-func (r *Result) ran() []struct{ target, title string } {
-	var cs []struct{ target, title string }
+func (r *Result) ran() []column {
+	var cs []column
 	for _, c := range columns {
 		if slices.Contains(r.Targets, c.target) {
 			cs = append(cs, c)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -29,10 +30,11 @@ url = "{{url}}"
 credential = "file:upstream-token"
 `
 
-// startCproxyFor starts `cproxy serve` in front of one upstream (github or
-// npm, at url, with realToken as its credential) under policy, and mints a
-// token for sandbox; it returns the target and the token.
-func (e *Env) startCproxyFor(bin, upstream, url, realToken, policy, sandbox string) (*Target, string, error) {
+// startCproxyFor starts `cproxy serve` from bin in front of one upstream
+// (github or npm, at url, with realToken as its credential) under policy, as
+// the target name, and mints a token for sandbox; it returns the target and
+// the token.
+func (e *Env) startCproxyFor(bin, name, upstream, url, realToken, policy, sandbox string) (*Target, string, error) {
 	files := map[string]string{
 		"anthropic-key":  "sk-ant-api03-bench-unused\n",
 		"upstream-token": realToken + "\n",
@@ -47,7 +49,7 @@ func (e *Env) startCproxyFor(bin, upstream, url, realToken, policy, sandbox stri
 	ready := filepath.Join(e.dir, "ready.json")
 	cmd := exec.Command(bin, "serve", "--config", filepath.Join(e.dir, "cproxy.toml"))
 	cmd.Dir = e.dir
-	p, err := e.start("cproxy", cmd)
+	p, err := e.start(name, cmd)
 	if err != nil {
 		return nil, "", err
 	}
@@ -71,5 +73,85 @@ func (e *Env) startCproxyFor(bin, upstream, url, realToken, policy, sandbox stri
 	if err != nil {
 		return nil, "", p.failed(err.Error())
 	}
-	return &Target{Name: "cproxy", URL: "http://" + addrs.Proxy, proc: p}, token, nil
+	return &Target{Name: name, URL: "http://" + addrs.Proxy, proc: p}, token, nil
+}
+
+// CproxyUse is what one cproxy process used in the git or npm benchmark.
+type CproxyUse struct {
+	// RSSStart is its VmRSS once started and its token minted, before any
+	// client ran; Peak is its VmHWM at the end.
+	RSSStart int64 `json:"rss_start_bytes"`
+	Peak     int64 `json:"peak_bytes"`
+	// CPU is the processor time it used over the timed runs, in all.
+	CPU time.Duration `json:"cpu_ns"`
+}
+
+// cproxyWay is one way through a cproxy in the git and npm benchmarks: its
+// target, the sandbox token minted on it, and what it used, in use.
+type cproxyWay struct {
+	*Target
+	token string
+	use   *CproxyUse
+	cpu0  time.Duration
+}
+
+// startWay starts a cproxy as startCproxyFor does and reads its memory
+// once started into use.
+func (e *Env) startWay(bin, name, upstream, url, realToken, policy, sandbox string, use *CproxyUse) (*cproxyWay, error) {
+	t, token, err := e.startCproxyFor(bin, name, upstream, url, realToken, policy, sandbox)
+	if err != nil {
+		return nil, err
+	}
+	m, err := t.Memory()
+	if err != nil {
+		return nil, err
+	}
+	use.RSSStart = m.RSS
+	return &cproxyWay{Target: t, token: token, use: use}, nil
+}
+
+// mark starts counting the CPU the way's cproxy uses.
+func (w *cproxyWay) mark() (err error) {
+	w.cpu0, err = w.CPU()
+	return err
+}
+
+// finish reads the way's peak memory and the CPU it used since mark.
+func (w *cproxyWay) finish() error {
+	m, err := w.Memory()
+	if err != nil {
+		return err
+	}
+	cpu, err := w.CPU()
+	if err != nil {
+		return err
+	}
+	w.use.Peak, w.use.CPU = m.Peak, cpu-w.cpu0
+	return nil
+}
+
+// rotated is ways starting from the rep-th, so that over the repetitions
+// each way runs first, and after each other one, as often as the others:
+// a slow stretch of a shared machine falls on every way alike. Two ways
+// alternate.
+func rotated(ways []string, rep int) []string {
+	k := rep % len(ways)
+	return slices.Concat(ways[k:], ways[:k])
+}
+
+// speedRatio compares the wall times of a way with those of base, run in
+// pairs (the i-th of each): the ratio of the medians, base ÷ way (above 1,
+// the way is faster), and the lowest and highest ratio of a pair.
+func speedRatio(base, way []time.Duration) (ratio, lo, hi float64) {
+	ratio = median(base).Seconds() / median(way).Seconds()
+	for i := range min(len(base), len(way)) {
+		x := base[i].Seconds() / way[i].Seconds()
+		if i == 0 || x < lo {
+			lo = x
+		}
+		if i == 0 || x > hi {
+			hi = x
+		}
+	}
+	return ratio, lo, hi
 }

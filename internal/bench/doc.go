@@ -27,6 +27,10 @@
 // without store.lookup_cache, and revocation across replicas;
 // benchreport -store-size (.ci/bench-store-size) runs RunStoreSize: the
 // embedded store with up to a million tokens, and a year of churn with and
-// without pruning. Nothing here runs in the normal test suite beyond a few
+// without pruning. With Options.Before (and GitOptions.Before,
+// NPMOptions.Before) an earlier build of cproxy runs beside the current one
+// as one more target, cproxy@REV, at the same settings and in the same
+// turns; .ci/bench-compare builds one from a git revision and runs the model
+// route, git clone and npm ci so. Nothing here runs in the normal test suite beyond a few
 // fast checks of the harness itself and of the reports and charts.
 package bench

@@ -38,8 +38,13 @@ type GitOptions struct {
 	BigMiB, SmallMiB int
 	// Files is how many files the content is split into.
 	Files int
-	// Reps is how many clones per repository and way (direct, cproxy).
+	// Reps is how many clones per repository and way (direct, cproxy, and
+	// the earlier build's with Before).
 	Reps int
+	// Before, if set, is the cproxy binary of an earlier build: a third way
+	// (BeforeTarget(BeforeRev)), through its own cproxy process, taking its
+	// turns with the other two. Empty: no earlier build.
+	Before, BeforeRev string
 	// Progress, if set, gets a line per step.
 	Progress io.Writer
 }
@@ -50,7 +55,7 @@ var DefaultGitOptions = GitOptions{BigMiB: 220, SmallMiB: 20, Files: 5, Reps: 3}
 
 // GitClone is one timed clone.
 type GitClone struct {
-	Way  string        `json:"way"` // "direct" or "cproxy"
+	Way  string        `json:"way"` // "direct", "cproxy" or GitResult.Before
 	Time time.Duration `json:"time_ns"`
 }
 
@@ -58,21 +63,24 @@ type GitClone struct {
 type GitRepoResult struct {
 	Repo      string     `json:"repo"`
 	PackBytes int64      `json:"pack_bytes"`
-	Clones    []GitClone `json:"clones"` // in the order run, alternated
-	// RSSStart is cproxy's VmRSS once started and its token minted, before
-	// any clone; Peak is its VmHWM after the clones through it.
-	RSSStart int64 `json:"rss_start_bytes"`
-	Peak     int64 `json:"peak_bytes"`
-	// CPU is the processor time cproxy used over its clones, in all.
-	CPU time.Duration `json:"cpu_ns"`
+	Clones    []GitClone `json:"clones"` // in the order run, in turns
+	// CproxyUse is what cproxy used for this repository: a fresh process
+	// per repository, so that the peaks of the two compare.
+	CproxyUse
+	// Before is what the earlier build's cproxy used, with
+	// GitResult.Before.
+	Before *CproxyUse `json:"before,omitempty"`
 }
 
 // GitResult is a whole run.
 type GitResult struct {
-	Repos      []GitRepoResult `json:"repos"` // big, then small
-	GitVersion string          `json:"git_version"`
-	Started    time.Time       `json:"started"`
-	Took       time.Duration   `json:"took_ns"`
+	Repos []GitRepoResult `json:"repos"` // big, then small
+	// Before is the way through the earlier build's cproxy
+	// (GitOptions.Before); empty without one.
+	Before     string        `json:"before,omitempty"`
+	GitVersion string        `json:"git_version"`
+	Started    time.Time     `json:"started"`
+	Took       time.Duration `json:"took_ns"`
 }
 
 // RunGit runs the git clone benchmark.
@@ -164,56 +172,63 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 		"GIT_TERMINAL_PROMPT=0",
 		"LANG=C",
 	}
-	for i := range res.Repos {
-		rr := &res.Repos[i]
-		// A fresh cproxy per repository, so its VmHWM is this repository's.
-		e := &Env{dir: filepath.Join(dir, fmt.Sprintf("cproxy-%d", i))}
-		if err := os.MkdirAll(e.dir, 0o755); err != nil {
+	// Every way gets its credential from a helper, after the server's 401:
+	// the same round trips.
+	direct := append(slices.Clone(baseEnv),
+		"GIT_CONFIG_COUNT=1",
+		"GIT_CONFIG_KEY_0=credential.helper",
+		"GIT_CONFIG_VALUE_0=!f() { echo username=x-access-token; echo password=$BENCH_REAL_TOKEN; }; f",
+		"BENCH_REAL_TOKEN="+realToken,
+	)
+	ways, bins := []string{"direct", "cproxy"}, map[string]string{"cproxy": o.Cproxy}
+	if o.Before != "" {
+		if res.Before, err = BeforeTarget(o.BeforeRev); err != nil {
 			return nil, err
 		}
+		ways, bins[res.Before] = append(ways, res.Before), o.Before
+	}
+	for i := range res.Repos {
+		rr := &res.Repos[i]
 		err := func() error {
-			defer e.Close()
-			t, token, err := e.startCproxyFor(o.Cproxy, "github", gs.URL, realToken, cproxyGitPolicy, "bench-git")
-			if err != nil {
-				return err
-			}
-			m, err := t.Memory()
-			if err != nil {
-				return err
-			}
-			rr.RSSStart = m.RSS
-			cpu0, err := t.CPU()
-			if err != nil {
-				return err
-			}
-			// Both ways get their credential from a helper, after the
-			// server's 401: the same round trips.
-			direct := append(slices.Clone(baseEnv),
-				"GIT_CONFIG_COUNT=1",
-				"GIT_CONFIG_KEY_0=credential.helper",
-				"GIT_CONFIG_VALUE_0=!f() { echo username=x-access-token; echo password=$BENCH_REAL_TOKEN; }; f",
-				"BENCH_REAL_TOKEN="+realToken,
-			)
-			through := append(slices.Clone(baseEnv),
-				"GIT_CONFIG_COUNT=2",
-				"GIT_CONFIG_KEY_0=url."+t.URL+"/github/.insteadOf",
-				"GIT_CONFIG_VALUE_0=https://github.com/",
-				"GIT_CONFIG_KEY_1=credential.helper",
-				"GIT_CONFIG_VALUE_1=cproxy",
-				"CPROXY_URL="+t.URL,
-				"CPROXY_TOKEN="+token,
-			)
-			for rep := 0; rep < o.Reps; rep++ {
-				ways := []string{"direct", "cproxy"}
-				if rep%2 == 1 {
-					ways = []string{"cproxy", "direct"}
+			envs, through := map[string][]string{"direct": direct}, map[string]*cproxyWay{}
+			for _, way := range ways[1:] {
+				use := &rr.CproxyUse
+				if way == res.Before {
+					rr.Before = &CproxyUse{}
+					use = rr.Before
 				}
-				for _, way := range ways {
-					url, env := gs.URL+"/"+rr.Repo+".git", direct
-					if way == "cproxy" {
-						url, env = "https://github.com/"+rr.Repo, through
+				// A fresh cproxy per repository, so its VmHWM is this
+				// repository's.
+				e := &Env{dir: filepath.Join(dir, fmt.Sprintf("%s-%d", way, i))}
+				if err := os.MkdirAll(e.dir, 0o755); err != nil {
+					return err
+				}
+				defer e.Close()
+				w, err := e.startWay(bins[way], way, "github", gs.URL, realToken, cproxyGitPolicy, "bench-git", use)
+				if err != nil {
+					return err
+				}
+				if err := w.mark(); err != nil {
+					return err
+				}
+				through[way] = w
+				envs[way] = append(slices.Clone(baseEnv),
+					"GIT_CONFIG_COUNT=2",
+					"GIT_CONFIG_KEY_0=url."+w.URL+"/github/.insteadOf",
+					"GIT_CONFIG_VALUE_0=https://github.com/",
+					"GIT_CONFIG_KEY_1=credential.helper",
+					"GIT_CONFIG_VALUE_1=cproxy",
+					"CPROXY_URL="+w.URL,
+					"CPROXY_TOKEN="+w.token,
+				)
+			}
+			for rep := 0; rep < o.Reps; rep++ {
+				for _, way := range rotated(ways, rep) {
+					url := gs.URL + "/" + rr.Repo + ".git"
+					if way != "direct" {
+						url = "https://github.com/" + rr.Repo
 					}
-					d, err := timeClone(ctx, git, url, filepath.Join(dir, "clone"), env)
+					d, err := timeClone(ctx, git, url, filepath.Join(dir, "clone"), envs[way])
 					if err != nil {
 						return fmt.Errorf("%s clone of %s: %w", way, rr.Repo, err)
 					}
@@ -221,16 +236,13 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 					progress("%s %s #%d: %s, %.0f MiB/s", rr.Repo, way, rep+1, d.Round(time.Millisecond), mib(rr.PackBytes)/d.Seconds())
 				}
 			}
-			if m, err = t.Memory(); err != nil {
-				return err
+			for _, way := range ways[1:] {
+				w := through[way]
+				if err := w.finish(); err != nil {
+					return err
+				}
+				progress("%s: %s RSS %.1f MiB at start, peak %.1f MiB", rr.Repo, way, mib(w.use.RSSStart), mib(w.use.Peak))
 			}
-			rr.Peak = m.Peak
-			cpu1, err := t.CPU()
-			if err != nil {
-				return err
-			}
-			rr.CPU = cpu1 - cpu0
-			progress("%s: cproxy RSS %.1f MiB at start, peak %.1f MiB", rr.Repo, mib(rr.RSSStart), mib(rr.Peak))
 			return nil
 		}()
 		if err != nil {
@@ -365,17 +377,7 @@ func (r *GitResult) Markdown(w io.Writer) {
 	for _, rr := range r.Repos {
 		d, c := rr.times("direct"), rr.times("cproxy")
 		md, mc := median(d), median(c)
-		ratio := md.Seconds() / mc.Seconds()
-		lo, hi := 0.0, 0.0
-		for i := range min(len(d), len(c)) {
-			x := d[i].Seconds() / c[i].Seconds()
-			if i == 0 || x < lo {
-				lo = x
-			}
-			if i == 0 || x > hi {
-				hi = x
-			}
-		}
+		ratio, lo, hi := speedRatio(d, c)
 		target, met := "", ""
 		if rr.Repo == r.Repos[0].Repo {
 			target, met = "≥ 0.95", yesNo(ratio >= 0.95)
@@ -387,8 +389,7 @@ func (r *GitResult) Markdown(w io.Writer) {
 	fmt.Fprintln(w, "| repository | pack | cproxy RSS at start | cproxy peak RSS (VmHWM) over its clones | cproxy CPU per clone | per GiB |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
 	for _, rr := range r.Repos {
-		n := len(rr.times("cproxy"))
-		per := rr.CPU / time.Duration(max(n, 1))
+		per := rr.cpuPerClone(rr.CproxyUse, "cproxy")
 		fmt.Fprintf(w, "| %s | %.1f MiB | %.1f MiB | %.1f MiB | %.2f s | %.2f s |\n", rr.Repo, mib(rr.PackBytes), mib(rr.RSSStart), mib(rr.Peak),
 			per.Seconds(), per.Seconds()/(mib(rr.PackBytes)/1024))
 	}
@@ -398,6 +399,36 @@ func (r *GitResult) Markdown(w io.Writer) {
 		fmt.Fprintf(w, "\nPeak RSS, %s ÷ %s: %.2f for a pack %.1f× the size (flat: under +16 MiB and under 2×: %s).\n",
 			big.Repo, small.Repo, float64(big.Peak)/float64(small.Peak), float64(big.PackBytes)/float64(small.PackBytes), yesNo(flat))
 	}
+	if r.Before != "" {
+		r.beforeMarkdown(w)
+	}
+}
+
+// beforeMarkdown writes the table of the earlier build's cproxy and this
+// one side by side.
+func (r *GitResult) beforeMarkdown(w io.Writer) {
+	b := r.Before
+	fmt.Fprintf(w, "\nBefore and after: %s is the earlier build, cproxy this one, cloning in turns with direct; throughput ratios of medians (range of the rounds' ratios).\n\n", b)
+	fmt.Fprintf(w, "| repository | %s ÷ direct | cproxy ÷ direct | cproxy ÷ %s | CPU per GiB, %s / cproxy | peak RSS, %s / cproxy |\n", b, b, b, b)
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
+	for _, rr := range r.Repos {
+		if rr.Before == nil {
+			continue
+		}
+		d, c, e := rr.times("direct"), rr.times("cproxy"), rr.times(b)
+		ratio := func(base, way []time.Duration) string {
+			x, lo, hi := speedRatio(base, way)
+			return fmt.Sprintf("%.3f (%.3f–%.3f)", x, lo, hi)
+		}
+		gib := mib(rr.PackBytes) / 1024
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f / %.2f s | %.1f / %.1f MiB |\n", rr.Repo, ratio(d, e), ratio(d, c), ratio(e, c),
+			rr.cpuPerClone(*rr.Before, b).Seconds()/gib, rr.cpuPerClone(rr.CproxyUse, "cproxy").Seconds()/gib, mib(rr.Before.Peak), mib(rr.Peak))
+	}
+}
+
+// cpuPerClone is the CPU use spent per clone through way.
+func (rr GitRepoResult) cpuPerClone(use CproxyUse, way string) time.Duration {
+	return use.CPU / time.Duration(max(len(rr.times(way)), 1))
 }
 
 func (rr GitRepoResult) times(way string) []time.Duration {

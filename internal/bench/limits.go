@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -152,7 +155,7 @@ func checkMetered(ctx context.Context, t *Target, s *scraper, began time.Time) (
 		time.Sleep(settlePoll)
 	}
 	m.DayRolled = !sameUTCDay(began, time.Now())
-	if m.Refused, err = refusedModelRequests(ctx, t.admin); err != nil {
+	if m.Refused, err = fromMetrics(ctx, t.admin, parseRefused); err != nil {
 		return m, err
 	}
 	m.Scrapes, err = s.count()
@@ -226,16 +229,19 @@ func usageOf(list []client.TokenInfo, id string) (tokens.Usage, error) {
 	return tokens.Usage{}, fmt.Errorf("GET /tokens: no token %s", id)
 }
 
-// refusedModelRequests sums cproxy_requests_total over the model route's
-// statuses other than 200.
-func refusedModelRequests(ctx context.Context, admin string) (float64, error) {
+// fromMetrics reads what parse finds in the /metrics answer of the admin
+// API at admin, asked for in Prometheus' text format.
+func fromMetrics[T any](ctx context.Context, admin string, parse func([]byte) (T, error)) (T, error) {
 	b, err := adminGet(ctx, admin+"/metrics", "text/plain;version=0.0.4", maxMetrics)
 	if err != nil {
-		return 0, err
+		var zero T
+		return zero, err
 	}
-	return parseRefused(b)
+	return parse(b)
 }
 
+// parseRefused sums cproxy_requests_total over the model route's statuses
+// other than 200.
 func parseRefused(b []byte) (float64, error) {
 	var n float64
 	seen := false
@@ -286,4 +292,23 @@ func countLines(path string) (int64, error) {
 			return n, err
 		}
 	}
+}
+
+// gomaxprocsMetric is the Go collector's gauge of the CPUs a process may
+// run Go code on at once: cproxy's runtime.cpus.
+const gomaxprocsMetric = "go_sched_gomaxprocs_threads"
+
+// parseCPUs reads gomaxprocsMetric, how many CPUs a cproxy runs on, from
+// its /metrics answer.
+func parseCPUs(b []byte) (int, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return 0, fmt.Errorf("/metrics: %w", err)
+	}
+	f := fams[gomaxprocsMetric]
+	if f == nil || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge() == nil {
+		return 0, fmt.Errorf("/metrics: no gauge %s", gomaxprocsMetric)
+	}
+	return int(f.GetMetric()[0].GetGauge().GetValue()), nil
 }

@@ -34,9 +34,14 @@ type NPMOptions struct {
 	// tree the root package depends on. Zero means
 	// DefaultNPMOptions.Packages.
 	Packages int
-	// Reps is how many `npm ci` runs per way (direct, cproxy). Zero means
-	// DefaultNPMOptions.Reps.
+	// Reps is how many `npm ci` runs per way (direct, cproxy, and the
+	// earlier build's with Before). Zero means DefaultNPMOptions.Reps.
 	Reps int
+	// Before, if set, is the cproxy binary of an earlier build: a third way
+	// (BeforeTarget(BeforeRev)), through its own cproxy process, with its
+	// own lockfile, taking its turns with the other two. Empty: no earlier
+	// build.
+	Before, BeforeRev string
 	// Progress, if set, gets a line per step.
 	Progress io.Writer
 }
@@ -46,7 +51,7 @@ var DefaultNPMOptions = NPMOptions{Packages: 140, Reps: 5}
 
 // NPMRun is one timed `npm ci`, with what the registry received during it.
 type NPMRun struct {
-	Way        string        `json:"way"` // "direct" or "cproxy"
+	Way        string        `json:"way"` // "direct", "cproxy" or NPMResult.Before
 	Time       time.Duration `json:"time_ns"`
 	Tarballs   int           `json:"tarballs"`   // tarball requests the registry got
 	Packuments int           `json:"packuments"` // packument requests the registry got
@@ -75,13 +80,15 @@ type NPMResult struct {
 	Installed int       `json:"installed"`
 	Nested    int       `json:"nested"`
 	Locks     []NPMLock `json:"locks"`
-	Runs      []NPMRun  `json:"runs"` // in the order run, alternated
-	// RSSStart is cproxy's VmRSS once started and its token minted; Peak is
-	// its VmHWM after all the runs, lockfile included.
-	RSSStart int64 `json:"rss_start_bytes"`
-	Peak     int64 `json:"peak_bytes"`
-	// CPU is the processor time cproxy used over its `npm ci` runs, in all.
-	CPU         time.Duration `json:"cpu_ns"`
+	Runs      []NPMRun  `json:"runs"` // in the order run, in turns
+	// CproxyUse is what cproxy used: its peak is after all the runs,
+	// lockfile included; its CPU over its `npm ci` runs.
+	CproxyUse
+	// Before is the way through the earlier build's cproxy
+	// (NPMOptions.Before), and BeforeUse what that cproxy used; empty
+	// without one.
+	Before      string        `json:"before,omitempty"`
+	BeforeUse   *CproxyUse    `json:"before_use,omitempty"`
 	NPMVersion  string        `json:"npm_version"`
 	NodeVersion string        `json:"node_version"`
 	Started     time.Time     `json:"started"`
@@ -145,20 +152,31 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 	}
 	progress("registry: %d packages (%d scoped), %d versions", res.Packages, res.Scoped, res.Versions)
 
-	e := &Env{dir: filepath.Join(dir, "cproxy-serve")}
-	if err := os.MkdirAll(e.dir, 0o755); err != nil {
-		return nil, err
+	// Each way through a cproxy has a process of its own.
+	bins := map[string]string{"cproxy": o.Cproxy}
+	order := []string{"direct", "cproxy"}
+	if o.Before != "" {
+		if res.Before, err = BeforeTarget(o.BeforeRev); err != nil {
+			return nil, err
+		}
+		res.BeforeUse = &CproxyUse{}
+		order, bins[res.Before] = append(order, res.Before), o.Before
 	}
-	defer e.Close()
-	t, token, err := e.startCproxyFor(o.Cproxy, "npm", reg.URL, realToken, cproxyNPMPolicy, "bench-1")
-	if err != nil {
-		return nil, err
+	through := map[string]*cproxyWay{}
+	for _, way := range order[1:] {
+		use := &res.CproxyUse
+		if way == res.Before {
+			use = res.BeforeUse
+		}
+		e := &Env{dir: filepath.Join(dir, way+"-serve")}
+		if err := os.MkdirAll(e.dir, 0o755); err != nil {
+			return nil, err
+		}
+		defer e.Close()
+		if through[way], err = e.startWay(bins[way], way, "npm", reg.URL, realToken, cproxyNPMPolicy, "bench-1", use); err != nil {
+			return nil, err
+		}
 	}
-	m, err := t.Memory()
-	if err != nil {
-		return nil, err
-	}
-	res.RSSStart = m.RSS
 
 	// npm's own settings only: a home of its own, no user config, and no
 	// proxy variables (npm takes PROXY, in any case, for an HTTP proxy).
@@ -178,9 +196,12 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 	// project: the same package.json, and the lockfile npm makes through
 	// that way, so its resolved URLs (and every tarball npm ci fetches) go
 	// that way.
-	ways := map[string]struct{ registry, auth, project string }{
+	type npmWay struct{ registry, auth, project string }
+	ways := map[string]npmWay{
 		"direct": {reg.URL + "/", "--//" + strings.TrimPrefix(reg.URL, "http://") + "/:_authToken=" + realToken, filepath.Join(dir, "app-direct")},
-		"cproxy": {t.URL + "/npm/", "--//" + strings.TrimPrefix(t.URL, "http://") + "/npm/:_authToken=" + token, filepath.Join(dir, "app-cproxy")},
+	}
+	for way, t := range through {
+		ways[way] = npmWay{t.URL + "/npm/", "--//" + strings.TrimPrefix(t.URL, "http://") + "/npm/:_authToken=" + t.token, filepath.Join(dir, "app-"+way)}
 	}
 	pj, err := json.MarshalIndent(map[string]any{"name": "bench-app", "version": "1.0.0", "private": true, "dependencies": tree.Root}, "", "  ")
 	if err != nil {
@@ -207,7 +228,7 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 		cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		return d, cpu, countNPM(reg.Requests()[before:]), nil
 	}
-	for _, way := range []string{"direct", "cproxy"} {
+	for _, way := range order {
 		w := ways[way]
 		if err := os.MkdirAll(w.project, 0o755); err != nil {
 			return nil, err
@@ -228,16 +249,13 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 		progress("%s: lockfile of %d packages (%d nested) in %s, %d packuments", way, installed, nested, d.Round(time.Millisecond), n.Packuments)
 	}
 
-	cpu0, err := t.CPU()
-	if err != nil {
-		return nil, err
+	for _, t := range through {
+		if err := t.mark(); err != nil {
+			return nil, err
+		}
 	}
 	for rep := 0; rep < o.Reps; rep++ {
-		order := []string{"direct", "cproxy"}
-		if rep%2 == 1 {
-			order = []string{"cproxy", "direct"}
-		}
-		for _, way := range order {
+		for _, way := range rotated(order, rep) {
 			os.RemoveAll(filepath.Join(ways[way].project, "node_modules"))
 			d, cpu, n, err := npmRun(way, "ci")
 			if err != nil {
@@ -251,16 +269,13 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 			progress("%s #%d: %s, npm CPU %s, %d tarballs, %d packuments", way, rep+1, d.Round(time.Millisecond), cpu.Round(time.Millisecond), n.Tarballs, n.Packuments)
 		}
 	}
-	cpu1, err := t.CPU()
-	if err != nil {
-		return nil, err
+	for _, way := range order[1:] {
+		t := through[way]
+		if err := t.finish(); err != nil {
+			return nil, err
+		}
+		progress("%s RSS %.1f MiB at start, peak %.1f MiB", way, mib(t.use.RSSStart), mib(t.use.Peak))
 	}
-	res.CPU = cpu1 - cpu0
-	if m, err = t.Memory(); err != nil {
-		return nil, err
-	}
-	res.Peak = m.Peak
-	progress("cproxy RSS %.1f MiB at start, peak %.1f MiB", mib(res.RSSStart), mib(res.Peak))
 	res.Took = time.Since(res.Started)
 	return res, nil
 }
@@ -433,34 +448,14 @@ func (r *NPMResult) Markdown(w io.Writer) {
 	fmt.Fprintln(w)
 	d, c := r.times("direct"), r.times("cproxy")
 	md, mc := median(d), median(c)
-	ratio := md.Seconds() / mc.Seconds()
-	lo, hi := 0.0, 0.0
-	for i := range min(len(d), len(c)) {
-		x := d[i].Seconds() / c[i].Seconds()
-		if i == 0 || x < lo {
-			lo = x
-		}
-		if i == 0 || x > hi {
-			hi = x
-		}
-	}
+	ratio, lo, hi := speedRatio(d, c)
 	fmt.Fprintln(w, "| direct, median | cproxy, median | direct ÷ cproxy wall time, median (range of pairs) | target | met |")
 	fmt.Fprintln(w, "|--:|--:|--:|---|---|")
 	fmt.Fprintf(w, "| %.2f s | %.2f s | %.3f (%.3f–%.3f) | ≥ 0.9 | %s |\n\n", md.Seconds(), mc.Seconds(), ratio, lo, hi, yesNo(ratio >= 0.9))
 
-	reqs := 0
-	for _, run := range r.Runs {
-		if run.Way == "cproxy" {
-			reqs += run.Tarballs + run.Packuments
-		}
-	}
 	fmt.Fprintln(w, "| cproxy RSS at start | cproxy peak RSS (VmHWM), whole run | cproxy CPU per npm ci | per request |")
 	fmt.Fprintln(w, "|--:|--:|--:|--:|")
-	per := r.CPU / time.Duration(max(len(c), 1))
-	perReq := time.Duration(0)
-	if reqs > 0 {
-		perReq = r.CPU / time.Duration(reqs)
-	}
+	per, perReq := r.cpuPer(r.CproxyUse, "cproxy")
 	fmt.Fprintf(w, "| %.1f MiB | %.1f MiB | %.2f s | %d µs |\n", mib(r.RSSStart), mib(r.Peak), per.Seconds(), perReq.Microseconds())
 	if len(r.Locks) > 0 {
 		fmt.Fprintln(w)
@@ -472,6 +467,44 @@ func (r *NPMResult) Markdown(w io.Writer) {
 			fmt.Fprintf(w, "| %s | %.2f s | %d |\n", l.Way, l.Time.Seconds(), l.Packuments)
 		}
 	}
+	if r.BeforeUse != nil {
+		r.beforeMarkdown(w)
+	}
+}
+
+// beforeMarkdown writes the table of the earlier build's cproxy and this
+// one side by side.
+func (r *NPMResult) beforeMarkdown(w io.Writer) {
+	b := r.Before
+	d, c, e := r.times("direct"), r.times("cproxy"), r.times(b)
+	ratio := func(base, way []time.Duration) string {
+		x, lo, hi := speedRatio(base, way)
+		return fmt.Sprintf("%.3f (%.3f–%.3f)", x, lo, hi)
+	}
+	_, bReq := r.cpuPer(*r.BeforeUse, b)
+	_, cReq := r.cpuPer(r.CproxyUse, "cproxy")
+	fmt.Fprintf(w, "\nBefore and after: %s is the earlier build, cproxy this one, running npm ci in turns with direct; ratios of median wall times, A ÷ B above 1 when B is faster (range of the rounds' ratios).\n\n", b)
+	fmt.Fprintf(w, "| %s, median | direct ÷ %s | direct ÷ cproxy | %s ÷ cproxy | CPU per request, %s / cproxy | peak RSS, %s / cproxy |\n", b, b, b, b, b)
+	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintf(w, "| %.2f s | %s | %s | %s | %d / %d µs | %.1f / %.1f MiB |\n", median(e).Seconds(), ratio(d, e), ratio(d, c), ratio(e, c),
+		bReq.Microseconds(), cReq.Microseconds(), mib(r.BeforeUse.Peak), mib(r.Peak))
+}
+
+// cpuPer is the CPU use spent per npm ci through way, and per request the
+// registry got through it.
+func (r *NPMResult) cpuPer(use CproxyUse, way string) (perRun, perRequest time.Duration) {
+	runs, reqs := 0, 0
+	for _, run := range r.Runs {
+		if run.Way == way {
+			runs++
+			reqs += run.Tarballs + run.Packuments
+		}
+	}
+	perRun = use.CPU / time.Duration(max(runs, 1))
+	if reqs > 0 {
+		perRequest = use.CPU / time.Duration(reqs)
+	}
+	return perRun, perRequest
 }
 
 func (r *NPMResult) times(way string) []time.Duration {

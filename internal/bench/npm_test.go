@@ -99,7 +99,7 @@ func TestNPMTreeInstalls(t *testing.T) {
 
 // TestNPMMarkdown checks the tables of a made-up result.
 func TestNPMMarkdown(t *testing.T) {
-	r := &NPMResult{Packages: 140, Installed: 178, Peak: 18 << 20, CPU: 100 * time.Millisecond, Runs: []NPMRun{
+	r := &NPMResult{Packages: 140, Installed: 178, CproxyUse: CproxyUse{Peak: 18 << 20, CPU: 100 * time.Millisecond}, Runs: []NPMRun{
 		{Way: "direct", Time: time.Second, Tarballs: 178},
 		{Way: "cproxy", Time: 1250 * time.Millisecond, Tarballs: 178},
 	}}

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,7 +37,8 @@ const (
 // one of the proxies.
 type Target struct {
 	// Name is "direct", "goproxy", "nginx", "cproxy", LimitsTarget, and with
-	// Options "routes", SharedProxyTarget and OneCPUProxyTarget.
+	// Options "routes", SharedProxyTarget, OneCPUProxyTarget and the
+	// earlier build's "cproxy@REV" (BeforeTarget).
 	Name string
 	// URL is the base URL the client sends /v1/messages to.
 	URL string
@@ -98,6 +100,14 @@ type Options struct {
 	// "routes": routes.Server served as `cproxy serve` serves it, in a
 	// process that writes a CPU profile too. Empty: no profiles, no routes.
 	Profile string
+	// Before, if set, is the cproxy binary of an earlier build, run as a
+	// target of its own (BeforeTarget(BeforeRev)) with plain cproxy's
+	// config and policy, so that one run measures both builds at equal
+	// settings. Empty: no earlier build.
+	Before string
+	// BeforeRev names Before's build, such as the commit it was built
+	// from; see BeforeTarget.
+	BeforeRev string
 }
 
 // Env is a running comparison: the upstream and every target in front of it.
@@ -207,6 +217,17 @@ func Start(o Options) (_ *Env, err error) {
 	}
 	for _, v := range []cproxyVariant{plainCproxy, limitsCproxy} {
 		t, err := e.startCproxy(bin, key, v)
+		if err != nil {
+			return nil, err
+		}
+		e.Targets = append(e.Targets, t)
+	}
+	if o.Before != "" {
+		name, err := BeforeTarget(o.BeforeRev)
+		if err != nil {
+			return nil, err
+		}
+		t, err := e.startCproxy(o.Before, key, cproxyVariant{name: name, dir: "before", config: cproxyConfig, policy: cproxyPolicy})
 		if err != nil {
 			return nil, err
 		}
@@ -635,6 +656,23 @@ const SharedProxyTarget = "goproxy-shared"
 // OneCPUProxyTarget is the do-nothing Go proxy on one CPU
 // (Options.OneCPUProxy).
 const OneCPUProxyTarget = "goproxy-1cpu"
+
+// BeforeTarget is the name of the target, or of the way in the git and npm
+// benchmarks, that runs an earlier build of cproxy (Options.Before):
+// "cproxy@" and rev, or "cproxy@before" without one. rev goes into file
+// names, so it is letters, digits, '.', '_' and '-' only: a commit id or a
+// tag, not a ref path.
+func BeforeTarget(rev string) (string, error) {
+	if rev == "" {
+		rev = "before"
+	}
+	if !revName.MatchString(rev) {
+		return "", fmt.Errorf("the earlier build's name %q may hold only letters, digits, '.', '_' and '-': give a commit id (git rev-parse --short REV)", rev)
+	}
+	return "cproxy@" + rev, nil
+}
+
+var revName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // LimitsTarget is the cproxy target with budgets, the JSON audit log and a
 // metrics scraper on; "cproxy" keeps the default config.

@@ -101,8 +101,15 @@ type Rep struct {
 
 // Result is a whole comparison run.
 type Result struct {
-	Plan         Plan          `json:"plan"`
-	Targets      []string      `json:"targets"`
+	Plan    Plan     `json:"plan"`
+	Targets []string `json:"targets"`
+	// Before is the target running an earlier build (Options.Before), whose
+	// columns the table adds; empty without one.
+	Before string `json:"before,omitempty"`
+	// CproxyCPUs, with Before, is how many CPUs cproxy and Before both ran
+	// on (runtime.cpus, as their /metrics tell); a run whose two builds
+	// differ there fails.
+	CproxyCPUs   int           `json:"cproxy_cpus,omitempty"`
 	Reps         []Rep         `json:"repetitions"`
 	NginxMissing string        `json:"nginx_missing,omitempty"`
 	NginxVersion string        `json:"nginx_version,omitempty"`
@@ -120,6 +127,12 @@ func Run(ctx context.Context, o Options, p Plan) (*Result, error) {
 	o.Streams = p.Streams
 	start := time.Now()
 	res := &Result{Plan: p, Machine: machine(), LoadBefore: loadavg(), Started: start.UTC()}
+	if o.Before != "" {
+		var err error
+		if res.Before, err = BeforeTarget(o.BeforeRev); err != nil {
+			return nil, err
+		}
+	}
 	for i := range p.Reps {
 		fmt.Fprintf(p.Progress, "bench: repetition %d of %d: starting the upstream and the proxies\n", i+1, p.Reps)
 		env, err := Start(o)
@@ -131,6 +144,12 @@ func Run(ctx context.Context, o Options, p Plan) (*Result, error) {
 				res.Targets = append(res.Targets, t.Name)
 			}
 			res.NginxMissing, res.NginxVersion = env.NginxMissing, env.NginxVersion
+		}
+		if res.Before != "" {
+			if res.CproxyCPUs, err = equalCPUs(ctx, env.Target("cproxy"), env.Target(res.Before)); err != nil {
+				env.Close()
+				return nil, err
+			}
 		}
 		rep, err := measure(ctx, env, p)
 		env.Close()
@@ -189,6 +208,23 @@ func measure(ctx context.Context, env *Env, p Plan) (Rep, error) {
 		rep.Metered = m
 	}
 	return rep, nil
+}
+
+// equalCPUs is the number of CPUs both builds of cproxy run on, or an error
+// if they differ: the comparison is of their code, not of their settings.
+func equalCPUs(ctx context.Context, after, before *Target) (int, error) {
+	a, err := fromMetrics(ctx, after.admin, parseCPUs)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", after.Name, err)
+	}
+	b, err := fromMetrics(ctx, before.admin, parseCPUs)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", before.Name, err)
+	}
+	if a != b {
+		return 0, fmt.Errorf("%s runs on %d CPUs and %s on %d: the builds must run on as many to compare (runtime.cpus)", after.Name, a, before.Name, b)
+	}
+	return a, nil
 }
 
 func machine() string {

@@ -47,14 +47,14 @@ func fixtureReports(t *testing.T) map[string]*Report {
 		Started: fixedDate, Took: 200 * time.Second,
 	}
 	git := &GitResult{GitVersion: "2.39.5", Started: fixedDate, Took: 90 * time.Second, Repos: []GitRepoResult{
-		{Repo: "acme/big", PackBytes: 220 << 20, RSSStart: 12 << 20, Peak: 13 << 20, CPU: 450 * time.Millisecond, Clones: []GitClone{
+		{Repo: "acme/big", PackBytes: 220 << 20, CproxyUse: CproxyUse{RSSStart: 12 << 20, Peak: 13 << 20, CPU: 450 * time.Millisecond}, Clones: []GitClone{
 			{"direct", 1770 * time.Millisecond}, {"cproxy", 1830 * time.Millisecond}, {"cproxy", 1900 * time.Millisecond},
 			{"direct", 1700 * time.Millisecond}, {"direct", 1800 * time.Millisecond}, {"cproxy", 1850 * time.Millisecond}}},
-		{Repo: "acme/small", PackBytes: 20 << 20, RSSStart: 12 << 20, Peak: 13 << 20, CPU: 60 * time.Millisecond, Clones: []GitClone{
+		{Repo: "acme/small", PackBytes: 20 << 20, CproxyUse: CproxyUse{RSSStart: 12 << 20, Peak: 13 << 20, CPU: 60 * time.Millisecond}, Clones: []GitClone{
 			{"direct", 200 * time.Millisecond}, {"cproxy", 220 * time.Millisecond}}},
 	}}
-	npm := &NPMResult{Packages: 140, Versions: 279, Scoped: 35, Installed: 178, Nested: 38, RSSStart: 13 << 20, Peak: 18 << 20,
-		CPU: 200 * time.Millisecond, NPMVersion: "11.19.1", NodeVersion: "v20.20.2", Started: fixedDate, Took: 25 * time.Second,
+	npm := &NPMResult{Packages: 140, Versions: 279, Scoped: 35, Installed: 178, Nested: 38, CproxyUse: CproxyUse{RSSStart: 13 << 20, Peak: 18 << 20,
+		CPU: 200 * time.Millisecond}, NPMVersion: "11.19.1", NodeVersion: "v20.20.2", Started: fixedDate, Took: 25 * time.Second,
 		Locks: []NPMLock{{"direct", 2670 * time.Millisecond, 140}, {"cproxy", 3040 * time.Millisecond, 140}},
 		Runs: []NPMRun{{"direct", 1970 * time.Millisecond, 178, 0, 1750 * time.Millisecond}, {"cproxy", 1280 * time.Millisecond, 178, 0, 1760 * time.Millisecond},
 			{"cproxy", 1300 * time.Millisecond, 178, 0, 1810 * time.Millisecond}, {"direct", 1690 * time.Millisecond, 178, 0, 1760 * time.Millisecond}}}

@@ -203,14 +203,20 @@ func formatRatio(a across) string {
 	return fmt.Sprintf("%.2f (%.2f–%.2f)", a.median(), slices.Min(a), slices.Max(a))
 }
 
+// A column is a target the table shows, and its title.
+type column struct{ target, title string }
+
 // columns are the targets in the order the table shows them.
-var columns = []struct{ target, title string }{
+var columns = []column{
 	{"direct", "direct"}, {"goproxy", "Go proxy"}, {"nginx", "nginx"}, {"cproxy", "cproxy"}, {LimitsTarget, "cproxy+limits"},
 	{"routes", "routes.Server"}, {SharedProxyTarget, "Go proxy, shared executable"}, {OneCPUProxyTarget, "Go proxy, 1 CPU"},
 }
 
-// ratioColumns divide one target's number by another's.
-var ratioColumns = []struct{ num, den, title string }{
+// A ratioColumn divides one target's number by another's.
+type ratioColumn struct{ num, den, title string }
+
+// ratioColumns are the ratios every table shows, where it has both targets.
+var ratioColumns = []ratioColumn{
 	{"cproxy", "goproxy", "cproxy ÷ Go proxy"},
 	{"cproxy", "direct", "cproxy ÷ direct"},
 	{"nginx", "goproxy", "nginx ÷ Go proxy"},
@@ -219,17 +225,43 @@ var ratioColumns = []struct{ num, den, title string }{
 	{"cproxy", OneCPUProxyTarget, "cproxy ÷ Go proxy, 1 CPU"},
 }
 
+// tableColumns are columns and, with an earlier build, its column after
+// cproxy+limits.
+func (r *Result) tableColumns() []column {
+	if r.Before == "" {
+		return columns
+	}
+	i := slices.IndexFunc(columns, func(c column) bool { return c.target == LimitsTarget }) + 1
+	return slices.Insert(slices.Clone(columns), i, column{r.Before, r.Before})
+}
+
+// tableRatios are ratioColumns and, with an earlier build, its ratios to
+// the same floors as cproxy's and cproxy's ratio to it: after ÷ before.
+func (r *Result) tableRatios() []ratioColumn {
+	if r.Before == "" {
+		return ratioColumns
+	}
+	b := r.Before
+	return append(slices.Clone(ratioColumns),
+		ratioColumn{b, "goproxy", b + " ÷ Go proxy"},
+		ratioColumn{b, "direct", b + " ÷ direct"},
+		ratioColumn{b, OneCPUProxyTarget, b + " ÷ Go proxy, 1 CPU"},
+		ratioColumn{"cproxy", b, "cproxy ÷ " + b},
+	)
+}
+
 // Markdown writes the comparison table and what it was measured on.
 func (r *Result) Markdown(w io.Writer) {
 	has := func(name string) bool { return slices.Contains(r.Targets, name) }
+	cols, ratios := r.tableColumns(), r.tableRatios()
 	head := []string{"measure", "unit"}
 	align := []string{"---", "---"}
-	for _, c := range columns {
+	for _, c := range cols {
 		if has(c.target) || c.target == "nginx" {
 			head, align = append(head, c.title), append(align, "--:")
 		}
 	}
-	for _, c := range ratioColumns {
+	for _, c := range ratios {
 		if has(c.num) && has(c.den) {
 			head, align = append(head, c.title), append(align, "--:")
 		}
@@ -239,7 +271,7 @@ func (r *Result) Markdown(w io.Writer) {
 
 	for _, rw := range rows(r.Plan.Streams) {
 		cells := []string{rw.label, rw.unit}
-		for _, c := range columns {
+		for _, c := range cols {
 			t := c.target
 			v := r.collect(rw.value, t)
 			switch {
@@ -256,7 +288,7 @@ func (r *Result) Markdown(w io.Writer) {
 				cells = append(cells, formatValue(v.median(), rw.unit))
 			}
 		}
-		for _, c := range ratioColumns {
+		for _, c := range ratios {
 			if !has(c.num) || !has(c.den) {
 				continue
 			}
@@ -280,6 +312,9 @@ func (r *Result) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "- plan: %d repetitions × %d rounds × %s per target and measure (at most %d requests each), %d held streams; took %s\n",
 		r.Plan.Reps, r.Plan.Rounds, r.Plan.Slice, r.Plan.MaxOps, r.Plan.Streams, r.Took.Round(time.Second))
 	fmt.Fprintf(w, "- load average before and after: %s / %s\n", r.LoadBefore, r.LoadAfter)
+	if r.Before != "" {
+		fmt.Fprintf(w, "- cproxy and %s both on %d CPU%s (%s)\n", r.Before, r.CproxyCPUs, plural(r.CproxyCPUs), gomaxprocsMetric)
+	}
 	var ops []string
 	for _, m := range measures {
 		ops = append(ops, fmt.Sprintf("%s: %s", m.name, formatOps(r, m.name)))

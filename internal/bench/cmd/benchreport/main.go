@@ -4,7 +4,9 @@
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
 // (.ci/bench-npm), with -store the PostgreSQL store benchmark
 // (.ci/bench-store), with -store-size the embedded store's size benchmark
-// (.ci/bench-store-size). With -json FILE it also writes everything the run measured
+// (.ci/bench-store-size). With -before BINARY each of the first three also
+// measures an earlier build of cproxy side by side (.ci/bench-compare).
+// With -json FILE it also writes everything the run measured
 // to FILE as a bench.Report, which benchcharts draws charts from.
 package main
 
@@ -28,6 +30,8 @@ func main() {
 	var o bench.Options
 	p := bench.DefaultPlan
 	flag.StringVar(&o.Cproxy, "cproxy", "", "the cproxy `binary` to measure (default: go build it)")
+	flag.StringVar(&o.Before, "before", "", "also measure this cproxy `binary`, an earlier build, side by side with -cproxy (.ci/bench-compare); with -git and -npm too")
+	flag.StringVar(&o.BeforeRev, "before-rev", "", "name the -before build `REV` (a commit id) in the tables: cproxy@REV")
 	flag.StringVar(&o.Proxy, "proxy", "", "the benchproxy `binary` that runs the do-nothing Go proxy (default: go build it)")
 	flag.StringVar(&o.Nginx, "nginx", "", "the nginx `binary` (default: nginx on PATH, else /usr/sbin/nginx)")
 	flag.StringVar(&o.Dir, "dir", "", "keep configs and logs in `DIR` (default: a temporary directory, removed)")
@@ -81,6 +85,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "benchreport: takes no arguments, got %q\n", flag.Arg(0))
 		os.Exit(2)
 	}
+	if _, err := bench.BeforeTarget(o.BeforeRev); err != nil {
+		fmt.Fprintf(os.Stderr, "benchreport: -before-rev: %v\n", err)
+		os.Exit(2)
+	}
 	// Under CI a missing nginx is a broken setup, not a reason to print a
 	// table without it.
 	o.RequireNginx = os.Getenv("CI") == "true"
@@ -112,10 +120,10 @@ func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, o benc
 	case storeMode:
 		res, err = bench.RunStore(ctx, st)
 	case npmMode:
-		n.Cproxy, n.Dir, n.Progress = o.Cproxy, o.Dir, os.Stderr
+		n.Cproxy, n.Dir, n.Progress, n.Before, n.BeforeRev = o.Cproxy, o.Dir, os.Stderr, o.Before, o.BeforeRev
 		res, err = bench.RunNPM(ctx, n)
 	case gitMode:
-		g.Cproxy, g.Dir, g.Progress = o.Cproxy, o.Dir, os.Stderr
+		g.Cproxy, g.Dir, g.Progress, g.Before, g.BeforeRev = o.Cproxy, o.Dir, os.Stderr, o.Before, o.BeforeRev
 		res, err = bench.RunGit(ctx, g)
 	default:
 		res, err = bench.Run(ctx, o, p)
