@@ -8,6 +8,7 @@ import (
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -36,15 +37,14 @@ func startCproxyStore() (string, *tokens.BoltStore, func()) {
 	upstream, _ := url.Parse("http://127.0.0.1:1") // never reached: only the admin handler is served
 	relay, _ := url.Parse("http://127.0.0.1:1/hub/")
 	srv := routes.New(routes.Options{
-		Store:     store,
-		Policy:    pol,
-		Anthropic: routes.Upstream{URL: upstream},
-		Relays: []routes.Relay{{
+		Store:  store,
+		Policy: pol,
+		Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": {URL: upstream}}, []routes.Relay{{
 			Rules:   &policy.Relay{},
 			Prefix:  "/mod/",
 			URL:     relay,
 			Headers: []routes.RelayHeader{{Name: "X-Mod-Token", Value: "mod_token"}},
-		}},
+		}}, "", nil, nil),
 	})
 	admin := httptest.NewServer(srv.AdminHandler())
 	return admin.URL, store, func() {

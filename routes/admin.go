@@ -181,7 +181,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	case errors.Is(err, errTooDeep):
 		return nil, nil, http.StatusBadRequest, err.Error() + ": it must be " + shape
 	case dup != "":
-		return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the key %q more than once (keys are matched without regard to case): send each key once", clip(dup, 64))
+		return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the key %q more than once (keys are matched without regard to case): send each key once", Clip(dup, 64))
 	}
 	var req struct {
 		Values map[string]string `json:"values"`
@@ -191,7 +191,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil || dec.More() {
 		if k := unknownKey(err); k != "" {
-			return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the unknown key %s: it must be %s", clip(k, 64), shape)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the unknown key %s: it must be %s", Clip(k, 64), shape)
 		}
 		return nil, nil, http.StatusBadRequest, "the body is not " + shape
 	}
@@ -200,12 +200,12 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	}
 	for name, v := range req.Values {
 		switch {
-		case !slices.Contains(s.relayValues, name):
+		case !slices.Contains(s.tokenValues, name):
 			known := "none"
-			if len(s.relayValues) > 0 {
-				known = strings.Join(s.relayValues, ", ")
+			if len(s.tokenValues) > 0 {
+				known = strings.Join(s.tokenValues, ", ")
 			}
-			return nil, nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", clip(name, 64), known)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", Clip(name, 64), known)
 		case v == "" || len(v) > maxValueLen:
 			return nil, nil, http.StatusBadRequest, fmt.Sprintf("value %s must be 1 to %d bytes", name, maxValueLen)
 		case strings.IndexFunc(v, func(c rune) bool { return c < 0x20 && c != '\t' || c == 0x7f }) >= 0:
@@ -215,7 +215,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	if len(req.Budget) > 0 && string(req.Budget) != "null" {
 		b, err := policy.ParseBudget(req.Budget)
 		if err != nil {
-			return nil, nil, http.StatusBadRequest, clip(err.Error(), 300)
+			return nil, nil, http.StatusBadRequest, Clip(err.Error(), 300)
 		}
 		req.Budget, _ = json.Marshal(b)
 	} else {
@@ -233,7 +233,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 func (s *Server) binding(sandbox, profile, source, bind string) (string, string, string) {
 	prof, _ := s.policy().ProfileFor(sandbox, profile) // nil: decided per request, as for any token
 	if bind != "" && bind != policy.BindSocket {
-		return "", "", fmt.Sprintf(`invalid bind %q: the only binding is "socket" (the sandbox's own Unix socket)`, clip(bind, 32))
+		return "", "", fmt.Sprintf(`invalid bind %q: the only binding is "socket" (the sandbox's own Unix socket)`, Clip(bind, 32))
 	}
 	if prof != nil && prof.Bind == policy.BindSocket {
 		bind = policy.BindSocket
@@ -241,7 +241,7 @@ func (s *Server) binding(sandbox, profile, source, bind string) (string, string,
 	if source != "" {
 		p, err := policy.ParseSource(source)
 		if err != nil {
-			return "", "", "invalid source: " + clip(err.Error(), 160)
+			return "", "", "invalid source: " + Clip(err.Error(), 160)
 		}
 		if p.IsSingleIP() {
 			source = p.Addr().String()
@@ -311,20 +311,20 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v := q.Get("state"); v != "" && !slices.Contains(tokens.States, lq.State) {
-		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid state %q: live, expired or revoked", clip(v, 32)))
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid state %q: live, expired or revoked", Clip(v, 32)))
 		return
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > client.MaxListLimit {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", clip(v, 32), client.MaxListLimit))
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", Clip(v, 32), client.MaxListLimit))
 			return
 		}
 		lq.Limit = n
 	}
 	page, err := s.store.List(r.Context(), lq)
 	if errors.Is(err, tokens.ErrBadCursor) {
-		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid cursor %q: pass the next of the page before, unchanged", clip(lq.After, 32)))
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid cursor %q: pass the next of the page before, unchanged", Clip(lq.After, 32)))
 		return
 	}
 	if err != nil {
@@ -408,7 +408,7 @@ func adminQuery(w http.ResponseWriter, r *http.Request, allowed ...string) (url.
 			if len(allowed) > 0 {
 				takes = "takes: " + strings.Join(allowed, ", ")
 			}
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint %s)", clip(k, 64), takes))
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint %s)", Clip(k, 64), takes))
 			return nil, false
 		}
 		if len(vs) > 1 {
@@ -432,7 +432,7 @@ func sandboxIDHint(id string) string {
 	if id == "" {
 		return "missing sandbox: pass ?sandbox=ID"
 	}
-	return fmt.Sprintf("invalid sandbox id %q: ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", clip(id, 80))
+	return fmt.Sprintf("invalid sandbox id %q: ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", Clip(id, 80))
 }
 
 // ParseTTL reads a token lifetime: a Go duration ("90m", "24h") or a number
@@ -440,7 +440,7 @@ func sandboxIDHint(id string) string {
 func ParseTTL(v string) (time.Duration, error) {
 	d, err := parseDays(v)
 	if err != nil {
-		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", clip(v, 32))
+		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", Clip(v, 32))
 	}
 	if d < time.Second || d > maxTokenTTL {
 		return 0, fmt.Errorf("ttl %s is out of range: between 1s and 366d", v)

@@ -105,7 +105,7 @@ func (s *advStore) ReleaseSlot(ctx context.Context, slot tokens.Slot) error {
 
 func newAdvEnv(t *testing.T) (*env, *advStore) {
 	var st *advStore
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		st = &advStore{Store: o.Store}
 		o.Store = st
 	})
@@ -324,8 +324,9 @@ func TestAdversarialFaultsNoGoroutineLeak(t *testing.T) {
 			}
 			defer store.Close()
 			u, _ := url.Parse(upstream)
-			srv := New(Options{Store: store, Policy: policy.DefaultPolicy(), Logger: slog.New(slog.DiscardHandler),
-				Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key", HeaderTimeout: 300 * time.Millisecond}})
+			o := testOptions{Options: Options{Store: store, Policy: policy.DefaultPolicy(), Logger: slog.New(slog.DiscardHandler)},
+				Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key", HeaderTimeout: 300 * time.Millisecond}}
+			srv := New(o.build())
 			defer srv.Close()
 			proxy := httptest.NewServer(srv.ProxyHandler())
 			defer proxy.Close()

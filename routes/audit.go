@@ -45,10 +45,10 @@ func (w *auditWriter) Flush() {
 
 func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// audit is one proxied request as the audit line tells it. Routes fill in
+// Call is one proxied request as the Call line tells it. Routes fill in
 // what they learn; finish writes the line. It never holds a token or a
 // credential: only the token's id.
-type audit struct {
+type Call struct {
 	srv     *Server
 	log     *slog.Logger
 	metrics *metrics
@@ -56,6 +56,7 @@ type audit struct {
 	r       *http.Request
 	start   time.Time
 	route   string
+	rt      Route // nil until the path picked one
 	session *Session
 	target  string // the model; the repository (and refs); the package
 	rule    string // the policy rule that decided
@@ -79,19 +80,19 @@ type audit struct {
 	meter *meter
 	// held is what the request's body holds of the memory for bodies read
 	// whole; finish gives back what the upstream has not read yet.
-	held bodyHold
+	held BodyHold
 	// flight is the request as its token's revocation or expiry ends it,
 	// from its authentication on.
 	flight flight
 	// decide asks the route's policy question again of another profile,
 	// when a reload has changed the token's (Server.recheck); nil: the
 	// request is refused then.
-	decide decide
+	decide Decide
 }
 
 // recheck is Server.recheck, called where the request is served (not
 // where its body streams): the rule that decided goes on the audit line.
-func (a *audit) recheck(ctx context.Context) error {
+func (a *Call) recheck(ctx context.Context) error {
 	rule, err := a.srv.recheck(ctx, a)
 	if rule != "" {
 		a.rule = rule
@@ -105,10 +106,10 @@ func (a *audit) recheck(ctx context.Context) error {
 // body is never read. The copy leaves net/http's own request untouched: the
 // server decides from its Body whether an unread body (after an Expect:
 // 100-continue that was never answered) may be skipped or must be drained.
-func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *http.Request) {
+func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*Call, *http.Request) {
 	// One allocation for what lives exactly as long as the request.
 	st := &auditState{
-		audit: audit{srv: s, log: s.audit, metrics: s.metrics, start: s.now(), sink: s.auditLog},
+		audit: Call{srv: s, log: s.audit, metrics: s.metrics, start: s.now(), sink: s.auditLog},
 		w:     auditWriter{ResponseWriter: w},
 		body:  countingBody{ReadCloser: r.Body},
 		r:     *r,
@@ -122,7 +123,7 @@ func (s *Server) startAudit(w http.ResponseWriter, r *http.Request) (*audit, *ht
 
 // auditState is an audit with what it points to, allocated together.
 type auditState struct {
-	audit audit
+	audit Call
 	w     auditWriter
 	body  countingBody
 	r     http.Request
@@ -146,17 +147,22 @@ func (c *countingBody) Read(p []byte) (int, error) {
 }
 
 // fail answers the request with err in the route's format.
-func (a *audit) fail(write func(http.ResponseWriter, error) int, err error) {
+func (a *Call) fail(write func(http.ResponseWriter, error) int, err error) {
 	if cause := a.flight.ended(); cause != nil {
 		// Whatever failed, it failed because the token's work was ended.
 		err = cause
 	}
-	a.reason = message(err)
+	a.reason = Message(err)
 	a.decision = decisionOf(err)
 	write(a.w, err)
 }
 
-func (a *audit) finish() {
+func (a *Call) finish() {
+	if a.meter != nil {
+		// A metered request its route did not settle: charged what it
+		// reserved if the upstream has it, else nothing.
+		a.meter.unanswered()
+	}
 	a.srv.flights.remove(&a.flight)
 	a.held.release()
 	status := a.w.status
@@ -235,10 +241,10 @@ func auditAttrs(rec *AuditRecord, d time.Duration) []slog.Attr {
 // audit records and refusals (tokens.Withhold).
 const withheldToken = "[token-withheld]"
 
-// clip bounds what a client-chosen string can put in a refusal or an audit
+// Clip bounds what a client-chosen string can put in a refusal or an audit
 // record, and withholds any token-shaped part of it. It is the one place
 // that decides what of a client's text is kept, for every field and format.
-func clip(s string, n int) string {
+func Clip(s string, n int) string {
 	s, _ = cut(s, n)
 	return s
 }
@@ -325,7 +331,7 @@ const AuditTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 // record is the audit record of the finished request. Every string a
 // client chose goes through clip's rule here, and nowhere else: the JSON
 // record and the text line both write what it holds.
-func (a *audit) record(status int, d time.Duration) AuditRecord {
+func (a *Call) record(status int, d time.Duration) AuditRecord {
 	rec := AuditRecord{
 		Time:       a.start.Add(d).UTC().Format(AuditTimeFormat),
 		Route:      a.route,
@@ -389,7 +395,7 @@ func (rec *AuditRecord) markCut(field string) {
 // of concurrent requests never interleave. The line is json.Marshal's
 // encoding of the record (appendAuditRecord), built in a pooled buffer: the
 // sink, an io.Writer, must not keep it (cmd/cproxy's copies it).
-func (a *audit) writeRecord(rec *AuditRecord) {
+func (a *Call) writeRecord(rec *AuditRecord) {
 	bp := lineBuffers.Get().(*[]byte)
 	line := append(appendAuditRecord((*bp)[:0], rec), '\n')
 	if _, err := a.sink.Write(line); err != nil {

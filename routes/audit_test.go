@@ -36,11 +36,11 @@ func auditRecords(t *testing.T, sink *testutil.Buffer) []map[string]any {
 }
 
 func sonnetOnly(t *testing.T) envOpt {
-	return func(o *Options) { o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n") }
+	return func(o *testOptions) { o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n") }
 }
 
 func withAuditLog(sink *testutil.Buffer) envOpt {
-	return func(o *Options) { o.AuditLog = sink }
+	return func(o *testOptions) { o.AuditLog = sink }
 }
 
 // TestAuditRecordJSON: with Options.AuditLog every request is one JSON line
@@ -48,7 +48,7 @@ func withAuditLog(sink *testutil.Buffer) envOpt {
 // log gets no msg=request line.
 func TestAuditRecordJSON(t *testing.T) {
 	sink := &testutil.Buffer{}
-	e := newEnv(t, withAuditLog(sink), func(o *Options) {
+	e := newEnv(t, withAuditLog(sink), func(o *testOptions) {
 		o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\n")
 	})
 	tok := e.token("conv-42")
@@ -128,7 +128,7 @@ func TestAuditRecordErrorAndUsage(t *testing.T) {
 
 	// The record itself, for usage and the other route-set fields.
 	sink2 := &testutil.Buffer{}
-	a := &audit{
+	a := &Call{
 		w: &auditWriter{ResponseWriter: httptest.NewRecorder(), status: 200}, r: httptest.NewRequest("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", nil),
 		start: time.Now(), route: "npm", target: "is-thing", version: "1.1.0", rule: "r", body: &countingBody{ReadCloser: http.NoBody},
 		sink: sink2, usage: Usage{Input: 12, Output: 40, CacheRead: 100, CacheWrite: 7},
@@ -217,7 +217,7 @@ func TestAuditRecordBoundsClientStrings(t *testing.T) {
 // withheld, and a cut is named.
 func TestAuditLineBoundsClientStrings(t *testing.T) {
 	var buf testutil.Buffer
-	e := newEnv(t, func(o *Options) { o.Audit = slog.New(NewTextHandler(&buf, nil)) }, sonnetOnly(t))
+	e := newEnv(t, func(o *testOptions) { o.Audit = slog.New(NewTextHandler(&buf, nil)) }, sonnetOnly(t))
 	tok := e.token("conv-42")
 	e.do("POST", "/v1/messages", bearer(tok), `{"model":"CPX_`+tok[len("cpx_"):]+`","max_tokens":8,"messages":[]}`)
 	e.do("GET", "/v1/"+strings.Repeat("y", 300), bearer(tok), "")
@@ -252,7 +252,7 @@ func TestAuditRecordPushCut(t *testing.T) {
 
 	var line bytes.Buffer
 	h2, _ := NewTextHandler(&line, nil).(*textHandler)
-	a := &audit{r: httptest.NewRequest("POST", "/github/acme/app/git-receive-pack", nil), w: &auditWriter{}, body: &countingBody{}, route: "github", target: "acme/app " + strings.Repeat("refs/heads/x,", 101)}
+	a := &Call{r: httptest.NewRequest("POST", "/github/acme/app/git-receive-pack", nil), w: &auditWriter{}, body: &countingBody{}, route: "github", target: "acme/app " + strings.Repeat("refs/heads/x,", 101)}
 	for range 101 {
 		a.refs = append(a.refs, RefUpdate{Ref: "refs/heads/x"})
 	}

@@ -17,7 +17,7 @@ import (
 // auditLinePair formats a's audit line both ways at the same time: as slog's
 // text handler writes the attributes (*audit).finish gives it, and as
 // textHandler's fast path writes it.
-func auditLinePair(t *testing.T, a *audit, status int, d time.Duration, now time.Time) (slogLine, fastLine string) {
+func auditLinePair(t *testing.T, a *Call, status int, d time.Duration, now time.Time) (slogLine, fastLine string) {
 	t.Helper()
 	var want bytes.Buffer
 	rec := slog.NewRecord(now, slog.LevelInfo, "request", 0)
@@ -36,14 +36,14 @@ func auditLinePair(t *testing.T, a *audit, status int, d time.Duration, now time
 }
 
 // testAudit is an audit of one request, its strings chosen by the caller.
-func testAudit(route, sandbox, tokenID, profile, sid, method, path, target, rule, reason string, usage Usage, withSession, withProfile bool) *audit {
+func testAudit(route, sandbox, tokenID, profile, sid, method, path, target, rule, reason string, usage Usage, withSession, withProfile bool) *Call {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Method = method
 	r.URL.Path = path
 	if sid != "" {
 		r.Header["X-Claude-Code-Session-Id"] = []string{sid}
 	}
-	a := &audit{r: r, w: &auditWriter{status: 200, bytes: 541}, body: &countingBody{n: 21900}, route: route,
+	a := &Call{r: r, w: &auditWriter{status: 200, bytes: 541}, body: &countingBody{n: 21900}, route: route,
 		target: target, rule: rule, reason: reason, usage: usage}
 	if withSession {
 		a.session = &Session{Sandbox: sandbox, TokenID: tokenID}
@@ -64,7 +64,7 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 	usage := Usage{Input: 5120, Output: 31, CacheRead: 4096}
 	for _, c := range []struct {
 		name string
-		a    *audit
+		a    *Call
 		now  time.Time
 		d    time.Duration
 	}{
@@ -95,7 +95,7 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 // (NewTextHandler), a request's audit line comes out whole, once.
 func TestAuditLineThroughServer(t *testing.T) {
 	var buf testutil.Buffer
-	e := newEnv(t, func(o *Options) { o.Audit = slog.New(NewTextHandler(&buf, nil)) })
+	e := newEnv(t, func(o *testOptions) { o.Audit = slog.New(NewTextHandler(&buf, nil)) })
 	tok := e.token("sb-1")
 	if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 200 {
 		t.Fatalf("allowed: %d %s", r.status, r.body)

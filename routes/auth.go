@@ -44,7 +44,7 @@ func presentedToken(r *http.Request) (string, error) {
 	found := make([]string, 0, 2) // at most one of each header
 	authz := r.Header.Values("Authorization")
 	if len(authz) > 1 {
-		return "", refuse(ErrUnauthorized, "more than one Authorization header")
+		return "", Refuse(ErrUnauthorized, "more than one Authorization header")
 	}
 	if len(authz) == 1 {
 		scheme, rest, _ := strings.Cut(authz[0], " ")
@@ -55,31 +55,31 @@ func presentedToken(r *http.Request) (string, error) {
 		case strings.EqualFold(scheme, "Basic"):
 			raw, err := base64.StdEncoding.DecodeString(rest)
 			if err != nil {
-				return "", refuse(ErrUnauthorized, "malformed Basic authorization")
+				return "", Refuse(ErrUnauthorized, "malformed Basic authorization")
 			}
 			_, pass, _ := strings.Cut(string(raw), ":")
 			found = append(found, pass)
 		default:
-			return "", refuse(ErrUnauthorized, "unsupported authorization scheme: send the sandbox token as a Bearer token")
+			return "", Refuse(ErrUnauthorized, "unsupported authorization scheme: send the sandbox token as a Bearer token")
 		}
 	}
 	keys := r.Header.Values("X-Api-Key")
 	if len(keys) > 1 {
-		return "", refuse(ErrUnauthorized, "more than one X-Api-Key header")
+		return "", Refuse(ErrUnauthorized, "more than one X-Api-Key header")
 	}
 	found = append(found, keys...)
 	switch {
 	case len(found) == 0 || found[0] == "":
-		return "", refuse(ErrUnauthorized, "no sandbox token: send it as Authorization: Bearer or X-Api-Key")
+		return "", Refuse(ErrUnauthorized, "no sandbox token: send it as Authorization: Bearer or X-Api-Key")
 	case len(found) == 2 && found[0] != found[1]:
-		return "", refuse(ErrUnauthorized, "two different credentials in one request")
+		return "", Refuse(ErrUnauthorized, "two different credentials in one request")
 	}
 	return found[0], nil
 }
 
 // admit authenticates r for a route and records the session on its audit
 // line; a refusal is written in the route's format and admit reports false.
-func (s *Server) admit(a *audit, r *http.Request, writeErr func(http.ResponseWriter, error) int) bool {
+func (s *Server) admit(a *Call, r *http.Request, writeErr func(http.ResponseWriter, error) int) bool {
 	sess, err := s.authenticate(r)
 	a.session = sess
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	}
 	tok, err := tokens.Parse(raw)
 	if err != nil {
-		return nil, refuse(ErrUnauthorized, "malformed sandbox token: get a new one from the harness")
+		return nil, Refuse(ErrUnauthorized, "malformed sandbox token: get a new one from the harness")
 	}
 	rec, found, err := s.liveRecord(r.Context(), tok.Hash())
 	if err != nil {
@@ -129,7 +129,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 		own, err := policy.ParseBudget(rec.Budget)
 		if err != nil {
 			s.log.Error("a token's budget cannot be read", "token_id", rec.ID, "err", err)
-			return sess, refuse(ErrUnavailable, "sandbox token %s's budget cannot be read; mint a new token", rec.ID)
+			return sess, Refuse(ErrUnavailable, "sandbox token %s's budget cannot be read; mint a new token", rec.ID)
 		}
 		sess.Budget = prof.Budget.Over(own)
 	}
@@ -137,7 +137,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 		vals, err := tokens.OpenValues(tok, rec.Values)
 		if err != nil {
 			s.log.Error("opening a token's per-token values failed", "token_id", rec.ID, "err", err)
-			return sess, refuse(ErrUnavailable, "sandbox token %s's per-token values cannot be read; mint a new token", rec.ID)
+			return sess, Refuse(ErrUnavailable, "sandbox token %s's per-token values cannot be read; mint a new token", rec.ID)
 		}
 		sess.Values = make(map[string]secrets.Secret, len(vals))
 		for k, v := range vals {
@@ -154,12 +154,12 @@ func (s *Server) liveRecord(ctx context.Context, h tokens.Hash) (rec tokens.Reco
 	rec, err = s.store.Lookup(ctx, h)
 	switch {
 	case errors.Is(err, tokens.ErrNotFound):
-		return rec, false, refuse(ErrUnauthorized, "unknown sandbox token")
+		return rec, false, Refuse(ErrUnauthorized, "unknown sandbox token")
 	case errors.Is(err, context.Canceled):
 		return rec, false, err
 	case err != nil:
 		s.log.Error("token store look-up failed", "err", err)
-		return rec, false, refuse(ErrUnavailable, "token store unavailable; try again later")
+		return rec, false, Refuse(ErrUnavailable, "token store unavailable; try again later")
 	}
 	return rec, true, notLive(rec, s.now())
 }
@@ -172,17 +172,17 @@ func notLive(rec tokens.Record, now time.Time) error {
 	case errors.Is(err, tokens.ErrExpired):
 		return expiredError(rec.ID, rec.ExpiresAt)
 	case err != nil:
-		return refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
+		return Refuse(ErrUnauthorized, "sandbox token %s is not valid", rec.ID)
 	}
 	return nil
 }
 
 func revokedError(id string) error {
-	return refuse(ErrUnauthorized, "sandbox token %s was revoked", id)
+	return Refuse(ErrUnauthorized, "sandbox token %s was revoked", id)
 }
 
 func expiredError(id string, at time.Time) error {
-	return refuse(ErrUnauthorized, "sandbox token %s expired at %s", id, at.UTC().Format("2006-01-02T15:04:05Z"))
+	return Refuse(ErrUnauthorized, "sandbox token %s expired at %s", id, at.UTC().Format("2006-01-02T15:04:05Z"))
 }
 
 // profileOf is the profile the current policy gives rec's token.
@@ -193,13 +193,6 @@ func (s *Server) profileOf(rec tokens.Record) (*policy.Profile, error) {
 	}
 	return prof, nil
 }
-
-// decide is a route's policy question, asked of a profile: the rule that
-// answered, and a refusal in the route's words when the answer is no.
-type decide func(*policy.Profile) (rule string, err error)
-
-// anyProfile is the decision of a request every profile may make.
-func anyProfile(*policy.Profile) (string, error) { return "", nil }
 
 // recheck takes again, as things are now, the decision that lets a's
 // request reach its upstream: the token is looked up again (revoked or
@@ -213,7 +206,7 @@ func anyProfile(*policy.Profile) (string, error) { return "", nil }
 // on every request: the stores keep looked-up records in memory and the
 // policy's answers are memoised, and the same profile needs no new answer
 // (a loaded policy never changes).
-func (s *Server) recheck(ctx context.Context, a *audit) (rule string, err error) {
+func (s *Server) recheck(ctx context.Context, a *Call) (rule string, err error) {
 	sess := a.session
 	rec, _, err := s.liveRecord(ctx, sess.hash)
 	if err != nil {
@@ -231,7 +224,7 @@ func (s *Server) recheck(ctx context.Context, a *audit) (rule string, err error)
 	}
 	if a.decide == nil {
 		// Deny by default: a route that did not say how to ask again.
-		return "", refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", sess.Sandbox)
+		return "", Refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", sess.Sandbox)
 	}
 	return a.decide(prof)
 }
@@ -245,10 +238,10 @@ func (s *Server) recheck(ctx context.Context, a *audit) (rule string, err error)
 func checkChannel(r *http.Request, rec tokens.Record, prof *policy.Profile) error {
 	own := socketSandbox(r)
 	if own != "" && own != rec.Sandbox {
-		return refuse(ErrForbidden, "sandbox token %s belongs to another sandbox than this socket's: it is not accepted here", rec.ID)
+		return Refuse(ErrForbidden, "sandbox token %s belongs to another sandbox than this socket's: it is not accepted here", rec.ID)
 	}
 	if (rec.Bind == policy.BindSocket || prof.Bind == policy.BindSocket) && own == "" {
-		return refuse(ErrForbidden, "sandbox token %s is bound to its sandbox's own socket: it is not accepted on this listener", rec.ID)
+		return Refuse(ErrForbidden, "sandbox token %s is bound to its sandbox's own socket: it is not accepted on this listener", rec.ID)
 	}
 	if rec.Source == "" && !prof.HasSources() {
 		return nil
@@ -260,7 +253,7 @@ func checkChannel(r *http.Request, rec tokens.Record, prof *policy.Profile) erro
 		ok = err == nil && src.Contains(peer)
 	}
 	if !ok {
-		return refuse(ErrForbidden, "sandbox token %s is bound to another address: it is not accepted from %s", rec.ID, from)
+		return Refuse(ErrForbidden, "sandbox token %s is bound to another address: it is not accepted from %s", rec.ID, from)
 	}
 	return nil
 }
@@ -289,7 +282,7 @@ func peerAddr(r *http.Request) (netip.Addr, string) {
 func (s *Server) noProfile(rec tokens.Record, err error) error {
 	s.log.Warn("no policy profile for a sandbox's token", "sandbox", rec.Sandbox, "token_id", rec.ID, "err", err)
 	if rec.Profile != "" {
-		return refuse(ErrForbidden, "no policy profile for sandbox %s: its token names profile %q, which the policy in force does not have; ask the operator, do not retry", rec.Sandbox, rec.Profile)
+		return Refuse(ErrForbidden, "no policy profile for sandbox %s: its token names profile %q, which the policy in force does not have; ask the operator, do not retry", rec.Sandbox, rec.Profile)
 	}
-	return refuse(ErrForbidden, "no policy profile for sandbox %s: no rule of the policy in force gives it one; ask the operator, do not retry", rec.Sandbox)
+	return Refuse(ErrForbidden, "no policy profile for sandbox %s: no rule of the policy in force gives it one; ask the operator, do not retry", rec.Sandbox)
 }

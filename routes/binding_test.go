@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,7 +34,7 @@ profile = "sock"
 `
 
 func withPolicy(src string) envOpt {
-	return func(o *Options) { o.Policy = mustPolicyOpt(src) }
+	return func(o *testOptions) { o.Policy = mustPolicyOpt(src) }
 }
 
 // mustPolicyOpt loads a policy outside a test's helpers (envOpts have no t).
@@ -55,7 +56,7 @@ func mustPolicyOpt(src string) *policy.Policy {
 }
 
 func withSockets(t *testing.T, dir string) envOpt {
-	return func(o *Options) {
+	return func(o *testOptions) {
 		ss, err := OpenSandboxSockets(dir, func() *http.Server { return &http.Server{} }, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +139,7 @@ func TestSourceBinding(t *testing.T) {
 			if !errors.Is(err, ErrForbidden) {
 				t.Fatalf("err = %v, want a 403 refusal", err)
 			}
-			msg := message(err)
+			msg := Message(err)
 			if !strings.Contains(msg, "is bound to another address: it is not accepted from ") {
 				t.Errorf("message %q", msg)
 			}
@@ -313,7 +314,9 @@ func TestRestoreSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ss.Close()
-	srv := New(Options{Store: e.srv.store, Policy: e.srv.policy(), Anthropic: Upstream{URL: e.srv.model.up.URL}, SandboxSockets: ss})
+	u, _ := url.Parse(e.fake.URL)
+	o := testOptions{Options: Options{Store: e.srv.store, Policy: e.srv.policy(), SandboxSockets: ss}, Anthropic: Upstream{URL: u}}
+	srv := New(o.build())
 	if err := srv.RestoreSockets(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -63,11 +63,11 @@ func newBodyMemory(size int64, m *metrics) *bodyMemory {
 	return &bodyMemory{sem: semaphore.NewWeighted(size), size: size, wait: bodyMemoryWait, metrics: m}
 }
 
-// bodyHold is one request's share of bodyMemory, in its audit record:
+// BodyHold is one request's share of bodyMemory, in its audit record:
 // what a body holds is given back when the upstream has read it, and at
 // the latest when the request ends. The zero hold of a nil bodyMemory
 // holds nothing.
-type bodyHold struct {
+type BodyHold struct {
 	m *bodyMemory
 	n atomic.Int64
 	// large says the body's buffer is its own (not lent by bodyBuffers),
@@ -76,13 +76,13 @@ type bodyHold struct {
 }
 
 // grow takes n more bytes for the body.
-func (h *bodyHold) grow(ctx context.Context, n int64) error {
+func (h *BodyHold) grow(ctx context.Context, n int64) error {
 	m := h.m
 	if n <= 0 || m == nil {
 		return nil
 	}
 	if n > m.size {
-		return refuse(ErrTooLarge, "a request body of %d bytes is over what cproxy may hold of all bodies at once (%d MiB, runtime.body_memory_mib); do not retry", n, m.size>>20)
+		return Refuse(ErrTooLarge, "a request body of %d bytes is over what cproxy may hold of all bodies at once (%d MiB, runtime.body_memory_mib); do not retry", n, m.size>>20)
 	}
 	if !m.sem.TryAcquire(n) {
 		wait, cancel := context.WithTimeout(ctx, m.wait)
@@ -93,7 +93,7 @@ func (h *bodyHold) grow(ctx context.Context, n int64) error {
 				return ctx.Err()
 			}
 			m.metrics.bodyMemoryRefused()
-			err := refuse(ErrUnavailable, "cproxy is holding all the request bodies it may at once (%d MiB, runtime.body_memory_mib); retry in a few seconds", m.size>>20).(*refusal)
+			err := Refuse(ErrUnavailable, "cproxy is holding all the request bodies it may at once (%d MiB, runtime.body_memory_mib); retry in a few seconds", m.size>>20).(*refusal)
 			err.retryAfter = bodyMemoryRetry
 			return err
 		}
@@ -105,7 +105,7 @@ func (h *bodyHold) grow(ctx context.Context, n int64) error {
 
 // release gives the body's share back; only the first call after a grow
 // does anything.
-func (h *bodyHold) release() {
+func (h *BodyHold) release() {
 	if h == nil {
 		return
 	}
@@ -133,14 +133,14 @@ func (h *bodyHold) release() {
 // reader is r with the body's share grown as its bytes are read, for a
 // body of undeclared length, or the part of one that is kept (until
 // stopHolding); a read that cannot have its share fails with the refusal.
-func (h *bodyHold) reader(ctx context.Context, r io.Reader) *heldReader {
+func (h *BodyHold) reader(ctx context.Context, r io.Reader) *heldReader {
 	return &heldReader{ctx: ctx, r: r, h: h}
 }
 
 type heldReader struct {
 	ctx  context.Context
 	r    io.Reader
-	h    *bodyHold
+	h    *BodyHold
 	read int64
 	// stopped: what is read now streams on, and takes no more share.
 	stopped bool

@@ -18,7 +18,7 @@ func TestBodyMemory(t *testing.T) {
 	m := newBodyMemory(4<<20, nil)
 	m.wait = time.Millisecond // refused at once, rather than after a wait
 	ctx := context.Background()
-	a, b := &bodyHold{m: m}, &bodyHold{m: m}
+	a, b := &BodyHold{m: m}, &BodyHold{m: m}
 	if err := a.grow(ctx, 3<<20); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestBodyMemory(t *testing.T) {
 	b.release()
 
 	// Read as it arrives: 3 MiB kept, then 8 MiB streamed on unheld.
-	h := &bodyHold{m: m}
+	h := &BodyHold{m: m}
 	src := io.MultiReader(bytes.NewReader(make([]byte, 3<<20)), bytes.NewReader(make([]byte, 8<<20)))
 	hr := h.reader(ctx, src)
 	if _, err := io.ReadFull(hr, make([]byte, 3<<20)); err != nil {
@@ -57,7 +57,7 @@ func TestBodyMemory(t *testing.T) {
 	h.release()
 
 	// Past the memory while reading: the read fails with the refusal.
-	h = &bodyHold{m: m}
+	h = &BodyHold{m: m}
 	hr = h.reader(ctx, bytes.NewReader(make([]byte, 5<<20)))
 	if _, err := io.ReadAll(hr); !errors.As(err, &ref) || hr.refused == nil {
 		t.Errorf("a body of undeclared length past the memory: %v", err)

@@ -103,7 +103,7 @@ type reservation struct {
 // budgetError is a 429 with what was exhausted and, where waiting helps,
 // when to retry.
 func budgetError(retry time.Duration, format string, args ...any) error {
-	err := refuse(ErrTooManyRequests, format, args...).(*refusal)
+	err := Refuse(ErrTooManyRequests, format, args...).(*refusal)
 	err.retryAfter = retry
 	return err
 }
@@ -303,7 +303,7 @@ func (b *budgets) refusal(err error, sess *Session, lim policy.Budget, held, wan
 // passed.
 func (b *budgets) storeFailed(err error, sess *Session) error {
 	b.log.Error("budget: the token store failed", "token_id", sess.TokenID, "err", err)
-	return refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", sess.Sandbox)
+	return Refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", sess.Sandbox)
 }
 
 // caps is what lim caps per window, as a usage (zero: no cap).

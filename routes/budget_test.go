@@ -61,7 +61,7 @@ profile = "one"
 `
 
 func newBudgetEnv(t *testing.T, now func() time.Time) *env {
-	return newEnv(t, func(o *Options) {
+	return newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, budgetPolicy)
 		if now != nil {
 			o.Now = now
@@ -281,14 +281,15 @@ func TestBudgetShared(t *testing.T) {
 // returns that server's proxy URL.
 func newSharedBudgetEnv(t *testing.T) (*env, string) {
 	var shared *memShared
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, budgetPolicy)
 		shared = newMemShared(o.Store)
 		o.SharedLimits = shared
 	})
 	u, _ := url.Parse(e.fake.URL)
-	other := New(Options{Store: e.srv.store, SharedLimits: shared, Policy: e.srv.policy(),
-		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}})
+	o := testOptions{Options: Options{Store: e.srv.store, SharedLimits: shared, Policy: e.srv.policy()},
+		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}}
+	other := New(o.build())
 	t.Cleanup(other.Close)
 	second := httptest.NewServer(other.ProxyHandler())
 	t.Cleanup(second.Close)
@@ -338,7 +339,7 @@ func TestBudgetSharedRateAndConcurrency(t *testing.T) {
 // an over-charge, logged, never an under-charge.
 func TestBudgetSharedStoreFails(t *testing.T) {
 	var st *advStore
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, budgetPolicy)
 		st = &advStore{Store: o.Store, limits: newMemShared(o.Store)}
 		o.Store, o.SharedLimits = st, st

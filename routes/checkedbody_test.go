@@ -56,7 +56,7 @@ func TestBodyBufferClass(t *testing.T) {
 // body was read, whose buffers must not be lent again half-filled), the
 // upstream receives each allowed body exactly as its client sent it.
 func TestCheckedBodiesNeverMix(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		// All 200 at once from one token: above the default concurrency.
 		o.Policy = mustPolicy(t, "[profile.default]\nmodels = [\"claude-sonnet-*\"]\nbudget = { concurrent = 200 }\n")
 	})

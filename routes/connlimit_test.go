@@ -82,7 +82,7 @@ func isTimeout(err error) bool {
 // socket refuses the next, and serves it once that one closes.
 func TestConnLimitCoversSandboxSockets(t *testing.T) {
 	dir := t.TempDir()
-	e := newEnv(t, withPolicy(bindingPolicy), withSockets(t, dir), func(o *Options) { o.MaxConnections = 1 })
+	e := newEnv(t, withPolicy(bindingPolicy), withSockets(t, dir), func(o *testOptions) { o.MaxConnections = 1 })
 	_, out, _ := e.mint("sandbox=conv-1&bind=socket")
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

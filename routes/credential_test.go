@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,7 +31,7 @@ func liveFile(t *testing.T, name, v string) (*secrets.Live, string) {
 // changes what the next request carries, on the model and npm routes alike.
 func TestLiveCredential(t *testing.T) {
 	live, path := liveFile(t, "anthropic", "sk-ant-api03-not-yet")
-	e := newEnv(t, func(o *Options) { o.Anthropic = Upstream{URL: o.Anthropic.URL, Live: live, Auth: "api-key"} })
+	e := newEnv(t, func(o *testOptions) { o.Anthropic = Upstream{URL: o.Anthropic.URL, Live: live, Auth: "api-key"} })
 	tok := e.token("conv-1")
 	if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 401 {
 		t.Fatalf("the first credential: got %d %s", r.status, r.body)
@@ -47,8 +48,11 @@ func TestLiveCredential(t *testing.T) {
 
 	reg := newNPMRegistry(t, false)
 	npmLive, npmPath := liveFile(t, "npm", "npm_not-yet")
-	e = newNPMEnv(t, reg, "")
-	e.srv.npm.up.Live = npmLive
+	u, _ := url.Parse(reg.URL)
+	e = newEnv(t, func(o *testOptions) {
+		o.Policy = mustPolicy(t, npmPolicy)
+		o.NPM = Upstream{URL: u, Live: npmLive, HeaderTimeout: 10 * time.Second}
+	})
 	tok = e.token("ci-1")
 	if r := e.do("GET", "/npm/is-thing", npmAuth(tok), ""); r.status != 502 {
 		t.Fatalf("npm, the first credential: got %d %s", r.status, r.body)
@@ -74,7 +78,7 @@ func TestExpiredClaudeCodeToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, func(o *Options) { o.Anthropic = Upstream{URL: o.Anthropic.URL, Live: live, Auth: "oauth"} })
+	e := newEnv(t, func(o *testOptions) { o.Anthropic = Upstream{URL: o.Anthropic.URL, Live: live, Auth: "oauth"} })
 	r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
 	typ, msg := errorType(t, r)
 	if r.status != 503 || typ != "api_error" || r.header.Get("X-Should-Retry") != "false" ||

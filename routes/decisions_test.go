@@ -14,6 +14,7 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 	old := mustPolicy(t, "[profile.default]\nmodels = [\"claude-*\"]\n")
 	reloaded := mustPolicy(t, "[profile.default]\nmodels = [\"claude-haiku-*\"]\n")
 	var d decisions
+	var m modelRoute
 	for range 2 { // asked, then remembered
 		for _, c := range []struct {
 			model     string
@@ -28,7 +29,7 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := p.pol.Profiles["default"].AskModel(c.model)
-				if got := d.model(prof, c.model); !reflect.DeepEqual(got, want) || got.Allow != p.allow {
+				if got := m.ask(prof, c.model); !reflect.DeepEqual(got, want) || got.Allow != p.allow {
 					t.Errorf("%s: remembered %+v, the policy says %+v", c.model, got, want)
 				}
 			}
@@ -39,11 +40,11 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 	}
 	prof, _ := d.profileFor(old, "conv-1", "")
 	for i := range 3 * memoLimit {
-		d.model(prof, fmt.Sprintf("made-up-%d", i))
+		m.ask(prof, fmt.Sprintf("made-up-%d", i))
 		d.profileFor(old, fmt.Sprintf("sandbox-%d", i), "")
 	}
-	if d.models.len() > memoLimit || d.profiles.len() > memoLimit {
-		t.Errorf("%d model and %d profile answers kept, limit %d", d.models.len(), d.profiles.len(), memoLimit)
+	if m.models.len() > memoLimit || d.profiles.len() > memoLimit {
+		t.Errorf("%d model and %d profile answers kept, limit %d", m.models.len(), d.profiles.len(), memoLimit)
 	}
 }
 

@@ -40,14 +40,14 @@ type refusal struct {
 func (e *refusal) Error() string { return e.msg }
 func (e *refusal) Unwrap() error { return e.kind }
 
-// refuse builds a refusal; messages start with "cproxy: " so a user can tell
+// Refuse builds a refusal; messages start with "cproxy: " so a user can tell
 // cproxy's words from the upstream's.
-func refuse(kind error, format string, args ...any) error {
+func Refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: "cproxy: " + fmt.Sprintf(format, args...)}
 }
 
-// status maps an error to its HTTP status and Anthropic error type.
-func status(err error) (int, string) {
+// Status maps an error to its HTTP Status and Anthropic error type.
+func Status(err error) (int, string) {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest, "invalid_request_error"
@@ -73,9 +73,9 @@ func status(err error) (int, string) {
 	return http.StatusInternalServerError, "api_error"
 }
 
-// message is what the client is told. Errors that are not refusals are
+// Message is what the client is told. Errors that are not refusals are
 // internal: their text may hold details that are not the client's business.
-func message(err error) string {
+func Message(err error) string {
 	var r *refusal
 	if errors.As(err, &r) {
 		return r.msg
@@ -97,8 +97,8 @@ type anthropicErrorBody struct {
 // writeAnthropicError renders err the way api.anthropic.com renders errors,
 // which Claude Code and the SDKs parse and show.
 func writeAnthropicError(w http.ResponseWriter, err error) int {
-	code, typ := status(err)
-	body, _ := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: message(err)}})
+	code, typ := Status(err)
+	body, _ := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: Message(err)}})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -108,7 +108,7 @@ func writeAnthropicError(w http.ResponseWriter, err error) int {
 	// retrying; an upstream that could not be reached may, and so may a
 	// limit that says when (retry-after, as the API sends it).
 	switch {
-	case setRetryAfter(h, err):
+	case SetRetryAfter(h, err):
 		h.Set("X-Should-Retry", "true")
 	case code != http.StatusBadGateway:
 		h.Set("X-Should-Retry", "false")
@@ -118,10 +118,10 @@ func writeAnthropicError(w http.ResponseWriter, err error) int {
 	return code
 }
 
-// setRetryAfter sets Retry-After when err says when retrying can succeed
+// SetRetryAfter sets Retry-After when err says when retrying can succeed
 // (a limit's rate or window, the memory for bodies), and reports whether
 // it did.
-func setRetryAfter(h http.Header, err error) bool {
+func SetRetryAfter(h http.Header, err error) bool {
 	var ref *refusal
 	if !errors.As(err, &ref) || ref.retryAfter <= 0 {
 		return false
@@ -130,15 +130,15 @@ func setRetryAfter(h http.Header, err error) bool {
 	return true
 }
 
-// writePlainError is for routes without an upstream format of their own.
-func writePlainError(w http.ResponseWriter, err error) int {
-	code, _ := status(err)
+// WritePlainError is for routes without an upstream format of their own.
+func WritePlainError(w http.ResponseWriter, err error) int {
+	code, _ := Status(err)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
-	setRetryAfter(h, err)
+	SetRetryAfter(h, err)
 	w.WriteHeader(code)
-	fmt.Fprintln(w, message(err))
+	fmt.Fprintln(w, Message(err))
 	return code
 }

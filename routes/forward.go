@@ -17,33 +17,31 @@ import (
 	"github.com/cproxy/cproxy/secrets"
 )
 
-// target is where one validated request goes: a path and query rebuilt from
+// Target is where one validated request goes: a path and query rebuilt from
 // the parts the route checked, never the raw request URI.
-type target struct {
-	path  string
-	query string
-	// rawPath, when set, is path's encoded form (npm's "@scope%2fname").
-	rawPath string
+type Target struct {
+	Path  string
+	Query string
+	// RawPath, when set, is path's encoded form (npm's "@scope%2fname").
+	RawPath string
 	// cred is the upstream credential for this request, read once by
 	// forward; zero means none.
 	cred secrets.Secret
-	// headers are set on the forwarded request after the credential (a
+	// Header are set on the forwarded request after the credential (a
 	// relay's, per token); nil means none.
-	headers http.Header
-	// maxTokens is a model request's max_tokens, which its budget reserves.
-	maxTokens int64
+	Header http.Header
 }
 
-// callKey keys a forwarded request's *call in its context.
-type callKey struct{}
+// outboundKey keys a forwarded request's *call in its context.
+type outboundKey struct{}
 
-// call is one forwarded request as ReverseProxy's hooks see it: where it
+// outbound is one forwarded request as ReverseProxy's hooks see it: where it
 // goes, its header timer, and how a failure is answered. One value in the
 // context, allocated once, instead of one context layer for each.
-type call struct {
-	t        target
-	f        *forwarder
-	a        *audit
+type outbound struct {
+	t        Target
+	f        *Forwarder
+	a        *Call
 	r        *http.Request // as the route handed it to forward
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -58,10 +56,10 @@ type call struct {
 	sent   time.Time
 }
 
-func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call) }
+func outboundOf(r *http.Request) *outbound { return r.Context().Value(outboundKey{}).(*outbound) }
 
 // fail answers a request ReverseProxy could not complete.
-func (c *call) fail(err error) {
+func (c *outbound) fail(err error) {
 	var ref *refusal
 	if cause := c.a.flight.ended(); cause != nil {
 		err = cause // revoked or expired while it was being forwarded
@@ -72,22 +70,22 @@ func (c *call) fail(err error) {
 	case errors.As(err, &ref):
 		c.a.fail(c.writeErr, err)
 	case context.Cause(c.ctx) == errHeaderTimeout:
-		c.a.fail(c.writeErr, refuse(ErrTimeout, "the upstream sent no response within %s (header_timeout)", c.f.up.HeaderTimeout))
+		c.a.fail(c.writeErr, Refuse(ErrTimeout, "the upstream sent no response within %s (header_timeout)", c.f.up.HeaderTimeout))
 	case c.r.Context().Err() != nil:
 		// The client went away; there is no one to answer.
 		c.a.reason = "client disconnected"
 	default:
 		c.a.log.Warn("upstream request failed", "route", c.a.route, "err", err)
-		c.a.fail(c.writeErr, refuse(ErrUpstream, "the upstream %s could not be reached; try again later", c.f.up.URL.Host))
+		c.a.fail(c.writeErr, Refuse(ErrUpstream, "the upstream %s could not be reached; try again later", c.f.up.URL.Host))
 	}
 }
 
-func (c *call) timedOut() { c.cancel(errHeaderTimeout) }
+func (c *outbound) timedOut() { c.cancel(errHeaderTimeout) }
 
 // answered observes the time to the upstream's response headers.
 // ReverseProxy calls ModifyResponse once per request, so each is observed
 // once; a request the upstream never answered is not.
-func (c *call) answered() {
+func (c *outbound) answered() {
 	if c.series != nil {
 		c.series.upstream.Observe(time.Since(c.sent).Seconds())
 	}
@@ -144,32 +142,47 @@ type bufferPool struct{ pool sync.Pool }
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
-// forwarder sends validated requests to one upstream.
-type forwarder struct {
+// Forwarder sends validated requests to one upstream.
+type Forwarder struct {
 	up        Upstream
 	proxy     *httputil.ReverseProxy
 	transport *http.Transport
 	// redirects, if set, keeps the upstream's redirects on cproxy; nil
 	// passes them as sent.
-	redirects *redirectMap
+	redirects *Redirects
 }
 
 // credential is the upstream credential to send now: Live's current value,
 // or the fixed one. An error says why there is none to send.
-func (f *forwarder) credential() (secrets.Secret, error) {
+func (f *Forwarder) credential() (secrets.Secret, error) {
 	if f.up.Live != nil {
 		return f.up.Live.Current()
 	}
 	return f.up.Credential, nil
 }
 
-// newForwarder builds the reverse proxy for up. setCredential runs after
+// Close releases the forwarder's idle upstream connections.
+func (f *Forwarder) Close() { f.transport.CloseIdleConnections() }
+
+// Sources is the upstream credential's source, named name, when it has
+// one (for a Route's Sources).
+func (f *Forwarder) Sources(name string) []Source {
+	if f.up.Live == nil {
+		return nil
+	}
+	return []Source{{Name: name, Live: f.up.Live}}
+}
+
+// Upstream is the forwarder's upstream.
+func (f *Forwarder) Upstream() Upstream { return f.up }
+
+// NewForwarder builds the reverse proxy for up. setCredential runs after
 // every client credential header has been deleted, with the request's
 // credential (zero when the upstream has none). checkResponse, if not
 // nil, sees each upstream response before it is passed on; an error (a
 // refusal) replaces the response with cproxy's answer in the route's format.
-func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *forwarder {
-	f := &forwarder{up: up}
+func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *Forwarder {
+	f := &Forwarder{up: up}
 	f.transport = &http.Transport{
 		Proxy:               nil, // never through an environment proxy: credentials go to the upstream alone
 		DialContext:         dialUpstream,
@@ -188,16 +201,16 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		// client named in Connection) are gone before it runs, and
 		// X-Forwarded-* from the client are dropped.
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			t := &callOf(pr.In).t
+			t := &outboundOf(pr.In).t
 			// pr.Out's URL is its own copy (ReverseProxy clones the request).
 			*pr.Out.URL = url.URL{
 				Scheme:   base.Scheme,
 				Host:     base.Host,
-				Path:     joinPath(base.Path, t.path),
-				RawQuery: t.query,
+				Path:     joinPath(base.Path, t.Path),
+				RawQuery: t.Query,
 			}
-			if t.rawPath != "" {
-				pr.Out.URL.RawPath = joinPath(base.EscapedPath(), t.rawPath)
+			if t.RawPath != "" {
+				pr.Out.URL.RawPath = joinPath(base.EscapedPath(), t.RawPath)
 			}
 			pr.Out.Host = ""
 			// No protocol switch: ReverseProxy puts a client's Upgrade back
@@ -224,7 +237,7 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 				delete(pr.Out.Header, h)
 			}
 			setCredential(pr.Out.Header, t.cred)
-			for k, vs := range t.headers {
+			for k, vs := range t.Header {
 				pr.Out.Header[k] = vs
 			}
 		},
@@ -234,10 +247,10 @@ func newForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			// Filled in per request by forward, which knows the route's
 			// error format.
-			callOf(r).fail(err)
+			outboundOf(r).fail(err)
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			c := callOf(resp.Request)
+			c := outboundOf(resp.Request)
 			c.answered()
 			if c.f.up.HeaderTimeout > 0 {
 				c.timer.stop()
@@ -331,7 +344,7 @@ func (h *headerTimer) stop() {
 // last byte read back until the next read.
 type sentBody struct {
 	io.ReadCloser
-	c       *call
+	c       *outbound
 	recheck bool
 	left    int64 // bytes until the declared length; -1: unknown
 	held    byte  // unknown length: the last byte read, not passed on yet
@@ -406,20 +419,22 @@ func (b *sentBody) ended() error {
 	return nil
 }
 
-// forward sends r to the upstream at t, streaming both ways. Failures are
-// written with writeErr, in the route's format.
-func (f *forwarder) forward(a *audit, r *http.Request, t target, writeErr func(http.ResponseWriter, error) int) {
+// Forward sends r, a's request or a copy of it with its own context, to
+// the upstream at t, streaming both ways. Failures are written as a's
+// route writes a refusal.
+func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
+	writeErr := a.rt.WriteError
 	cred, err := f.credential()
 	if err != nil {
 		// The message names the reason and the fix, never the value.
-		a.fail(writeErr, refuse(ErrUnavailable, "%v", err))
+		a.fail(writeErr, Refuse(ErrUnavailable, "%v", err))
 		return
 	}
 	t.cred = cred
-	c := &call{t: t, f: f, a: a, r: r, writeErr: writeErr}
+	c := &outbound{t: t, f: f, a: a, r: r, writeErr: writeErr}
 	c.ctx, c.cancel = context.WithCancelCause(r.Context())
 	defer c.cancel(nil)
-	ctx := context.WithValue(c.ctx, callKey{}, c)
+	ctx := context.WithValue(c.ctx, outboundKey{}, c)
 	if err := a.flight.forwarding(c.cancel); err != nil {
 		a.fail(writeErr, err)
 		return
@@ -468,7 +483,7 @@ type checkedBody struct {
 	lent *[]byte
 	// held is b's share of the memory for bodies, given back with b; nil
 	// for none.
-	held *bodyHold
+	held *BodyHold
 }
 
 func (rb *checkedBody) Read(p []byte) (int, error) {

@@ -50,12 +50,12 @@ func (g gitRequest) push() bool { return g.service == receivePack }
 
 // target is where the request goes upstream, rebuilt from the parsed parts:
 // always with ".git", whatever the client sent.
-func (g gitRequest) target() target {
+func (g gitRequest) target() Target {
 	base := "/" + g.owner + "/" + g.name + ".git/"
 	if g.advertise {
-		return target{path: base + "info/refs", query: "service=" + g.service}
+		return Target{Path: base + "info/refs", Query: "service=" + g.service}
 	}
-	return target{path: base + g.service}
+	return Target{Path: base + g.service}
 }
 
 // GitHub's name rules: an account (user or organization) name has letters,
@@ -76,15 +76,15 @@ var (
 func parseGitPath(method, path, rawQuery string) (gitRequest, error) {
 	rest, ok := strings.CutPrefix(path, "/github/")
 	if !ok {
-		return gitRequest{}, refuse(ErrForbidden, "not a github route path")
+		return gitRequest{}, Refuse(ErrForbidden, "not a github route path")
 	}
 	parts := strings.SplitN(rest, "/", 3)
 	if len(parts) < 3 {
-		return gitRequest{}, refuse(ErrForbidden, "%s is not a git smart-HTTP request (want /github/OWNER/REPO.git/info/refs, /git-upload-pack or /git-receive-pack); do not retry", clip(path, 128))
+		return gitRequest{}, Refuse(ErrForbidden, "%s is not a git smart-HTTP request (want /github/OWNER/REPO.git/info/refs, /git-upload-pack or /git-receive-pack); do not retry", Clip(path, 128))
 	}
 	owner, repo, tail := parts[0], parts[1], parts[2]
 	if !gitOwnerRE.MatchString(owner) {
-		return gitRequest{}, refuse(ErrForbidden, "%q is not a GitHub account name", clip(owner, 64))
+		return gitRequest{}, Refuse(ErrForbidden, "%q is not a GitHub account name", Clip(owner, 64))
 	}
 	name := repo
 	if len(name) >= 4 && strings.EqualFold(name[len(name)-4:], ".git") {
@@ -92,69 +92,86 @@ func parseGitPath(method, path, rawQuery string) (gitRequest, error) {
 	}
 	// "app.git.git" would be "app.git" upstream but "app" to the policy.
 	if !gitRepoRE.MatchString(name) || name == "." || name == ".." || strings.HasSuffix(strings.ToLower(name), ".git") {
-		return gitRequest{}, refuse(ErrForbidden, "%q is not a GitHub repository name", clip(repo, 128))
+		return gitRequest{}, Refuse(ErrForbidden, "%q is not a GitHub repository name", Clip(repo, 128))
 	}
 	g := gitRequest{owner: owner, name: name}
 	switch {
 	case tail == "info/refs" && method == http.MethodGet:
 		svc, ok := strings.CutPrefix(rawQuery, "service=")
 		if !ok || (svc != uploadPack && svc != receivePack) {
-			return gitRequest{}, refuse(ErrForbidden, "info/refs is served only to git's smart HTTP (?service=git-upload-pack or git-receive-pack); do not retry")
+			return gitRequest{}, Refuse(ErrForbidden, "info/refs is served only to git's smart HTTP (?service=git-upload-pack or git-receive-pack); do not retry")
 		}
 		g.service, g.advertise = svc, true
 	case (tail == uploadPack || tail == receivePack) && method == http.MethodPost:
 		if rawQuery != "" {
-			return gitRequest{}, refuse(ErrForbidden, "POST %s takes no query", tail)
+			return gitRequest{}, Refuse(ErrForbidden, "POST %s takes no query", tail)
 		}
 		g.service = tail
 	default:
-		return gitRequest{}, refuse(ErrForbidden, "%s %s is not a git smart-HTTP request cproxy forwards (only clone, fetch and push; no dumb HTTP, LFS, archives or web pages); do not retry", method, clip(path, 128))
+		return gitRequest{}, Refuse(ErrForbidden, "%s %s is not a git smart-HTTP request cproxy forwards (only clone, fetch and push; no dumb HTTP, LFS, archives or web pages); do not retry", method, Clip(path, 128))
 	}
 	return g, nil
 }
 
-func (s *Server) serveGitHub(a *audit, r *http.Request) {
-	if !s.admit(a, r, writeGitError) {
-		return
-	}
+// GitHubKind is the github route: git smart HTTP under /github/.
+var GitHubKind = Kind{Name: "github", Prefix: "/github/", Upstream: "github", New: newGitHubRoute}
+
+// gitHubRoute forwards git's clones, fetches and pushes of the
+// repositories a sandbox's policy allows to GitHub.
+type gitHubRoute struct{ fwd *Forwarder }
+
+func newGitHubRoute(env Env) Route {
+	g := &gitHubRoute{fwd: env.NewForwarder("github", "/github/", setGitHubCredential, gitHubResponse)}
+	g.fwd.redirects.within = gitHubMoved
+	return g
+}
+
+func (g *gitHubRoute) Name() string                                    { return "github" }
+func (g *gitHubRoute) Prefix() string                                  { return "/github/" }
+func (g *gitHubRoute) Close()                                          { g.fwd.Close() }
+func (g *gitHubRoute) WriteError(w http.ResponseWriter, err error) int { return writeGitError(w, err) }
+
+// Sources is the GitHub credential's source, when it has one.
+func (g *gitHubRoute) Sources() []Source { return g.fwd.Sources("upstream.github.credential") }
+
+func (gr *gitHubRoute) Serve(a *Call) {
+	r := a.Request()
 	// Paths are checked as sent: any percent-encoding (%2F, %2e, %61)
 	// means the client means something other than the plain path.
 	sent, _, _ := strings.Cut(r.RequestURI, "?")
 	if r.URL.RawPath != "" || sent != r.URL.Path {
-		a.fail(writeGitError, refuse(ErrForbidden, "non-canonical path %q", clip(sent, 128)))
+		a.Fail(Refuse(ErrForbidden, "non-canonical path %q", Clip(sent, 128)))
 		return
 	}
 	g, err := parseGitPath(r.Method, r.URL.Path, r.URL.RawQuery)
 	if err != nil {
-		a.fail(writeGitError, err)
+		a.Fail(err)
 		return
 	}
 	a.target = g.repo()
 	if err := checkGitBody(r, g); err != nil {
-		a.fail(writeGitError, err)
+		a.Fail(err)
 		return
 	}
-	if up := s.github.up; !up.configured() && up.Missing != "" {
-		a.fail(writeGitError, refuse(ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
+	if up := gr.fwd.up; !up.Configured() && up.Missing != "" {
+		a.Fail(Refuse(ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
 		return
 	}
-	a.decide = func(prof *policy.Profile) (string, error) { return decideRepo(prof, a.session.Sandbox, g) }
-	rule, err := a.decide(a.session.Profile)
-	a.rule = rule
-	if err != nil {
+	sandbox := a.Session().Sandbox
+	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRepo(prof, sandbox, g) }); err != nil {
 		if g.advertise {
 			a.fail(gitAdvertisementError(g.service), err)
 		} else {
-			a.fail(writeGitError, err)
+			a.Fail(err)
 		}
 		return
 	}
 	if g.push() && !g.advertise {
-		cmds, ok := s.checkPush(a, r, g)
+		cmds, ok := checkPush(a, r, g)
 		if !ok {
 			return
 		}
-		a.decide = func(prof *policy.Profile) (string, error) { return decidePushAgain(prof, a.session.Sandbox, g, cmds) }
+		a.AskAgain(func(prof *policy.Profile) (string, error) { return decidePushAgain(prof, sandbox, g, cmds) })
 	}
 	if !g.advertise {
 		// The body streams to the upstream while its answer may already be
@@ -162,7 +179,7 @@ func (s *Server) serveGitHub(a *audit, r *http.Request) {
 		// body at the first response write and the rest of a pack is lost.
 		_ = http.NewResponseController(a.w).EnableFullDuplex()
 	}
-	s.github.forward(a, r, g.target(), writeGitError)
+	gr.fwd.Forward(a, r, g.target())
 }
 
 // decideRepo asks prof whether sandbox may fetch from (or push to) g's
@@ -177,7 +194,7 @@ func decideRepo(prof *policy.Profile, sandbox string, g gitRequest) (string, err
 	if ans.Allow {
 		return ans.Rule, nil
 	}
-	return ans.Rule, refuse(ErrForbidden, verb, g.repo(), sandbox)
+	return ans.Rule, Refuse(ErrForbidden, verb, g.repo(), sandbox)
 }
 
 // decidePushAgain is a push's decision asked again of another profile
@@ -189,7 +206,7 @@ func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []
 	}
 	ans := askPush(prof, g.repo(), cmds)
 	if denials := pushDenials(ans, cmds); denials != nil {
-		return ans.Rule, refuse(ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
+		return ans.Rule, Refuse(ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
 	}
 	return ans.Rule, nil
 }
@@ -201,21 +218,21 @@ func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []
 func checkGitBody(r *http.Request, g gitRequest) error {
 	if g.advertise {
 		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
-			return refuse(ErrBadRequest, "GET info/refs takes no body")
+			return Refuse(ErrBadRequest, "GET info/refs takes no body")
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
 		return nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-"+g.service+"-request" {
-		return refuse(ErrBadRequest, "POST %s needs Content-Type application/x-%s-request, got %q", g.service, g.service, clip(ct, 64))
+		return Refuse(ErrBadRequest, "POST %s needs Content-Type application/x-%s-request, got %q", g.service, g.service, Clip(ct, 64))
 	}
 	ce := r.Header.Values("Content-Encoding")
 	switch {
 	case len(ce) == 0:
 	case len(ce) == 1 && (strings.EqualFold(ce[0], "identity") || strings.EqualFold(ce[0], "gzip") && !g.push()):
 	default:
-		return refuse(ErrBadRequest, "Content-Encoding %q is not accepted for %s", clip(strings.Join(ce, ","), 32), g.service)
+		return Refuse(ErrBadRequest, "Content-Encoding %q is not accepted for %s", Clip(strings.Join(ce, ","), 32), g.service)
 	}
 	return nil
 }
@@ -224,7 +241,7 @@ func checkGitBody(r *http.Request, g gitRequest) error {
 // of the body, asks the policy about every one, and either puts the body
 // back together for forwarding (true, with the push's commands) or answers
 // with git's push report, every command rejected (false).
-func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
+func checkPush(a *Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
 	// The ref updates are kept in memory until the push ends, and held
 	// under a.held as they are read; the pack streams through.
 	held := a.held.reader(r.Context(), r.Body)
@@ -235,7 +252,7 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) ([]*packp.Co
 	}
 	r.Body = readCloser{p.body, r.Body}
 	if err != nil {
-		a.fail(writeGitError, err)
+		a.Fail(err)
 		return nil, false
 	}
 	if p.probe {
@@ -259,7 +276,7 @@ func (s *Server) checkPush(a *audit, r *http.Request, g gitRequest) ([]*packp.Co
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
 	a.reason, a.decision = firstDenial(denials), decisionDeny
 	if !p.report {
-		writeGitError(a.w, refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
+		writeGitError(a.w, Refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
 		return nil, false
 	}
 	writePushReport(a.w, p.sideband, p.commands, denials)
@@ -293,7 +310,7 @@ func readPush(body io.Reader) (push, error) {
 	tee := io.TeeReader(lim, &seen)
 	rest := func() io.Reader { return io.MultiReader(bytes.NewReader(seen.Bytes()), body) }
 	bad := func(format string, args ...any) (push, error) {
-		return push{body: rest()}, refuse(ErrBadRequest, "the push cannot be read: "+format, args...)
+		return push{body: rest()}, Refuse(ErrBadRequest, "the push cannot be read: "+format, args...)
 	}
 
 	var head [4]byte
@@ -390,7 +407,7 @@ func sameCommands(raw []byte, req *packp.ReferenceUpdateRequest) error {
 			return fmt.Errorf("command %d is not \"OLD NEW REF\"", i+1)
 		}
 		if !validRefName(c.Name.String()) {
-			return fmt.Errorf("%q is not a valid ref name", clip(c.Name.String(), 128))
+			return fmt.Errorf("%q is not a valid ref name", Clip(c.Name.String(), 128))
 		}
 		i++
 	}
@@ -548,7 +565,7 @@ func gitAdvertisementError(service string) func(http.ResponseWriter, error) int 
 		e := pktline.NewEncoder(&b)
 		e.EncodeString("# service=" + service + "\n")
 		e.Flush()
-		e.EncodeString("ERR " + oneLine(message(err)) + "\n")
+		e.EncodeString("ERR " + oneLine(Message(err)) + "\n")
 		h := w.Header()
 		h.Set("Content-Type", "application/x-"+service+"-advertisement")
 		h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
@@ -565,7 +582,7 @@ func writeGitError(w http.ResponseWriter, err error) int {
 	if errors.Is(err, ErrUnauthorized) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="cproxy"`)
 	}
-	return writePlainError(w, err)
+	return WritePlainError(w, err)
 }
 
 // setGitHubCredential puts the real token on a forwarded request: Basic x-access-token:TOKEN, the form github.com takes
@@ -594,10 +611,10 @@ func gitHubMoved(in *http.Request, path, query string) error {
 	}
 	to, err := parseGitPath(method, path, query)
 	if err != nil {
-		return refuse(ErrUpstream, "github route: the upstream redirects %s to a path that is not git's smart HTTP; do not retry", from.repo())
+		return Refuse(ErrUpstream, "github route: the upstream redirects %s to a path that is not git's smart HTTP; do not retry", from.repo())
 	}
 	if !strings.EqualFold(to.repo(), from.repo()) {
-		return refuse(ErrUpstream, "github route: repository %s has moved to %s (the upstream answered a redirect); use %s in the remote's URL, if the sandbox's policy allows it; do not retry", from.repo(), to.repo(), to.repo())
+		return Refuse(ErrUpstream, "github route: repository %s has moved to %s (the upstream answered a redirect); use %s in the remote's URL, if the sandbox's policy allows it; do not retry", from.repo(), to.repo(), to.repo())
 	}
 	return nil
 }
@@ -612,7 +629,7 @@ func gitHubResponse(resp *http.Response) error {
 	if resp.Request.Header.Get("Authorization") == "" {
 		// No credential is configured (anonymous access), and this
 		// repository needs one.
-		return refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.github.credential", resp.Request.URL.Host)
+		return Refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.github.credential", resp.Request.URL.Host)
 	}
-	return refuse(ErrUpstream, "the upstream %s refused cproxy's GitHub credential; the operator must fix upstream.github.credential", resp.Request.URL.Host)
+	return Refuse(ErrUpstream, "the upstream %s refused cproxy's GitHub credential; the operator must fix upstream.github.credential", resp.Request.URL.Host)
 }

@@ -51,20 +51,20 @@ func FuzzParseGitPath(f *testing.F) {
 			return
 		}
 		tg := g.target()
-		if !clean.MatchString(tg.path) || strings.Contains(tg.path, "//") || strings.Contains(tg.path, "/../") || strings.Contains(tg.path, "/./") {
-			t.Fatalf("%q → upstream path %q", path, tg.path)
+		if !clean.MatchString(tg.Path) || strings.Contains(tg.Path, "//") || strings.Contains(tg.Path, "/../") || strings.Contains(tg.Path, "/./") {
+			t.Fatalf("%q → upstream path %q", path, tg.Path)
 		}
 		if g.name == "." || g.name == ".." || strings.HasSuffix(strings.ToLower(g.name), ".git") {
 			t.Fatalf("%q → repository name %q", path, g.name)
 		}
-		if !strings.HasPrefix(tg.path, "/"+g.repo()+".git/") {
-			t.Fatalf("policy asked about %q, upstream serves %q", g.repo(), tg.path)
+		if !strings.HasPrefix(tg.Path, "/"+g.repo()+".git/") {
+			t.Fatalf("policy asked about %q, upstream serves %q", g.repo(), tg.Path)
 		}
 		// The client's path differs from the upstream's only by the base
 		// and an optional .git, in any case.
 		sent := strings.TrimPrefix(path, "/github")
-		if !strings.EqualFold(sent, tg.path) && !strings.EqualFold(sent, strings.Replace(tg.path, ".git/", "/", 1)) {
-			t.Fatalf("sent %q, forwarded %q", path, tg.path)
+		if !strings.EqualFold(sent, tg.Path) && !strings.EqualFold(sent, strings.Replace(tg.Path, ".git/", "/", 1)) {
+			t.Fatalf("sent %q, forwarded %q", path, tg.Path)
 		}
 		switch {
 		case g.advertise && (method != "GET" || query != "service="+g.service):

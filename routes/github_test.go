@@ -78,7 +78,7 @@ repos = [
 
 func newGitEnv(t *testing.T, up *gitUpstream) *env {
 	u, _ := url.Parse(up.srv.URL + "/base")
-	return newEnv(t, func(o *Options) {
+	return newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, gitPolicy)
 		o.GitHub = Upstream{URL: u, Credential: secrets.New(canaryGitHub), HeaderTimeout: 10 * time.Second}
 	})
@@ -121,9 +121,9 @@ func TestParseGitPath(t *testing.T) {
 			continue
 		}
 		tg := g.target()
-		got := tg.path
-		if tg.query != "" {
-			got += "?" + tg.query
+		got := tg.Path
+		if tg.Query != "" {
+			got += "?" + tg.Query
 		}
 		if g.repo() != tc.repo || (tc.upstream != "" && got != tc.upstream) {
 			t.Errorf("%s %s: repo %q upstream %q", tc.method, tc.path, g.repo(), got)
@@ -717,7 +717,7 @@ func TestGitHubUpstreamRefusesCredential(t *testing.T) {
 func TestGitHubMissingCredential(t *testing.T) {
 	up := newGitUpstream(t)
 	u, _ := url.Parse(up.srv.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, gitPolicy)
 		o.GitHub = Upstream{URL: u, Missing: "the operator must set GITHUB_TOKEN"}
 	})
@@ -746,7 +746,7 @@ func TestHeaderTimeoutStartsAfterTheBody(t *testing.T) {
 		io.WriteString(w, pkt("unpack ok\n")+"0000")
 	}
 	u, _ := url.Parse(up.srv.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, gitPolicy)
 		o.GitHub = Upstream{URL: u, Credential: secrets.New(canaryGitHub), HeaderTimeout: 300 * time.Millisecond}
 	})
@@ -815,7 +815,7 @@ func TestGitHubUpstreamWantsACredential(t *testing.T) {
 		w.WriteHeader(401)
 	}
 	u, _ := url.Parse(up.srv.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, gitPolicy)
 		o.GitHub = Upstream{URL: u, HeaderTimeout: 10 * time.Second}
 	})

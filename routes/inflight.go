@@ -71,7 +71,7 @@ func (f *flight) bodyRead(n int, total int64, err error) {
 		f.bodyDone = err != nil || f.bodyLeft == 0 // no deadline: only where the body is
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		f.bodyDone = true
-		f.endLocked(refuse(ErrBodyTimeout, "the request body arrived too slowly: it must come within listen.body_timeout (%s) and at least %d KiB a second after that; do not retry on this link", f.bodyGrace, minBodyRate>>10))
+		f.endLocked(Refuse(ErrBodyTimeout, "the request body arrived too slowly: it must come within listen.body_timeout (%s) and at least %d KiB a second after that; do not retry on this link", f.bodyGrace, minBodyRate>>10))
 	case err != nil || f.bodyLeft == 0:
 		f.bodyDone = true
 		if f.cause == nil {

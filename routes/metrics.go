@@ -194,7 +194,7 @@ func (m *metrics) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 // request counts a finished request; audit.finish calls it with the status
 // it logs.
-func (m *metrics) request(a *audit, status int) {
+func (m *metrics) request(a *Call, status int) {
 	if m == nil {
 		return
 	}

@@ -136,7 +136,7 @@ models = ["claude-sonnet-*"]
 match = "conv-*"
 profile = "web"
 `)
-	e := newMetricsEnv(t, func(o *Options) { o.Policy = pol; o.Version = "v1.2.3" })
+	e := newMetricsEnv(t, func(o *testOptions) { o.Policy = pol; o.Version = "v1.2.3" })
 	h := bearer(e.token("conv-42"))
 	var bytesIn, bytesOut int
 
@@ -233,7 +233,7 @@ profile = "web"
 
 // An upstream that fails is counted by its status, and has no latency.
 func TestMetricsUpstreamFailure(t *testing.T) {
-	e := newMetricsEnv(t, func(o *Options) { o.Anthropic.HeaderTimeout = time.Nanosecond })
+	e := newMetricsEnv(t, func(o *testOptions) { o.Anthropic.HeaderTimeout = time.Nanosecond })
 	gate := e.fake.HoldHeaders()
 	defer gate.Release()
 	if r := e.request("POST", "/v1/messages", bearer(e.token("conv-1")), hello); r.status != 504 {
@@ -263,7 +263,7 @@ func (countingStore) List(context.Context, tokens.ListQuery) (tokens.Page, error
 // A store that counts its tokens by state is asked for the counts rather
 // than listed.
 func TestMetricsTokensCounted(t *testing.T) {
-	e := newMetricsEnv(t, func(o *Options) {
+	e := newMetricsEnv(t, func(o *testOptions) {
 		o.Store = countingStore{o.Store, map[tokens.State]int{tokens.StateLive: 3, tokens.StateRevoked: 20_000, tokens.StateExpired: 7}}
 	})
 	s := e.scrape()
@@ -277,7 +277,7 @@ func TestMetricsTokens(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	e := newMetricsEnv(t, func(o *Options) { o.Now = clock })
+	e := newMetricsEnv(t, func(o *testOptions) { o.Now = clock })
 	states := func(live, revoked, expired float64) {
 		t.Helper()
 		s := e.scrape()

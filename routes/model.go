@@ -36,22 +36,59 @@ var modelEndpoints = map[string]struct {
 // authenticated with a Claude OAuth (setup-token) credential.
 const oauthBeta = "oauth-2025-04-20"
 
-func (s *Server) serveModel(a *audit, r *http.Request) {
-	if !s.admit(a, r, writeAnthropicError) {
-		return
-	}
+// ModelKind is the model route: the Anthropic API under /v1/.
+var ModelKind = Kind{Name: "model", Prefix: "/v1/", Upstream: "anthropic", New: newModelRoute}
+
+// modelRoute forwards the model API calls a sandbox may make to the
+// Anthropic API, each metered against its token's budget.
+type modelRoute struct {
+	fwd *Forwarder
+	up  Upstream
+	// models remembers the policy's answers to AskModel: every request
+	// asks it, and each formats the rule that decided, which on the hot
+	// path cost more than the rest of the decision.
+	models memo[modelKey, policy.Answer]
+}
+
+func newModelRoute(env Env) Route {
+	m := &modelRoute{up: env.Upstream}
+	m.fwd = env.NewForwarder("model", "/v1/", setAnthropicCredential(env.Upstream), meterResponse)
+	m.fwd.redirects = nil // the API does not redirect; its answers pass as sent
+	m.fwd.proxy.BufferPool = eventCopyBuffers
+	// Streams still pass event by event: ReverseProxy flushes each write of
+	// a text/event-stream answer, and of any answer of unknown length,
+	// whatever FlushInterval says. What 0 changes is a JSON answer of known
+	// length (a non-streaming message, a token count, the model list): it is
+	// written with its headers as it is copied, instead of the headers being
+	// flushed first by a timer's goroutine and the body flushed after each
+	// write: a goroutine, a flush and a write(2) less per request, about a
+	// tenth of cproxy's CPU for a non-streaming message (docs/benchmarks.md),
+	// for an answer the client can only use whole.
+	m.fwd.proxy.FlushInterval = 0
+	return m
+}
+
+func (m *modelRoute) Name() string   { return "model" }
+func (m *modelRoute) Prefix() string { return "/v1/" }
+func (m *modelRoute) Close()         { m.fwd.Close() }
+func (m *modelRoute) WriteError(w http.ResponseWriter, err error) int {
+	return writeAnthropicError(w, err)
+}
+
+// Sources is the Anthropic credential's source, when it has one.
+func (m *modelRoute) Sources() []Source { return m.fwd.Sources("upstream.anthropic.credential") }
+
+func (m *modelRoute) Serve(a *Call) {
 	// Every model call counts against the rate and concurrency limits,
 	// from its authentication: its slot is taken before its body is read.
-	res, err := s.budgets.acquire(r.Context(), a.session, a.session.Budget)
-	if err != nil {
-		a.fail(writeAnthropicError, err)
+	if err := a.Acquire(); err != nil {
+		a.Fail(err)
 		return
 	}
-	a.meter = &meter{a: a, res: res, s: s}
-	defer a.meter.unanswered()
-	t, err := s.checkModel(a, r)
+	r := a.Request()
+	t, maxTokens, err := m.check(a, r)
 	if err != nil {
-		a.fail(writeAnthropicError, err)
+		a.Fail(err)
 		return
 	}
 	// Only messages are charged.
@@ -59,14 +96,13 @@ func (s *Server) serveModel(a *audit, r *http.Request) {
 	want := tokens.Usage{}
 	if charged {
 		n := r.ContentLength
-		want = tokens.Usage{Requests: 1, Input: n, Output: t.maxTokens, CacheRead: n, CacheWrite: n}
+		want = tokens.Usage{Requests: 1, Input: n, Output: maxTokens, CacheRead: n, CacheWrite: n}
 	}
-	if err := s.budgets.hold(r.Context(), res, a.session, a.session.Budget, want, charged); err != nil {
-		a.fail(writeAnthropicError, err)
+	if err := a.Reserve(want, charged); err != nil {
+		a.Fail(err)
 		return
 	}
-	a.meter.want, a.meter.charged = want, charged
-	s.model.forward(a, r, t, writeAnthropicError)
+	m.fwd.Forward(a, r, t)
 }
 
 // meter settles one model request. Once the upstream has the request, it
@@ -77,7 +113,7 @@ func (s *Server) serveModel(a *audit, r *http.Request) {
 // request that never reached the upstream is charged nothing.
 type meter struct {
 	s       *Server
-	a       *audit
+	a       *Call
 	res     *reservation
 	want    tokens.Usage // what res holds: what an unreported count is charged
 	charged bool
@@ -145,68 +181,62 @@ func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 // client, and settles the request's budget when it ends. An error answer
 // is charged the request alone: the upstream bills no tokens for it.
 func meterResponse(resp *http.Response) error {
-	m := callOf(resp.Request).a.meter
-	if m == nil {
+	a := CallOf(resp)
+	if !a.Charged() || resp.StatusCode < 200 || resp.StatusCode > 299 {
+		a.Settle(tokens.Usage{}, true, true)
 		return nil
 	}
-	if !m.charged || resp.StatusCode < 200 || resp.StatusCode > 299 {
-		m.answered(tokens.Usage{}, true, true)
-		return nil
-	}
-	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), m.answered)
+	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), a.Settle)
 	return nil
 }
 
-// checkModel decides a model request and returns where it goes. It reads
-// (and replaces) the body of a POST to learn the model.
-func (s *Server) checkModel(a *audit, r *http.Request) (target, error) {
+// check decides a model request and returns where it goes, and its
+// max_tokens. It reads (and replaces) the body of a POST to learn the
+// model.
+func (m *modelRoute) check(a *Call, r *http.Request) (Target, int64, error) {
 	// Paths are checked as sent: an encoded byte anywhere (%2F, %2e) means
 	// the client means something other than the plain path, so refuse it.
 	if r.URL.RawPath != "" {
-		return target{}, refuse(ErrForbidden, "non-canonical path %q", r.URL.EscapedPath())
+		return Target{}, 0, Refuse(ErrForbidden, "non-canonical path %q", r.URL.EscapedPath())
 	}
 	ep, ok := modelEndpoints[r.URL.Path]
 	if !ok || r.Method != ep.method {
-		return target{}, refuse(ErrForbidden, "%s %s is not a model API call cproxy forwards (allowed: POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models); do not retry", r.Method, r.URL.Path)
+		return Target{}, 0, Refuse(ErrForbidden, "%s %s is not a model API call cproxy forwards (allowed: POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models); do not retry", r.Method, r.URL.Path)
 	}
 	query, err := allowQuery(r.URL.RawQuery, ep.query)
 	if err != nil {
-		return target{}, err
+		return Target{}, 0, err
 	}
-	if !s.model.up.configured() {
-		return target{}, refuse(ErrUnavailable, "no Anthropic credential is configured: %s", s.model.up.Missing)
+	if !m.up.Configured() {
+		return Target{}, 0, Refuse(ErrUnavailable, "no Anthropic credential is configured: %s", m.up.Missing)
 	}
-	t := target{path: r.URL.Path, query: query}
+	t := Target{Path: r.URL.Path, Query: query}
 	if !ep.body {
 		if r.ContentLength > 0 {
-			return target{}, refuse(ErrBadRequest, "%s %s takes no body", r.Method, r.URL.Path)
+			return Target{}, 0, Refuse(ErrBadRequest, "%s %s takes no body", r.Method, r.URL.Path)
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
-		a.decide = anyProfile // the model list is every profile's
-		return t, nil
+		return t, 0, a.Decide(AnyProfile) // the model list is every profile's
 	}
-	body, err := readBody(r, maxModelBody, &a.held)
+	body, err := a.ReadBody(maxModelBody)
 	if err != nil {
-		return target{}, err
+		return Target{}, 0, err
 	}
 	model, maxTokens, err := requestModel(body)
 	if err != nil {
-		return target{}, err
+		return Target{}, 0, err
 	}
-	t.maxTokens = maxTokens
-	a.target = model
-	a.decide = func(prof *policy.Profile) (string, error) { return s.decideModel(prof, a.session.Sandbox, model) }
-	rule, err := a.decide(a.session.Profile)
-	a.rule = rule
-	return t, err
+	a.SetTarget(model)
+	sandbox := a.Session().Sandbox
+	return t, maxTokens, a.Decide(func(prof *policy.Profile) (string, error) { return m.decide(prof, sandbox, model) })
 }
 
-// decideModel asks prof whether sandbox may use model.
-func (s *Server) decideModel(prof *policy.Profile, sandbox, model string) (string, error) {
-	d := s.decisions.model(prof, model)
+// decide asks prof whether sandbox may use model.
+func (m *modelRoute) decide(prof *policy.Profile, sandbox, model string) (string, error) {
+	d := m.ask(prof, model)
 	if !d.Allow {
-		return d.Rule, refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
+		return d.Rule, Refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
 	}
 	return d.Rule, nil
 }
@@ -223,7 +253,7 @@ func allowQuery(raw string, allowed []string) (string, error) {
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return "", refuse(ErrBadRequest, "malformed query string")
+		return "", Refuse(ErrBadRequest, "malformed query string")
 	}
 	for k, vs := range q {
 		ok := false
@@ -231,10 +261,10 @@ func allowQuery(raw string, allowed []string) (string, error) {
 			ok = ok || k == a
 		}
 		if !ok {
-			return "", refuse(ErrForbidden, "query parameter %q is not allowed", clip(k, 64))
+			return "", Refuse(ErrForbidden, "query parameter %q is not allowed", Clip(k, 64))
 		}
 		if len(vs) != 1 {
-			return "", refuse(ErrBadRequest, "query parameter %q given more than once", k)
+			return "", Refuse(ErrBadRequest, "query parameter %q given more than once", k)
 		}
 	}
 	return q.Encode(), nil
@@ -244,12 +274,12 @@ func allowQuery(raw string, allowed []string) (string, error) {
 // under h (its declared length before its buffer is allocated, or as it
 // is read when it declares none). It refuses an encoded body: cproxy
 // checks the bytes it sends and cannot check those.
-func readBody(r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
+func readBody(r *http.Request, limit int64, h *BodyHold) ([]byte, error) {
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return nil, refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", clip(ce, 32))
+		return nil, Refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", Clip(ce, 32))
 	}
 	if r.ContentLength > limit {
-		return nil, refuse(ErrTooLarge, "request body of %d bytes is over the %d MiB limit", r.ContentLength, limit>>20)
+		return nil, Refuse(ErrTooLarge, "request body of %d bytes is over the %d MiB limit", r.ContentLength, limit>>20)
 	}
 	var b []byte
 	var err error
@@ -273,7 +303,7 @@ func readBody(r *http.Request, limit int64, h *bodyHold) ([]byte, error) {
 		return nil, bodyReadError(r, err, "the request body")
 	}
 	if int64(len(b)) > limit {
-		return nil, refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
+		return nil, Refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
 	}
 	r.Body = &checkedBody{b: b, lent: lent, held: h}
 	r.ContentLength = int64(len(b))
@@ -292,7 +322,7 @@ func bodyReadError(r *http.Request, err error, what string) error {
 	case errors.As(err, &ref):
 		return err
 	}
-	return refuse(ErrBadRequest, "reading %s failed", what)
+	return Refuse(ErrBadRequest, "reading %s failed", what)
 }
 
 // requestModel finds the top-level "model" (and "max_tokens", zero when
@@ -316,47 +346,47 @@ func requestModel(body []byte) (string, int64, error) {
 		switch string(key) {
 		case "model":
 			if seen {
-				return refuse(ErrBadRequest, "the request body names \"model\" twice")
+				return Refuse(ErrBadRequest, "the request body names \"model\" twice")
 			}
 			seen = true
 			if val[0] != '"' {
-				return refuse(ErrBadRequest, "\"model\" must be a string")
+				return Refuse(ErrBadRequest, "\"model\" must be a string")
 			}
 			if m, ok := plainString(val); ok {
 				model = m
 			} else if json.Unmarshal(val, &model) != nil {
-				return refuse(ErrBadRequest, "\"model\" must be a string")
+				return Refuse(ErrBadRequest, "\"model\" must be a string")
 			}
 		case "max_tokens":
 			// What the budget reserves for the answer.
 			if seenMax {
-				return refuse(ErrBadRequest, "the request body names \"max_tokens\" twice")
+				return Refuse(ErrBadRequest, "the request body names \"max_tokens\" twice")
 			}
 			seenMax = true
 			n, err := strconv.ParseInt(string(val), 10, 64)
 			if err != nil || n < 0 {
-				return refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
+				return Refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
 			}
 			maxTokens = n
 		default:
 			if name, ok := casingOf(key); ok {
-				return refuse(ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", clip(string(key), 64), name, name)
+				return Refuse(ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", Clip(string(key), 64), name, name)
 			}
 		}
 		return nil
 	})
 	switch {
 	case err == errNotObject:
-		return "", 0, refuse(ErrBadRequest, "the request body is not a JSON object")
+		return "", 0, Refuse(ErrBadRequest, "the request body is not a JSON object")
 	case err == errJSONTrailing:
-		return "", 0, refuse(ErrBadRequest, "the request body has data after its JSON object")
+		return "", 0, Refuse(ErrBadRequest, "the request body has data after its JSON object")
 	case err == errJSONSyntax:
 		return "", 0, errNotJSON
 	case err != nil:
 		return "", 0, err
 	}
 	if model == "" {
-		return "", 0, refuse(ErrBadRequest, "the request body names no model")
+		return "", 0, Refuse(ErrBadRequest, "the request body names no model")
 	}
 	return model, maxTokens, nil
 }
@@ -378,7 +408,7 @@ func casingOf(key []byte) (string, bool) {
 
 // errNotJSON is requestModel's refusal of a body it cannot walk; made once,
 // since requestModel runs on every model request.
-var errNotJSON = refuse(ErrBadRequest, "the request body is not valid JSON")
+var errNotJSON = Refuse(ErrBadRequest, "the request body is not valid JSON")
 
 // setAnthropicCredential returns the function that puts the real credential
 // on a forwarded request, per the upstream's auth mode.
@@ -436,4 +466,21 @@ func mergeBeta(values []string, flag string) string {
 		}
 	}
 	return strings.Join(append(flags, flag), ",")
+}
+
+type modelKey struct {
+	prof  *policy.Profile
+	model string
+}
+
+// ask is prof.AskModel(model), remembered. A profile is never changed
+// once loaded, so its answer holds for as long as the profile is used.
+func (m *modelRoute) ask(prof *policy.Profile, model string) policy.Answer {
+	k := modelKey{prof, model}
+	if dec, ok := m.models.get(k); ok {
+		return dec
+	}
+	dec := prof.AskModel(model)
+	m.models.put(k, dec)
+	return dec
 }

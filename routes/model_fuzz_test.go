@@ -72,12 +72,15 @@ func FuzzModelRoute(f *testing.F) {
 	}
 	f.Cleanup(func() { store.Close() })
 	u, _ := url.Parse(up.URL)
-	srv := New(Options{
-		Store:     store,
-		Policy:    policy.DefaultPolicy(),
+	o := testOptions{
+		Options: Options{
+			Store:  store,
+			Policy: policy.DefaultPolicy(),
+			Logger: slog.New(slog.DiscardHandler),
+		},
 		Anthropic: Upstream{URL: u, Credential: secrets.New(canary), Auth: "api-key", HeaderTimeout: 10 * time.Second},
-		Logger:    slog.New(slog.DiscardHandler),
-	})
+	}
+	srv := New(o.build())
 	f.Cleanup(srv.Close)
 	admin := httptest.NewRecorder()
 	srv.AdminHandler().ServeHTTP(admin, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))

@@ -80,18 +80,18 @@ func (n npmRequest) encodedName() string {
 }
 
 // target is where the request goes upstream, rebuilt from the parsed parts.
-func (n npmRequest) target() target {
+func (n npmRequest) target() Target {
 	switch n.kind {
 	case npmPing:
-		return target{path: "/-/ping"}
+		return Target{Path: "/-/ping"}
 	case npmSearch:
-		return target{path: "/-/v1/search", query: n.query}
+		return Target{Path: "/-/v1/search", Query: n.query}
 	case npmAudit:
-		return target{path: "/-/npm/v1/security/advisories/bulk"}
+		return Target{Path: "/-/npm/v1/security/advisories/bulk"}
 	case npmTarball:
-		return target{path: "/" + n.name + "/-/" + n.file}
+		return Target{Path: "/" + n.name + "/-/" + n.file}
 	}
-	return target{path: "/" + n.name, rawPath: "/" + n.encodedName()}
+	return Target{Path: "/" + n.name, RawPath: "/" + n.encodedName()}
 }
 
 // version is a tarball's version, from its file name (checked by parseNPMPath).
@@ -100,7 +100,7 @@ func (n npmRequest) version() string {
 }
 
 // proxyPath is the request's path on cproxy, for rewritten tarball URLs.
-func (n npmRequest) proxyPath() string { return "/npm" + n.target().path }
+func (n npmRequest) proxyPath() string { return "/npm" + n.target().Path }
 
 // parseNPMPath accepts the npm requests cproxy forwards: GET of a packument,
 // a tarball or the ping. escaped is the path as sent (still percent-encoded);
@@ -109,21 +109,21 @@ func (n npmRequest) proxyPath() string { return "/npm" + n.target().path }
 func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 	rest, ok := strings.CutPrefix(escaped, "/npm/")
 	if !ok {
-		return npmRequest{}, refuse(ErrForbidden, "not an npm route path")
+		return npmRequest{}, Refuse(ErrForbidden, "not an npm route path")
 	}
 	if strings.HasPrefix(rest, "-/") || rest == "-" {
 		return parseNPMSpecial(method, rest, rawQuery)
 	}
 	if rawQuery != "" {
 		// npm sends none; one the upstream might act on is not forwarded.
-		return npmRequest{}, refuse(ErrForbidden, "a query string on %s is not something npm sends; cproxy does not forward it", clip(escaped, 128))
+		return npmRequest{}, Refuse(ErrForbidden, "a query string on %s is not something npm sends; cproxy does not forward it", Clip(escaped, 128))
 	}
 	segs := strings.Split(rest, "/")
 	var dec []string
 	for _, s := range segs {
 		d, err := url.PathUnescape(s)
 		if err != nil {
-			return npmRequest{}, refuse(ErrBadRequest, "malformed percent-encoding in %q", clip(escaped, 128))
+			return npmRequest{}, Refuse(ErrBadRequest, "malformed percent-encoding in %q", Clip(escaped, 128))
 		}
 		dec = append(dec, d)
 	}
@@ -134,14 +134,14 @@ func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 		n.name, dec = dec[0], dec[1:]
 	case strings.HasPrefix(dec[0], "@") && len(dec) >= 2:
 		if strings.Contains(dec[1], "/") {
-			return npmRequest{}, refuse(ErrForbidden, "%q is not an npm package name", clip(dec[0]+"/"+dec[1], 128))
+			return npmRequest{}, Refuse(ErrForbidden, "%q is not an npm package name", Clip(dec[0]+"/"+dec[1], 128))
 		}
 		n.name, dec = dec[0]+"/"+dec[1], dec[2:]
 	default:
 		n.name, dec = dec[0], dec[1:]
 	}
 	if !validNPMName(n.name) {
-		return npmRequest{}, refuse(ErrForbidden, "%q is not an npm package name (URL-safe characters, optional lowercase @scope/, at most 214 characters)", clip(n.name, 128))
+		return npmRequest{}, Refuse(ErrForbidden, "%q is not an npm package name (URL-safe characters, optional lowercase @scope/, at most 214 characters)", Clip(n.name, 128))
 	}
 	switch {
 	case len(dec) == 0:
@@ -149,28 +149,28 @@ func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 		switch method {
 		case http.MethodGet:
 		case http.MethodPut:
-			return npmRequest{}, refuse(ErrForbidden, "publishing %s is not allowed through cproxy", n.name)
+			return npmRequest{}, Refuse(ErrForbidden, "publishing %s is not allowed through cproxy", n.name)
 		case http.MethodDelete:
-			return npmRequest{}, refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+			return npmRequest{}, Refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
 		default:
-			return npmRequest{}, refuse(ErrForbidden, "%s of a packument is not allowed through cproxy (only GET)", method)
+			return npmRequest{}, Refuse(ErrForbidden, "%s of a packument is not allowed through cproxy (only GET)", method)
 		}
 	case len(dec) == 2 && dec[0] == "-":
 		n.kind, n.file = npmTarball, dec[1]
 		if method != http.MethodGet {
 			if method == http.MethodDelete {
-				return npmRequest{}, refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+				return npmRequest{}, Refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
 			}
-			return npmRequest{}, refuse(ErrForbidden, "%s of a tarball is not allowed through cproxy (only GET)", method)
+			return npmRequest{}, Refuse(ErrForbidden, "%s of a tarball is not allowed through cproxy (only GET)", method)
 		}
 		v, ok := strings.CutPrefix(n.file, n.baseName()+"-")
 		if !ok || !strings.HasSuffix(v, ".tgz") || !npmVersionRE.MatchString(strings.TrimSuffix(v, ".tgz")) {
-			return npmRequest{}, refuse(ErrForbidden, "%q is not a tarball of %s (want %s-VERSION.tgz)", clip(n.file, 128), n.name, n.baseName())
+			return npmRequest{}, Refuse(ErrForbidden, "%q is not a tarball of %s (want %s-VERSION.tgz)", Clip(n.file, 128), n.name, n.baseName())
 		}
 	case len(dec) == 2 && dec[0] == "-rev":
-		return npmRequest{}, refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+		return npmRequest{}, Refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
 	default:
-		return npmRequest{}, refuse(ErrForbidden, "%s %s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, clip(escaped, 128))
+		return npmRequest{}, Refuse(ErrForbidden, "%s %s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, Clip(escaped, 128))
 	}
 	return n, nil
 }
@@ -180,7 +180,7 @@ func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 // with its own reason.
 func parseNPMSpecial(method, rest, rawQuery string) (npmRequest, error) {
 	if rawQuery != "" && rest != "-/v1/search" {
-		return npmRequest{}, refuse(ErrForbidden, "a query string on /npm/%s is not something npm sends; cproxy does not forward it", clip(rest, 128))
+		return npmRequest{}, Refuse(ErrForbidden, "a query string on /npm/%s is not something npm sends; cproxy does not forward it", Clip(rest, 128))
 	}
 	switch {
 	case rest == "-/ping" && method == http.MethodGet:
@@ -194,15 +194,15 @@ func parseNPMSpecial(method, rest, rawQuery string) (npmRequest, error) {
 	case rest == "-/npm/v1/security/advisories/bulk" && method == http.MethodPost:
 		return npmRequest{kind: npmAudit}, nil
 	case strings.HasPrefix(rest, "-/npm/v1/security/"):
-		return npmRequest{}, refuse(ErrForbidden, "%s /npm/%s is not forwarded: cproxy takes npm audit only as npm 7 and later send it (POST /-/npm/v1/security/advisories/bulk)", method, clip(rest, 128))
+		return npmRequest{}, Refuse(ErrForbidden, "%s /npm/%s is not forwarded: cproxy takes npm audit only as npm 7 and later send it (POST /-/npm/v1/security/advisories/bulk)", method, Clip(rest, 128))
 	case strings.HasPrefix(rest, "-/npm/v1/tokens"):
-		return npmRequest{}, refuse(ErrForbidden, "registry token endpoints are not allowed through cproxy")
+		return npmRequest{}, Refuse(ErrForbidden, "registry token endpoints are not allowed through cproxy")
 	case strings.HasPrefix(rest, "-/user/") || rest == "-/whoami" || strings.HasPrefix(rest, "-/v1/login"):
-		return npmRequest{}, refuse(ErrForbidden, "registry user endpoints (login, whoami) are not allowed through cproxy")
+		return npmRequest{}, Refuse(ErrForbidden, "registry user endpoints (login, whoami) are not allowed through cproxy")
 	case strings.HasPrefix(rest, "-/package/") && strings.Contains(rest, "/dist-tags"):
-		return npmRequest{}, refuse(ErrForbidden, "dist-tag endpoints are not allowed through cproxy")
+		return npmRequest{}, Refuse(ErrForbidden, "dist-tag endpoints are not allowed through cproxy")
 	}
-	return npmRequest{}, refuse(ErrForbidden, "%s /npm/%s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, clip(rest, 128))
+	return npmRequest{}, Refuse(ErrForbidden, "%s /npm/%s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, Clip(rest, 128))
 }
 
 // npmRewriteKey keys a packument request's *npmRewrite in its context;
@@ -222,32 +222,57 @@ type npmRewrite struct {
 	now     time.Time
 }
 
-func (s *Server) serveNPM(a *audit, r *http.Request) {
-	if !s.admit(a, r, writeNPMError) {
-		return
+// NPMKind is the npm route: the registry under /npm/.
+var NPMKind = Kind{Name: "npm", Prefix: "/npm/", Upstream: "npm", New: newNPMRoute}
+
+// npmRoute forwards the packuments and tarballs of the packages a
+// sandbox's policy allows, and its audits, to the npm registry, rewriting
+// packuments to point their tarballs back at cproxy.
+type npmRoute struct {
+	fwd       *Forwarder
+	publicURL string
+	now       func() time.Time
+}
+
+func newNPMRoute(env Env) Route {
+	return &npmRoute{
+		fwd:       env.NewForwarder("npm", "/npm/", setNPMCredential, npmResponse(env.Upstream.URL)),
+		publicURL: env.PublicURL,
+		now:       env.Now,
 	}
+}
+
+func (s *npmRoute) Name() string                                    { return "npm" }
+func (s *npmRoute) Prefix() string                                  { return "/npm/" }
+func (s *npmRoute) Close()                                          { s.fwd.Close() }
+func (s *npmRoute) WriteError(w http.ResponseWriter, err error) int { return writeNPMError(w, err) }
+
+// Sources is the npm credential's source, when it has one.
+func (s *npmRoute) Sources() []Source { return s.fwd.Sources("upstream.npm.credential") }
+
+func (s *npmRoute) Serve(a *Call) {
+	r := a.Request()
 	n, err := parseNPMPath(r.Method, r.URL.EscapedPath(), r.URL.RawQuery)
 	if err != nil {
-		a.fail(writeNPMError, err)
+		a.Fail(err)
 		return
 	}
 	if n.kind != npmAudit {
 		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
-			a.fail(writeNPMError, refuse(ErrBadRequest, "GET takes no body"))
+			a.Fail(Refuse(ErrBadRequest, "GET takes no body"))
 			return
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
 	}
-	if up := s.npm.up; !up.configured() && up.Missing != "" {
-		a.fail(writeNPMError, refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
+	if up := s.fwd.up; !up.Configured() && up.Missing != "" {
+		a.Fail(Refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
 		return
 	}
 	// The questions are asked in this order, each only if the one before
 	// allowed the request: the audit's body is read, and a tarball's
 	// publish time fetched, only for what the profile may ask for.
 	q := &npmQuestion{n: n, sandbox: a.session.Sandbox, now: s.now}
-	a.decide = q.decide
 	switch n.kind {
 	case npmSearch:
 		a.target = "search"
@@ -259,6 +284,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 	case npmPackument:
 		a.target = n.name
 	}
+	a.AskAgain(q.decide)
 	rule, err := q.decide(a.session.Profile)
 	if err == nil && n.kind == npmAudit {
 		q.audit, err = readAudit(r, &a.held)
@@ -273,7 +299,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 	}
 	a.rule = rule
 	if err != nil {
-		a.fail(writeNPMError, err)
+		a.Fail(err)
 		return
 	}
 	if n.kind == npmPackument {
@@ -301,7 +327,7 @@ func (s *Server) serveNPM(a *audit, r *http.Request) {
 		q.rewritten = true
 	}
 	r = r.WithContext(context.WithValue(r.Context(), npmRequestKey{}, n))
-	s.npm.forward(a, r, n.target(), writeNPMError)
+	s.fwd.Forward(a, r, n.target())
 }
 
 // npmQuestion is what serveNPM asks a profile about one request, kept so
@@ -333,7 +359,7 @@ func (q *npmQuestion) decideErr(prof *policy.Profile, err error) (string, error)
 // fetched: serveNPM fetches it and asks again. Asked again of a new profile
 // (a reload) at forward, it refuses the request, which may be sent again;
 // so does a packument whose rewrite was set up for the profile before.
-var errNeedsPublished = refuse(ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
+var errNeedsPublished = Refuse(ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
 
 // decide asks prof about the request (policy's AskNPMSearch, AskNPMAudit
 // and, for a package, AskNPM) and words its refusal for npm: the search
@@ -348,7 +374,7 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 			what, ans, hint = "audit", prof.AskNPMAudit(), "; run npm with --no-audit"
 		}
 		if !ans.Allow {
-			return ans.Rule, refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
+			return ans.Rule, Refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
 		}
 		if q.audit != nil {
 			return ans.Rule, q.audit.check(&Session{Sandbox: q.sandbox, Profile: prof})
@@ -362,9 +388,9 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 		ans := prof.AskNPM(nq)
 		if step, refused := ans.Refusal(); refused {
 			if step.Key == "packages" {
-				return ans.Rule, refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
+				return ans.Rule, Refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
 			}
-			return ans.Rule, refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
+			return ans.Rule, Refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
 		}
 		switch {
 		case n.kind == npmPackument && q.rewritten && prof.HasNPMVersionPolicy():
@@ -387,21 +413,21 @@ var searchParams = map[string]int{"text": 512, "size": 3, "from": 6, "quality": 
 func searchQuery(raw string) (string, error) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return "", refuse(ErrBadRequest, "the search query is malformed")
+		return "", Refuse(ErrBadRequest, "the search query is malformed")
 	}
 	out := url.Values{}
 	for k, vs := range q {
 		max, ok := searchParams[k]
 		if !ok {
-			return "", refuse(ErrForbidden, "search parameter %q is not one npm sends (text, size, from, quality, popularity, maintenance)", clip(k, 32))
+			return "", Refuse(ErrForbidden, "search parameter %q is not one npm sends (text, size, from, quality, popularity, maintenance)", Clip(k, 32))
 		}
 		if len(vs) != 1 || len(vs[0]) > max || k != "text" && !isDecimal(vs[0]) {
-			return "", refuse(ErrBadRequest, "search parameter %s must be given once, as %s", k, map[bool]string{true: "text of at most 512 bytes", false: "a number"}[k == "text"])
+			return "", Refuse(ErrBadRequest, "search parameter %s must be given once, as %s", k, map[bool]string{true: "text of at most 512 bytes", false: "a number"}[k == "text"])
 		}
 		out.Set(k, vs[0])
 	}
 	if strings.TrimSpace(out.Get("text")) == "" {
-		return "", refuse(ErrBadRequest, "a search needs text")
+		return "", Refuse(ErrBadRequest, "a search needs text")
 	}
 	return out.Encode(), nil
 }
@@ -432,13 +458,13 @@ const (
 // readAudit reads an npm audit body before it goes upstream, gzip-compressed
 // or not, holding it under h; checkedAudit.check checks it. What is
 // forwarded is exactly the bytes read (still compressed).
-func readAudit(r *http.Request, h *bodyHold) (*checkedAudit, error) {
+func readAudit(r *http.Request, h *BodyHold) (*checkedAudit, error) {
 	ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	if ce != "" && ce != "identity" && ce != "gzip" {
-		return nil, refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", clip(ce, 32))
+		return nil, Refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", Clip(ce, 32))
 	}
 	if r.ContentLength > maxAuditBody {
-		return nil, refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
+		return nil, Refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
 	}
 	// Held in memory as it is read, under h, until the request ends.
 	h.large = true
@@ -447,7 +473,7 @@ func readAudit(r *http.Request, h *bodyHold) (*checkedAudit, error) {
 		return nil, bodyReadError(r, err, "the audit body")
 	}
 	if len(raw) > maxAuditBody {
-		return nil, refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
+		return nil, Refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
 	}
 	r.Body = &checkedBody{b: raw, held: h}
 	r.ContentLength = int64(len(raw))
@@ -470,7 +496,7 @@ func (c *checkedAudit) check(sess *Session) error {
 	if c.gzip {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return refuse(ErrBadRequest, "the audit body is not valid gzip")
+			return Refuse(ErrBadRequest, "the audit body is not valid gzip")
 		}
 		body = zr
 	}
@@ -481,7 +507,7 @@ func (c *checkedAudit) check(sess *Session) error {
 // twice is checked both times, and nothing may follow the object.
 func checkAudit(body io.Reader, sess *Session) error {
 	bad := func(what string) error {
-		return refuse(ErrBadRequest, "the audit body is not what npm sends (an object of package name to an array of versions): %s", what)
+		return Refuse(ErrBadRequest, "the audit body is not what npm sends (an object of package name to an array of versions): %s", what)
 	}
 	dec := json.NewDecoder(body)
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -494,10 +520,10 @@ func checkAudit(body io.Reader, sess *Session) error {
 		}
 		name := t.(string)
 		if !validNPMName(name) {
-			return refuse(ErrForbidden, "the audit names %q, which is not an npm package name", clip(name, 128))
+			return Refuse(ErrForbidden, "the audit names %q, which is not an npm package name", Clip(name, 128))
 		}
 		if d := sess.Profile.Package(name); !d.Allow {
-			return refuse(ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sess.Sandbox)
+			return Refuse(ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sess.Sandbox)
 		}
 		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 			return bad("the versions of " + name + " are not an array")
@@ -529,48 +555,48 @@ func checkAudit(body io.Reader, sess *Session) error {
 // packument (time[version]); zero when the packument has none for it. It is
 // what a tarball request costs under a min_release_age: one more packument
 // fetch, read as rewritePackumentResponse reads one (bounded, gzip or not).
-func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
-	base := s.npm.up.URL
+func (s *npmRoute) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
+	base := s.fwd.up.URL
 	pn := npmRequest{kind: npmPackument, name: n.name}
 	t := pn.target()
-	u := &url.URL{Scheme: base.Scheme, Host: base.Host, Path: joinPath(base.Path, t.path), RawPath: joinPath(base.EscapedPath(), t.rawPath)}
-	if s.npm.up.HeaderTimeout > 0 {
+	u := &url.URL{Scheme: base.Scheme, Host: base.Host, Path: joinPath(base.Path, t.Path), RawPath: joinPath(base.EscapedPath(), t.RawPath)}
+	if s.fwd.up.HeaderTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.npm.up.HeaderTimeout)
+		ctx, cancel = context.WithTimeout(ctx, s.fwd.up.HeaderTimeout)
 		defer cancel()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return time.Time{}, refuse(ErrUpstream, "cannot build the packument request for %s", n.name)
+		return time.Time{}, Refuse(ErrUpstream, "cannot build the packument request for %s", n.name)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Accept-Encoding", "gzip")
-	cred, err := s.npm.credential()
+	cred, err := s.fwd.credential()
 	if err != nil {
-		return time.Time{}, refuse(ErrUnavailable, "%v", err)
+		return time.Time{}, Refuse(ErrUnavailable, "%v", err)
 	}
 	setNPMCredential(req.Header, cred)
-	resp, err := s.npm.transport.RoundTrip(req)
+	resp, err := s.fwd.transport.RoundTrip(req)
 	if err != nil {
-		return time.Time{}, refuse(ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
+		return time.Time{}, Refuse(ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
 	}
 	defer resp.Body.Close()
 	if err := npmResponse(base)(resp); err != nil {
 		return time.Time{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return time.Time{}, refuse(ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
+		return time.Time{}, Refuse(ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
 	}
 	var body io.Reader = resp.Body
 	if ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce == "gzip" || ce == "x-gzip" {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
+			return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
 		}
 		defer zr.Close()
 		body = zr
 	} else if ce != "" && ce != "identity" {
-		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, clip(ce, 32))
+		return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, Clip(ce, 32))
 	}
 	// Read to the end, holding time alone.
 	published, err := packumentPublished(body, version)
@@ -578,7 +604,7 @@ func (s *Server) npmPublished(ctx context.Context, n npmRequest, version string)
 		if err := ambiguous(err, n.name, base.Host); err != nil {
 			return time.Time{}, err
 		}
-		return time.Time{}, refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
+		return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
 	return published, nil
 }
@@ -590,8 +616,8 @@ type npmError struct {
 
 // writeNPMError renders err as the registry does: {"error": "..."}.
 func writeNPMError(w http.ResponseWriter, err error) int {
-	code, _ := status(err)
-	body, _ := json.Marshal(npmError{Error: message(err)})
+	code, _ := Status(err)
+	body, _ := json.Marshal(npmError{Error: Message(err)})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -599,7 +625,7 @@ func writeNPMError(w http.ResponseWriter, err error) int {
 	if errors.Is(err, ErrUnauthorized) {
 		h.Set("WWW-Authenticate", `Bearer realm="cproxy"`)
 	}
-	setRetryAfter(h, err)
+	SetRetryAfter(h, err)
 	w.WriteHeader(code)
 	w.Write(append(body, '\n'))
 	return code
@@ -619,9 +645,9 @@ func npmResponse(base *url.URL) func(*http.Response) error {
 	return func(resp *http.Response) error {
 		if resp.StatusCode == http.StatusUnauthorized {
 			if resp.Request.Header.Get("Authorization") == "" {
-				return refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.npm.credential", resp.Request.URL.Host)
+				return Refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.npm.credential", resp.Request.URL.Host)
 			}
-			return refuse(ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
+			return Refuse(ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
 		}
 		n, _ := resp.Request.Context().Value(npmRequestKey{}).(npmRequest)
 		if n.kind != npmPackument && n.kind != npmTarball {
@@ -668,7 +694,7 @@ func npmStatus(resp *http.Response, n npmRequest) error {
 	if n.kind == npmTarball {
 		what = "tarball " + n.file
 	}
-	return refuse(ErrUpstream, "npm route: the upstream %s answered %d for the %s of %s; cproxy passes only 200, a 304 to a conditional request, and errors", resp.Request.URL.Host, code, what, n.name)
+	return Refuse(ErrUpstream, "npm route: the upstream %s answered %d for the %s of %s; cproxy passes only 200, a 304 to a conditional request, and errors", resp.Request.URL.Host, code, what, n.name)
 }
 
 // proxyTarballPath is cproxy's path for a tarball URL on the upstream, or

@@ -40,17 +40,17 @@ func FuzzParseNPMPath(f *testing.F) {
 			t.Fatalf("%s: invalid name %q accepted", path, n.name)
 		}
 		tg := n.target()
-		for _, seg := range strings.Split(tg.path, "/") {
+		for _, seg := range strings.Split(tg.Path, "/") {
 			if seg == "." || seg == ".." {
-				t.Fatalf("%s: dot segment upstream: %q", path, tg.path)
+				t.Fatalf("%s: dot segment upstream: %q", path, tg.Path)
 			}
 		}
-		if strings.ContainsAny(tg.path, "%?#\\ ") {
-			t.Fatalf("%s: upstream path %q holds an unsafe character", path, tg.path)
+		if strings.ContainsAny(tg.Path, "%?#\\ ") {
+			t.Fatalf("%s: upstream path %q holds an unsafe character", path, tg.Path)
 		}
-		if tg.rawPath != "" {
-			if p, err := url.PathUnescape(tg.rawPath); err != nil || p != tg.path {
-				t.Fatalf("%s: raw path %q is not path %q encoded", path, tg.rawPath, tg.path)
+		if tg.RawPath != "" {
+			if p, err := url.PathUnescape(tg.RawPath); err != nil || p != tg.Path {
+				t.Fatalf("%s: raw path %q is not path %q encoded", path, tg.RawPath, tg.Path)
 			}
 		}
 		again, err := parseNPMPath(http.MethodGet, n.proxyPath(), "")

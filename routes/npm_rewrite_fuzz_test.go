@@ -166,14 +166,14 @@ func hasDuplicateKeys(raw []byte) bool {
 func oraclePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, refuse(ErrUpstream, "not a JSON object")
+		return nil, Refuse(ErrUpstream, "not a JSON object")
 	}
 	for k := range doc {
 		if !packumentMembers[k] {
 			delete(doc, k)
 		}
 	}
-	bad := func() error { return refuse(ErrUpstream, "malformed versions") }
+	bad := func() error { return Refuse(ErrUpstream, "malformed versions") }
 	var versions map[string]json.RawMessage
 	if v, ok := doc["versions"]; ok {
 		if err := json.Unmarshal(v, &versions); err != nil {

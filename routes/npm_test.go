@@ -30,7 +30,7 @@ packages = ["is-*", "@acme/*"]
 
 func newNPMEnv(t *testing.T, reg *fakes.NPMRegistry, public string) *env {
 	u, _ := url.Parse(reg.URL)
-	return newEnv(t, func(o *Options) {
+	return newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, npmPolicy)
 		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
 		o.PublicURL = public
@@ -77,9 +77,9 @@ func TestParseNPMPath(t *testing.T) {
 			continue
 		}
 		tg := got.target()
-		up := tg.path
-		if tg.rawPath != "" {
-			up = tg.rawPath
+		up := tg.Path
+		if tg.RawPath != "" {
+			up = tg.RawPath
 		}
 		if up != c.upstream {
 			t.Errorf("%s: upstream path %q, want %q", c.path, up, c.upstream)
@@ -320,7 +320,7 @@ func TestNPMNoCredentialUpstream(t *testing.T) {
 	t.Cleanup(reg.Close)
 	reg.AddPackage("is-thing", "1.0.0")
 	u, _ := url.Parse(reg.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, npmPolicy)
 		o.NPM = Upstream{URL: u}
 	})
@@ -397,13 +397,13 @@ func TestNPMPackumentLimits(t *testing.T) {
 			w.Write(c.body)
 		}))
 		u, _ := url.Parse(up.URL)
-		e := newEnv(t, func(o *Options) {
+		e := newEnv(t, func(o *testOptions) {
 			o.Policy = mustPolicy(t, npmPolicy)
 			o.NPM = Upstream{URL: u}
 		})
 		r := e.do("GET", "/npm/is-thing", with(npmAuth(e.token("conv-42")), "Accept-Encoding", "br"), "")
 		if r.status != 502 || !strings.Contains(r.body, c.want) {
-			t.Errorf("%s: %d %q", c.name, r.status, clip(r.body, 200))
+			t.Errorf("%s: %d %q", c.name, r.status, Clip(r.body, 200))
 		}
 		up.Close()
 	}
@@ -429,7 +429,7 @@ func TestNPMNotModified(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, npmPolicy)
 		o.NPM = Upstream{URL: u}
 	})
@@ -460,7 +460,7 @@ func TestNPMSearchAndAudit(t *testing.T) {
 	reg := newNPMRegistry(t, false)
 	reg.AddAdvisory("is-thing", "<1.1.0", "high", "ReDoS in is-thing")
 	u, _ := url.Parse(reg.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, npmAuditPolicy)
 		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
 	})
@@ -516,7 +516,7 @@ func TestNPMSearchAndAudit(t *testing.T) {
 		var got npmError
 		json.Unmarshal([]byte(r.body), &got)
 		if r.status != c.status || !strings.Contains(got.Error, c.msg) {
-			t.Errorf("audit of %q = %d %s, want %d %q", clip(c.body, 60), r.status, r.body, c.status, c.msg)
+			t.Errorf("audit of %q = %d %s, want %d %q", Clip(c.body, 60), r.status, r.body, c.status, c.msg)
 		}
 	}
 	if got := reg.Requests(); len(got) != n {
@@ -538,7 +538,7 @@ func TestNPMUpstreamStatus(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n")
 		o.NPM = Upstream{URL: u}
 	})

@@ -27,7 +27,7 @@ var npmNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func newNPMVersionEnv(t *testing.T, reg *fakes.NPMRegistry) *env {
 	u, _ := url.Parse(reg.URL)
-	return newEnv(t, func(o *Options) {
+	return newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, npmVersionPolicy)
 		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
 		o.PublicURL = "http://proxy.example:8080"

@@ -64,12 +64,12 @@ func rewritePackumentResponse(resp *http.Response, base *url.URL, rw *npmRewrite
 		zr, err := gzip.NewReader(upstream)
 		if err != nil {
 			upstream.Close()
-			return refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", rw.req.name, base.Host)
+			return Refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", rw.req.name, base.Host)
 		}
 		body = zr
 	default:
 		upstream.Close()
-		return refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", rw.req.name, base.Host, clip(ce, 32))
+		return Refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", rw.req.name, base.Host, Clip(ce, 32))
 	}
 	ps := newPackumentStream(body, base, rw)
 	next, stop := iter.Pull2(ps.chunks)
@@ -290,7 +290,7 @@ func (p *packumentStream) run() error {
 		if isReadError(err) {
 			return p.fault(err, "")
 		}
-		return refuse(ErrUpstream, "the packument of %s from %s is not a JSON object", p.rw.req.name, p.base.Host)
+		return Refuse(ErrUpstream, "the packument of %s from %s is not a JSON object", p.rw.req.name, p.base.Host)
 	}
 	if _, err := dec.ReadToken(); err != nil {
 		return p.fault(err, "")
@@ -376,14 +376,14 @@ func (p *packumentStream) fault(err error, what string) error {
 	case err == errStopped || errors.As(err, &ref):
 		return err
 	case errors.Is(err, errHeldFull):
-		return refuse(ErrUpstream, "the packument of %s is larger than %d MiB where cproxy must hold it (%s)", p.rw.req.name, maxPackument>>20, what)
+		return Refuse(ErrUpstream, "the packument of %s is larger than %d MiB where cproxy must hold it (%s)", p.rw.req.name, maxPackument>>20, what)
 	case isReadError(err):
-		return refuse(ErrUpstream, "reading the packument of %s from %s failed", p.rw.req.name, p.base.Host)
+		return Refuse(ErrUpstream, "reading the packument of %s from %s failed", p.rw.req.name, p.base.Host)
 	}
 	if err := ambiguous(err, p.rw.req.name, p.base.Host); err != nil {
 		return err
 	}
-	return refuse(ErrUpstream, "the packument of %s from %s is not valid JSON", p.rw.req.name, p.base.Host)
+	return Refuse(ErrUpstream, "the packument of %s from %s is not valid JSON", p.rw.req.name, p.base.Host)
 }
 
 // ambiguous is the refusal of a packument in which an object gives a name
@@ -397,19 +397,19 @@ func ambiguous(err error, name, host string) error {
 	if len(path) == 0 {
 		return nil
 	}
-	last := clip(path[len(path)-1], 64)
+	last := Clip(path[len(path)-1], 64)
 	switch {
 	case len(path) == 1:
-		return refuse(ErrUpstream, "the packument of %s from %s has more than one %q", name, host, last)
+		return Refuse(ErrUpstream, "the packument of %s from %s has more than one %q", name, host, last)
 	case len(path) == 2 && path[0] == "versions":
-		return refuse(ErrUpstream, "the packument of %s from %s has version %q twice", name, host, last)
+		return Refuse(ErrUpstream, "the packument of %s from %s has version %q twice", name, host, last)
 	}
 	in := strings.TrimPrefix(string(se.JSONPointer.Parent()), "/")
-	return refuse(ErrUpstream, "the packument of %s from %s is ambiguous: key %q comes twice in %q", name, host, last, clip(in, 64))
+	return Refuse(ErrUpstream, "the packument of %s from %s is ambiguous: key %q comes twice in %q", name, host, last, Clip(in, 64))
 }
 
 func (p *packumentStream) malformed() error {
-	return refuse(ErrUpstream, "the packument of %s from %s has malformed versions", p.rw.req.name, p.base.Host)
+	return Refuse(ErrUpstream, "the packument of %s from %s has malformed versions", p.rw.req.name, p.base.Host)
 }
 
 // key reads an object key: the key as sent and decoded.
@@ -542,7 +542,7 @@ func (p *packumentStream) versions(rawKey []byte) error {
 		}
 		raw, err := dec.ReadValue()
 		if err != nil {
-			return p.fault(err, "version "+clip(ver, 64))
+			return p.fault(err, "version "+Clip(ver, 64))
 		}
 		manifest, keep, err := p.rewriteVersion(raw)
 		switch {

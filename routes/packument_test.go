@@ -260,7 +260,7 @@ func TestNPMPackumentCutOff(t *testing.T) {
 			w.Write(body)
 		}))
 		u, _ := url.Parse(up.URL)
-		e := newEnv(t, func(o *Options) {
+		e := newEnv(t, func(o *testOptions) {
 			o.Policy = mustPolicy(t, npmPolicy)
 			o.NPM = Upstream{URL: u}
 		})
@@ -301,7 +301,7 @@ func TestNPMPackumentStreamed(t *testing.T) {
 	defer up.Close()
 	upURL = up.URL
 	u, _ := url.Parse(up.URL)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n")
 		o.NPM = Upstream{URL: u}
 		o.PublicURL = "http://proxy.example:8080"

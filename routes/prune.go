@@ -99,7 +99,7 @@ func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("dry_run"); v != "" {
 		var err error
 		if dryRun, err = strconv.ParseBool(v); err != nil {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid dry_run %q: use dry_run=1 to see what would be pruned, without pruning", clip(v, 16)))
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid dry_run %q: use dry_run=1 to see what would be pruned, without pruning", Clip(v, 16)))
 			return
 		}
 	}
@@ -150,7 +150,7 @@ func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 func ParseAge(v string) (time.Duration, error) {
 	d, err := parseDays(v)
 	if err != nil || d < 0 {
-		return 0, fmt.Errorf("invalid older_than %q: use a duration such as 720h or 30d (0s: every token expired or revoked by now)", clip(v, 32))
+		return 0, fmt.Errorf("invalid older_than %q: use a duration such as 720h or 30d (0s: every token expired or revoked by now)", Clip(v, 32))
 	}
 	return d, nil
 }

@@ -108,7 +108,7 @@ func TestPruneTokensAdmin(t *testing.T) {
 }
 
 func TestPruneTokensAdminRefusals(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Retention = time.Hour })
+	e := newEnv(t, func(o *testOptions) { o.Retention = time.Hour })
 	for _, tt := range []struct{ method, path, want string }{
 		{"POST", "/tokens/prune?older_than=soon", `invalid older_than \"soon\"`},
 		{"POST", "/tokens/prune?older_than=-1h", `invalid older_than \"-1h\"`},
@@ -131,8 +131,8 @@ func TestPruneTokensAdminRefusals(t *testing.T) {
 // serve's pruner deletes, by itself, what has been dead for longer than the
 // retention; with a retention of 0 it keeps everything.
 func TestPruneInBackground(t *testing.T) {
-	pruning := newEnv(t, func(o *Options) { o.Retention = time.Hour; o.PruneInterval = time.Millisecond })
-	keeping := newEnv(t, func(o *Options) { o.PruneInterval = time.Millisecond })
+	pruning := newEnv(t, func(o *testOptions) { o.Retention = time.Hour; o.PruneInterval = time.Millisecond })
+	keeping := newEnv(t, func(o *testOptions) { o.PruneInterval = time.Millisecond })
 	var dead [2]tokens.Hash
 	for i, e := range []*env{pruning, keeping} {
 		dead[i] = newHashFor(t)
@@ -184,7 +184,7 @@ func (busyStore) Prune(context.Context, time.Time, int) ([]tokens.Record, error)
 // While another replica prunes, POST /tokens/prune answers 409 and says to
 // retry; serve's own runs skip quietly.
 func TestPruneTokensBusy(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Store = busyStore{o.Store}
 		o.Retention = time.Hour
 		o.PruneInterval = time.Millisecond

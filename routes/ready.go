@@ -91,42 +91,25 @@ func (s *Server) readinessChecks(ctx context.Context) []notReady {
 		failed = append(failed, notReady{"policy", "no policy is loaded: fix the policy file; cproxy loads it when it changes or on SIGHUP", nil})
 	}
 	for _, c := range s.credentials() {
-		err := c.live.Readable()
+		err := c.Live.Readable()
 		switch {
 		case err == nil:
 		case errors.Is(err, secrets.ErrExpired):
 			// Written for a client: no path, no value.
-			failed = append(failed, notReady{"credential", c.name + ": " + err.Error(), err})
+			failed = append(failed, notReady{"credential", c.Name + ": " + err.Error(), err})
 		default:
-			failed = append(failed, notReady{"credential", fmt.Sprintf("the credential source of %s (%s) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)", c.name, c.live.Source().Kind()), err})
+			failed = append(failed, notReady{"credential", fmt.Sprintf("the credential source of %s (%s) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)", c.Name, c.Live.Source().Kind()), err})
 		}
 	}
 	return failed
 }
 
-// namedCredential is a credential with the config key that names it.
-type namedCredential struct {
-	name string
-	live *secrets.Live
-}
-
-// credentials are the server's credentials that come from a source: the
-// upstreams' and the relays' headers'.
-func (s *Server) credentials() []namedCredential {
-	var creds []namedCredential
-	for _, f := range []struct {
-		name string
-		fwd  *forwarder
-	}{{"upstream.anthropic.credential", s.model}, {"upstream.github.credential", s.github}, {"upstream.npm.credential", s.npm}} {
-		if f.fwd != nil && f.fwd.up.Live != nil {
-			creds = append(creds, namedCredential{f.name, f.fwd.up.Live})
-		}
-	}
-	for _, rr := range s.relays {
-		for _, h := range rr.Headers {
-			if h.Live != nil {
-				creds = append(creds, namedCredential{fmt.Sprintf("relay.%s (header %s)", rr.Rules.Name, h.Name), h.Live})
-			}
+// credentials are the routes' credentials that come from a source.
+func (s *Server) credentials() []Source {
+	var creds []Source
+	for _, rt := range s.routes {
+		if src, ok := rt.(Sourced); ok {
+			creds = append(creds, src.Sources()...)
 		}
 	}
 	return creds

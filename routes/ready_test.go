@@ -67,7 +67,7 @@ func TestReadyz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		st = &downStore{Store: o.Store}
 		o.Store = st
 		o.Anthropic.Live = live
@@ -185,7 +185,7 @@ func TestReadyzCredentialNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Remove(key)
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Anthropic.Live, o.Anthropic.Auth = claude, "oauth"
 		u, _ := url.Parse("http://127.0.0.1:1/")
 		o.Relays = []Relay{{Rules: &policy.Relay{Name: "mod"}, Prefix: "/mod/", URL: u, Headers: []RelayHeader{{Name: "X-Mod-Token", Live: mod}}}}

@@ -7,14 +7,14 @@ import (
 	"strings"
 )
 
-// redirectMap keeps an upstream's redirects on cproxy. cproxy never follows
+// Redirects keeps an upstream's redirects on cproxy. cproxy never follows
 // a redirect itself, but its client (git, npm, whatever calls a relay) does:
 // one it passed on as sent would take the client to the upstream directly,
 // or to any host, outside every check. So a redirect within the upstream is
 // rewritten to cproxy's URL for the same route, where the request the client
 // then makes is checked like any other; one to cproxy's own URL passes; any
 // other is refused with a 502.
-type redirectMap struct {
+type Redirects struct {
 	// route names the route in refusals: "npm", "github", "relay mod".
 	route string
 	// base is the upstream's base URL; prefix is cproxy's path for it
@@ -32,14 +32,14 @@ type redirectMap struct {
 
 // check rewrites or refuses resp when it is a redirect with a Location; in
 // is the request as the client sent it to cproxy.
-func (m *redirectMap) check(resp *http.Response, in *http.Request) error {
+func (m *Redirects) check(resp *http.Response, in *http.Request) error {
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode < 300 || resp.StatusCode > 399 || loc == "" {
 		return nil
 	}
 	u, err := resp.Request.URL.Parse(loc)
 	if err != nil {
-		return refuse(ErrUpstream, "%s route: the upstream %s answered %d with a Location cproxy cannot read; do not retry", m.route, m.base.Host, resp.StatusCode)
+		return Refuse(ErrUpstream, "%s route: the upstream %s answered %d with a Location cproxy cannot read; do not retry", m.route, m.base.Host, resp.StatusCode)
 	}
 	public := strings.TrimSuffix(m.public, "/")
 	if public == "" {
@@ -51,8 +51,8 @@ func (m *redirectMap) check(resp *http.Response, in *http.Request) error {
 	basePath := strings.TrimSuffix(m.base.EscapedPath(), "/")
 	rest, ok := strings.CutPrefix(u.EscapedPath(), basePath)
 	if !sameOrigin(u, m.base) || u.User != nil || !ok || rest != "" && rest[0] != '/' {
-		return refuse(ErrUpstream, "%s route: the upstream %s answered %d, a redirect to %s, which cproxy does not pass on (only redirects within %s, which lead back through cproxy); do not retry",
-			m.route, m.base.Host, resp.StatusCode, clip(u.Scheme+"://"+u.Host, 256), m.base.Scheme+"://"+m.base.Host+m.base.EscapedPath())
+		return Refuse(ErrUpstream, "%s route: the upstream %s answered %d, a redirect to %s, which cproxy does not pass on (only redirects within %s, which lead back through cproxy); do not retry",
+			m.route, m.base.Host, resp.StatusCode, Clip(u.Scheme+"://"+u.Host, 256), m.base.Scheme+"://"+m.base.Host+m.base.EscapedPath())
 	}
 	if m.within != nil {
 		if err := m.within(in, m.prefix+rest, u.RawQuery); err != nil {

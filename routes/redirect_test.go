@@ -9,7 +9,7 @@ import (
 
 func TestRedirectMap(t *testing.T) {
 	base, _ := url.Parse("https://up.example/hub/")
-	m := &redirectMap{route: "relay mod", base: base, prefix: "/mod"}
+	m := &Redirects{route: "relay mod", base: base, prefix: "/mod"}
 	for _, c := range []struct {
 		code     int
 		location string

@@ -1,6 +1,8 @@
 package routes
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -41,85 +43,100 @@ type RelayHeader struct {
 // relayRoute is a Relay with its forwarder.
 type relayRoute struct {
 	Relay
-	fwd *forwarder
+	fwd *Forwarder
 }
 
-// newRelayRoute builds rl's route; public is cproxy's public URL, for the
-// upstream's redirects ("" : the Host each request came with).
-func newRelayRoute(rl Relay, public string) *relayRoute {
-	up := Upstream{URL: rl.URL, HeaderTimeout: rl.HeaderTimeout}
+// NewRelay builds rl's route.
+func NewRelay(rl Relay, env Env) Route {
+	env.Upstream = Upstream{URL: rl.URL, HeaderTimeout: rl.HeaderTimeout}
+	if env.Log == nil {
+		env.Log = slog.New(slog.DiscardHandler)
+	}
+	name := "relay." + rl.Rules.Name
 	// The relay's headers travel with each request's target: they may
 	// differ per token.
-	rr := &relayRoute{Relay: rl, fwd: newForwarder(up, func(http.Header, secrets.Secret) {}, nil)}
-	rr.fwd.redirects = &redirectMap{route: "relay " + rl.Rules.Name, base: rl.URL, prefix: strings.TrimSuffix(rl.Prefix, "/"), public: public}
+	rr := &relayRoute{Relay: rl, fwd: env.NewForwarder(name, rl.Prefix, func(http.Header, secrets.Secret) {}, nil)}
+	rr.fwd.redirects.route = "relay " + rl.Rules.Name
 	return rr
 }
 
-// relayFor is the relay whose prefix the path starts with, or nil.
-func (s *Server) relayFor(path string) *relayRoute {
-	for _, rr := range s.relays {
-		if strings.HasPrefix(path, rr.Prefix) {
-			return rr
+func (rr *relayRoute) Name() string   { return "relay." + rr.Rules.Name }
+func (rr *relayRoute) Prefix() string { return rr.Relay.Prefix }
+func (rr *relayRoute) Close()         { rr.fwd.Close() }
+
+// WriteError renders a refusal as {"error": "cproxy: …"}, the shape the
+// npm route uses: a relay's upstream has no error format cproxy knows.
+func (rr *relayRoute) WriteError(w http.ResponseWriter, err error) int { return writeNPMError(w, err) }
+
+// ValueNames are the per-token values the relay's headers take.
+func (rr *relayRoute) ValueNames() []string {
+	var names []string
+	for _, h := range rr.Headers {
+		if h.Value != "" {
+			names = append(names, h.Value)
 		}
 	}
-	return nil
+	return names
 }
 
-// writeRelayError renders a refusal as {"error": "cproxy: …"}, the shape
-// the npm route uses: a relay's upstream has no error format cproxy knows.
-var writeRelayError = writeNPMError
+// Sources are the sources of the relay's header credentials.
+func (rr *relayRoute) Sources() []Source {
+	var srcs []Source
+	for _, h := range rr.Headers {
+		if h.Live != nil {
+			srcs = append(srcs, Source{Name: fmt.Sprintf("relay.%s (header %s)", rr.Rules.Name, h.Name), Live: h.Live})
+		}
+	}
+	return srcs
+}
 
-// serveRelay authenticates, decides (the profile's relays, the relay's
+// Serve authenticates, decides (the profile's relays, the relay's
 // methods, paths and query), sets the relay's headers and forwards, both
 // ways streaming.
-func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
+func (rr *relayRoute) Serve(a *Call) {
+	r := a.Request()
 	cfg := rr.Rules
-	if !s.admit(a, r, writeRelayError) {
+	sandbox := a.Session().Sandbox
+	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRelay(prof, sandbox, cfg) }); err != nil {
+		a.Fail(err)
 		return
 	}
-	a.decide = func(prof *policy.Profile) (string, error) { return decideRelay(prof, a.session.Sandbox, cfg) }
-	rule, err := a.decide(a.session.Profile)
-	a.rule = rule
+	p, err := relayPath(r.URL.EscapedPath(), rr.Relay.Prefix)
 	if err != nil {
-		a.fail(writeRelayError, err)
+		a.Fail(err)
 		return
 	}
-	p, err := relayPath(r.URL.EscapedPath(), rr.Prefix)
-	if err != nil {
-		a.fail(writeRelayError, err)
-		return
-	}
-	a.target = p.path
-	ans := a.session.Profile.AskRelay(policy.RelayQuestion{Relay: cfg, Method: r.Method, Path: p.path})
-	a.rule = ans.Rule
+	a.SetTarget(p.path)
+	ans := a.Session().Profile.AskRelay(policy.RelayQuestion{Relay: cfg, Method: r.Method, Path: p.path})
+	a.SetRule(ans.Rule)
 	if step, refused := ans.Refusal(); refused {
-		err := refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, clip(p.path, 128))
+		err := Refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, Clip(p.path, 128))
 		if step.Key == "methods" {
-			err = refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
+			err = Refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
 		}
-		a.fail(writeRelayError, err)
+		a.Fail(err)
 		return
 	}
-	t := target{path: "/" + p.path, rawPath: "/" + p.raw}
+	t := Target{Path: "/" + p.path, RawPath: "/" + p.raw}
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
 		if !rr.Query {
-			a.fail(writeRelayError, refuse(ErrForbidden, "relay %s forwards no query string", cfg.Name))
+			a.Fail(Refuse(ErrForbidden, "relay %s forwards no query string", cfg.Name))
 			return
 		}
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			a.fail(writeRelayError, refuse(ErrBadRequest, "the query string is malformed"))
+			a.Fail(Refuse(ErrBadRequest, "the query string is malformed"))
 			return
 		}
-		t.query = q.Encode()
+		t.Query = q.Encode()
 	}
-	h, err := rr.headers(a.session)
+	h, err := rr.headers(a.Session())
 	if err != nil {
-		a.fail(writeRelayError, err)
+		a.Fail(err)
 		return
 	}
-	t.headers = h
-	rr.fwd.forward(a, r, t, writeRelayError)
+	t.Header = h
+	rr.fwd.Forward(a, r, t)
 }
 
 // decideRelay asks prof whether sandbox may use the relay. The relay's
@@ -128,7 +145,7 @@ func (s *Server) serveRelay(rr *relayRoute, a *audit, r *http.Request) {
 func decideRelay(prof *policy.Profile, sandbox string, cfg *policy.Relay) (string, error) {
 	ans := prof.AskRelay(policy.RelayQuestion{Relay: cfg})
 	if !ans.Allow {
-		return ans.Rule, refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
+		return ans.Rule, Refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
 	}
 	return ans.Rule, nil
 }
@@ -141,13 +158,13 @@ func (rr *relayRoute) headers(sess *Session) (http.Header, error) {
 		if rh.Live != nil {
 			sec, err := rh.Live.Current()
 			if err != nil {
-				return nil, refuse(ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Rules.Name, rh.Name)
+				return nil, Refuse(ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Rules.Name, rh.Name)
 			}
 			v = sec.Reveal()
 		} else {
 			val, ok := sess.Values[rh.Value]
 			if !ok {
-				return nil, refuse(ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Rules.Name, rh.Value, rh.Value)
+				return nil, Refuse(ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Rules.Name, rh.Value, rh.Value)
 			}
 			v = val.Reveal()
 		}
@@ -172,7 +189,7 @@ type checkedPath struct {
 func relayPath(escaped, prefix string) (checkedPath, error) {
 	rest, ok := strings.CutPrefix(escaped, prefix)
 	if !ok || rest == "" {
-		return checkedPath{}, refuse(ErrForbidden, "no path under %s", prefix)
+		return checkedPath{}, Refuse(ErrForbidden, "no path under %s", prefix)
 	}
 	segs := strings.Split(rest, "/")
 	dec := make([]string, len(segs))
@@ -180,10 +197,10 @@ func relayPath(escaped, prefix string) (checkedPath, error) {
 	for i, s := range segs {
 		d, err := url.PathUnescape(s)
 		if err != nil {
-			return checkedPath{}, refuse(ErrBadRequest, "malformed percent-encoding in %q", clip(escaped, 128))
+			return checkedPath{}, Refuse(ErrBadRequest, "malformed percent-encoding in %q", Clip(escaped, 128))
 		}
 		if d == "" || d == "." || d == ".." || strings.ContainsAny(d, "/\\") || strings.IndexFunc(d, isControl) >= 0 || !utf8.ValidString(d) {
-			return checkedPath{}, refuse(ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes, control characters or invalid UTF-8)", clip(escaped, 128))
+			return checkedPath{}, Refuse(ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes, control characters or invalid UTF-8)", Clip(escaped, 128))
 		}
 		dec[i], enc[i] = d, url.PathEscape(d)
 	}

@@ -67,7 +67,7 @@ X-Mod-Token = { value = "mod_token" }
 		{Name: "Authorization", Prefix: "Bearer ", Live: live},
 		{Name: "X-Mod-Token", Value: "mod_token"},
 	}}
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = cfg.Rules
 		o.Relays = []Relay{rl}
 	})

@@ -37,7 +37,36 @@ type env struct {
 	logs  *testutil.Buffer
 }
 
-type envOpt func(*Options)
+type envOpt func(*testOptions)
+
+// testOptions are a Server's Options with its routes' upstreams, from
+// which newEnv builds the routes as cproxy serve does.
+type testOptions struct {
+	Options
+	Anthropic, GitHub, NPM Upstream
+	Relays                 []Relay
+	PublicURL              string
+}
+
+// kinds are the registered routes (routes/builtin, which this package's
+// tests cannot import).
+var kinds = []Kind{ModelKind, GitHubKind, NPMKind}
+
+// build builds o's routes into o.Routes, and returns its Options.
+func (o *testOptions) build() Options {
+	ups := map[string]Upstream{"anthropic": o.Anthropic, "github": o.GitHub, "npm": o.NPM}
+	env := Env{PublicURL: o.PublicURL, Log: o.Logger, Now: o.Now}
+	o.Routes = nil
+	for _, k := range kinds {
+		env.Upstream = ups[k.Upstream]
+		o.Routes = append(o.Routes, k.Build(env))
+	}
+	env.Upstream = Upstream{}
+	for _, rl := range o.Relays {
+		o.Routes = append(o.Routes, NewRelay(rl, env))
+	}
+	return o.Options
+}
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
@@ -50,16 +79,18 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Cleanup(func() { store.Close() })
 	u, _ := url.Parse(fake.URL)
 	logs := &testutil.Buffer{}
-	o := Options{
-		Store:     store,
-		Policy:    policy.DefaultPolicy(),
+	o := testOptions{
+		Options: Options{
+			Store:  store,
+			Policy: policy.DefaultPolicy(),
+			Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		},
 		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key", HeaderTimeout: 10 * time.Second},
-		Logger:    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	for _, f := range opts {
 		f(&o)
 	}
-	srv := New(o)
+	srv := New(o.build())
 	e := &env{t: t, fake: fake, srv: srv, logs: logs}
 	e.proxy = httptest.NewServer(srv.ProxyHandler())
 	e.admin = httptest.NewServer(srv.AdminHandler())
@@ -185,7 +216,7 @@ func TestModelRequestSwapsTheCredential(t *testing.T) {
 }
 
 func TestOAuthUpstream(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Anthropic.Credential = secrets.New(canaryOAuth)
 		o.Anthropic.Auth = "oauth"
 	})
@@ -282,7 +313,7 @@ func TestRevocationIsImmediate(t *testing.T) {
 
 func TestExpiredToken(t *testing.T) {
 	now := time.Now()
-	e := newEnv(t, func(o *Options) { o.Now = func() time.Time { return now } })
+	e := newEnv(t, func(o *testOptions) { o.Now = func() time.Time { return now } })
 	tok := e.token("conv-1", "ttl=1m")
 	now = now.Add(2 * time.Minute)
 	r := e.do("POST", "/v1/messages", bearer(tok), hello)
@@ -300,7 +331,7 @@ models = ["claude-sonnet-*"]
 match = "conv-*"
 profile = "web"
 `)
-	e := newEnv(t, func(o *Options) { o.Policy = pol })
+	e := newEnv(t, func(o *testOptions) { o.Policy = pol })
 	h := bearer(e.token("conv-42"))
 	tests := []struct {
 		name, method, path, body string
@@ -489,7 +520,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 
 func TestUpstreamFailures(t *testing.T) {
 	t.Run("no headers in time", func(t *testing.T) {
-		e := newEnv(t, func(o *Options) { o.Anthropic.HeaderTimeout = 200 * time.Millisecond })
+		e := newEnv(t, func(o *testOptions) { o.Anthropic.HeaderTimeout = 200 * time.Millisecond })
 		gate := e.fake.HoldHeaders()
 		defer gate.Release()
 		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
@@ -501,21 +532,21 @@ func TestUpstreamFailures(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		addr := ln.Addr().String()
 		ln.Close()
-		e := newEnv(t, func(o *Options) { o.Anthropic.URL = &url.URL{Scheme: "http", Host: addr} })
+		e := newEnv(t, func(o *testOptions) { o.Anthropic.URL = &url.URL{Scheme: "http", Host: addr} })
 		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
 		if _, msg := errorType(t, r); r.status != 502 || !strings.Contains(msg, "could not be reached") {
 			t.Fatalf("got %d %s", r.status, msg)
 		}
 	})
 	t.Run("upstream errors pass unchanged", func(t *testing.T) {
-		e := newEnv(t, func(o *Options) { o.Anthropic.Credential = secrets.New("sk-ant-wrong") })
+		e := newEnv(t, func(o *testOptions) { o.Anthropic.Credential = secrets.New("sk-ant-wrong") })
 		r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
 		if _, msg := errorType(t, r); r.status != 401 || strings.Contains(msg, "cproxy") {
 			t.Fatalf("got %d %s", r.status, msg)
 		}
 	})
 	t.Run("no credential configured", func(t *testing.T) {
-		e := newEnv(t, func(o *Options) {
+		e := newEnv(t, func(o *testOptions) {
 			o.Anthropic.Credential = secrets.Secret{}
 			o.Anthropic.Missing = "set ANTHROPIC_API_KEY and restart cproxy"
 		})

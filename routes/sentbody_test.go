@@ -29,12 +29,12 @@ func TestSentBodyWithholdsTheEnd(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				a := &audit{srv: e.srv, r: req, session: sess, decide: anyProfile}
+				a := &Call{srv: e.srv, r: req, session: sess, decide: AnyProfile}
 				n := int64(-1)
 				if declared {
 					n = int64(len(body))
 				}
-				b := &sentBody{ReadCloser: io.NopCloser(iotest.HalfReader(strings.NewReader(body))), c: &call{a: a, ctx: context.Background()}, recheck: true, left: n}
+				b := &sentBody{ReadCloser: io.NopCloser(iotest.HalfReader(strings.NewReader(body))), c: &outbound{a: a, ctx: context.Background()}, recheck: true, left: n}
 				var got bytes.Buffer
 				buf := make([]byte, sizes)
 				revoked := false

@@ -53,8 +53,8 @@ type Upstream struct {
 	HeaderTimeout time.Duration
 }
 
-// configured reports whether up has a credential to send.
-func (up Upstream) configured() bool { return up.Live != nil || !up.Credential.IsZero() }
+// Configured reports whether up has a credential to send.
+func (up Upstream) Configured() bool { return up.Live != nil || !up.Credential.IsZero() }
 
 // Options configure a Server. Store, Policy and Anthropic are required.
 type Options struct {
@@ -73,17 +73,11 @@ type Options struct {
 	// spending the whole budget.
 	SharedLimits tokens.SharedLimits
 
-	Policy    *policy.Policy
-	Anthropic Upstream
-	// GitHub is the github route's upstream (github.com's git smart HTTP).
-	// A nil URL means the route has none: github requests are refused.
-	GitHub Upstream
-	// NPM is the npm route's upstream registry. A nil URL means the route
-	// has none: npm requests are refused.
-	NPM Upstream
-	// PublicURL is cproxy's proxy URL as the sandboxes reach it; rewritten
-	// packuments point their tarballs at it. Empty means the request's Host.
-	PublicURL string
+	Policy *policy.Policy
+	// Routes are the proxy listener's routes (Kind.Build, and the relays),
+	// each serving the paths under its prefix; no two prefixes may
+	// overlap. A path under none is refused.
+	Routes []Route
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Audit receives one line per proxied request; nil means Logger. It is
@@ -102,8 +96,6 @@ type Options struct {
 	// tokens minted with bind=socket are valid on. Nil: such tokens cannot
 	// be minted.
 	SandboxSockets *SandboxSockets
-	// Relays are the relay routes ([relay.NAME]), each under its prefix.
-	Relays []Relay
 	// Version is cproxy's version, for cproxy_build_info on GET /metrics;
 	// empty means "unknown".
 	Version string
@@ -131,22 +123,18 @@ type Options struct {
 
 // Server holds what the listeners share.
 type Server struct {
-	store     tokens.Store
-	pol       atomic.Pointer[policy.Policy]
-	log       *slog.Logger
-	audit     *slog.Logger
-	auditLog  io.Writer // nil: audit lines go to audit
-	now       func() time.Time
-	model     *forwarder
-	github    *forwarder // nil when Options.GitHub has no URL
-	npm       *forwarder // nil when Options.NPM has no URL
-	publicURL string
-	sockets   *SandboxSockets // nil without Options.SandboxSockets
-	relays    []*relayRoute
-	budgets   *budgets
-	// relayValues are the per-token value names the relays use, which
-	// POST /tokens accepts.
-	relayValues []string
+	store    tokens.Store
+	pol      atomic.Pointer[policy.Policy]
+	log      *slog.Logger
+	audit    *slog.Logger
+	auditLog io.Writer // nil: audit lines go to audit
+	now      func() time.Time
+	routes   []Route
+	sockets  *SandboxSockets // nil without Options.SandboxSockets
+	budgets  *budgets
+	// tokenValues are the per-token value names the routes use (a relay's
+	// headers), which POST /tokens accepts.
+	tokenValues []string
 	metrics     *metrics // GET /metrics on the admin listener
 	decisions   decisions
 	flights     inflight
@@ -166,7 +154,7 @@ type Server struct {
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, now: o.Now, publicURL: o.PublicURL, sockets: o.SandboxSockets,
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, now: o.Now, sockets: o.SandboxSockets,
 		bodyTimeout: o.BodyTimeout}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -186,46 +174,17 @@ func New(o Options) *Server {
 		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
 		go s.sweepFlights(s.sweepStop, s.sweepDone)
 	}
-	s.model = newForwarder(o.Anthropic, setAnthropicCredential(o.Anthropic), meterResponse)
-	s.model.proxy.BufferPool = eventCopyBuffers
-	// Streams still pass event by event: ReverseProxy flushes each write of
-	// a text/event-stream answer, and of any answer of unknown length,
-	// whatever FlushInterval says. What 0 changes is a JSON answer of known
-	// length (a non-streaming message, a token count, the model list): it is
-	// written with its headers as it is copied, instead of the headers being
-	// flushed first by a timer's goroutine and the body flushed after each
-	// write: a goroutine, a flush and a write(2) less per request, about a
-	// tenth of cproxy's CPU for a non-streaming message (docs/benchmarks.md),
-	// for an answer the client can only use whole.
-	s.model.proxy.FlushInterval = 0
-	if o.GitHub.URL != nil {
-		s.github = newForwarder(o.GitHub, setGitHubCredential, gitHubResponse)
-		s.github.redirects = &redirectMap{route: "github", base: o.GitHub.URL, prefix: "/github", public: o.PublicURL, within: gitHubMoved}
-	}
-	if o.NPM.URL != nil {
-		s.npm = newForwarder(o.NPM, setNPMCredential, npmResponse(o.NPM.URL))
-		s.npm.redirects = &redirectMap{route: "npm", base: o.NPM.URL, prefix: "/npm", public: o.PublicURL}
-	}
-	// ReverseProxy reports what it cannot tell a client (a response cut
-	// mid-copy) to its ErrorLog, which by default is the standard logger.
-	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
-	fwds := []*forwarder{s.model, s.github, s.npm}
-	for _, rl := range o.Relays {
-		rr := newRelayRoute(rl, o.PublicURL)
-		s.relays = append(s.relays, rr)
-		fwds = append(fwds, rr.fwd)
-		for _, h := range rl.Headers {
-			if h.Value != "" && !slices.Contains(s.relayValues, h.Value) {
-				s.relayValues = append(s.relayValues, h.Value)
+	s.routes = o.Routes
+	for _, rt := range s.routes {
+		if v, ok := rt.(Valued); ok {
+			for _, name := range v.ValueNames() {
+				if !slices.Contains(s.tokenValues, name) {
+					s.tokenValues = append(s.tokenValues, name)
+				}
 			}
 		}
 	}
-	slices.Sort(s.relayValues)
-	for _, f := range fwds {
-		if f != nil {
-			f.proxy.ErrorLog = errLog
-		}
-	}
+	slices.Sort(s.tokenValues)
 	s.metrics = newMetrics(o.Version, s.store, s.now, s.log, s.routeNames())
 	if o.BodyMemory == 0 {
 		o.BodyMemory = defaultBodyMemory
@@ -243,24 +202,37 @@ func New(o Options) *Server {
 	return s
 }
 
+// servedPrefixes lists the routes' prefixes, for a request under none.
+func (s *Server) servedPrefixes() string {
+	prefixes := make([]string, len(s.routes))
+	for i, rt := range s.routes {
+		prefixes[i] = rt.Prefix()
+	}
+	return strings.Join(prefixes, ", ")
+}
+
 // LimitConnections returns ln (the proxy listener) with the connections it
 // accepts counted against Options.MaxConnections, with the per-sandbox
 // sockets'; past it a new connection is closed at once.
 func (s *Server) LimitConnections(ln net.Listener) net.Listener { return s.conns.limit(ln) }
 
-// routeNames are the route labels of the configured routes.
+// routeNames are the route labels of the routes.
 func (s *Server) routeNames() []string {
-	names := []string{"model"}
-	if s.github != nil {
-		names = append(names, "github")
-	}
-	if s.npm != nil {
-		names = append(names, "npm")
-	}
-	for _, rr := range s.relays {
-		names = append(names, "relay."+rr.Rules.Name)
+	names := make([]string, len(s.routes))
+	for i, rt := range s.routes {
+		names[i] = rt.Name()
 	}
 	return names
+}
+
+// routeFor is the route whose prefix path is under, or nil.
+func (s *Server) routeFor(path string) Route {
+	for _, rt := range s.routes {
+		if strings.HasPrefix(path, rt.Prefix()) {
+			return rt
+		}
+	}
+	return nil
 }
 
 // SetPolicy replaces the policy. A request is decided again under the
@@ -271,7 +243,6 @@ func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
 
 func (s *Server) policy() *policy.Policy { return s.pol.Load() }
 
-// Close releases idle upstream connections.
 // WaitRequests waits until every request the proxy handler took has
 // ended and written its audit line, or ctx ends. http.Server.Close returns
 // while the handlers of the requests it cut are still finishing: a process
@@ -290,6 +261,7 @@ func (s *Server) WaitRequests(ctx context.Context) error {
 	}
 }
 
+// Close stops the Server's background work and closes its routes.
 func (s *Server) Close() {
 	if s.pruneStop != nil {
 		s.pruneStop()
@@ -301,15 +273,8 @@ func (s *Server) Close() {
 		<-s.sweepDone
 		s.sweepStop = nil
 	}
-	s.model.transport.CloseIdleConnections()
-	if s.github != nil {
-		s.github.transport.CloseIdleConnections()
-	}
-	if s.npm != nil {
-		s.npm.transport.CloseIdleConnections()
-	}
-	for _, rr := range s.relays {
-		rr.fwd.transport.CloseIdleConnections()
+	for _, rt := range s.routes {
+		rt.Close()
 	}
 }
 
@@ -354,7 +319,7 @@ func (s *Server) ProxyHandler() http.Handler {
 			if p := recover(); p != nil {
 				rec.reason = "response cut off before its end"
 				if cause := rec.flight.ended(); cause != nil {
-					rec.reason = message(cause) + "; its response was cut off"
+					rec.reason = Message(cause) + "; its response was cut off"
 				}
 				rec.finish()
 				panic(p)
@@ -365,33 +330,25 @@ func (s *Server) ProxyHandler() http.Handler {
 		// host, or "*", is not a request for one of cproxy's routes.
 		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.Host != "" {
 			rec.route = "none"
-			rec.fail(writePlainError, refuse(ErrForbidden, "only requests for cproxy's own routes are served"))
+			rec.fail(WritePlainError, Refuse(ErrForbidden, "only requests for cproxy's own routes are served"))
 			return
 		}
-		switch {
-		case strings.HasPrefix(r.URL.Path, "/v1/"):
-			rec.route = "model"
-			s.serveModel(rec, r)
-		case strings.HasPrefix(r.URL.Path, "/github/") && s.github != nil:
-			rec.route = "github"
-			s.serveGitHub(rec, r)
-		case strings.HasPrefix(r.URL.Path, "/npm/") && s.npm != nil:
-			rec.route = "npm"
-			s.serveNPM(rec, r)
-		case strings.HasPrefix(r.URL.Path, "/github/"), strings.HasPrefix(r.URL.Path, "/npm/"):
-			rec.route = strings.Split(r.URL.Path, "/")[1]
-			rec.fail(writePlainError, refuse(ErrForbidden, "the %s route has no upstream: the operator must set upstream.%s.url (and upstream.%s.credential) in cproxy's config; do not retry", rec.route, rec.route, rec.route))
-		default:
-			// Relays last: their prefixes never clash with the routes
-			// above (the config refuses that), and the model route, the
-			// hot one, need not look at them.
-			if relay := s.relayFor(r.URL.Path); relay != nil {
-				rec.route = "relay." + relay.Rules.Name
-				s.serveRelay(relay, rec, r)
-				return
-			}
+		rt := s.routeFor(r.URL.Path)
+		if rt == nil {
 			rec.route = "none"
-			rec.fail(writePlainError, refuse(ErrForbidden, "no such route: cproxy serves the model API under /v1/, git under /github/, npm under /npm/ and the relays its config names"))
+			rec.fail(WritePlainError, Refuse(ErrForbidden, "no such route: cproxy serves %s", s.servedPrefixes()))
+			return
 		}
+		rec.route, rec.rt = rt.Name(), rt
+		if u, ok := rt.(unserved); ok {
+			// Refused before authentication: no token is worth
+			// checking for a route that cannot forward.
+			rec.Fail(u.refusal())
+			return
+		}
+		if !s.admit(rec, r, rt.WriteError) {
+			return
+		}
+		rt.Serve(rec)
 	})
 }

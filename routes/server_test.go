@@ -29,7 +29,7 @@ func TestRouteWithoutUpstreamSaysWhatToSet(t *testing.T) {
 // told so and to ask the operator; the policy file's path on the host and
 // the profiles it has go to the operator's log only.
 func TestNoProfileNamesNoHostPath(t *testing.T) {
-	e := newEnv(t, func(o *Options) {
+	e := newEnv(t, func(o *testOptions) {
 		o.Policy = mustPolicy(t, "[profile.web]\nmodels = [\"claude-*\"]\n\n[[sandbox]]\nmatch = \"conv-*\"\nprofile = \"web\"\n")
 	})
 	r := e.do("POST", "/v1/messages", bearer(e.token("build-9")), hello)

@@ -27,6 +27,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -318,8 +319,10 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	}
 	defer adminLn.Close()
 
-	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules, Anthropic: upstreams["anthropic"], GitHub: upstreams["github"], NPM: upstreams["npm"],
-		PublicURL: tarballBase(cfg, proxyLn.Addr()), Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Relays: relays, Version: version(),
+	public := tarballBase(cfg, proxyLn.Addr())
+	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
+		Routes: builtin.Routes(upstreams, relays, public, log, nil),
+		Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})
 	defer srv.Close()

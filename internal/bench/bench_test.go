@@ -25,6 +25,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -374,9 +375,9 @@ func newRoutesServer(tb testing.TB, upstream *url.URL, limits bool) (*routes.Ser
 	srv := routes.New(routes.Options{
 		Store:  store,
 		Policy: loaded,
-		Anthropic: routes.Upstream{
+		Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": {
 			URL: upstream, Credential: secrets.New(testKey), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
-		},
+		}}, nil, "", nil, nil),
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Audit:    slog.New(routes.NewTextHandler(io.Discard, nil)),
 		AuditLog: auditLog,

@@ -13,6 +13,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -52,9 +53,9 @@ func newRoutesRole() (*http.Server, func(), error) {
 	srv := routes.New(routes.Options{
 		Store:  store,
 		Policy: pol,
-		Anthropic: routes.Upstream{
+		Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": {
 			URL: u, Credential: secrets.New(os.Getenv(keyEnv)), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
-		},
+		}}, nil, "", log, nil),
 		Logger: log,
 		Audit:  slog.New(routes.NewTextHandler(os.Stderr, nil)),
 	})

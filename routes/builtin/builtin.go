@@ -1,0 +1,46 @@
+// Package builtin is cproxy's table of routes: a route is registered by
+// its line in Kinds, and the proxy listener, metrics' route labels, the
+// relays' reserved prefixes and start-up credential loading all follow
+// from it (docs/adding-a-route.md).
+package builtin
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cproxy/cproxy/routes"
+)
+
+// Kinds are the registered routes, in the order their prefixes are
+// matched. The relays, which the config names, come after them.
+var Kinds = []routes.Kind{
+	routes.ModelKind,
+	routes.GitHubKind,
+	routes.NPMKind,
+}
+
+// Prefixes are the registered routes' prefixes, which no relay may take.
+func Prefixes() []string {
+	p := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		p[i] = k.Prefix
+	}
+	return p
+}
+
+// Routes builds every registered route with its upstream from upstreams
+// (keyed by the config's [upstream.NAME]; a kind whose upstream is absent
+// or has no URL is Unserved), then the relays, in order.
+func Routes(upstreams map[string]routes.Upstream, relays []routes.Relay, publicURL string, log *slog.Logger, now func() time.Time) []routes.Route {
+	env := routes.Env{PublicURL: publicURL, Log: log, Now: now}
+	var rts []routes.Route
+	for _, k := range Kinds {
+		env.Upstream = upstreams[k.Upstream]
+		rts = append(rts, k.Build(env))
+	}
+	env.Upstream = routes.Upstream{}
+	for _, rl := range relays {
+		rts = append(rts, routes.NewRelay(rl, env))
+	}
+	return rts
+}

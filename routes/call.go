@@ -1,0 +1,136 @@
+package routes
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// This file is what a Route may do with the request it serves: read it,
+// tell the audit line what it learned, ask the policy, hold budget, refuse.
+
+// Decide is a route's policy question, asked of a profile: the rule that
+// answered, and a refusal in the route's words when the answer is no. A
+// request's question is asked again of the token's profile as it is when
+// the request is sent (Call.Decide).
+type Decide func(*policy.Profile) (rule string, err error)
+
+// AnyProfile is the question of a request every profile may make.
+func AnyProfile(*policy.Profile) (string, error) { return "", nil }
+
+// Request is the request the route serves: a shallow copy of the
+// listener's, whose body counts what is read of it.
+func (a *Call) Request() *http.Request { return a.r }
+
+// ResponseWriter is where the route writes an answer of its own (a git
+// push report); a refusal goes through Fail.
+func (a *Call) ResponseWriter() http.ResponseWriter { return a.w }
+
+// Session is the authenticated sandbox.
+func (a *Call) Session() *Session { return a.session }
+
+// Log is cproxy's diagnostic log (not the audit log).
+func (a *Call) Log() *slog.Logger { return a.srv.log }
+
+// Now is the Server's clock.
+func (a *Call) Now() time.Time { return a.srv.now() }
+
+// SetTarget says what the request is about, for its audit line: the
+// model, OWNER/REPO, the package, a relay's path.
+func (a *Call) SetTarget(target string) { a.target = target }
+
+// SetVersion is an npm tarball's version: the audit line's target becomes
+// name@version.
+func (a *Call) SetVersion(v string) { a.version = v }
+
+// SetRefs are a push's ref updates, as git sent them, for the audit line.
+func (a *Call) SetRefs(refs []RefUpdate) { a.refs = refs }
+
+// SetRule names the policy rule that decided, for the audit line.
+func (a *Call) SetRule(rule string) { a.rule = rule }
+
+// Decide makes d the request's policy question and asks it of the
+// session's profile: the rule that answered goes on the audit line, and a
+// refusal is returned for the route to Fail with. Before the request is
+// sent, and when a body that streams to the upstream ends, d is asked
+// again if a policy reload has given the token another profile.
+func (a *Call) Decide(d Decide) error {
+	a.decide = d
+	rule, err := d(a.session.Profile)
+	a.rule = rule
+	return err
+}
+
+// AskAgain makes d the request's policy question from now on, without
+// asking it: for a route that asked its parts itself (a push's ref
+// updates, once read) and wants the whole asked again before sending.
+func (a *Call) AskAgain(d Decide) { a.decide = d }
+
+// Fail answers the request with err, written as the route writes a
+// refusal.
+func (a *Call) Fail(err error) { a.fail(a.rt.WriteError, err) }
+
+// FailWith answers the request with err, written by write: for a route
+// whose client reads refusals differently in one place (git's ref
+// advertisement).
+func (a *Call) FailWith(write func(http.ResponseWriter, error) int, err error) { a.fail(write, err) }
+
+// Denied records that the route refused the request with an answer of its
+// own (a git push report), for reason.
+func (a *Call) Denied(reason string) { a.reason, a.decision = reason, decisionDeny }
+
+// ReadBody reads the request's body whole, at most limit bytes, within the
+// memory for bodies read whole and the body deadline, and puts the bytes
+// read back as the body that is sent: what the route checks is what the
+// upstream gets. It refuses an encoded body.
+func (a *Call) ReadBody(limit int64) ([]byte, error) { return readBody(a.r, limit, &a.held) }
+
+// Held is the request's share of the memory for bodies read whole, for a
+// route that reads a body its own way (BodyHold.Reader).
+func (a *Call) Held() *BodyHold { return &a.held }
+
+// Acquire takes the request's concurrency slot and a place in its rate,
+// as its token's budget sets them, and meters the request from then on:
+// Reserve holds its spending, Settle charges it. The slot is given back
+// when the request ends.
+func (a *Call) Acquire() error {
+	res, err := a.srv.budgets.acquire(a.r.Context(), a.session, a.session.Budget)
+	if err != nil {
+		return err
+	}
+	a.meter = &meter{a: a, res: res, s: a.srv}
+	return nil
+}
+
+// Reserve holds want of the token's budget for the request, refusing it
+// when the budget cannot cover it; charged says whether the request is
+// charged at all (a token count is not). Call after Acquire.
+func (a *Call) Reserve(want tokens.Usage, charged bool) error {
+	m := a.meter
+	if err := a.srv.budgets.hold(a.r.Context(), m.res, a.session, a.session.Budget, want, charged); err != nil {
+		return err
+	}
+	m.want, m.charged = want, charged
+	return nil
+}
+
+// Charged reports whether the request is charged: Reserve said so.
+func (a *Call) Charged() bool { return a.meter != nil && a.meter.charged }
+
+// Settle charges the request what the upstream reported it used; input
+// and output say whether it reported those counts (what it did not is
+// charged what Reserve held). Only the first Settle counts. A metered
+// request the route never settles is charged what it held if the upstream
+// got it, else nothing.
+func (a *Call) Settle(u tokens.Usage, input, output bool) {
+	if a.meter != nil {
+		a.meter.answered(u, input, output)
+	}
+}
+
+// CallOf is the Call of a response's request, for a Forwarder's
+// checkResponse.
+func CallOf(resp *http.Response) *Call { return outboundOf(resp.Request).a }
