@@ -61,9 +61,16 @@ var (
 	headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 )
 
-// reservedPrefixes are the proxy listener's own routes, and the admin
-// listener's probe paths, kept free so that no relay looks like a probe.
-var reservedPrefixes = []string{"/v1/", "/github/", "/npm/", "/healthz/", "/readyz/", "/-/"}
+// reservedPrefixes are the proxy listener's own routes (UpstreamKinds'),
+// and the admin listener's probe paths, kept free so that no relay looks
+// like a probe.
+func reservedPrefixes() []string {
+	var p []string
+	for _, k := range UpstreamKinds {
+		p = append(p, k.Prefix)
+	}
+	return append(p, "/healthz/", "/readyz/", "/-/")
+}
 
 // forbiddenRelayHeaders are headers net/http or the forwarding itself
 // decides; a relay may not set them.
@@ -83,8 +90,8 @@ func (c *Config) validateRelays(f *policy.File) {
 			f.Missing(rp.Dot("prefix"), rp, `%s: missing prefix, the path on the proxy listener (e.g. prefix = "/%s/")`, rp, name)
 		case !relayPrefixRE.MatchString(r.Prefix):
 			f.AtValue(rp.Dot("prefix"), `%s.prefix: %q is not one path segment between slashes of lower-case letters, digits, '.', '_' and '-' (e.g. "/%s/")`, rp, r.Prefix, name)
-		case slices.Contains(reservedPrefixes, r.Prefix):
-			f.AtValue(rp.Dot("prefix"), "%s.prefix: %q is one of cproxy's own routes (%s)", rp, r.Prefix, strings.Join(reservedPrefixes, ", "))
+		case slices.Contains(reservedPrefixes(), r.Prefix):
+			f.AtValue(rp.Dot("prefix"), "%s.prefix: %q is one of cproxy's own routes (%s)", rp, r.Prefix, strings.Join(reservedPrefixes(), ", "))
 		case prefixes[r.Prefix] != "":
 			f.AtValue(rp.Dot("prefix"), "%s.prefix: %q is relay.%s's prefix already", rp, r.Prefix, prefixes[r.Prefix])
 		default:

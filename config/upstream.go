@@ -40,7 +40,8 @@ const (
 // An UpstreamKind is what cproxy knows of one [upstream.NAME]: its
 // defaults, what it accepts, and how messages speak of it.
 type UpstreamKind struct {
-	Name          string        // NAME in [upstream.NAME]: the route's name
+	Name          string        // NAME in [upstream.NAME]
+	Prefix        string        // the prefix of the route that forwards to it ("/v1/"), which no relay may take
 	URL           string        // url's default, and the example in messages about it
 	Credential    string        // credential's default; "" is none
 	HeaderTimeout time.Duration // header_timeout's default
@@ -59,20 +60,21 @@ type UpstreamKind struct {
 }
 
 // UpstreamKinds are the upstreams cproxy knows, one per route that forwards
-// to a fixed service, sorted by name. Default, validation, file: paths and
+// to a fixed service (routes/builtin registers the routes; its tests hold
+// the two tables to each other), sorted by name. Default, validation, file: paths and
 // serve's credential loading all loop over it: a new kind is a new entry.
 var UpstreamKinds = []UpstreamKind{
 	{
-		Name: "anthropic", URL: "https://api.anthropic.com", Credential: "env:ANTHROPIC_API_KEY", HeaderTimeout: 10 * time.Minute,
+		Name: "anthropic", Prefix: "/v1/", URL: "https://api.anthropic.com", Credential: "env:ANTHROPIC_API_KEY", HeaderTimeout: 10 * time.Minute,
 		Required: "the model route needs a credential", ClaudeCode: true, Auths: []string{AuthAPIKey, AuthOAuth},
 		Missing: "no Anthropic credential: model requests will be refused until it is set",
 	},
 	{
-		Name: "github", URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: 2 * time.Minute,
+		Name: "github", Prefix: "/github/", URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: 2 * time.Minute,
 		Missing: "no GitHub credential: git requests will be refused until it is set",
 	},
 	{
-		Name: "npm", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
+		Name: "npm", Prefix: "/npm/", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
 		Missing: "no npm credential: npm requests will be refused until it is set",
 	},
 }
