@@ -10,4 +10,8 @@
 // refused, and every problem, the policy file's included, is reported as
 // "file:line:col: message" in one policy.Problems. Check does the same for
 // `cproxy policy check`, for either kind of file.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
 package config

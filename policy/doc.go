@@ -63,4 +63,8 @@
 // ".git"); models, refs and packages exactly. Package globs have npm's shape (an
 // optional lower-case @scope/, then a name; capitals are allowed in the name because
 // old packages such as JSONStream have them).
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
 package policy

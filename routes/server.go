@@ -1,5 +1,12 @@
-// Package routes is cproxy's HTTP surface: the proxy listener's mux and
-// routes (authenticate, decide, forward, audit) and the admin API.
+// Package routes is cproxy's proxy core: the Server behind the proxy and
+// admin listeners, authentication, forwarding, the mapping of errors to
+// answers, and the Route interface every route implements (route.go,
+// call.go). The routes themselves are registered in routes/builtin
+// (docs/adding-a-route.md).
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
 package routes
 
 import (

@@ -1,6 +1,10 @@
 // Package secrets loads the real upstream credentials that cproxy injects, from
 // the sources a config names, and keeps them from leaking: a Secret prints as
 // REDACTED everywhere except in the one call that writes the upstream header.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
 package secrets
 
 import (

@@ -4,4 +4,8 @@
 // harness can revoke at any time. The format carries a fixed prefix and a checksum so secret scanners can recognise a
 // leaked token and a mistyped one is refused before any store look-up. The store keeps only the SHA-256 of each
 // token, so a copy of the store file does not let anyone authenticate.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
 package tokens

@@ -2,6 +2,10 @@
 // its line in Kinds, and the proxy listener, metrics' route labels, the
 // relays' reserved prefixes and start-up credential loading all follow
 // from it (docs/adding-a-route.md).
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
 package builtin
 
 import (
