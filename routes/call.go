@@ -88,6 +88,14 @@ func (a *Call) Denied(reason string) { a.reason, a.decision = reason, decisionDe
 // upstream gets. It refuses an encoded body.
 func (a *Call) ReadBody(limit int64) ([]byte, error) { return readBody(a.r, limit, &a.held) }
 
+// ReadEncodedBody is ReadBody for a body that may also come in one of
+// encodings ("gzip"): the bytes are returned, and sent, as they came,
+// still encoded. The route decodes them to check them, and bounds what it
+// decodes.
+func (a *Call) ReadEncodedBody(limit int64, encodings ...string) ([]byte, error) {
+	return readBody(a.r, limit, &a.held, encodings...)
+}
+
 // Held is the request's share of the memory for bodies read whole, for a
 // route that reads a body its own way (BodyHold.Reader).
 func (a *Call) Held() *BodyHold { return &a.held }

@@ -46,6 +46,14 @@ func Refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: "cproxy: " + fmt.Sprintf(format, args...)}
 }
 
+// IsRefusal reports whether err is, or wraps, a refusal (Refuse): an
+// error whose message is meant for the client, which a route passes on as
+// it is rather than wording it again.
+func IsRefusal(err error) bool {
+	var r *refusal
+	return errors.As(err, &r)
+}
+
 // Status maps an error to its HTTP Status and Anthropic error type.
 func Status(err error) (int, string) {
 	switch {
@@ -128,6 +136,31 @@ func SetRetryAfter(h http.Header, err error) bool {
 	}
 	h.Set("Retry-After", strconv.FormatInt(retrySeconds(ref.retryAfter), 10))
 	return true
+}
+
+// jsonError is the error shape of npm's registry, {"error": "..."}, which
+// npm prints after the status.
+type jsonError struct {
+	Error string `json:"error"`
+}
+
+// WriteJSONError renders err as npm's registry renders errors,
+// {"error": "..."}: for the npm route, and for relays, whose clients read
+// JSON.
+func WriteJSONError(w http.ResponseWriter, err error) int {
+	code, _ := Status(err)
+	body, _ := json.Marshal(jsonError{Error: Message(err)})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	if errors.Is(err, ErrUnauthorized) {
+		h.Set("WWW-Authenticate", `Bearer realm="cproxy"`)
+	}
+	SetRetryAfter(h, err)
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+	return code
 }
 
 // WritePlainError is for routes without an upstream format of their own.

@@ -144,9 +144,10 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // Forwarder sends validated requests to one upstream.
 type Forwarder struct {
-	up        Upstream
-	proxy     *httputil.ReverseProxy
-	transport *http.Transport
+	up            Upstream
+	proxy         *httputil.ReverseProxy
+	transport     *http.Transport
+	setCredential func(http.Header, secrets.Secret)
 	// redirects, if set, keeps the upstream's redirects on cproxy; nil
 	// passes them as sent.
 	redirects *Redirects
@@ -182,7 +183,7 @@ func (f *Forwarder) Upstream() Upstream { return f.up }
 // nil, sees each upstream response before it is passed on; an error (a
 // refusal) replaces the response with cproxy's answer in the route's format.
 func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *Forwarder {
-	f := &Forwarder{up: up}
+	f := &Forwarder{up: up, setCredential: setCredential}
 	f.transport = &http.Transport{
 		Proxy:               nil, // never through an environment proxy: credentials go to the upstream alone
 		DialContext:         dialUpstream,
@@ -195,7 +196,6 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		// gzip itself and decompress what the client did not ask to be.
 		DisableCompression: true,
 	}
-	base := up.URL
 	f.proxy = &httputil.ReverseProxy{
 		// Rewrite, not Director: hop-by-hop headers (including any the
 		// client named in Connection) are gone before it runs, and
@@ -203,15 +203,7 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := &outboundOf(pr.In).t
 			// pr.Out's URL is its own copy (ReverseProxy clones the request).
-			*pr.Out.URL = url.URL{
-				Scheme:   base.Scheme,
-				Host:     base.Host,
-				Path:     joinPath(base.Path, t.Path),
-				RawQuery: t.Query,
-			}
-			if t.RawPath != "" {
-				pr.Out.URL.RawPath = joinPath(base.EscapedPath(), t.RawPath)
-			}
+			*pr.Out.URL = f.url(t)
 			pr.Out.Host = ""
 			// No protocol switch: ReverseProxy puts a client's Upgrade back
 			// after removing the hop-by-hop headers, and an upstream's 101
@@ -267,6 +259,72 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		},
 	}
 	return f
+}
+
+// url is t's URL on the upstream.
+func (f *Forwarder) url(t *Target) url.URL {
+	base := f.up.URL
+	u := url.URL{
+		Scheme:   base.Scheme,
+		Host:     base.Host,
+		Path:     joinPath(base.Path, t.Path),
+		RawQuery: t.Query,
+	}
+	if t.RawPath != "" {
+		u.RawPath = joinPath(base.EscapedPath(), t.RawPath)
+	}
+	return u
+}
+
+// RoundTrip sends a request of the route's own to the upstream, beside
+// the one it serves (npm's fetch of a packument, for a tarball's publish
+// time): method to t, with header, the upstream's credential set as on a
+// forwarded request, over the forwarder's connections. The upstream's
+// header_timeout bounds the whole exchange, until the answer's body is
+// closed. Nothing else of Forward applies: no checkResponse, no redirect
+// mapping, no audit. An error is a refusal (ErrUnavailable) when there is
+// no credential to send; any other is the transport's, which the route
+// words.
+func (f *Forwarder) RoundTrip(ctx context.Context, method string, t Target, header http.Header) (*http.Response, error) {
+	cred, err := f.credential()
+	if err != nil {
+		// The message names the reason and the fix, never the value.
+		return nil, Refuse(ErrUnavailable, "%v", err)
+	}
+	cancel := context.CancelFunc(func() {})
+	if f.up.HeaderTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, f.up.HeaderTimeout)
+	}
+	u := f.url(&t)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	f.setCredential(req.Header, cred)
+	resp, err := f.transport.RoundTrip(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelBody{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelBody is an answer's body that ends its request's context when it
+// is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // upstreamDialer opens connections to upstreams.

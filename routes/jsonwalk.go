@@ -17,8 +17,14 @@ import (
 // jsontext's Decoder (docs/benchmarks.md, "JSON on the model route"), and
 // FuzzRequestModel and FuzzUsageInto hold it against encoding/json.
 
-// errJSONTrailing says a JSON object is followed by more than whitespace.
-var errJSONTrailing = errors.New("data after the JSON value")
+// What jsonMembers finds wrong with JSON text.
+var (
+	// errNotObject says a JSON value is not an object.
+	errNotObject = errors.New("not a JSON object")
+	// errJSONTrailing says a JSON object is followed by more than whitespace.
+	errJSONTrailing = errors.New("data after the JSON value")
+	errJSONSyntax   = errors.New("invalid JSON")
+)
 
 // jsonMember returns the raw value of the member key of the JSON object
 // obj (the last one, if it is named twice, as encoding/json reads it).

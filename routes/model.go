@@ -272,11 +272,16 @@ func allowQuery(raw string, allowed []string) (string, error) {
 
 // readBody reads a request body of at most limit bytes, held in memory
 // under h (its declared length before its buffer is allocated, or as it
-// is read when it declares none). It refuses an encoded body: cproxy
-// checks the bytes it sends and cannot check those.
-func readBody(r *http.Request, limit int64, h *BodyHold) ([]byte, error) {
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return nil, Refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", Clip(ce, 32))
+// is read when it declares none). It refuses a body encoded other than in
+// one of encodings (lower case): cproxy checks the bytes it sends, and
+// only a route that decodes an encoding can check a body sent in it.
+func readBody(r *http.Request, limit int64, h *BodyHold, encodings ...string) ([]byte, error) {
+	raw := r.Header.Get("Content-Encoding")
+	if ce := strings.ToLower(strings.TrimSpace(raw)); ce != "" && ce != "identity" && !slices.Contains(encodings, ce) {
+		if len(encodings) > 0 {
+			return nil, Refuse(ErrBadRequest, "Content-Encoding %q is not accepted (%s or none)", Clip(raw, 32), strings.Join(encodings, ", "))
+		}
+		return nil, Refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", Clip(raw, 32))
 	}
 	if r.ContentLength > limit {
 		return nil, Refuse(ErrTooLarge, "request body of %d bytes is over the %d MiB limit", r.ContentLength, limit>>20)

@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -242,10 +241,15 @@ func newNPMRoute(env Env) Route {
 	}
 }
 
-func (s *npmRoute) Name() string                                    { return "npm" }
-func (s *npmRoute) Prefix() string                                  { return "/npm/" }
-func (s *npmRoute) Close()                                          { s.fwd.Close() }
-func (s *npmRoute) WriteError(w http.ResponseWriter, err error) int { return writeNPMError(w, err) }
+func (s *npmRoute) Name() string   { return "npm" }
+func (s *npmRoute) Prefix() string { return "/npm/" }
+func (s *npmRoute) Close()         { s.fwd.Close() }
+
+// WriteError renders a refusal as the registry renders errors,
+// {"error": "..."}, which npm prints after the status.
+func (s *npmRoute) WriteError(w http.ResponseWriter, err error) int {
+	return WriteJSONError(w, err)
+}
 
 // Sources is the npm credential's source, when it has one.
 func (s *npmRoute) Sources() []Source { return s.fwd.Sources("upstream.npm.credential") }
@@ -265,39 +269,39 @@ func (s *npmRoute) Serve(a *Call) {
 		r.Body = http.NoBody
 		r.ContentLength = 0
 	}
-	if up := s.fwd.up; !up.Configured() && up.Missing != "" {
+	if up := s.fwd.Upstream(); !up.Configured() && up.Missing != "" {
 		a.Fail(Refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
 		return
 	}
 	// The questions are asked in this order, each only if the one before
 	// allowed the request: the audit's body is read, and a tarball's
 	// publish time fetched, only for what the profile may ask for.
-	q := &npmQuestion{n: n, sandbox: a.session.Sandbox, now: s.now}
+	q := &npmQuestion{n: n, sandbox: a.Session().Sandbox, now: s.now}
 	switch n.kind {
 	case npmSearch:
-		a.target = "search"
+		a.SetTarget("search")
 	case npmAudit:
-		a.target = "audit"
+		a.SetTarget("audit")
 	case npmTarball:
-		a.version = n.version()
+		a.SetVersion(n.version())
 		fallthrough
 	case npmPackument:
-		a.target = n.name
+		a.SetTarget(n.name)
 	}
 	a.AskAgain(q.decide)
-	rule, err := q.decide(a.session.Profile)
+	rule, err := q.decide(a.Session().Profile)
 	if err == nil && n.kind == npmAudit {
-		q.audit, err = readAudit(r, &a.held)
-		rule, err = q.decideErr(a.session.Profile, err)
+		q.audit, err = readAudit(a)
+		rule, err = q.decideErr(a.Session().Profile, err)
 	}
 	if err == errNeedsPublished {
 		// The age is in the packument: read its time[version] first.
 		var published time.Time
 		published, err = s.npmPublished(r.Context(), n, n.version())
 		q.published = &published
-		rule, err = q.decideErr(a.session.Profile, err)
+		rule, err = q.decideErr(a.Session().Profile, err)
 	}
-	a.rule = rule
+	a.SetRule(rule)
 	if err != nil {
 		a.Fail(err)
 		return
@@ -311,7 +315,7 @@ func (s *npmRoute) Serve(a *Call) {
 		r.Header = r.Header.Clone()
 		r.Header.Set("Accept-Encoding", "gzip")
 		rw := &npmRewrite{req: n, public: public}
-		if pr := a.session.Profile; pr.HasNPMVersionPolicy() {
+		if pr := a.Session().Profile; pr.HasNPMVersionPolicy() {
 			rw.profile, rw.now = pr, s.now()
 			// What is hidden depends on the clock and the policy, not only on
 			// the upstream's bytes: no validators, so no stale 304s.
@@ -377,7 +381,7 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 			return ans.Rule, Refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
 		}
 		if q.audit != nil {
-			return ans.Rule, q.audit.check(&Session{Sandbox: q.sandbox, Profile: prof})
+			return ans.Rule, q.audit.check(q.sandbox, prof)
 		}
 		return ans.Rule, nil
 	case npmPackument, npmTarball:
@@ -456,30 +460,18 @@ const (
 )
 
 // readAudit reads an npm audit body before it goes upstream, gzip-compressed
-// or not, holding it under h; checkedAudit.check checks it. What is
-// forwarded is exactly the bytes read (still compressed).
-func readAudit(r *http.Request, h *BodyHold) (*checkedAudit, error) {
-	ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
-	if ce != "" && ce != "identity" && ce != "gzip" {
-		return nil, Refuse(ErrBadRequest, "an audit body with Content-Encoding %q is not accepted (gzip or none)", Clip(ce, 32))
-	}
-	if r.ContentLength > maxAuditBody {
-		return nil, Refuse(ErrTooLarge, "audit body of %d bytes is over the %d MiB limit", r.ContentLength, maxAuditBody>>20)
-	}
-	// Held in memory as it is read, under h, until the request ends.
-	h.large = true
-	raw, err := io.ReadAll(io.LimitReader(h.reader(r.Context(), r.Body), maxAuditBody+1))
+// or not, within the memory for bodies read whole; checkedAudit.check
+// checks it. What is forwarded is exactly the bytes read (still
+// compressed).
+func readAudit(a *Call) (*checkedAudit, error) {
+	r := a.Request()
+	raw, err := a.ReadEncodedBody(maxAuditBody, "gzip")
 	if err != nil {
-		return nil, bodyReadError(r, err, "the audit body")
+		return nil, err
 	}
-	if len(raw) > maxAuditBody {
-		return nil, Refuse(ErrTooLarge, "audit body is over the %d MiB limit", maxAuditBody>>20)
-	}
-	r.Body = &checkedBody{b: raw, held: h}
-	r.ContentLength = int64(len(raw))
 	r.TransferEncoding = nil
-	r.Header.Del("Transfer-Encoding")
-	return &checkedAudit{raw: raw, gzip: ce == "gzip"}, nil
+	gz := strings.EqualFold(strings.TrimSpace(r.Header.Get("Content-Encoding")), "gzip")
+	return &checkedAudit{raw: raw, gzip: gz}, nil
 }
 
 // checkedAudit is an audit body as read.
@@ -488,10 +480,10 @@ type checkedAudit struct {
 	gzip bool
 }
 
-// check checks the body for sess: a JSON object of package name to an
-// array of versions, each name a package the sandbox may install and each
-// version a version.
-func (c *checkedAudit) check(sess *Session) error {
+// check checks the body for sandbox, whose profile is prof: a JSON object
+// of package name to an array of versions, each name a package the sandbox
+// may install and each version a version.
+func (c *checkedAudit) check(sandbox string, prof *policy.Profile) error {
 	var body io.Reader = bytes.NewReader(c.raw)
 	if c.gzip {
 		zr, err := gzip.NewReader(body)
@@ -500,12 +492,12 @@ func (c *checkedAudit) check(sess *Session) error {
 		}
 		body = zr
 	}
-	return checkAudit(io.LimitReader(body, maxAuditDecoded+1), sess)
+	return checkAudit(io.LimitReader(body, maxAuditDecoded+1), sandbox, prof)
 }
 
 // checkAudit walks an audit body token by token, so that a name given
 // twice is checked both times, and nothing may follow the object.
-func checkAudit(body io.Reader, sess *Session) error {
+func checkAudit(body io.Reader, sandbox string, prof *policy.Profile) error {
 	bad := func(what string) error {
 		return Refuse(ErrBadRequest, "the audit body is not what npm sends (an object of package name to an array of versions): %s", what)
 	}
@@ -522,8 +514,8 @@ func checkAudit(body io.Reader, sess *Session) error {
 		if !validNPMName(name) {
 			return Refuse(ErrForbidden, "the audit names %q, which is not an npm package name", Clip(name, 128))
 		}
-		if d := sess.Profile.Package(name); !d.Allow {
-			return Refuse(ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sess.Sandbox)
+		if d := prof.Package(name); !d.Allow {
+			return Refuse(ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sandbox)
 		}
 		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 			return bad("the versions of " + name + " are not an array")
@@ -556,28 +548,14 @@ func checkAudit(body io.Reader, sess *Session) error {
 // what a tarball request costs under a min_release_age: one more packument
 // fetch, read as rewritePackumentResponse reads one (bounded, gzip or not).
 func (s *npmRoute) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
-	base := s.fwd.up.URL
+	base := s.fwd.Upstream().URL
 	pn := npmRequest{kind: npmPackument, name: n.name}
-	t := pn.target()
-	u := &url.URL{Scheme: base.Scheme, Host: base.Host, Path: joinPath(base.Path, t.Path), RawPath: joinPath(base.EscapedPath(), t.RawPath)}
-	if s.fwd.up.HeaderTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.fwd.up.HeaderTimeout)
-		defer cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	header := http.Header{"Accept": {"application/json"}, "Accept-Encoding": {"gzip"}}
+	resp, err := s.fwd.RoundTrip(ctx, http.MethodGet, pn.target(), header)
 	if err != nil {
-		return time.Time{}, Refuse(ErrUpstream, "cannot build the packument request for %s", n.name)
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Accept-Encoding", "gzip")
-	cred, err := s.fwd.credential()
-	if err != nil {
-		return time.Time{}, Refuse(ErrUnavailable, "%v", err)
-	}
-	setNPMCredential(req.Header, cred)
-	resp, err := s.fwd.transport.RoundTrip(req)
-	if err != nil {
+		if IsRefusal(err) {
+			return time.Time{}, err
+		}
 		return time.Time{}, Refuse(ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
 	}
 	defer resp.Body.Close()
@@ -607,28 +585,6 @@ func (s *npmRoute) npmPublished(ctx context.Context, n npmRequest, version strin
 		return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
 	return published, nil
-}
-
-// npmError is the registry's error shape, which npm prints after the status.
-type npmError struct {
-	Error string `json:"error"`
-}
-
-// writeNPMError renders err as the registry does: {"error": "..."}.
-func writeNPMError(w http.ResponseWriter, err error) int {
-	code, _ := Status(err)
-	body, _ := json.Marshal(npmError{Error: Message(err)})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	if errors.Is(err, ErrUnauthorized) {
-		h.Set("WWW-Authenticate", `Bearer realm="cproxy"`)
-	}
-	SetRetryAfter(h, err)
-	w.WriteHeader(code)
-	w.Write(append(body, '\n'))
-	return code
 }
 
 // setNPMCredential puts the registry token on a forwarded request, when

@@ -72,15 +72,15 @@ func FuzzNPMAudit(f *testing.F) {
 	f.Add(`{"is-thing":["1.0.0"],"is-thing":["1.0.0"]}`, "text=a&quality=0.65")
 	f.Add(`{"left-pad":["1.3.0"]} {}`, "text=a&text=b")
 	f.Add(`{"is-a":[]}`, "")
-	sess := &Session{Sandbox: "conv-1", Profile: mustPolicy(f, npmAuditPolicy).Profiles["default"]}
+	prof := mustPolicy(f, npmAuditPolicy).Profiles["default"]
 	f.Fuzz(func(t *testing.T, body, query string) {
-		if err := checkAudit(strings.NewReader(body), sess); err == nil {
+		if err := checkAudit(strings.NewReader(body), "conv-1", prof); err == nil {
 			var doc map[string][]string
 			if err := json.Unmarshal([]byte(body), &doc); err != nil {
 				t.Fatalf("accepted %q, which is not npm's shape: %v", body, err)
 			}
 			for name, vs := range doc {
-				if !validNPMName(name) || !sess.Profile.Package(name).Allow {
+				if !validNPMName(name) || !prof.Package(name).Allow {
 					t.Fatalf("accepted %q naming %q", body, name)
 				}
 				for _, v := range vs {

@@ -513,7 +513,7 @@ func TestNPMSearchAndAudit(t *testing.T) {
 		{map[string]string{"Content-Encoding": "gzip"}, gz(`{"is-thing":["1.0.0"]}`), 401, "no sandbox token"},
 	} {
 		r := e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", c.hdr, c.body)
-		var got npmError
+		var got jsonError
 		json.Unmarshal([]byte(r.body), &got)
 		if r.status != c.status || !strings.Contains(got.Error, c.msg) {
 			t.Errorf("audit of %q = %d %s, want %d %q", Clip(c.body, 60), r.status, r.body, c.status, c.msg)

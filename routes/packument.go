@@ -367,13 +367,10 @@ func peek(dec *jsontext.Decoder) (jsontext.Kind, error) {
 	return jsontext.KindInvalid, err
 }
 
-var errJSONSyntax = errors.New("invalid JSON")
-
 // fault turns an error from reading into cproxy's refusal.
 func (p *packumentStream) fault(err error, what string) error {
-	var ref *refusal
 	switch {
-	case err == errStopped || errors.As(err, &ref):
+	case err == errStopped || IsRefusal(err):
 		return err
 	case errors.Is(err, errHeldFull):
 		return Refuse(ErrUpstream, "the packument of %s is larger than %d MiB where cproxy must hold it (%s)", p.rw.req.name, maxPackument>>20, what)
@@ -738,9 +735,6 @@ func publishedAt(times map[string]json.RawMessage, version string) time.Time {
 	}
 	return t
 }
-
-// errNotObject says a JSON value is not an object.
-var errNotObject = errors.New("not a JSON object")
 
 // objectMembers decodes a JSON object the packument's decoder has read (so
 // gives no name twice) into its members; nil for any other value.

@@ -66,7 +66,7 @@ func (rr *relayRoute) Close()         { rr.fwd.Close() }
 
 // WriteError renders a refusal as {"error": "cproxy: …"}, the shape the
 // npm route uses: a relay's upstream has no error format cproxy knows.
-func (rr *relayRoute) WriteError(w http.ResponseWriter, err error) int { return writeNPMError(w, err) }
+func (rr *relayRoute) WriteError(w http.ResponseWriter, err error) int { return WriteJSONError(w, err) }
 
 // ValueNames are the per-token values the relay's headers take.
 func (rr *relayRoute) ValueNames() []string {

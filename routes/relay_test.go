@@ -175,7 +175,7 @@ func TestRelayRefusals(t *testing.T) {
 		{"GET", "/mod/", auth, 403, "no path under /mod/"},
 	} {
 		r := e.do(c.method, c.path, c.hdr, "")
-		var got npmError
+		var got jsonError
 		json.Unmarshal([]byte(r.body), &got)
 		if r.status != c.status || !strings.Contains(got.Error, c.msg) {
 			t.Errorf("%s %s = %d %s, want %d %q", c.method, c.path, r.status, r.body, c.status, c.msg)
