@@ -39,7 +39,7 @@ func startCproxyStore() (string, *tokens.BoltStore, func()) {
 	srv := routes.New(routes.Options{
 		Store:  store,
 		Policy: pol,
-		Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": {URL: upstream}}, []routes.Relay{{
+		Routes: builtin.Kinds.Routes(map[string]routes.Upstream{"anthropic": {URL: upstream}}, []routes.Relay{{
 			Rules:   &policy.Relay{},
 			Prefix:  "/mod/",
 			URL:     relay,

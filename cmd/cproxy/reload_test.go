@@ -51,7 +51,7 @@ func newReloadFixture(t *testing.T, up routes.Upstream, store tokens.Store) *rel
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(f.log, nil))
-	f.srv = routes.New(routes.Options{Store: store, Policy: cfg.Rules, Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": up}, nil, "", log, nil), Logger: log})
+	f.srv = routes.New(routes.Options{Store: store, Policy: cfg.Rules, Routes: builtin.Kinds.Routes(map[string]routes.Upstream{"anthropic": up}, nil, "", log, nil), Logger: log})
 	t.Cleanup(f.srv.Close)
 	f.reloader = newPolicyReloader(cfg, f.srv, store, log)
 	f.reloader.settle = time.Millisecond

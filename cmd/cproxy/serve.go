@@ -321,7 +321,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 
 	public := tarballBase(cfg, proxyLn.Addr())
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
-		Routes: builtin.Routes(upstreams, relays, public, log, nil),
+		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil),
 		Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})

@@ -375,7 +375,7 @@ func newRoutesServer(tb testing.TB, upstream *url.URL, limits bool) (*routes.Ser
 	srv := routes.New(routes.Options{
 		Store:  store,
 		Policy: loaded,
-		Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": {
+		Routes: builtin.Kinds.Routes(map[string]routes.Upstream{"anthropic": {
 			URL: upstream, Credential: secrets.New(testKey), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		}}, nil, "", nil, nil),
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),

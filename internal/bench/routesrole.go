@@ -53,7 +53,7 @@ func newRoutesRole() (*http.Server, func(), error) {
 	srv := routes.New(routes.Options{
 		Store:  store,
 		Policy: pol,
-		Routes: builtin.Routes(map[string]routes.Upstream{"anthropic": {
+		Routes: builtin.Kinds.Routes(map[string]routes.Upstream{"anthropic": {
 			URL: u, Credential: secrets.New(os.Getenv(keyEnv)), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		}}, nil, "", log, nil),
 		Logger: log,

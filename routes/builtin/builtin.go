@@ -15,9 +15,13 @@ import (
 	"github.com/cproxy/cproxy/routes"
 )
 
-// Kinds are the registered routes, in the order their prefixes are
+// Table is a list of route kinds, in the order their prefixes are
 // matched. The relays, which the config names, come after them.
-var Kinds = []routes.Kind{
+type Table []routes.Kind
+
+// Kinds are the registered routes: adding a route is adding its line here
+// (a test adds one to a copy, as recipe_test.go does).
+var Kinds = Table{
 	routes.ModelKind,
 	routes.GitHubKind,
 	routes.NPMKind,
@@ -32,13 +36,13 @@ func Prefixes() []string {
 	return p
 }
 
-// Routes builds every registered route with its upstream from upstreams
-// (keyed by the config's [upstream.NAME]; a kind whose upstream is absent
-// or has no URL is Unserved), then the relays, in order.
-func Routes(upstreams map[string]routes.Upstream, relays []routes.Relay, publicURL string, log *slog.Logger, now func() time.Time) []routes.Route {
+// Routes builds every route of t with its upstream from upstreams (keyed
+// by the config's [upstream.NAME]; a kind whose upstream is absent or has
+// no URL is Unserved), then the relays, in order.
+func (t Table) Routes(upstreams map[string]routes.Upstream, relays []routes.Relay, publicURL string, log *slog.Logger, now func() time.Time) []routes.Route {
 	env := routes.Env{PublicURL: publicURL, Log: log, Now: now}
 	var rts []routes.Route
-	for _, k := range Kinds {
+	for _, k := range t {
 		env.Upstream = upstreams[k.Upstream]
 		rts = append(rts, k.Build(env))
 	}
