@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,12 +12,11 @@ import (
 
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
-	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/routes/internal/echoroute"
+	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/secrets"
-	"github.com/cproxy/cproxy/tokens"
 )
 
 // The tests in this file hold docs/adding-a-route.md's recipe: a route
@@ -66,11 +63,10 @@ profile = "slow"
 // recipe is a Server with the echo route registered by one line, its
 // upstream, and its audit log.
 type recipe struct {
-	t            *testing.T
-	srv          *routes.Server
-	up           *fakes.Echo
-	proxy, admin *httptest.Server
-	audit        *testutil.Buffer
+	*routetest.Env
+	t     *testing.T
+	up    *fakes.Echo
+	audit *testutil.Buffer
 }
 
 func newRecipe(t *testing.T) *recipe {
@@ -84,121 +80,56 @@ func newRecipe(t *testing.T) *recipe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	// A clock that stands still: the rate limit is not a race with the
 	// test's speed.
 	now := time.Now()
-	clock := func() time.Time { return now }
 	audit := &testutil.Buffer{}
-	upstreams := map[string]routes.Upstream{"echo": {URL: u, Credential: secrets.New(echoCredential)}}
-	srv := routes.New(routes.Options{
-		Store:    store,
-		Policy:   parsePolicy(t, echoPolicy),
-		Routes:   kinds.Routes(upstreams, nil, "", nil, clock),
-		AuditLog: audit,
-		Now:      clock,
+	e := routetest.New(t, routetest.WithPolicy(t, echoPolicy), func(o *routetest.Options) {
+		o.Kinds = kinds
+		o.Upstreams = map[string]routes.Upstream{"echo": {URL: u, Credential: secrets.New(echoCredential)}}
+		o.Canaries = append(o.Canaries, echoCredential)
+		o.AuditLog = audit
+		o.Now = func() time.Time { return now }
 	})
-	t.Cleanup(srv.Close)
-	rc := &recipe{t: t, srv: srv, up: up, audit: audit,
-		proxy: httptest.NewServer(srv.ProxyHandler()), admin: httptest.NewServer(srv.AdminHandler())}
-	t.Cleanup(rc.proxy.Close)
-	t.Cleanup(rc.admin.Close)
-	return rc
+	return &recipe{Env: e, t: t, up: up, audit: audit}
 }
 
-func parsePolicy(t *testing.T, text string) *policy.Policy {
-	t.Helper()
-	p, err := policy.ParsePolicy("policy.toml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// mint mints a token for sandbox on the admin listener.
-func (rc *recipe) mint(sandbox string) string {
+// send sends a request to the proxy listener, and waits for its audit
+// line.
+func (rc *recipe) send(method, path string, header map[string]string, body string) routetest.Reply {
 	rc.t.Helper()
-	resp, err := http.Post(rc.admin.URL+"/tokens?sandbox="+sandbox, "", nil)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var minted struct{ Token string }
-	if err := json.NewDecoder(resp.Body).Decode(&minted); err != nil || resp.StatusCode != http.StatusCreated {
-		rc.t.Fatalf("POST /tokens: %d, %v", resp.StatusCode, err)
-	}
-	return minted.Token
-}
-
-// revoke revokes sandbox's tokens on the admin listener.
-func (rc *recipe) revoke(sandbox string) {
-	rc.t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, rc.admin.URL+"/tokens?sandbox="+sandbox, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		rc.t.Fatalf("DELETE /tokens: %d", resp.StatusCode)
-	}
-}
-
-// answer is the proxy listener's answer to a request.
-type answer struct {
-	status int
-	header http.Header
-	body   string
-}
-
-// send sends req to the proxy listener, and waits for its audit line.
-func (rc *recipe) send(req *http.Request) answer {
-	rc.t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
+	a := rc.Do(method, path, header, body)
 	// The handler writes the audit line and counts the request after the
 	// answer's end, which the client may read first.
-	if err := rc.srv.WaitRequests(rc.t.Context()); err != nil {
+	if err := rc.Server.WaitRequests(rc.t.Context()); err != nil {
 		rc.t.Fatal(err)
 	}
-	return answer{resp.StatusCode, resp.Header, string(body)}
+	return a
 }
 
-// get GETs path on the proxy listener with token as a bearer token; no
-// token when it is empty.
-func (rc *recipe) get(path, token string) answer {
+// get GETs path with token as a bearer token; no token when it is empty.
+func (rc *recipe) get(path, token string) routetest.Reply {
 	rc.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, rc.proxy.URL+path, nil)
+	var h map[string]string
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		h = routetest.Bearer(token)
 	}
-	return rc.send(req)
+	return rc.send(http.MethodGet, path, h, "")
 }
 
 // refused checks that a is a refusal with status in the echo route's
 // shape, {"error": "cproxy: …"}, whose message holds want.
-func refused(t *testing.T, a answer, status int, want string) {
+func refused(t *testing.T, a routetest.Reply, status int, want string) {
 	t.Helper()
-	if a.status != status {
-		t.Fatalf("status %d, want %d: %s", a.status, status, a.body)
+	if a.Status != status {
+		t.Fatalf("status %d, want %d: %s", a.Status, status, a.Body)
 	}
 	var e struct{ Error string }
-	if ct := a.header.Get("Content-Type"); ct != "application/json" {
+	if ct := a.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
-	if err := json.Unmarshal([]byte(a.body), &e); err != nil || !strings.HasPrefix(e.Error, "cproxy: ") {
-		t.Errorf("refusal %q is not the echo route's {\"error\": \"cproxy: …\"}", a.body)
+	if err := json.Unmarshal([]byte(a.Body), &e); err != nil || !strings.HasPrefix(e.Error, "cproxy: ") {
+		t.Errorf("refusal %q is not the echo route's {\"error\": \"cproxy: …\"}", a.Body)
 	}
 	if !strings.Contains(e.Error, want) {
 		t.Errorf("refusal %q does not say %q", e.Error, want)
@@ -234,31 +165,29 @@ func TestEchoRouteAuthenticates(t *testing.T) {
 	refused(t, rc.get("/echo/hello", "cpx_notatoken"), http.StatusUnauthorized, "malformed sandbox token")
 	rc.upstreamGot(0)
 
-	tok := rc.mint("echo-1")
-	if a := rc.get("/echo/hello", tok); a.status != http.StatusOK {
-		t.Fatalf("a live token: %d %s", a.status, a.body)
+	tok := rc.Token("echo-1")
+	if a := rc.get("/echo/hello", tok); a.Status != http.StatusOK {
+		t.Fatalf("a live token: %d %s", a.Status, a.Body)
 	}
-	rc.revoke("echo-1")
+	rc.Revoke("echo-1")
 	refused(t, rc.get("/echo/hello", tok), http.StatusUnauthorized, "revoked")
 	rc.upstreamGot(1, tok)
 }
 
 func TestEchoRouteAsksThePolicy(t *testing.T) {
 	rc := newRecipe(t)
-	other := rc.mint("other-1")
+	other := rc.Token("other-1")
 	refused(t, rc.get("/echo/hello", other), http.StatusForbidden, "the echo route is not allowed for sandbox other-1")
 	rc.upstreamGot(0)
 
-	tok := rc.mint("echo-1")
-	if a := rc.get("/echo/hello", tok); a.status != http.StatusOK || !strings.Contains(a.body, `"path":"/hello"`) {
-		t.Fatalf("an allowed GET: %d %s", a.status, a.body)
+	tok := rc.Token("echo-1")
+	if a := rc.get("/echo/hello", tok); a.Status != http.StatusOK || !strings.Contains(a.Body, `"path":"/hello"`) {
+		t.Fatalf("an allowed GET: %d %s", a.Status, a.Body)
 	}
 	// The token in another header the core strips, and a body the route
 	// checks and sends as it came.
-	req, _ := http.NewRequest(http.MethodPost, rc.proxy.URL+"/echo/a/b", strings.NewReader(`{"n": 1}`))
-	req.Header.Set("X-Api-Key", tok)
-	if a := rc.send(req); a.status != http.StatusOK {
-		t.Fatalf("an allowed POST: %d %s", a.status, a.body)
+	if a := rc.send(http.MethodPost, "/echo/a/b", map[string]string{"X-Api-Key": tok}, `{"n": 1}`); a.Status != http.StatusOK {
+		t.Fatalf("an allowed POST: %d %s", a.Status, a.Body)
 	}
 	reqs := rc.upstreamGot(2, tok, other)
 	for _, r := range reqs {
@@ -273,13 +202,11 @@ func TestEchoRouteAsksThePolicy(t *testing.T) {
 	// What the route does not understand is refused, not forwarded.
 	refused(t, rc.get("/echo/a/../b%2f", tok), http.StatusForbidden, "is not an echo path")
 	refused(t, rc.get("/echo/hello?x=1", tok), http.StatusForbidden, "no query string")
-	req, _ = http.NewRequest(http.MethodPost, rc.proxy.URL+"/echo/hello", strings.NewReader(`not json`))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	refused(t, rc.send(req), http.StatusBadRequest, "must be JSON")
+	refused(t, rc.send(http.MethodPost, "/echo/hello", routetest.Bearer(tok), `not json`), http.StatusBadRequest, "must be JSON")
 	rc.upstreamGot(2, tok, other)
 
 	// A reload that takes the route away refuses the token's next request.
-	rc.srv.SetPolicy(parsePolicy(t, strings.Replace(echoPolicy, "[profile.echo]\nrelays = [\"echo\"]", "[profile.echo]\nmodels = [\"claude-*\"]", 1)))
+	rc.Server.SetPolicy(routetest.MustPolicy(t, strings.Replace(echoPolicy, "[profile.echo]\nrelays = [\"echo\"]", "[profile.echo]\nmodels = [\"claude-*\"]", 1)))
 	refused(t, rc.get("/echo/hello", tok), http.StatusForbidden, "the echo route is not allowed for sandbox echo-1")
 	rc.upstreamGot(2, tok, other)
 }
@@ -300,7 +227,7 @@ func (rc *recipe) auditRecords() []map[string]any {
 
 func TestEchoRouteIsAudited(t *testing.T) {
 	rc := newRecipe(t)
-	tok, other := rc.mint("echo-1"), rc.mint("other-1")
+	tok, other := rc.Token("echo-1"), rc.Token("other-1")
 	rc.get("/echo/hello", tok)
 	rc.get("/echo/hello", other)
 	rc.get("/echo/hello", "")
@@ -326,7 +253,7 @@ func TestEchoRouteIsAudited(t *testing.T) {
 // GET /metrics writes them), or "" when there is none.
 func (rc *recipe) metric(series string) string {
 	rc.t.Helper()
-	resp, err := http.Get(rc.admin.URL + "/metrics")
+	resp, err := http.Get(rc.Admin.URL + "/metrics")
 	if err != nil {
 		rc.t.Fatal(err)
 	}
@@ -346,7 +273,7 @@ func TestEchoRouteHasMetrics(t *testing.T) {
 	if v := rc.metric(`cproxy_request_bytes_total{route="echo"}`); v != "0" {
 		t.Errorf("before any request, cproxy_request_bytes_total for the echo route is %q, want 0", v)
 	}
-	rc.get("/echo/hello", rc.mint("echo-1"))
+	rc.get("/echo/hello", rc.Token("echo-1"))
 	if v := rc.metric(`cproxy_requests_total{profile="echo",route="echo",status="200"}`); v != "1" {
 		t.Errorf("after one request, cproxy_requests_total for the echo route is %q, want 1", v)
 	}
@@ -354,23 +281,23 @@ func TestEchoRouteHasMetrics(t *testing.T) {
 
 func TestEchoRouteKeepsTheBudget(t *testing.T) {
 	rc := newRecipe(t)
-	tok := rc.mint("metered-1")
+	tok := rc.Token("metered-1")
 	for i := range 2 {
-		if a := rc.get("/echo/hello", tok); a.status != http.StatusOK {
-			t.Fatalf("request %d of a budget of 2: %d %s", i+1, a.status, a.body)
+		if a := rc.get("/echo/hello", tok); a.Status != http.StatusOK {
+			t.Fatalf("request %d of a budget of 2: %d %s", i+1, a.Status, a.Body)
 		}
 	}
 	refused(t, rc.get("/echo/hello", tok), http.StatusTooManyRequests, "over its budget")
 	rc.upstreamGot(2, tok)
 
-	slow := rc.mint("slow-1")
-	if a := rc.get("/echo/hello", slow); a.status != http.StatusOK {
-		t.Fatalf("the first request at a rate of one a minute: %d %s", a.status, a.body)
+	slow := rc.Token("slow-1")
+	if a := rc.get("/echo/hello", slow); a.Status != http.StatusOK {
+		t.Fatalf("the first request at a rate of one a minute: %d %s", a.Status, a.Body)
 	}
 	a := rc.get("/echo/hello", slow)
 	refused(t, a, http.StatusTooManyRequests, "")
-	if a.header.Get("Retry-After") == "" {
-		t.Errorf("a rate refusal without Retry-After: %v", a.header)
+	if a.Header.Get("Retry-After") == "" {
+		t.Errorf("a rate refusal without Retry-After: %v", a.Header)
 	}
 	rc.upstreamGot(3, tok, slow)
 }

@@ -136,21 +136,8 @@ func (e *route) check(c *routes.Call) (routes.Target, error) {
 	return routes.Target{Path: "/" + path}, nil
 }
 
-// errorBody is how the route's clients read a refusal.
-type errorBody struct {
-	Error string `json:"error"`
-}
-
-// WriteError writes a refusal as {"error": "cproxy: …"}.
+// WriteError writes a refusal as {"error": "cproxy: …"}, which the
+// route's clients read.
 func (e *route) WriteError(w http.ResponseWriter, err error) int {
-	code, _ := routes.Status(err)
-	body, _ := json.Marshal(errorBody{Error: routes.Message(err)})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	routes.SetRetryAfter(h, err)
-	w.WriteHeader(code)
-	w.Write(body)
-	return code
+	return routes.WriteJSONError(w, err)
 }
