@@ -45,7 +45,7 @@ func (s *Server) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.ready)
-	mux.HandleFunc("GET /metrics", s.metrics.serveHTTP)
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.RequestURI, "/") || r.URL.RawPath != "" {
 			adminError(w, http.StatusBadRequest, "only plain paths are served")
@@ -285,7 +285,7 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("tokens revoked", "sandbox", sandbox, "count", n)
-	s.metrics.deleteBudget(sandbox)
+	s.metrics.DeleteBudget(sandbox)
 	if s.sockets != nil {
 		s.sockets.Remove(sandbox)
 	}
@@ -388,6 +388,15 @@ func (s *Server) RestoreSockets(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// serveMetrics answers GET /metrics. Like every admin endpoint, it refuses
+// parameters it does not take: it takes none.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if _, ok := adminQuery(w, r); !ok {
+		return
+	}
+	s.metrics.ServeHTTP(w, r)
 }
 
 // adminQuery parses the query and refuses parameters the endpoint does not

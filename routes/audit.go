@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -51,7 +52,7 @@ func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type Call struct {
 	srv     *Server
 	log     *slog.Logger
-	metrics *metrics
+	metrics *metrics.Metrics
 	w       *auditWriter
 	r       *http.Request
 	start   time.Time
@@ -170,10 +171,10 @@ func (a *Call) finish() {
 		// Nothing was written: the client went away first.
 		status = 499
 	}
-	// Before the line: once a request's line is out, it is counted.
-	a.metrics.request(a, status)
 	d := time.Since(a.start)
 	rec := a.record(status, d)
+	// Before the line: once a request's line is out, it is counted.
+	a.metrics.Request(rec.Route, rec.Profile, status, rec.BytesIn, rec.BytesOut)
 	if a.sink != nil {
 		a.writeRecord(&rec)
 		return

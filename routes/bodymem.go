@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/cproxy/cproxy/routes/metrics"
 )
 
 // Request bodies that cproxy reads whole to check them (a model request's
@@ -30,7 +32,7 @@ type bodyMemory struct {
 	// again (over maxBodyBufferShift); returning marks a return under way.
 	large     atomic.Int64
 	returning atomic.Bool
-	metrics   *metrics
+	metrics   *metrics.Metrics
 }
 
 // bodyMemoryWait is how long a body waits for its share before it is
@@ -59,7 +61,7 @@ const returnAfter = 64 << 20
 // serve passes; a Server built in a test may leave it out.
 const defaultBodyMemory = 256 << 20
 
-func newBodyMemory(size int64, m *metrics) *bodyMemory {
+func newBodyMemory(size int64, m *metrics.Metrics) *bodyMemory {
 	return &bodyMemory{sem: semaphore.NewWeighted(size), size: size, wait: bodyMemoryWait, metrics: m}
 }
 
@@ -92,14 +94,14 @@ func (h *BodyHold) grow(ctx context.Context, n int64) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			m.metrics.bodyMemoryRefused()
+			m.metrics.BodyMemoryRefused()
 			err := Refuse(ErrUnavailable, "cproxy is holding all the request bodies it may at once (%d MiB, runtime.body_memory_mib); retry in a few seconds", m.size>>20).(*refusal)
 			err.retryAfter = bodyMemoryRetry
 			return err
 		}
 	}
 	h.n.Add(n)
-	m.metrics.setBodyMemory(m.held.Add(n))
+	m.metrics.SetBodyMemory(m.held.Add(n))
 	return nil
 }
 
@@ -116,7 +118,7 @@ func (h *BodyHold) release() {
 	m := h.m
 	m.sem.Release(n)
 	held := m.held.Add(-n)
-	m.metrics.setBodyMemory(held)
+	m.metrics.SetBodyMemory(held)
 	if !h.large {
 		return
 	}

@@ -360,11 +360,9 @@ func (r *reservation) release() {
 	r.slot = 0
 }
 
-// budgetKinds are cproxy_budget_remaining's kinds, in remaining's order.
-var budgetKinds = [5]string{"requests", "input", "output", "cache_read", "cache_write"}
-
-// remaining is what lim leaves of each kind after used, in budgetKinds'
-// order, for the budget gauge: -1 for a kind lim does not limit.
+// remaining is what lim leaves of each kind after used, for the budget
+// gauge (metrics' SetBudgetRemaining, whose order of kinds it follows):
+// -1 for a kind lim does not limit.
 func remaining(lim policy.Budget, used tokens.Usage) [5]int64 {
 	left := [5]int64{}
 	for i, x := range [5]struct{ limit, used int64 }{{lim.Requests, used.Requests}, {lim.InputTokens, used.Input},

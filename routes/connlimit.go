@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cproxy/cproxy/routes/metrics"
 )
 
 // connLimit bounds the connections the sandboxes hold open at once, on the
@@ -21,7 +23,7 @@ type connLimit struct {
 	max     int64
 	open    atomic.Int64
 	log     *slog.Logger
-	metrics *metrics
+	metrics *metrics.Metrics
 
 	mu      sync.Mutex
 	refused int64     // since the last log line
@@ -54,7 +56,7 @@ func (ln *limitedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if n := l.open.Add(1); n <= l.max {
-			l.metrics.setConnections(n)
+			l.metrics.SetConnections(n)
 			return &limitedConn{Conn: c, l: l}, nil
 		}
 		l.open.Add(-1)
@@ -64,7 +66,7 @@ func (ln *limitedListener) Accept() (net.Conn, error) {
 }
 
 func (l *connLimit) refuse() {
-	l.metrics.connectionRefused()
+	l.metrics.ConnectionRefused()
 	now := time.Now()
 	l.mu.Lock()
 	l.refused++
@@ -89,7 +91,7 @@ type limitedConn struct {
 
 func (c *limitedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
-		c.l.metrics.setConnections(c.l.open.Add(-1))
+		c.l.metrics.SetConnections(c.l.open.Add(-1))
 	}
 	return c.Conn.Close()
 }

@@ -1,6 +1,9 @@
 package routes
 
-import "github.com/cproxy/cproxy/policy"
+import (
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/internal/memo"
+)
 
 // decisions remembers the policy's answer to the question every request
 // asks it: which profile a token gets (Policy.ProfileFor). It is a pure
@@ -10,7 +13,7 @@ import "github.com/cproxy/cproxy/policy"
 // path that formatting cost more than the rest of the decision. The map is
 // a memo, bounded.
 type decisions struct {
-	profiles memo[profileKey, *policy.Profile]
+	profiles memo.Memo[profileKey, *policy.Profile]
 }
 
 type profileKey struct {
@@ -22,13 +25,13 @@ type profileKey struct {
 // succeeds; a failure is asked again each time.
 func (d *decisions) profileFor(pol *policy.Policy, sandbox, profile string) (*policy.Profile, error) {
 	k := profileKey{pol, sandbox, profile}
-	if prof, ok := d.profiles.get(k); ok {
+	if prof, ok := d.profiles.Get(k); ok {
 		return prof, nil
 	}
 	prof, err := pol.ProfileFor(sandbox, profile)
 	if err != nil {
 		return nil, err
 	}
-	d.profiles.put(k, prof)
+	d.profiles.Put(k, prof)
 	return prof, nil
 }

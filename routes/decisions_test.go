@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/internal/memo"
 )
 
 // Remembered answers are the policy's own, follow a reload (a new policy
@@ -39,18 +40,11 @@ func TestDecisionsFollowThePolicy(t *testing.T) {
 		t.Error("a token naming a profile the policy does not have got one")
 	}
 	prof, _ := d.profileFor(old, "conv-1", "")
-	for i := range 3 * memoLimit {
+	for i := range 3 * memo.Limit {
 		m.ask(prof, fmt.Sprintf("made-up-%d", i))
 		d.profileFor(old, fmt.Sprintf("sandbox-%d", i), "")
 	}
-	if m.models.len() > memoLimit || d.profiles.len() > memoLimit {
-		t.Errorf("%d model and %d profile answers kept, limit %d", m.models.len(), d.profiles.len(), memoLimit)
+	if m.models.Len() > memo.Limit || d.profiles.Len() > memo.Limit {
+		t.Errorf("%d model and %d profile answers kept, limit %d", m.models.Len(), d.profiles.Len(), memo.Limit)
 	}
-}
-
-// len is how many values m remembers.
-func (c *memo[K, V]) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
 }

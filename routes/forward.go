@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -52,7 +53,7 @@ type outbound struct {
 	refused atomic.Pointer[error]
 	// series are the route's metrics, nil without metrics; sent is when
 	// the request was handed to the upstream, for the time to its answer.
-	series *routeSeries
+	series *metrics.RouteSeries
 	sent   time.Time
 }
 
@@ -87,7 +88,7 @@ func (c *outbound) timedOut() { c.cancel(errHeaderTimeout) }
 // once; a request the upstream never answered is not.
 func (c *outbound) answered() {
 	if c.series != nil {
-		c.series.upstream.Observe(time.Since(c.sent).Seconds())
+		c.series.Answered(time.Since(c.sent))
 	}
 }
 
@@ -517,8 +518,8 @@ func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
 		c.body = sentBody{ReadCloser: r.Body, c: c, recheck: !read, left: r.ContentLength}
 		r.Body = &c.body
 	}
-	if c.series = a.metrics.forwarding(a.route); c.series != nil {
-		defer c.series.open.Dec()
+	if c.series = a.metrics.Forwarding(a.route); c.series != nil {
+		defer c.series.Done()
 		c.sent = time.Now()
 	}
 	f.proxy.ServeHTTP(a.w, r.WithContext(ctx))

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/internal/memo"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -47,7 +48,7 @@ type modelRoute struct {
 	// models remembers the policy's answers to AskModel: every request
 	// asks it, and each formats the rule that decided, which on the hot
 	// path cost more than the rest of the decision.
-	models memo[modelKey, policy.Answer]
+	models memo.Memo[modelKey, policy.Answer]
 }
 
 func newModelRoute(env Env) Route {
@@ -165,13 +166,13 @@ func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 			}
 		}
 		if total, ok := m.res.settle(u); ok {
-			m.s.metrics.setBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
+			m.s.metrics.SetBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
 		}
 		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
 		if m.a.session != nil && m.a.session.Profile != nil {
-			m.s.metrics.usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
+			m.s.metrics.Usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
 			if notReported {
-				m.s.metrics.usageNotReported(m.a.route, m.a.session.Profile.Name)
+				m.s.metrics.UsageNotReported(m.a.route, m.a.session.Profile.Name)
 			}
 		}
 	})
@@ -482,10 +483,10 @@ type modelKey struct {
 // once loaded, so its answer holds for as long as the profile is used.
 func (m *modelRoute) ask(prof *policy.Profile, model string) policy.Answer {
 	k := modelKey{prof, model}
-	if dec, ok := m.models.get(k); ok {
+	if dec, ok := m.models.Get(k); ok {
 		return dec
 	}
 	dec := prof.AskModel(model)
-	m.models.put(k, dec)
+	m.models.Put(k, dec)
 	return dec
 }

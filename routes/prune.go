@@ -76,7 +76,7 @@ func (s *Server) prune(ctx context.Context, before time.Time, why, value string)
 		recs, err = s.store.Prune(ctx, before, tokens.PruneBatch)
 		n += len(recs)
 		s.budgets.forget(recs)
-		s.metrics.tokensPruned(len(recs))
+		s.metrics.TokensPruned(len(recs))
 		if err != nil || len(recs) < tokens.PruneBatch {
 			break
 		}

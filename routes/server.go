@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -142,7 +143,7 @@ type Server struct {
 	// tokenValues are the per-token value names the routes use (a relay's
 	// headers), which POST /tokens accepts.
 	tokenValues []string
-	metrics     *metrics // GET /metrics on the admin listener
+	metrics     *metrics.Metrics // GET /metrics on the admin listener
 	decisions   decisions
 	flights     inflight
 	// requests counts the proxy handler's requests until each has
@@ -192,14 +193,14 @@ func New(o Options) *Server {
 		}
 	}
 	slices.Sort(s.tokenValues)
-	s.metrics = newMetrics(o.Version, s.store, s.now, s.log, s.routeNames())
+	s.metrics = metrics.New(o.Version, s.store, s.now, s.log, s.routeNames())
 	if o.BodyMemory == 0 {
 		o.BodyMemory = defaultBodyMemory
 	}
 	s.bodies = newBodyMemory(o.BodyMemory, s.metrics)
 	if o.MaxConnections > 0 {
 		s.conns = &connLimit{max: o.MaxConnections, log: s.log, metrics: s.metrics}
-		s.metrics.connLimit.Set(float64(o.MaxConnections))
+		s.metrics.SetConnectionLimit(o.MaxConnections)
 	}
 	if s.sockets != nil {
 		s.sockets.conns = s.conns

@@ -1,4 +1,12 @@
-package routes
+// Package metrics is cproxy's Prometheus metrics (docs/metrics.md): the
+// registry, its collectors, and the calls through which the proxy core
+// counts what it does. It knows routes by name alone: the core tells it the
+// configured routes' names and each request's labels.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
+package metrics
 
 import (
 	"context"
@@ -12,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cproxy/cproxy/routes/internal/memo"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -29,13 +38,13 @@ const (
 // model's first token, which on a long prompt takes minutes.
 var upstreamBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
 
-// metrics is one Server's Prometheus metrics (docs/metrics.md), on a
-// registry of its own: tests run several Servers in one process. Its labels
-// come from the config and the policy (route, profile), from the response
-// (status), and from sandbox ids on the budget gauge alone, whose series go
-// when the sandbox's tokens are revoked: never from a token, a path or a
-// model name the client chose. A nil *metrics records nothing.
-type metrics struct {
+// Metrics is one Server's Prometheus metrics, on a registry of its own:
+// tests run several Servers in one process. Its labels come from the
+// config and the policy (route, profile), from the response (status), and
+// from sandbox ids on the budget gauge alone, whose series go when the
+// sandbox's tokens are revoked: never from a token, a path or a model name
+// the client chose. A nil *Metrics records nothing.
+type Metrics struct {
 	reg         *prometheus.Registry
 	handler     http.Handler
 	requests    *prometheus.CounterVec
@@ -55,28 +64,29 @@ type metrics struct {
 	connections prometheus.Gauge
 	connLimit   prometheus.Gauge
 	connRefused prometheus.Counter
-	// pruned counts the tokens pruned from the store (Server.prune).
+	// pruned counts the tokens pruned from the store.
 	pruned prometheus.Counter
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
 	// built.
-	routes map[string]*routeSeries
-	// requestSeries and tokenSeries remember the series request and usage
+	routes map[string]*RouteSeries
+	// requestSeries and tokenSeries remember the series Request and Usage
 	// have looked up, by their labels (route, profile and status; profile
 	// and kind), which come from the config, the policy and the upstream's
 	// status, not from clients; bounded all the same.
-	requestSeries memo[requestLabels, prometheus.Counter]
-	tokenSeries   memo[tokenLabels, prometheus.Counter]
+	requestSeries memo.Memo[requestLabels, prometheus.Counter]
+	tokenSeries   memo.Memo[tokenLabels, prometheus.Counter]
 	mu            sync.RWMutex // guards budgetSeries
 	// budgetSeries are each sandbox's cproxy_budget_remaining series, by
-	// kind in budgetKinds' order (nil: not looked up yet); deleteBudget
+	// kind in budgetKinds' order (nil: not looked up yet); DeleteBudget
 	// forgets a sandbox's with its series.
 	budgetSeries map[string][5]prometheus.Gauge
 }
 
-// routeSeries are one route's series of the metrics labelled by route alone.
-type routeSeries struct {
+// RouteSeries are one route's series of the metrics labelled by route
+// alone. A nil *RouteSeries records nothing.
+type RouteSeries struct {
 	upstream          prometheus.Observer
 	bytesIn, bytesOut prometheus.Counter
 	open              prometheus.Gauge
@@ -96,15 +106,15 @@ type tokenLabels struct {
 // remembered; past it, theirs are looked up by label each time.
 const maxRememberedSeries = 1024
 
-// newMetrics builds the registry: cproxy's metrics, the token store's
+// New builds the registry: cproxy's metrics, the token store's
 // counts, build info, and the Go runtime's and the process's collectors.
 // routes are the route labels to start at zero (every configured route), so
 // a rate over a route that has not been used yet is 0, not absent.
-func newMetrics(version string, store tokens.Store, now func() time.Time, log *slog.Logger, routes []string) *metrics {
+func New(version string, store tokens.Store, now func() time.Time, log *slog.Logger, routes []string) *Metrics {
 	if version == "" {
 		version = "unknown"
 	}
-	m := &metrics{
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cproxy_requests_total",
@@ -170,7 +180,7 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m.routes = make(map[string]*routeSeries, len(routes))
+	m.routes = make(map[string]*RouteSeries, len(routes))
 	m.budgetSeries = make(map[string][5]prometheus.Gauge)
 	for _, r := range routes {
 		m.routes[r] = m.newRouteSeries(r)
@@ -183,37 +193,30 @@ func newMetrics(version string, store tokens.Store, now func() time.Time, log *s
 	return m
 }
 
-// serveHTTP answers GET /metrics on the admin listener. Like every admin
-// endpoint, it refuses parameters it does not take: it takes none.
-func (m *metrics) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, ok := adminQuery(w, r); !ok {
-		return
-	}
+// ServeHTTP answers GET /metrics: the registry in Prometheus' text format.
+func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.handler.ServeHTTP(w, r)
 }
 
-// request counts a finished request; audit.finish calls it with the status
-// it logs.
-func (m *metrics) request(a *Call, status int) {
+// Request counts a finished request, by the labels and byte counts its
+// audit record has: route is "" for a request no route took (counted as
+// "none"), profile "" for one no profile applied to, status the status
+// sent.
+func (m *Metrics) Request(route, profile string, status int, bytesIn, bytesOut int64) {
 	if m == nil {
 		return
 	}
-	route := a.route
 	if route == "" {
 		route = "none"
 	}
-	profile := ""
-	if a.session != nil && a.session.Profile != nil {
-		profile = a.session.Profile.Name
-	}
 	m.requestCounter(route, profile, status).Inc()
 	rs := m.route(route)
-	rs.bytesIn.Add(float64(a.body.n))
-	rs.bytesOut.Add(float64(a.w.bytes))
+	rs.bytesIn.Add(float64(bytesIn))
+	rs.bytesOut.Add(float64(bytesOut))
 }
 
-func (m *metrics) newRouteSeries(route string) *routeSeries {
-	return &routeSeries{
+func (m *Metrics) newRouteSeries(route string) *RouteSeries {
+	return &RouteSeries{
 		upstream: m.upstream.WithLabelValues(route),
 		bytesIn:  m.bytesIn.WithLabelValues(route),
 		bytesOut: m.bytesOut.WithLabelValues(route),
@@ -223,41 +226,41 @@ func (m *metrics) newRouteSeries(route string) *routeSeries {
 
 // route is route's series: a configured route's, made at start; any other
 // (a refused request's "none") looked up now.
-func (m *metrics) route(route string) *routeSeries {
+func (m *Metrics) route(route string) *RouteSeries {
 	if rs, ok := m.routes[route]; ok {
 		return rs
 	}
 	return m.newRouteSeries(route)
 }
 
-func (m *metrics) requestCounter(route, profile string, status int) prometheus.Counter {
+func (m *Metrics) requestCounter(route, profile string, status int) prometheus.Counter {
 	k := requestLabels{route, profile, status}
-	if c, ok := m.requestSeries.get(k); ok {
+	if c, ok := m.requestSeries.Get(k); ok {
 		return c
 	}
 	c := m.requests.WithLabelValues(route, profile, strconv.Itoa(status))
-	m.requestSeries.put(k, c)
+	m.requestSeries.Put(k, c)
 	return c
 }
 
 // modelTokenKinds are cproxy_model_tokens_total's kinds, in the order of
-// usage's arguments.
+// Usage's arguments.
 var modelTokenKinds = [4]string{"input", "output", "cache_read", "cache_write"}
 
-func (m *metrics) tokenCounter(profile string, kind int) prometheus.Counter {
+func (m *Metrics) tokenCounter(profile string, kind int) prometheus.Counter {
 	k := tokenLabels{profile, kind}
-	if c, ok := m.tokenSeries.get(k); ok {
+	if c, ok := m.tokenSeries.Get(k); ok {
 		return c
 	}
 	c := m.modelTokens.WithLabelValues(profile, modelTokenKinds[kind])
-	m.tokenSeries.put(k, c)
+	m.tokenSeries.Put(k, c)
 	return c
 }
 
-// forwarding counts a request on route as open, until the caller calls
-// the returned series' open.Dec, and returns the route's series: nil, and
-// nothing counted, for a nil *metrics.
-func (m *metrics) forwarding(route string) *routeSeries {
+// Forwarding counts a request on route as open, until the caller calls
+// the returned series' Done, and returns the route's series: nil, and
+// nothing counted, for a nil *Metrics.
+func (m *Metrics) Forwarding(route string) *RouteSeries {
 	if m == nil {
 		return nil
 	}
@@ -266,9 +269,26 @@ func (m *metrics) forwarding(route string) *routeSeries {
 	return rs
 }
 
-// usage adds the model tokens one response used to profile's counts. The
+// Answered observes d, the time from forwarding a request to the
+// upstream's response headers. A request the upstream never answered is
+// not observed.
+func (rs *RouteSeries) Answered(d time.Duration) {
+	if rs != nil {
+		rs.upstream.Observe(d.Seconds())
+	}
+}
+
+// Done counts a request Forwarding counted as open as no longer open: its
+// response has ended.
+func (rs *RouteSeries) Done() {
+	if rs != nil {
+		rs.open.Dec()
+	}
+}
+
+// Usage adds the model tokens one response used to profile's counts. The
 // usage counting calls it as a response's usage becomes known.
-func (m *metrics) usage(profile string, input, output, cacheRead, cacheWrite int64) {
+func (m *Metrics) Usage(profile string, input, output, cacheRead, cacheWrite int64) {
 	if m == nil {
 		return
 	}
@@ -279,47 +299,60 @@ func (m *metrics) usage(profile string, input, output, cacheRead, cacheWrite int
 	}
 }
 
-// usageNotReported counts a request on route that the upstream had but
+// UsageNotReported counts a request on route that the upstream had but
 // did not report all usage for, and that was charged what it reserved. It
 // is rare (a stream cut short, a client gone): looked up each time.
-func (m *metrics) usageNotReported(route, profile string) {
+func (m *Metrics) UsageNotReported(route, profile string) {
 	if m == nil {
 		return
 	}
 	m.notReported.WithLabelValues(route, profile).Inc()
 }
 
-// setBodyMemory sets what request bodies hold now.
-func (m *metrics) setBodyMemory(held int64) {
+// SetBodyMemory sets what request bodies hold now.
+func (m *Metrics) SetBodyMemory(held int64) {
 	if m != nil {
 		m.bodyMemory.Set(float64(held))
 	}
 }
 
-// bodyMemoryRefused counts a request refused for want of body memory.
-func (m *metrics) bodyMemoryRefused() {
+// BodyMemoryRefused counts a request refused for want of body memory.
+func (m *Metrics) BodyMemoryRefused() {
 	if m != nil {
 		m.bodyRefused.Inc()
 	}
 }
 
-// setConnections sets the sandboxes' open connections.
-func (m *metrics) setConnections(n int64) {
+// SetConnections sets the sandboxes' open connections.
+func (m *Metrics) SetConnections(n int64) {
 	if m != nil {
 		m.connections.Set(float64(n))
 	}
 }
 
-// connectionRefused counts a connection closed past the bound.
-func (m *metrics) connectionRefused() {
+// SetConnectionLimit sets the bound on the sandboxes' open connections in
+// force (runtime.max_connections); 0 is no bound.
+func (m *Metrics) SetConnectionLimit(n int64) {
+	if m != nil {
+		m.connLimit.Set(float64(n))
+	}
+}
+
+// ConnectionRefused counts a connection closed past the bound.
+func (m *Metrics) ConnectionRefused() {
 	if m != nil {
 		m.connRefused.Inc()
 	}
 }
 
-// setBudgetRemaining sets what is left of sandbox's budget, by kind in
-// budgetKinds' order; a kind at -1 (not limited) is left alone.
-func (m *metrics) setBudgetRemaining(sandbox string, left [5]int64) {
+// budgetKinds are cproxy_budget_remaining's kinds, in the order of
+// SetBudgetRemaining's left.
+var budgetKinds = [5]string{"requests", "input", "output", "cache_read", "cache_write"}
+
+// SetBudgetRemaining sets what is left of sandbox's budget, by kind:
+// requests, then input, output, cache read and cache write tokens. A kind
+// at -1 (not limited) is left alone.
+func (m *Metrics) SetBudgetRemaining(sandbox string, left [5]int64) {
 	if m == nil {
 		return
 	}
@@ -334,10 +367,10 @@ func (m *metrics) setBudgetRemaining(sandbox string, left [5]int64) {
 // budgetGauges returns sandbox's budget series, at least those of the
 // kinds left sets, remembered once looked up (for at most
 // maxRememberedSeries sandboxes). They are looked up and remembered under
-// mu's write lock, which deleteBudget holds while it deletes: a remembered
-// series is never one deleteBudget has deleted. (A Set racing a deletion
+// mu's write lock, which DeleteBudget holds while it deletes: a remembered
+// series is never one DeleteBudget has deleted. (A Set racing a deletion
 // may land on a deleted series once, as a look-up by label could.)
-func (m *metrics) budgetGauges(sandbox string, left [5]int64) [5]prometheus.Gauge {
+func (m *Metrics) budgetGauges(sandbox string, left [5]int64) [5]prometheus.Gauge {
 	m.mu.RLock()
 	series, ok := m.budgetSeries[sandbox]
 	m.mu.RUnlock()
@@ -368,9 +401,9 @@ func hasBudgetGauges(series [5]prometheus.Gauge, left [5]int64) bool {
 	return true
 }
 
-// deleteBudget drops every budget series of sandbox. It must run when the
+// DeleteBudget drops every budget series of sandbox. It must run when the
 // sandbox's tokens are revoked, or sandbox ids would pile up as series.
-func (m *metrics) deleteBudget(sandbox string) {
+func (m *Metrics) DeleteBudget(sandbox string) {
 	if m == nil {
 		return
 	}
@@ -380,8 +413,8 @@ func (m *metrics) deleteBudget(sandbox string) {
 	m.budget.DeletePartialMatch(prometheus.Labels{"sandbox": sandbox})
 }
 
-// tokensPruned counts n tokens pruned from the store.
-func (m *metrics) tokensPruned(n int) {
+// TokensPruned counts n tokens pruned from the store.
+func (m *Metrics) TokensPruned(n int) {
 	if m != nil {
 		m.pruned.Add(float64(n))
 	}
