@@ -6,12 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/metrics"
-	"github.com/cproxy/cproxy/tokens"
 )
 
 // auditWriter counts what a response sends, for the audit line. It unwraps
@@ -70,13 +68,14 @@ type Call struct {
 	// name@version.
 	version string
 	// refs are a push's ref updates, as git sent them.
-	refs []RefUpdate
-	// decision is decisionDeny or decisionError once cproxy refused or
-	// failed the request; empty means it was allowed.
+	refs []audit.RefUpdate
+	// decision is audit.Deny or audit.Error once cproxy refused or failed
+	// the request; empty means it was allowed.
 	decision string
 	// usage is what a model request cost, as the upstream reported it
-	// (or, where it did not, as its budget was charged: Usage.NotReported).
-	usage Usage
+	// (or, where it did not, as its budget was charged:
+	// audit.Usage.NotReported).
+	usage audit.Usage
 	// meter settles a model request's budget; nil for the other routes.
 	meter *meter
 	// held is what the request's body holds of the memory for bodies read
@@ -176,169 +175,48 @@ func (a *Call) finish() {
 	// Before the line: once a request's line is out, it is counted.
 	a.metrics.Request(rec.Route, rec.Profile, status, rec.BytesIn, rec.BytesOut)
 	if a.sink != nil {
-		a.writeRecord(&rec)
-		return
-	}
-	if h, ok := a.log.Handler().(*textHandler); ok {
-		// The same line, formatted for the audit record alone.
-		if h.Enabled(a.r.Context(), slog.LevelInfo) {
-			h.writeAuditLine(&rec, d, time.Now())
+		if err := audit.WriteJSON(a.sink, &rec); err != nil {
+			a.log.Error("audit record not written", "route", a.route, "err", err)
 		}
 		return
 	}
-	a.log.LogAttrs(a.r.Context(), slog.LevelInfo, "request", auditAttrs(&rec, d)...)
+	audit.Log(a.r.Context(), a.log, &rec, d)
 }
 
-// auditAttrs are the audit line's attributes, in order: the record's
-// fields, each left out where the JSON record leaves it out (path and
-// method excepted), the duration as a duration. textHandler's
-// writeAuditLine writes the same line without them, and must follow any
-// change here.
-func auditAttrs(rec *AuditRecord, d time.Duration) []slog.Attr {
-	attrs := make([]slog.Attr, 0, 16)
-	attrs = append(attrs, slog.String("route", rec.Route))
-	for _, f := range [...]struct{ key, value string }{{"sandbox", rec.Sandbox}, {"token_id", rec.TokenID}, {"profile", rec.Profile}, {"session_id", rec.SessionID}} {
-		if f.value != "" {
-			attrs = append(attrs, slog.String(f.key, f.value))
-		}
-	}
-	attrs = append(attrs,
-		slog.String("method", rec.Method),
-		slog.String("path", rec.Path),
-	)
-	if rec.Target != "" {
-		attrs = append(attrs, slog.String("target", rec.Target))
-	}
-	if rec.Rule != "" {
-		attrs = append(attrs, slog.String("rule", rec.Rule))
-	}
-	attrs = append(attrs,
-		slog.Int("status", rec.Status),
-		slog.Duration("duration", d),
-		slog.Int64("bytes_in", rec.BytesIn),
-		slog.Int64("bytes_out", rec.BytesOut),
-	)
-	if rec.Reason != "" {
-		attrs = append(attrs, slog.String("reason", rec.Reason))
-	}
-	if u := rec.Usage; u != nil {
-		usage := []slog.Attr{slog.Int64("input_tokens", u.Input), slog.Int64("output_tokens", u.Output),
-			slog.Int64("cache_read_input_tokens", u.CacheRead), slog.Int64("cache_creation_input_tokens", u.CacheWrite)}
-		if u.NotReported {
-			usage = append(usage, slog.Bool("not_reported", true))
-		}
-		attrs = append(attrs, slog.GroupAttrs("usage", usage...))
-	}
-	if len(rec.Truncated) > 0 {
-		attrs = append(attrs, slog.String("truncated", strings.Join(rec.Truncated, ",")))
-	}
-	if rec.RefsOmitted > 0 {
-		attrs = append(attrs, slog.Int("refs_omitted", rec.RefsOmitted))
-	}
-	return attrs
-}
-
-// withheldToken stands for the token-shaped part of a client's text in
-// audit records and refusals (tokens.Withhold).
-const withheldToken = "[token-withheld]"
-
-// Clip bounds what a client-chosen string can put in a refusal or an audit
-// record, and withholds any token-shaped part of it. It is the one place
-// that decides what of a client's text is kept, for every field and format.
-func Clip(s string, n int) string {
-	s, _ = cut(s, n)
-	return s
-}
-
-// cut is clip, also saying whether s was cut to n bytes (and "…" added).
-func cut(s string, n int) (string, bool) {
-	s, _ = tokens.Withhold(s, withheldToken)
-	if len(s) > n {
-		return s[:n] + "…", true
-	}
-	return s, false
-}
-
-// The decisions an audit record tells.
-const (
-	decisionAllow = "allow" // cproxy forwarded the request (whatever the upstream answered)
-	decisionDeny  = "deny"  // cproxy refused it: token, policy, or a request it does not forward
-	decisionError = "error" // cproxy could not serve it: no credential, store or upstream down, time-out
-)
+// Clip bounds what a client-chosen string can put in a refusal, and
+// withholds any token-shaped part of it, by the audit record's rule
+// (audit.Clip): a route words its refusals with it.
+func Clip(s string, n int) string { return audit.Clip(s, n) }
 
 // decisionOf is the decision behind a failure: a refusal of the request
 // itself is a denial; anything else is cproxy or an upstream failing.
 func decisionOf(err error) string {
 	for _, kind := range []error{ErrBadRequest, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrTooLarge} {
 		if errors.Is(err, kind) {
-			return decisionDeny
+			return audit.Deny
 		}
 	}
-	return decisionError
+	return audit.Error
 }
 
-// AuditRecord is one line of the audit log (log.audit): one request on the
-// proxy listener, written as JSON when it ends. The field names are stable;
-// docs/operations.md describes each. It never holds a token or a
-// credential, and every string a client chose is bounded.
-type AuditRecord struct {
-	// Time is when the request ended, RFC 3339 in UTC with milliseconds.
-	Time      string `json:"time"`
-	Sandbox   string `json:"sandbox,omitempty"`
-	TokenID   string `json:"token_id,omitempty"`
-	Profile   string `json:"profile,omitempty"`
-	SessionID string `json:"session_id,omitempty"`
-	Route     string `json:"route"`
-	Method    string `json:"method"`
-	Path      string `json:"path"`
-	// Target is what the request is about: the model; OWNER/REPO, and for
-	// a push the refs it updates; the npm package, name@version for a
-	// tarball; a relay's path.
-	Target string      `json:"target,omitempty"`
-	Refs   []RefUpdate `json:"refs,omitempty"`
-	// Decision is "allow", "deny" or "error".
-	Decision   string  `json:"decision"`
-	Rule       string  `json:"rule,omitempty"`
-	Status     int     `json:"status"`
-	Reason     string  `json:"reason,omitempty"`
-	Usage      *Usage  `json:"usage,omitempty"`
-	DurationMS float64 `json:"duration_ms"`
-	BytesIn    int64   `json:"bytes_in"`
-	BytesOut   int64   `json:"bytes_out"`
-	// Truncated names the fields cut to their bound, in the record's order:
-	// "session_id", "method", "path", "target", "refs" (a ref name cut, or
-	// more than 100 updates), "reason". A cut string ends in "…". Empty:
-	// nothing was cut.
-	Truncated []string `json:"truncated,omitempty"`
-	// RefsOmitted is how many of a push's ref updates Refs does not list.
-	RefsOmitted int `json:"refs_omitted,omitempty"`
-}
-
-// RefUpdate is one ref a push updates: old and new object ids, the zero id
-// for a ref created or deleted.
-type RefUpdate struct {
-	Ref string `json:"ref"`
-	Old string `json:"old"`
-	New string `json:"new"`
-}
-
-// maxAuditRefs bounds the ref updates one record lists; the policy still
-// decides every one.
-const maxAuditRefs = 100
-
-// AuditTimeFormat is the audit record's time: RFC 3339 with milliseconds.
-const AuditTimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// record is the audit record of the finished request. Every string a
-// client chose goes through clip's rule here, and nowhere else: the JSON
-// record and the text line both write what it holds.
-func (a *Call) record(status int, d time.Duration) AuditRecord {
-	rec := AuditRecord{
-		Time:       a.start.Add(d).UTC().Format(AuditTimeFormat),
+// record is the audit record of the finished request, every string a
+// client chose bounded (audit.Record.Bound).
+func (a *Call) record(status int, d time.Duration) audit.Record {
+	target := a.target
+	if a.version != "" {
+		target += "@" + a.version
+	}
+	rec := audit.Record{
+		Time:       a.start.Add(d).UTC().Format(audit.TimeFormat),
 		Route:      a.route,
+		Method:     a.r.Method,
+		Path:       a.r.URL.Path,
+		Target:     target,
+		Refs:       a.refs,
 		Decision:   a.decision,
 		Rule:       a.rule,
 		Status:     status,
+		Reason:     a.reason,
 		DurationMS: float64(d.Microseconds()) / 1000,
 		BytesIn:    a.body.n,
 		BytesOut:   a.w.bytes,
@@ -348,59 +226,15 @@ func (a *Call) record(status int, d time.Duration) AuditRecord {
 		if a.session.Profile != nil {
 			rec.Profile = a.session.Profile.Name
 		}
-		rec.SessionID = rec.bound("session_id", a.r.Header.Get("X-Claude-Code-Session-Id"), 128)
+		rec.SessionID = a.r.Header.Get("X-Claude-Code-Session-Id")
 	}
-	rec.Method = rec.bound("method", a.r.Method, 32)
-	rec.Path = rec.bound("path", a.r.URL.Path, 256)
-	target := a.target
-	if a.version != "" {
-		target += "@" + a.version
-	}
-	rec.Target = rec.bound("target", target, 256)
-	for i, u := range a.refs {
-		if i == maxAuditRefs {
-			rec.RefsOmitted = len(a.refs) - maxAuditRefs
-			rec.markCut("refs")
-			break
-		}
-		rec.Refs = append(rec.Refs, RefUpdate{Ref: rec.bound("refs", u.Ref, 256), Old: rec.bound("refs", u.Old, 64), New: rec.bound("refs", u.New, 64)})
-	}
-	rec.Reason = rec.bound("reason", a.reason, 1024)
+	rec.Bound()
 	if rec.Decision == "" {
-		rec.Decision = decisionAllow
+		rec.Decision = audit.Allow
 	}
 	if !a.usage.IsZero() {
 		u := a.usage
 		rec.Usage = &u
 	}
 	return rec
-}
-
-// bound is clip(s, n) for the record's field, which Truncated names if s
-// was cut.
-func (rec *AuditRecord) bound(field, s string, n int) string {
-	s, cut := cut(s, n)
-	if cut {
-		rec.markCut(field)
-	}
-	return s
-}
-
-func (rec *AuditRecord) markCut(field string) {
-	if !slices.Contains(rec.Truncated, field) {
-		rec.Truncated = append(rec.Truncated, field)
-	}
-}
-
-// writeRecord writes the record as one JSON line, in one Write, so lines
-// of concurrent requests never interleave. The line is json.Marshal's
-// encoding of the record (appendAuditRecord), built in a pooled buffer: the
-// sink, an io.Writer, must not keep it (cmd/cproxy's copies it).
-func (a *Call) writeRecord(rec *AuditRecord) {
-	bp := lineBuffers.Get().(*[]byte)
-	line := append(appendAuditRecord((*bp)[:0], rec), '\n')
-	if _, err := a.sink.Write(line); err != nil {
-		a.log.Error("audit record not written", "route", a.route, "err", err)
-	}
-	putLineBuffer(bp, line)
 }

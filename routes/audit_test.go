@@ -2,6 +2,7 @@ package routes
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/internal/testutil"
+	"github.com/cproxy/cproxy/routes/audit"
 )
 
 // auditRecords decodes the JSON lines of an audit sink, each line checked
@@ -131,10 +133,10 @@ func TestAuditRecordErrorAndUsage(t *testing.T) {
 	a := &Call{
 		w: &auditWriter{ResponseWriter: httptest.NewRecorder(), status: 200}, r: httptest.NewRequest("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", nil),
 		start: time.Now(), route: "npm", target: "is-thing", version: "1.1.0", rule: "r", body: &countingBody{ReadCloser: http.NoBody},
-		sink: sink2, usage: Usage{Input: 12, Output: 40, CacheRead: 100, CacheWrite: 7},
+		sink: sink2, usage: audit.Usage{Input: 12, Output: 40, CacheRead: 100, CacheWrite: 7},
 	}
 	r := a.record(200, 1500*time.Microsecond)
-	a.writeRecord(&r)
+	audit.WriteJSON(a.sink, &r)
 	rec := auditRecords(t, sink2)[0]
 	if rec["target"] != "is-thing@1.1.0" || rec["decision"] != "allow" || rec["duration_ms"] != 1.5 {
 		t.Errorf("record: %v", rec)
@@ -217,7 +219,7 @@ func TestAuditRecordBoundsClientStrings(t *testing.T) {
 // withheld, and a cut is named.
 func TestAuditLineBoundsClientStrings(t *testing.T) {
 	var buf testutil.Buffer
-	e := newEnv(t, func(o *testOptions) { o.Audit = slog.New(NewTextHandler(&buf, nil)) }, sonnetOnly(t))
+	e := newEnv(t, func(o *testOptions) { o.Audit = slog.New(audit.NewTextHandler(&buf, nil)) }, sonnetOnly(t))
 	tok := e.token("conv-42")
 	e.do("POST", "/v1/messages", bearer(tok), `{"model":"CPX_`+tok[len("cpx_"):]+`","max_tokens":8,"messages":[]}`)
 	e.do("GET", "/v1/"+strings.Repeat("y", 300), bearer(tok), "")
@@ -233,12 +235,33 @@ func TestAuditLineBoundsClientStrings(t *testing.T) {
 	}
 }
 
+// TestAuditLineThroughServer: with cproxy serve's audit logger
+// (audit.NewTextHandler), a request's audit line comes out whole, once.
+func TestAuditLineThroughServer(t *testing.T) {
+	var buf testutil.Buffer
+	e := newEnv(t, func(o *testOptions) { o.Audit = slog.New(audit.NewTextHandler(&buf, nil)) })
+	tok := e.token("sb-1")
+	if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 200 {
+		t.Fatalf("allowed: %d %s", r.status, r.body)
+	}
+	e.proxy.Close()
+	line := buf.String()
+	for _, want := range []string{" level=INFO msg=request route=model sandbox=sb-1 token_id=", " method=POST path=/v1/messages target=", " status=200 duration=", " usage.input_tokens="} {
+		if !strings.Contains(line, want) {
+			t.Errorf("audit line %q lacks %q", line, want)
+		}
+	}
+	if n := strings.Count(line, "\n"); n != 1 || !strings.HasPrefix(line, "time=") {
+		t.Errorf("want one line starting with time=, got %q", line)
+	}
+}
+
 // TestAuditRecordPushCut: a push with more refs than a record lists says
 // how many it left out, and that the target was cut, in both formats.
 func TestAuditRecordPushCut(t *testing.T) {
 	u, sink, h := pushEnv(t)
 	var cmds []string
-	for i := range maxAuditRefs + 3 {
+	for i := range audit.MaxRefs + 3 {
 		cmds = append(cmds, fmt.Sprintf("%s %s refs/heads/agent/b%03d", zeroID, newID, i))
 	}
 	u.do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status", fakePack(64), cmds...)))
@@ -246,18 +269,17 @@ func TestAuditRecordPushCut(t *testing.T) {
 	rec := auditRecords(t, sink)[0]
 	refs, _ := rec["refs"].([]any)
 	cut, _ := json.Marshal(rec["truncated"])
-	if len(refs) != maxAuditRefs || rec["refs_omitted"] != 3.0 || string(cut) != `["target","refs"]` || !strings.HasSuffix(rec["target"].(string), "…") {
+	if len(refs) != audit.MaxRefs || rec["refs_omitted"] != 3.0 || string(cut) != `["target","refs"]` || !strings.HasSuffix(rec["target"].(string), "…") {
 		t.Errorf("%d refs, refs_omitted %v, truncated %s, target %v", len(refs), rec["refs_omitted"], cut, rec["target"])
 	}
 
 	var line bytes.Buffer
-	h2, _ := NewTextHandler(&line, nil).(*textHandler)
 	a := &Call{r: httptest.NewRequest("POST", "/github/acme/app/git-receive-pack", nil), w: &auditWriter{}, body: &countingBody{}, route: "github", target: "acme/app " + strings.Repeat("refs/heads/x,", 101)}
 	for range 101 {
-		a.refs = append(a.refs, RefUpdate{Ref: "refs/heads/x"})
+		a.refs = append(a.refs, audit.RefUpdate{Ref: "refs/heads/x"})
 	}
 	r := a.record(200, time.Second)
-	h2.writeAuditLine(&r, time.Second, time.Now())
+	audit.Log(context.Background(), slog.New(audit.NewTextHandler(&line, nil)), &r, time.Second)
 	if !strings.Contains(line.String(), `…" status=200 `) || !strings.HasSuffix(line.String(), " truncated=target,refs refs_omitted=1\n") {
 		t.Errorf("text line: %s", line.String())
 	}
@@ -274,7 +296,7 @@ func TestAuditRecordEscapesLineBreakers(t *testing.T) {
 	e.do("POST", "/v1/messages", bearer(tok), `{"model":"`+model+`","max_tokens":8,"messages":[]}`)
 	e.proxy.Close()
 	out := sink.String()
-	if strings.ContainsFunc(out, breaksLine) || !strings.Contains(out, `"target":"`+model+`"`) {
+	if string(audit.EscapeLineBreakers([]byte(out))) != out || !strings.Contains(out, `"target":"`+model+`"`) {
 		t.Errorf("record:\n%s", out)
 	}
 	if rec := auditRecords(t, sink)[0]; rec["target"] != "claude-\u0085x\u009b\u2028\u2029\u202ey\u2066\u200f\u061c" {

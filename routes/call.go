@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -47,7 +48,7 @@ func (a *Call) SetTarget(target string) { a.target = target }
 func (a *Call) SetVersion(v string) { a.version = v }
 
 // SetRefs are a push's ref updates, as git sent them, for the audit line.
-func (a *Call) SetRefs(refs []RefUpdate) { a.refs = refs }
+func (a *Call) SetRefs(refs []audit.RefUpdate) { a.refs = refs }
 
 // SetRule names the policy rule that decided, for the audit line.
 func (a *Call) SetRule(rule string) { a.rule = rule }
@@ -80,7 +81,7 @@ func (a *Call) FailWith(write func(http.ResponseWriter, error) int, err error) {
 
 // Denied records that the route refused the request with an answer of its
 // own (a git push report), for reason.
-func (a *Call) Denied(reason string) { a.reason, a.decision = reason, decisionDeny }
+func (a *Call) Denied(reason string) { a.reason, a.decision = reason, audit.Deny }
 
 // ReadBody reads the request's body whole, at most limit bytes, within the
 // memory for bodies read whole and the body deadline, and puts the bytes

@@ -17,6 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -262,7 +263,7 @@ func checkPush(a *Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) 
 	refs := make([]string, len(p.commands))
 	for i, c := range p.commands {
 		refs[i] = c.Name.String()
-		a.refs = append(a.refs, RefUpdate{Ref: refs[i], Old: c.Old.String(), New: c.New.String()})
+		a.refs = append(a.refs, audit.RefUpdate{Ref: refs[i], Old: c.Old.String(), New: c.New.String()})
 	}
 	a.target = g.repo() + " " + strings.Join(refs, ",")
 	ans := askPush(a.session.Profile, g.repo(), p.commands)
@@ -274,7 +275,7 @@ func checkPush(a *Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) 
 	// Read what is left (the pack) before answering, so git reads the
 	// report instead of failing to send.
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
-	a.reason, a.decision = firstDenial(denials), decisionDeny
+	a.Denied(firstDenial(denials))
 	if !p.report {
 		writeGitError(a.w, Refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
 		return nil, false

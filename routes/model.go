@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/internal/memo"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -168,7 +169,7 @@ func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 		if total, ok := m.res.settle(u); ok {
 			m.s.metrics.SetBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
 		}
-		m.a.usage = Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
+		m.a.usage = audit.Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
 		if m.a.session != nil && m.a.session.Profile != nil {
 			m.s.metrics.Usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
 			if notReported {

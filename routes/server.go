@@ -93,7 +93,7 @@ type Options struct {
 	// audit trail.
 	Audit *slog.Logger
 	// AuditLog, if not nil, receives the audit records instead of Audit:
-	// one AuditRecord per request as a line of JSON, each line in one
+	// one audit.Record per request as a line of JSON, each line in one
 	// Write. It must be safe for concurrent use and should not block: a
 	// request's handler writes its own record. Nil: Audit gets them as log
 	// lines.

@@ -27,6 +27,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -145,16 +146,16 @@ func applyServeFlags(c *cli.Context, cfg *config.Config) error {
 
 // newLoggers returns the diagnostic log, at the configured level, and the
 // audit log, which writes every request whatever that level is.
-func newLoggers(cfg config.Log, w io.Writer) (log, audit *slog.Logger) {
+func newLoggers(cfg config.Log, w io.Writer) (log, auditLog *slog.Logger) {
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(cfg.Level))
 	if cfg.Format == "json" {
 		w = jsonLogWriter{w}
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})), slog.New(slog.NewJSONHandler(w, nil))
 	}
-	// The audit log's lines are slog's text lines; routes' handler writes a
+	// The audit log's lines are slog's text lines; audit's handler writes a
 	// request's line (one per request) with less work.
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), slog.New(routes.NewTextHandler(w, nil))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), slog.New(audit.NewTextHandler(w, nil))
 }
 
 // loadCredentials reads every upstream credential before a socket opens,
@@ -322,7 +323,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	public := tarballBase(cfg, proxyLn.Addr())
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
 		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil),
-		Logger: log, Audit: auditLog, AuditLog: auditFile.writer(), SandboxSockets: sockets, Version: version(),
+		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})
 	defer srv.Close()

@@ -25,6 +25,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -379,7 +380,7 @@ func newRoutesServer(tb testing.TB, upstream *url.URL, limits bool) (*routes.Ser
 			URL: upstream, Credential: secrets.New(testKey), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		}}, nil, "", nil, nil),
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Audit:    slog.New(routes.NewTextHandler(io.Discard, nil)),
+		Audit:    slog.New(audit.NewTextHandler(io.Discard, nil)),
 		AuditLog: auditLog,
 	})
 	return srv, tok.Reveal()

@@ -13,6 +13,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -57,7 +58,7 @@ func newRoutesRole() (*http.Server, func(), error) {
 			URL: u, Credential: secrets.New(os.Getenv(keyEnv)), Auth: config.AuthAPIKey, HeaderTimeout: 10 * time.Minute,
 		}}, nil, "", log, nil),
 		Logger: log,
-		Audit:  slog.New(routes.NewTextHandler(os.Stderr, nil)),
+		Audit:  slog.New(audit.NewTextHandler(os.Stderr, nil)),
 	})
 	hs := &http.Server{
 		Handler: srv.ProxyHandler(), ReadHeaderTimeout: serveReadHeaderTimeout, IdleTimeout: serveIdleTimeout,

@@ -1,23 +1,36 @@
-package routes
+package audit
 
 import (
+	"io"
 	"math"
 	"strconv"
 	"unicode/utf8"
 )
 
-// appendAuditRecord appends rec as json.Marshal encodes it, byte for byte,
-// but for the characters EscapeLineBreakers escapes: the fields in
-// AuditRecord's order, omitempty as tagged, strings escaped as
-// encoding/json escapes them (HTML characters, U+2028 and U+2029 included;
-// invalid UTF-8 as U+FFFD) and the C1 controls and bidirectional formatting
-// characters as \u escapes too, and duration_ms as it formats a float64.
-// The audit log is written once per request, and reflection, the encoder's
-// state and the copy it returns cost more than the record.
+// WriteJSON writes rec to w as one JSON line, in one Write, so lines of
+// concurrent requests never interleave. The line is json.Marshal's
+// encoding of the record (appendJSON), built in a pooled buffer: w must
+// not keep it (Writer copies it).
+func WriteJSON(w io.Writer, rec *Record) error {
+	bp := lineBuffers.Get().(*[]byte)
+	line := append(appendJSON((*bp)[:0], rec), '\n')
+	_, err := w.Write(line)
+	putLineBuffer(bp, line)
+	return err
+}
+
+// appendJSON appends rec as json.Marshal encodes it, byte for byte, but
+// for the characters EscapeLineBreakers escapes: the fields in Record's
+// order, omitempty as tagged, strings escaped as encoding/json escapes them
+// (HTML characters, U+2028 and U+2029 included; invalid UTF-8 as U+FFFD)
+// and the C1 controls and bidirectional formatting characters as \u
+// escapes too, and duration_ms as it formats a float64. The audit log is
+// written once per request, and reflection, the encoder's state and the
+// copy it returns cost more than the record.
 // TestAuditRecordAsJSONMarshalsIt and FuzzAuditRecord hold it to
-// EscapeLineBreakers(json.Marshal(rec)); a field added to AuditRecord must
-// be added here too.
-func appendAuditRecord(b []byte, rec *AuditRecord) []byte {
+// EscapeLineBreakers(json.Marshal(rec)); a field added to Record must be
+// added here too.
+func appendJSON(b []byte, rec *Record) []byte {
 	b = append(b, `{"time":`...)
 	b = appendJSONString(b, rec.Time)
 	b = appendJSONField(b, `,"sandbox":`, rec.Sandbox)

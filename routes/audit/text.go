@@ -1,9 +1,11 @@
-package routes
+package audit
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -63,10 +65,71 @@ func putLineBuffer(bp *[]byte, line []byte) {
 	}
 }
 
-// writeAuditLine writes rec's audit line, with the attributes auditAttrs
-// gives slog in the same order, as slog's text handler would format it at
-// time now.
-func (h *textHandler) writeAuditLine(rec *AuditRecord, d time.Duration, now time.Time) {
+// Log writes rec as the audit line (msg=request) of a request that took d,
+// to log at INFO: by NewTextHandler's own path when log has that handler,
+// else as attributes (attrs) through slog.
+func Log(ctx context.Context, log *slog.Logger, rec *Record, d time.Duration) {
+	if h, ok := log.Handler().(*textHandler); ok {
+		// The same line, formatted for the audit record alone.
+		if h.Enabled(ctx, slog.LevelInfo) {
+			h.writeLine(rec, d, time.Now())
+		}
+		return
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "request", attrs(rec, d)...)
+}
+
+// attrs are the audit line's attributes, in order: the record's fields,
+// each left out where the JSON record leaves it out (path and method
+// excepted), the duration as a duration. textHandler's writeLine writes
+// the same line without them, and must follow any change here.
+func attrs(rec *Record, d time.Duration) []slog.Attr {
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs, slog.String("route", rec.Route))
+	for _, f := range [...]struct{ key, value string }{{"sandbox", rec.Sandbox}, {"token_id", rec.TokenID}, {"profile", rec.Profile}, {"session_id", rec.SessionID}} {
+		if f.value != "" {
+			attrs = append(attrs, slog.String(f.key, f.value))
+		}
+	}
+	attrs = append(attrs,
+		slog.String("method", rec.Method),
+		slog.String("path", rec.Path),
+	)
+	if rec.Target != "" {
+		attrs = append(attrs, slog.String("target", rec.Target))
+	}
+	if rec.Rule != "" {
+		attrs = append(attrs, slog.String("rule", rec.Rule))
+	}
+	attrs = append(attrs,
+		slog.Int("status", rec.Status),
+		slog.Duration("duration", d),
+		slog.Int64("bytes_in", rec.BytesIn),
+		slog.Int64("bytes_out", rec.BytesOut),
+	)
+	if rec.Reason != "" {
+		attrs = append(attrs, slog.String("reason", rec.Reason))
+	}
+	if u := rec.Usage; u != nil {
+		usage := []slog.Attr{slog.Int64("input_tokens", u.Input), slog.Int64("output_tokens", u.Output),
+			slog.Int64("cache_read_input_tokens", u.CacheRead), slog.Int64("cache_creation_input_tokens", u.CacheWrite)}
+		if u.NotReported {
+			usage = append(usage, slog.Bool("not_reported", true))
+		}
+		attrs = append(attrs, slog.GroupAttrs("usage", usage...))
+	}
+	if len(rec.Truncated) > 0 {
+		attrs = append(attrs, slog.String("truncated", strings.Join(rec.Truncated, ",")))
+	}
+	if rec.RefsOmitted > 0 {
+		attrs = append(attrs, slog.Int("refs_omitted", rec.RefsOmitted))
+	}
+	return attrs
+}
+
+// writeLine writes rec's audit line, with the attributes attrs gives slog
+// in the same order, as slog's text handler would format it at time now.
+func (h *textHandler) writeLine(rec *Record, d time.Duration, now time.Time) {
 	bp := lineBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	b = append(b, "time="...)

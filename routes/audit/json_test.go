@@ -1,32 +1,26 @@
-package routes
+package audit
 
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/cproxy/cproxy/policy"
 )
 
 // recordPair encodes rec both ways: with json.Marshal, as the audit log
-// was written before appendAuditRecord, its line breakers escaped
-// (EscapeLineBreakers), and with appendAuditRecord. Neither holds a line
+// was written before appendJSON, its line breakers escaped
+// (EscapeLineBreakers), and with appendJSON. Neither holds a line
 // breaker raw.
-func recordPair(t *testing.T, rec AuditRecord) (marshalled, appended string) {
+func recordPair(t *testing.T, rec Record) (marshalled, appended string) {
 	t.Helper()
 	want, err := json.Marshal(rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := appendAuditRecord(nil, &rec)
+	got := appendJSON(nil, &rec)
 	if bytes.ContainsFunc(got, breaksLine) {
-		t.Errorf("appendAuditRecord wrote a line breaker raw: %q", got)
+		t.Errorf("appendJSON wrote a line breaker raw: %q", got)
 	}
 	return string(EscapeLineBreakers(want)), string(got)
 }
@@ -38,36 +32,36 @@ func TestAuditRecordAsJSONMarshalsIt(t *testing.T) {
 	usage := &Usage{Input: 5120, Output: 31, CacheRead: 4096}
 	for _, c := range []struct {
 		name string
-		rec  AuditRecord
+		rec  Record
 	}{
-		{"allowed model request", AuditRecord{Time: "2026-11-30T09:59:13.987Z", Sandbox: "bench-1", TokenID: "tok_0123456789ab", Profile: "default",
+		{"allowed model request", Record{Time: "2026-11-30T09:59:13.987Z", Sandbox: "bench-1", TokenID: "tok_0123456789ab", Profile: "default",
 			SessionID: "0b6f5e8c-2f61-4a7e-9c1d-3f3c2b1a0e99", Route: "model", Method: "POST", Path: "/v1/messages", Target: "claude-sonnet-4-5",
 			Decision: "allow", Rule: `profile.default.models["claude-*"]`, Status: 200, Usage: usage, DurationMS: 0.343, BytesIn: 21903, BytesOut: 541}},
-		{"refused, nothing set", AuditRecord{Decision: "deny"}},
-		{"a push", AuditRecord{Route: "github", Method: "POST", Path: "/github/o/r.git/git-receive-pack", Target: "o/r", Decision: "deny",
+		{"refused, nothing set", Record{Decision: "deny"}},
+		{"a push", Record{Route: "github", Method: "POST", Path: "/github/o/r.git/git-receive-pack", Target: "o/r", Decision: "deny",
 			Refs:   []RefUpdate{{Ref: "refs/heads/main", Old: strings.Repeat("0", 40), New: strings.Repeat("a", 40)}, {Ref: "refs/tags/<v1>", Old: "", New: ""}},
 			Status: 403, Reason: "push to refs/tags/<v1> & more is refused", DurationMS: 1500}},
-		{"strings to escape", AuditRecord{Sandbox: "a\"b\\c", TokenID: "\x00\x01\x1f\x7f", Profile: "\b\f\n\r\t", SessionID: "<script>&</script>",
+		{"strings to escape", Record{Sandbox: "a\"b\\c", TokenID: "\x00\x01\x1f\x7f", Profile: "\b\f\n\r\t", SessionID: "<script>&</script>",
 			Route: "\u2028\u2029", Method: "é\u00a0\ufffd", Path: "/\xff\xc3/\xe2\x82", Target: "ünïcode 😀", Rule: "=", Reason: "line\nbreak"}},
-		{"line breakers", AuditRecord{Target: "a\u0085b\u009b[2J\u0080\u009f", Reason: "\u202eevil\u202c \u2066x\u2069\u200e\u200f\u061c\u202a\u202b\u202d\u2067\u2068",
+		{"line breakers", Record{Target: "a\u0085b\u009b[2J\u0080\u009f", Reason: "\u202eevil\u202c \u2066x\u2069\u200e\u200f\u061c\u202a\u202b\u202d\u2067\u2068",
 			Refs: []RefUpdate{{Ref: "refs/heads/\u2028"}}, Truncated: []string{"path", "\u0085"}, RefsOmitted: 7}},
-		{"durations", AuditRecord{DurationMS: 1e-7}},
-		{"long duration", AuditRecord{DurationMS: 1e21}},
-		{"negative duration", AuditRecord{DurationMS: -0.001, Usage: &Usage{}}},
-		{"large numbers", AuditRecord{RefsOmitted: -3, Status: -1, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, Usage: &Usage{CacheWrite: -7}}},
-		{"usage not reported", AuditRecord{Status: 200, Usage: &Usage{Input: 203, Output: 40, CacheRead: 203, CacheWrite: 203, NotReported: true}}},
+		{"durations", Record{DurationMS: 1e-7}},
+		{"long duration", Record{DurationMS: 1e21}},
+		{"negative duration", Record{DurationMS: -0.001, Usage: &Usage{}}},
+		{"large numbers", Record{RefsOmitted: -3, Status: -1, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, Usage: &Usage{CacheWrite: -7}}},
+		{"usage not reported", Record{Status: 200, Usage: &Usage{Input: 203, Output: 40, CacheRead: 203, CacheWrite: 203, NotReported: true}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, got := recordPair(t, c.rec)
 			if got != want {
-				t.Errorf("appendAuditRecord wrote\n%s\njson.Marshal writes\n%s", got, want)
+				t.Errorf("appendJSON wrote\n%s\njson.Marshal writes\n%s", got, want)
 			}
 		})
 	}
 }
 
 // FuzzAuditRecord: whatever strings a client, a push or the config puts in
-// an audit record, and whatever its numbers, appendAuditRecord writes what
+// an audit record, and whatever its numbers, appendJSON writes what
 // json.Marshal writes, its line breakers escaped.
 func FuzzAuditRecord(f *testing.F) {
 	f.Add("2026-11-30T09:59:13.987Z", "bench-1", "tok_0123456789ab", "default", "sess", "model", "POST", "/v1/messages", "claude-sonnet-4-5", "", "allow", "rule", "", int64(5), int64(31), int64(1234567), 200, 0.343, true)
@@ -77,7 +71,7 @@ func FuzzAuditRecord(f *testing.F) {
 		if math.IsNaN(ms) || math.IsInf(ms, 0) {
 			return // a duration is neither; json.Marshal refuses them
 		}
-		rec := AuditRecord{Time: tm, Sandbox: sandbox, TokenID: tokenID, Profile: profile, SessionID: sid, Route: route, Method: method, Path: path,
+		rec := Record{Time: tm, Sandbox: sandbox, TokenID: tokenID, Profile: profile, SessionID: sid, Route: route, Method: method, Path: path,
 			Target: target, Decision: decision, Rule: rule, Status: status, Reason: reason, DurationMS: ms, BytesIn: bytesIn, BytesOut: out}
 		if ref != "" {
 			rec.Refs = []RefUpdate{{Ref: ref, Old: sid, New: reason}, {Ref: target}}
@@ -88,34 +82,7 @@ func FuzzAuditRecord(f *testing.F) {
 		}
 		want, got := recordPair(t, rec)
 		if got != want {
-			t.Fatalf("appendAuditRecord wrote\n%s\njson.Marshal writes\n%s", got, want)
-		}
-	})
-}
-
-// BenchmarkAuditRecord is the JSON audit record of one allowed model
-// request, to nowhere: as writeRecord writes it, and as json.Marshal did.
-func BenchmarkAuditRecord(b *testing.B) {
-	s := &Server{now: time.Now, auditLog: io.Discard}
-	r := httptest.NewRequest(http.MethodPost, "/v1/messages?beta=true", strings.NewReader("{}"))
-	r.Header.Set("X-Claude-Code-Session-Id", "0b6f5e8c-2f61-4a7e-9c1d-3f3c2b1a0e99")
-	sess := &Session{TokenID: "tok_0123456789ab", Sandbox: "bench-1", Profile: &policy.Profile{Name: "default"}}
-	a, _ := s.startAudit(httptest.NewRecorder(), r)
-	a.route, a.session, a.target, a.rule = "model", sess, "claude-sonnet-4-5", `profile.default.models["claude-*"]`
-	a.w.status, a.w.bytes, a.body.n = 200, 541, 21900
-	a.usage = Usage{Input: 5120, Output: 31, CacheRead: 4096}
-	b.Run("append", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			rec := a.record(200, 343*time.Microsecond)
-			a.writeRecord(&rec)
-		}
-	})
-	b.Run("json.Marshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			line, _ := json.Marshal(a.record(200, 343*time.Microsecond))
-			a.sink.Write(append(line, '\n'))
+			t.Fatalf("appendJSON wrote\n%s\njson.Marshal writes\n%s", got, want)
 		}
 	})
 }
