@@ -338,7 +338,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		if b := s.tokenBudget(rec); !b.IsZero() {
 			cb := client.Budget(b)
 			info.Budget = &cb
-			if u, ok := s.budgets.usage(r.Context(), rec.ID, b); ok {
+			if u, ok := s.budgets.Usage(r.Context(), rec.ID, b); ok {
 				info.Usage = &client.Usage{Requests: u.Requests, InputTokens: u.Input, OutputTokens: u.Output,
 					CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite}
 			}

@@ -95,9 +95,7 @@ func (h *BodyHold) grow(ctx context.Context, n int64) error {
 				return ctx.Err()
 			}
 			m.metrics.BodyMemoryRefused()
-			err := Refuse(ErrUnavailable, "cproxy is holding all the request bodies it may at once (%d MiB, runtime.body_memory_mib); retry in a few seconds", m.size>>20).(*refusal)
-			err.retryAfter = bodyMemoryRetry
-			return err
+			return refuseRetry(ErrUnavailable, bodyMemoryRetry, "cproxy is holding all the request bodies it may at once (%d MiB, runtime.body_memory_mib); retry in a few seconds", m.size>>20)
 		}
 	}
 	h.n.Add(n)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/audit"
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -106,9 +107,10 @@ func (a *Call) Held() *BodyHold { return &a.held }
 // Reserve holds its spending, Settle charges it. The slot is given back
 // when the request ends.
 func (a *Call) Acquire() error {
-	res, err := a.srv.budgets.acquire(a.r.Context(), a.session, a.session.Budget)
+	s := a.session
+	res, err := a.srv.budgets.Acquire(a.r.Context(), budget.Token{ID: s.TokenID, Sandbox: s.Sandbox, Limits: s.Budget})
 	if err != nil {
-		return err
+		return budgetRefusal(err)
 	}
 	a.meter = &meter{a: a, res: res, s: a.srv}
 	return nil
@@ -119,8 +121,8 @@ func (a *Call) Acquire() error {
 // charged at all (a token count is not). Call after Acquire.
 func (a *Call) Reserve(want tokens.Usage, charged bool) error {
 	m := a.meter
-	if err := a.srv.budgets.hold(a.r.Context(), m.res, a.session, a.session.Budget, want, charged); err != nil {
-		return err
+	if err := m.res.Hold(a.r.Context(), want, charged); err != nil {
+		return budgetRefusal(err)
 	}
 	m.want, m.charged = want, charged
 	return nil

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/cproxy/cproxy/routes/budget"
 )
 
 // The kinds of refusal a route returns. One function, status, turns each into
@@ -52,6 +54,30 @@ func Refuse(kind error, format string, args ...any) error {
 func IsRefusal(err error) bool {
 	var r *refusal
 	return errors.As(err, &r)
+}
+
+// refuseRetry is Refuse for a refusal that says when retrying can succeed:
+// after retry (Retry-After).
+func refuseRetry(kind error, retry time.Duration, format string, args ...any) error {
+	err := Refuse(kind, format, args...).(*refusal)
+	err.retryAfter = retry
+	return err
+}
+
+// budgetRefusal is a budget's refusal (a *budget.Refusal) as a refusal of
+// the core's kinds: a limit reached is ErrTooManyRequests, a token store
+// that failed ErrUnavailable, with the budget's words and when to retry.
+// Another error is returned as it is.
+func budgetRefusal(err error) error {
+	var b *budget.Refusal
+	if !errors.As(err, &b) {
+		return err
+	}
+	kind := ErrTooManyRequests
+	if b.Unavailable {
+		kind = ErrUnavailable
+	}
+	return refuseRetry(kind, b.RetryAfter, "%s", b.Error())
 }
 
 // Status maps an error to its HTTP Status and Anthropic error type.
@@ -134,7 +160,7 @@ func SetRetryAfter(h http.Header, err error) bool {
 	if !errors.As(err, &ref) || ref.retryAfter <= 0 {
 		return false
 	}
-	h.Set("Retry-After", strconv.FormatInt(retrySeconds(ref.retryAfter), 10))
+	h.Set("Retry-After", strconv.FormatInt(budget.RetrySeconds(ref.retryAfter), 10))
 	return true
 }
 

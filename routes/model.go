@@ -16,6 +16,7 @@ import (
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/audit"
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/routes/internal/memo"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -116,7 +117,7 @@ func (m *modelRoute) Serve(a *Call) {
 type meter struct {
 	s       *Server
 	a       *Call
-	res     *reservation
+	res     *budget.Reservation
 	want    tokens.Usage // what res holds: what an unreported count is charged
 	charged bool
 	// wrote is set when the transport has written the whole request (the
@@ -166,8 +167,8 @@ func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 				u.Output, reported.Output = m.want.Output, 0
 			}
 		}
-		if total, ok := m.res.settle(u); ok {
-			m.s.metrics.SetBudgetRemaining(m.a.session.Sandbox, remaining(m.res.limit, total))
+		if total, ok := m.res.Settle(u); ok {
+			m.s.metrics.SetBudgetRemaining(m.a.session.Sandbox, budget.Remaining(m.a.session.Budget, total))
 		}
 		m.a.usage = audit.Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
 		if m.a.session != nil && m.a.session.Profile != nil {

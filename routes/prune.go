@@ -75,7 +75,7 @@ func (s *Server) prune(ctx context.Context, before time.Time, why, value string)
 		var recs []tokens.Record
 		recs, err = s.store.Prune(ctx, before, tokens.PruneBatch)
 		n += len(recs)
-		s.budgets.forget(recs)
+		s.budgets.Forget(recs)
 		s.metrics.TokensPruned(len(recs))
 		if err != nil || len(recs) < tokens.PruneBatch {
 			break

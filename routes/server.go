@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -139,7 +140,7 @@ type Server struct {
 	now      func() time.Time
 	routes   []Route
 	sockets  *SandboxSockets // nil without Options.SandboxSockets
-	budgets  *budgets
+	budgets  *budget.Budgets
 	// tokenValues are the per-token value names the routes use (a relay's
 	// headers), which POST /tokens accepts.
 	tokenValues []string
@@ -177,7 +178,7 @@ func New(o Options) *Server {
 	if s.sockets != nil {
 		s.sockets.handler = s.ProxyHandler()
 	}
-	s.budgets = newBudgets(s.store, o.SharedLimits, s.log, s.now)
+	s.budgets = budget.New(s.store, o.SharedLimits, s.log, s.now)
 	if o.SharedLimits != nil {
 		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
 		go s.sweepFlights(s.sweepStop, s.sweepDone)
@@ -275,7 +276,7 @@ func (s *Server) Close() {
 		s.pruneStop()
 		s.pruneStop = nil
 	}
-	s.budgets.close()
+	s.budgets.Close()
 	if s.sweepStop != nil {
 		close(s.sweepStop)
 		<-s.sweepDone

@@ -55,7 +55,9 @@ func (m *memShared) AdjustUsage(ctx context.Context, key string, delta tokens.Us
 	if err != nil {
 		return tokens.Usage{}, err
 	}
-	u = maxUsage(u.Add(delta), tokens.Usage{})
+	u = u.Add(delta)
+	u = tokens.Usage{Requests: max(u.Requests, 0), Input: max(u.Input, 0), Output: max(u.Output, 0),
+		CacheRead: max(u.CacheRead, 0), CacheWrite: max(u.CacheWrite, 0)}
 	return u, m.store.SaveUsage(ctx, key, u)
 }
 

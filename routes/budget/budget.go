@@ -1,4 +1,12 @@
-package routes
+// Package budget counts what each token spends against its budget: the
+// requests, tokens, rate and concurrency its profile's budget allows. The
+// proxy core asks it before a model request is sent (Acquire, then Hold)
+// and tells it what the request used when its response ends (Settle).
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
+package budget
 
 import (
 	"context"
@@ -22,8 +30,8 @@ import (
 // bytes of each input kind (a token covers at least one byte of the text
 // it encodes; what the upstream reads by URL or through tools it does not
 // bound, see docs/policy.md) — and settles, when its response ends, to the
-// usage the upstream reported (the meter charges what was reserved for a
-// count it did not report). Reserving under one lock is what keeps
+// usage the upstream reported (the core's meter charges what was reserved
+// for a count it did not report). Reserving under one lock is what keeps
 // concurrent requests from overspending.
 //
 // Durability is by lease: before a reservation takes an account past what
@@ -45,7 +53,7 @@ import (
 // The default rate and concurrency limits (policy.DefaultConcurrent,
 // DefaultRequestsPerMinute), for a budget that sets none, are counted in
 // each process's memory: they bound what one process spends.
-type budgets struct {
+type Budgets struct {
 	store tokens.Store
 	// shared is the store's shared limits when other processes count in
 	// the store too (PostgreSQL replicas): every reservation and settlement
@@ -79,89 +87,121 @@ type tokenLimit struct {
 	inflight int64
 }
 
-func newBudgets(store tokens.Store, shared tokens.SharedLimits, log *slog.Logger, now func() time.Time) *budgets {
-	b := &budgets{store: store, shared: shared, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
+// New starts the budgets of store's tokens, and the flusher that saves
+// their usage; shared is the store's shared limits when replicas share it
+// (nil: this process is its only user and counts in memory). Close stops
+// it.
+func New(store tokens.Store, shared tokens.SharedLimits, log *slog.Logger, now func() time.Time) *Budgets {
+	b := &Budgets{store: store, shared: shared, log: log, now: now, accts: map[string]*account{}, limit: map[string]*tokenLimit{},
 		slots: map[tokens.Slot]struct{}{},
 		stop:  make(chan struct{}), done: make(chan struct{})}
 	go b.flushLoop()
 	return b
 }
 
-// reservation is one request's hold on its token's budget; settle ends it.
-// A nil reservation holds nothing (a budget that limits nothing).
-type reservation struct {
-	b     *budgets
-	acct  *account    // nil: nothing metered here (rate or concurrency only, or shared)
-	key   string      // shared: the usage key the store holds want under; "": not shared
-	slot  tokens.Slot // shared: the in-flight slot held in the store; 0: none
-	tl    *tokenLimit
-	want  tokens.Usage
-	once  sync.Once
-	limit policy.Budget
+// Token is whose budget a request spends.
+type Token struct {
+	// ID is the token's id: its accounts, rate and in-flight count are
+	// kept under it.
+	ID string
+	// Sandbox is the token's sandbox, which refusals name.
+	Sandbox string
+	// Limits is what the token may spend: its profile's budget, with what
+	// the token was minted with over it. Zero limits nothing but cproxy's
+	// default rate and concurrency.
+	Limits policy.Budget
 }
 
-// budgetError is a 429 with what was exhausted and, where waiting helps,
-// when to retry.
-func budgetError(retry time.Duration, format string, args ...any) error {
-	err := Refuse(ErrTooManyRequests, format, args...).(*refusal)
-	err.retryAfter = retry
-	return err
+// Reservation is one request's hold on its token's budget; Settle ends it.
+// A nil Reservation holds nothing (a budget that limits nothing).
+type Reservation struct {
+	b    *Budgets
+	acct *account    // nil: nothing metered here (rate or concurrency only, or shared)
+	key  string      // shared: the usage key the store holds want under; "": not shared
+	slot tokens.Slot // shared: the in-flight slot held in the store; 0: none
+	tl   *tokenLimit
+	want tokens.Usage
+	once sync.Once
+	tok  Token
 }
 
-// reserve is acquire and then hold, for a request whose body is read.
-func (b *budgets) reserve(ctx context.Context, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) (*reservation, error) {
-	res, err := b.acquire(ctx, sess, lim)
+// Refusal is a request the budget does not pass: a limit it is over, or
+// (Unavailable) a token store that failed, so that the budget cannot be
+// counted. Its text is meant for the client, who is told it as is: it
+// names the sandbox and the limit, never a token or credential.
+type Refusal struct {
+	// Unavailable says the token store failed; false: a limit is reached.
+	Unavailable bool
+	// RetryAfter is how long until retrying can succeed (the rate, the
+	// window's end, a request in flight ending); zero: retrying will not
+	// help.
+	RetryAfter time.Duration
+	msg        string
+}
+
+func (e *Refusal) Error() string { return e.msg }
+
+// overLimit is the refusal of a request over a limit, with what was
+// exhausted and, where waiting helps, when to retry.
+func overLimit(retry time.Duration, format string, args ...any) error {
+	return &Refusal{RetryAfter: retry, msg: fmt.Sprintf(format, args...)}
+}
+
+// reserve is Acquire and then Hold, for a request whose body is read.
+func (b *Budgets) reserve(ctx context.Context, tok Token, want tokens.Usage, charged bool) (*Reservation, error) {
+	res, err := b.Acquire(ctx, tok)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.hold(ctx, res, sess, lim, want, charged); err != nil {
-		res.settle(tokens.Usage{})
+	if err := res.Hold(ctx, want, charged); err != nil {
+		res.Settle(tokens.Usage{})
 		return nil, err
 	}
 	return res, nil
 }
 
-// acquire takes one of the token's in-flight slots and its place in the
-// token's rate, or refuses with a 429 before anything is sent. It runs
+// Acquire takes one of the token's in-flight slots and its place in the
+// token's rate, or refuses (a *Refusal) before anything is sent. It runs
 // when the request is authenticated, before its body is read: a request
 // whose body is still arriving is in flight, so a sandbox cannot hold more
 // than concurrent requests open by trickling their bodies.
-func (b *budgets) acquire(ctx context.Context, sess *Session, lim policy.Budget) (*reservation, error) {
+func (b *Budgets) Acquire(ctx context.Context, tok Token) (*Reservation, error) {
 	now := b.now()
 	b.mu.Lock()
-	res, err := b.admit(sess, lim, now)
+	res, err := b.admit(tok, now)
 	b.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if b.shared != nil {
-		if err := b.acquireShared(ctx, res, sess, lim); err != nil {
-			res.settle(tokens.Usage{})
+		if err := b.acquireShared(ctx, res); err != nil {
+			res.Settle(tokens.Usage{})
 			return nil, err
 		}
 	}
 	return res, nil
 }
 
-// hold reserves want (charged: a POST /v1/messages) of the budget in res,
-// once the request's body has been read, or refuses with a 429.
-func (b *budgets) hold(ctx context.Context, res *reservation, sess *Session, lim policy.Budget, want tokens.Usage, charged bool) error {
+// Hold reserves want (charged: a POST /v1/messages) of the token's budget
+// in res, once the request's body has been read, or refuses (a *Refusal).
+func (res *Reservation) Hold(ctx context.Context, want tokens.Usage, charged bool) error {
+	b, tok, lim := res.b, res.tok, res.tok.Limits
 	if !charged || !metered(lim) {
 		return nil
 	}
 	now := b.now()
 	if b.shared != nil {
-		key, reset := usageWindow(sess.TokenID, lim.Window, now)
+		key, reset := usageWindow(tok.ID, lim.Window, now)
 		held, err := b.shared.ReserveUsage(ctx, key, want, caps(lim))
 		if err != nil {
-			return b.refusal(err, sess, lim, held, want, now, reset)
+			return b.refusal(err, tok, held, want, now, reset)
 		}
 		res.key, res.want = key, want
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.holdLocal(ctx, res, sess, want, now)
+	return b.holdLocal(ctx, res, want, now)
 }
 
 // acquireShared is acquire for replicas sharing the store: the token's
@@ -169,14 +209,15 @@ func (b *budgets) hold(ctx context.Context, res *reservation, sess *Session, lim
 // store, outside b.mu (which would otherwise hold every request behind a
 // database round trip). On an error the caller settles res, which frees
 // what it holds.
-func (b *budgets) acquireShared(ctx context.Context, res *reservation, sess *Session, lim policy.Budget) error {
+func (b *Budgets) acquireShared(ctx context.Context, res *Reservation) error {
+	tok, lim := res.tok, res.tok.Limits
 	if lim.Concurrent > 0 {
-		slot, err := b.shared.AcquireSlot(ctx, sess.TokenID, lim.Concurrent, slotLease)
+		slot, err := b.shared.AcquireSlot(ctx, tok.ID, lim.Concurrent, slotLease)
 		if errors.Is(err, tokens.ErrOverBudget) {
-			return inFlightError(sess, lim.Concurrent, lim.Concurrent, lim.Concurrent)
+			return inFlightError(tok, lim.Concurrent, lim.Concurrent, lim.Concurrent)
 		}
 		if err != nil {
-			return b.storeFailed(err, sess)
+			return b.storeFailed(err, tok)
 		}
 		res.slot = slot
 		b.mu.Lock()
@@ -184,12 +225,12 @@ func (b *budgets) acquireShared(ctx context.Context, res *reservation, sess *Ses
 		b.mu.Unlock()
 	}
 	if lim.RequestsPerMinute > 0 {
-		wait, err := b.shared.TakeRate(ctx, sess.TokenID, lim.RequestsPerMinute)
+		wait, err := b.shared.TakeRate(ctx, tok.ID, lim.RequestsPerMinute)
 		if err != nil {
-			return b.storeFailed(err, sess)
+			return b.storeFailed(err, tok)
 		}
 		if wait > 0 {
-			return rateError(sess, wait, lim.RequestsPerMinute, lim.RequestsPerMinute)
+			return rateError(tok, wait, lim.RequestsPerMinute, lim.RequestsPerMinute)
 		}
 	}
 	return nil
@@ -201,14 +242,14 @@ const slotLease = 30 * time.Second
 
 // inFlightError refuses a request over the token's concurrency limit;
 // set is what the budget sets (0: limit is cproxy's default).
-func inFlightError(sess *Session, n, limit, set int64) error {
-	return budgetError(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d%s); retry when one ends", n, sess.Sandbox, limit, defaultNote(set))
+func inFlightError(tok Token, n, limit, set int64) error {
+	return overLimit(time.Second, "%d requests of sandbox %s's token are in flight, its limit (budget concurrent = %d%s); retry when one ends", n, tok.Sandbox, limit, defaultNote(set))
 }
 
 // rateError refuses a request over the token's rate, rpm requests a
 // minute; set is what the budget sets (0: rpm is cproxy's default).
-func rateError(sess *Session, wait time.Duration, rpm, set int64) error {
-	return budgetError(wait, "sandbox %s's token is over its rate (budget requests_per_minute = %d%s); retry after %ds", sess.Sandbox, rpm, defaultNote(set), retrySeconds(wait))
+func rateError(tok Token, wait time.Duration, rpm, set int64) error {
+	return overLimit(wait, "sandbox %s's token is over its rate (budget requests_per_minute = %d%s); retry after %ds", tok.Sandbox, rpm, defaultNote(set), RetrySeconds(wait))
 }
 
 // defaultNote says, in a refusal, that the limit is cproxy's default (the
@@ -221,12 +262,13 @@ func defaultNote(set int64) string {
 }
 
 // admit applies the token's rate and concurrency limits and takes one of
-// its in-flight slots; the caller holds b.mu. A limit lim leaves out is
-// cproxy's default (policy.DefaultConcurrent, DefaultRequestsPerMinute),
-// counted here, in this process, even when the store is shared; one lim
-// sets is counted here unless the store is shared (acquireShared counts
-// it there).
-func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reservation, error) {
+// its in-flight slots; the caller holds b.mu. A limit tok.Limits leaves
+// out is cproxy's default (policy.DefaultConcurrent,
+// DefaultRequestsPerMinute), counted here, in this process, even when the
+// store is shared; one it sets is counted here unless the store is shared
+// (acquireShared counts it there).
+func (b *Budgets) admit(tok Token, now time.Time) (*Reservation, error) {
+	lim := tok.Limits
 	concurrent, rpm := lim.Concurrent, lim.RequestsPerMinute
 	if b.shared != nil {
 		concurrent, rpm = 0, 0
@@ -237,13 +279,13 @@ func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reser
 	if lim.RequestsPerMinute == 0 {
 		rpm = policy.DefaultRequestsPerMinute
 	}
-	tl := b.limit[sess.TokenID]
+	tl := b.limit[tok.ID]
 	if tl == nil {
 		tl = &tokenLimit{}
-		b.limit[sess.TokenID] = tl
+		b.limit[tok.ID] = tl
 	}
 	if concurrent > 0 && tl.inflight >= concurrent {
-		return nil, inFlightError(sess, tl.inflight, concurrent, lim.Concurrent)
+		return nil, inFlightError(tok, tl.inflight, concurrent, lim.Concurrent)
 	}
 	if rpm > 0 {
 		if tl.limiter == nil || tl.rpm != rpm {
@@ -253,29 +295,29 @@ func (b *budgets) admit(sess *Session, lim policy.Budget, now time.Time) (*reser
 		r := tl.limiter.ReserveN(now, 1)
 		if d := r.DelayFrom(now); d > 0 {
 			r.CancelAt(now)
-			return nil, rateError(sess, d, rpm, lim.RequestsPerMinute)
+			return nil, rateError(tok, d, rpm, lim.RequestsPerMinute)
 		}
 	}
 	tl.inflight++
-	return &reservation{b: b, tl: tl, limit: lim}, nil
+	return &Reservation{b: b, tl: tl, tok: tok}, nil
 }
 
 // holdLocal reserves want in this process's account of the window, raising
 // the stored lease ahead of it; the caller holds b.mu.
-func (b *budgets) holdLocal(ctx context.Context, res *reservation, sess *Session, want tokens.Usage, now time.Time) error {
-	lim := res.limit
-	key, reset := usageWindow(sess.TokenID, lim.Window, now)
+func (b *Budgets) holdLocal(ctx context.Context, res *Reservation, want tokens.Usage, now time.Time) error {
+	tok, lim := res.tok, res.tok.Limits
+	key, reset := usageWindow(tok.ID, lim.Window, now)
 	acct, err := b.load(ctx, key)
 	if err != nil {
-		return b.refusal(err, sess, lim, tokens.Usage{}, want, now, reset)
+		return b.refusal(err, tok, tokens.Usage{}, want, now, reset)
 	}
 	held := acct.used.Add(acct.reserved)
 	if !held.Add(want).Fits(caps(lim)) {
-		return b.refusal(tokens.ErrOverBudget, sess, lim, held, want, now, reset)
+		return b.refusal(tokens.ErrOverBudget, tok, held, want, now, reset)
 	}
 	if lease, raise := leaseFor(acct.leased, held.Add(want), lim); raise {
 		if err := b.store.SaveUsage(ctx, key, lease); err != nil {
-			return b.refusal(err, sess, lim, held, want, now, reset)
+			return b.refusal(err, tok, held, want, now, reset)
 		}
 		acct.leased, acct.saved = lease, lease
 	}
@@ -286,24 +328,25 @@ func (b *budgets) holdLocal(ctx context.Context, res *reservation, sess *Session
 }
 
 // refusal is the answer to a reservation the budget or the store refused:
-// 429 naming what is exhausted (held is what the window holds), or 503.
-func (b *budgets) refusal(err error, sess *Session, lim policy.Budget, held, want tokens.Usage, now, reset time.Time) error {
+// over a limit, naming what is exhausted (held is what the window holds),
+// or the store failed.
+func (b *Budgets) refusal(err error, tok Token, held, want tokens.Usage, now, reset time.Time) error {
 	if !errors.Is(err, tokens.ErrOverBudget) {
-		return b.storeFailed(err, sess)
+		return b.storeFailed(err, tok)
 	}
 	retry := time.Duration(0)
 	if !reset.IsZero() {
 		retry = reset.Sub(now)
 	}
-	return budgetError(retry, "sandbox %s's token is over its budget: %s", sess.Sandbox, overBudget(held, want, lim))
+	return overLimit(retry, "sandbox %s's token is over its budget: %s", tok.Sandbox, overBudget(held, want, tok.Limits))
 }
 
 // storeFailed logs a token store failure on the budget's path and is the
-// 503 that refuses the request: a budget that cannot be counted is not
-// passed.
-func (b *budgets) storeFailed(err error, sess *Session) error {
-	b.log.Error("budget: the token store failed", "token_id", sess.TokenID, "err", err)
-	return Refuse(ErrUnavailable, "the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", sess.Sandbox)
+// refusal (Unavailable) of the request: a budget that cannot be counted is
+// not passed.
+func (b *Budgets) storeFailed(err error, tok Token) error {
+	b.log.Error("budget: the token store failed", "token_id", tok.ID, "err", err)
+	return &Refusal{Unavailable: true, msg: fmt.Sprintf("the budget of sandbox %s's token cannot be read or recorded (token store unavailable); try again later", tok.Sandbox)}
 }
 
 // caps is what lim caps per window, as a usage (zero: no cap).
@@ -312,12 +355,12 @@ func caps(lim policy.Budget) tokens.Usage {
 		CacheRead: lim.CacheReadTokens, CacheWrite: lim.CacheWriteTokens}
 }
 
-// settle ends the reservation with what the request is charged (the
+// Settle ends the reservation with what the request is charged (the
 // meter's: nothing for a request that never reached the upstream). It returns the
 // window's usage after it, and false when nothing is metered (or, shared,
 // when the store could not be told: the window then keeps what the
 // reservation held, an over-charge, never an under-charge).
-func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered bool) {
+func (r *Reservation) Settle(used tokens.Usage) (total tokens.Usage, metered bool) {
 	if r == nil {
 		return tokens.Usage{}, false
 	}
@@ -347,7 +390,7 @@ func (r *reservation) settle(used tokens.Usage) (total tokens.Usage, metered boo
 
 // release frees the reservation's shared in-flight slot, if it holds one.
 // A slot the store could not free is freed by its lease running out.
-func (r *reservation) release() {
+func (r *Reservation) release() {
 	if r.slot == 0 {
 		return
 	}
@@ -360,10 +403,10 @@ func (r *reservation) release() {
 	r.slot = 0
 }
 
-// remaining is what lim leaves of each kind after used, for the budget
+// Remaining is what lim leaves of each kind after used, for the budget
 // gauge (metrics' SetBudgetRemaining, whose order of kinds it follows):
 // -1 for a kind lim does not limit.
-func remaining(lim policy.Budget, used tokens.Usage) [5]int64 {
+func Remaining(lim policy.Budget, used tokens.Usage) [5]int64 {
 	left := [5]int64{}
 	for i, x := range [5]struct{ limit, used int64 }{{lim.Requests, used.Requests}, {lim.InputTokens, used.Input},
 		{lim.OutputTokens, used.Output}, {lim.CacheReadTokens, used.CacheRead}, {lim.CacheWriteTokens, used.CacheWrite}} {
@@ -377,7 +420,7 @@ func remaining(lim policy.Budget, used tokens.Usage) [5]int64 {
 
 // load returns the account under key, reading it from the store the first
 // time: what the store holds is what was spent (a lease, after a crash).
-func (b *budgets) load(ctx context.Context, key string) (*account, error) {
+func (b *Budgets) load(ctx context.Context, key string) (*account, error) {
 	if a := b.accts[key]; a != nil {
 		return a, nil
 	}
@@ -390,9 +433,9 @@ func (b *budgets) load(ctx context.Context, key string) (*account, error) {
 	return a, nil
 }
 
-// usage is what the token has spent in its current window, for listings;
-// false when the token has no metered budget.
-func (b *budgets) usage(ctx context.Context, id string, lim policy.Budget) (tokens.Usage, bool) {
+// Usage is what token id has spent in its current window of lim, for
+// listings; false when lim meters nothing (or the store cannot say).
+func (b *Budgets) Usage(ctx context.Context, id string, lim policy.Budget) (tokens.Usage, bool) {
 	if !metered(lim) {
 		return tokens.Usage{}, false
 	}
@@ -473,7 +516,7 @@ func leaseFor(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool)
 // never drops below the lease (a crash must still charge it), but it
 // follows the settled usage up where no limit leases it, so a restart shows
 // what was spent.
-func (b *budgets) flushLoop() {
+func (b *Budgets) flushLoop() {
 	defer close(b.done)
 	t := time.NewTicker(flushEvery)
 	defer t.Stop()
@@ -496,7 +539,7 @@ const flushEvery = 5 * time.Second
 // renewSlots extends the lease of every shared in-flight slot this process
 // holds, so that only a process that stops renewing (one that died) has
 // its slots freed under requests still in flight.
-func (b *budgets) renewSlots() {
+func (b *Budgets) renewSlots() {
 	b.mu.Lock()
 	held := make([]tokens.Slot, 0, len(b.slots))
 	for s := range b.slots {
@@ -510,7 +553,7 @@ func (b *budgets) renewSlots() {
 
 // flush writes the accounts whose usage moved; exact (clean stop) writes
 // the settled usage itself, with nothing in flight.
-func (b *budgets) flush(exact bool) {
+func (b *Budgets) flush(exact bool) {
 	b.mu.Lock()
 	type write struct {
 		key string
@@ -549,9 +592,9 @@ func (b *budgets) flush(exact bool) {
 	}
 }
 
-// forget drops what is in memory of recs' tokens, which the store pruned,
+// Forget drops what is in memory of recs' tokens, which the store pruned,
 // so that the flusher does not write their usage back.
-func (b *budgets) forget(recs []tokens.Record) {
+func (b *Budgets) Forget(recs []tokens.Record) {
 	if len(recs) == 0 {
 		return
 	}
@@ -570,8 +613,9 @@ func (b *budgets) forget(recs []tokens.Record) {
 	}
 }
 
-// close stops the flusher and saves the exact usage.
-func (b *budgets) close() {
+// Close stops the flusher and saves the exact usage; after the first, a
+// Close does nothing.
+func (b *Budgets) Close() {
 	select {
 	case <-b.stop:
 		return
@@ -587,7 +631,8 @@ func maxUsage(a, c tokens.Usage) tokens.Usage {
 		CacheRead: max(a.CacheRead, c.CacheRead), CacheWrite: max(a.CacheWrite, c.CacheWrite)}
 }
 
-// retrySeconds rounds a wait up to whole seconds, at least 1, for retry-after.
-func retrySeconds(d time.Duration) int64 {
+// RetrySeconds rounds a wait up to whole seconds, at least 1, as
+// Retry-After and the refusals say it.
+func RetrySeconds(d time.Duration) int64 {
 	return max(1, int64(math.Ceil(d.Seconds())))
 }

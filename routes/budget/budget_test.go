@@ -1,0 +1,93 @@
+package budget
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// Crashes add up to little: each charges at most a lease step (a
+// thousandth of each limit, see leaseParts) beyond what was spent, so
+// twenty crashes, each after one request, leave a 1,000,000-request budget
+// with at most 20,020 requests charged, where a step of a twentieth of the
+// limit spent it all.
+func TestBudgetCrashesAddUpToLittle(t *testing.T) {
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	log := slog.New(slog.DiscardHandler)
+	lim := policy.Budget{Requests: 1_000_000, OutputTokens: 1_000_000_000}
+	tok := Token{ID: "tok_0123456789ab", Sandbox: "conv-1", Limits: lim}
+	for range 20 {
+		b := New(store, nil, log, time.Now)
+		res, err := b.reserve(context.Background(), tok, tokens.Usage{Requests: 1, Output: 32_000}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Settle(tokens.Usage{Requests: 1, Output: 500})
+		// The process dies: its flusher stops, and the clean stop's exact
+		// save never happens.
+		close(b.stop)
+		<-b.done
+	}
+	after := New(store, nil, log, time.Now)
+	defer after.Close()
+	u, _ := after.Usage(context.Background(), tok.ID, lim)
+	if u.Requests < 20 || u.Requests > 20+20*1000 || u.Output < 20*500 || u.Output > 20*(32_000+1_000_000) {
+		t.Errorf("after 20 crashes: %+v charged, want 20 to 20,020 requests and 10,000 to 20,640,000 output tokens", u)
+	}
+}
+
+// A pruned token's usage, rate and in-flight count leave memory with it:
+// the flusher does not write its usage back, and the token's limits are
+// not kept for a token that can never be used again.
+func TestForget(t *testing.T) {
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	b := New(store, nil, slog.New(slog.DiscardHandler), time.Now)
+	defer b.Close()
+	gone := Token{ID: "tok_0123456789ab", Sandbox: "conv-1", Limits: policy.Budget{Requests: 10, RequestsPerMinute: 2}}
+	kept := Token{ID: "tok_ba9876543210", Sandbox: "conv-2", Limits: gone.Limits}
+	for _, tok := range []Token{gone, kept} {
+		res, err := b.reserve(context.Background(), tok, tokens.Usage{Requests: 1}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Settle(tokens.Usage{Requests: 1})
+	}
+	// The store prunes the token, and its usage with it.
+	if err := store.SaveUsage(context.Background(), gone.ID, tokens.Usage{}); err != nil {
+		t.Fatal(err)
+	}
+	b.Forget([]tokens.Record{{ID: gone.ID}})
+	b.mu.Lock()
+	_, limited := b.limit[gone.ID]
+	_, counted := b.accts[gone.ID]
+	_, keptLimit := b.limit[kept.ID]
+	b.mu.Unlock()
+	if limited || counted {
+		t.Errorf("a forgotten token's rate (%v) or usage (%v) is still in memory", limited, counted)
+	}
+	if !keptLimit {
+		t.Error("Forget dropped another token's rate")
+	}
+	b.Close()
+	for _, c := range []struct {
+		id   string
+		want int64
+	}{{gone.ID, 0}, {kept.ID, 1}} {
+		if u, err := store.LoadUsage(context.Background(), c.id); err != nil || u.Requests != c.want {
+			t.Errorf("%s: the store holds %+v, %v after a clean stop; want %d requests", c.id, u, err, c.want)
+		}
+	}
+}
