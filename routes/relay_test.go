@@ -153,9 +153,9 @@ func TestRelayRefusals(t *testing.T) {
 	_, body := e.mintWithValues("conv-1", `{"values": {"mod_token": "`+canaryMod+`"}}`)
 	var created TokenCreated
 	json.Unmarshal([]byte(body), &created)
-	auth := npmAuth(created.Value)
-	bare := npmAuth(e.token("conv-2")) // minted without the mod token
-	other := npmAuth(e.token("other-1"))
+	auth := bearer(created.Value)
+	bare := bearer(e.token("conv-2")) // minted without the mod token
+	other := bearer(e.token("other-1"))
 	for _, c := range []struct {
 		method, path string
 		hdr          map[string]string

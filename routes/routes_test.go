@@ -43,18 +43,18 @@ type envOpt func(*testOptions)
 // which newEnv builds the routes as cproxy serve does.
 type testOptions struct {
 	Options
-	Anthropic, GitHub, NPM Upstream
-	Relays                 []Relay
-	PublicURL              string
+	Anthropic, GitHub Upstream
+	Relays            []Relay
+	PublicURL         string
 }
 
 // kinds are the registered routes (routes/builtin, which this package's
 // tests cannot import).
-var kinds = []Kind{ModelKind, GitHubKind, NPMKind}
+var kinds = []Kind{ModelKind, GitHubKind}
 
 // build builds o's routes into o.Routes, and returns its Options.
 func (o *testOptions) build() Options {
-	ups := map[string]Upstream{"anthropic": o.Anthropic, "github": o.GitHub, "npm": o.NPM}
+	ups := map[string]Upstream{"anthropic": o.Anthropic, "github": o.GitHub}
 	env := Env{PublicURL: o.PublicURL, Log: o.Logger, Now: o.Now}
 	o.Routes = nil
 	for _, k := range kinds {

@@ -2,10 +2,6 @@
 // its line in Kinds, and the proxy listener, metrics' route labels, the
 // relays' reserved prefixes and start-up credential loading all follow
 // from it (docs/adding-a-route.md).
-//
-// It is part of cproxy's implementation, not an API for other programs: it
-// changes with cproxy. Only client and helpers are kept compatible
-// (docs/architecture.md).
 package builtin
 
 import (
@@ -13,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/npm"
 )
 
 // Table is a list of route kinds, in the order their prefixes are
@@ -24,7 +21,7 @@ type Table []routes.Kind
 var Kinds = Table{
 	routes.ModelKind,
 	routes.GitHubKind,
-	routes.NPMKind,
+	npm.Kind,
 }
 
 // Prefixes are the registered routes' prefixes, which no relay may take.

@@ -239,6 +239,18 @@ func Bearer(tok string) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + tok}
 }
 
+// With is h with the header fields kv (name, value, …) added.
+func With(h map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range h {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
 // MustPolicy loads the policy file src, failing the test if it does not
 // load.
 func MustPolicy(t testing.TB, src string) *policy.Policy {

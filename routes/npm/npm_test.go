@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"bytes"
@@ -18,6 +18,9 @@ import (
 
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/secrets"
+
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/routetest"
 )
 
 const canaryNPM = "npm_CANARYnpm0123456789abcdefghijklmnopqrs"
@@ -28,11 +31,9 @@ models = ["claude-*"]
 packages = ["is-*", "@acme/*"]
 `
 
-func newNPMEnv(t *testing.T, reg *fakes.NPMRegistry, public string) *env {
+func newNPMEnv(t *testing.T, reg *fakes.NPMRegistry, public string) *routetest.Env {
 	u, _ := url.Parse(reg.URL)
-	return newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, npmPolicy)
-		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
+	return routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}), routetest.WithPolicy(t, npmPolicy), func(o *routetest.Options) {
 		o.PublicURL = public
 	})
 }
@@ -46,10 +47,6 @@ func newNPMRegistry(t *testing.T, gz bool) *fakes.NPMRegistry {
 		}
 	}
 	return reg
-}
-
-func npmAuth(tok string) map[string]string {
-	return map[string]string{"Authorization": "Bearer " + tok}
 }
 
 func TestParseNPMPath(t *testing.T) {
@@ -186,45 +183,47 @@ func TestNPMValidName(t *testing.T) {
 	}
 }
 
-func (e *env) npmRefused(method, path string, hdr map[string]string, wantStatus int, want string) {
-	e.t.Helper()
-	r := e.do(method, path, hdr, "")
+// npmRefused checks that e refuses method path, sent with hdr, with
+// wantStatus and a message holding want, in the registry's error shape.
+func npmRefused(t *testing.T, e *routetest.Env, method, path string, hdr map[string]string, wantStatus int, want string) {
+	t.Helper()
+	r := e.Do(method, path, hdr, "")
 	var body struct{ Error string }
-	if err := json.Unmarshal([]byte(r.body), &body); err != nil {
-		e.t.Errorf("%s %s: not npm's error shape: %q", method, path, r.body)
+	if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+		t.Errorf("%s %s: not npm's error shape: %q", method, path, r.Body)
 		return
 	}
-	if r.status != wantStatus || !strings.Contains(body.Error, want) || !strings.HasPrefix(body.Error, "cproxy: ") {
-		e.t.Errorf("%s %s = %d %q, want %d %q", method, path, r.status, body.Error, wantStatus, want)
+	if r.Status != wantStatus || !strings.Contains(body.Error, want) || !strings.HasPrefix(body.Error, "cproxy: ") {
+		t.Errorf("%s %s = %d %q, want %d %q", method, path, r.Status, body.Error, wantStatus, want)
 	}
-	if ct := r.header.Get("Content-Type"); ct != "application/json" {
-		e.t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, path, ct)
 	}
 }
 
 func TestNPMRefusals(t *testing.T) {
 	reg := newNPMRegistry(t, false)
 	e := newNPMEnv(t, reg, "http://proxy.example:8080")
-	tok := e.token("conv-42")
-	auth := npmAuth(tok)
-	e.npmRefused("GET", "/npm/left-pad", auth, 403, "cproxy: package left-pad is not allowed for sandbox conv-42")
-	e.npmRefused("GET", "/npm/left-pad/-/left-pad-1.3.0.tgz", auth, 403, "package left-pad is not allowed for sandbox conv-42")
-	e.npmRefused("GET", "/npm/@other%2fpkg", auth, 403, "package @other/pkg is not allowed")
-	e.npmRefused("PUT", "/npm/is-thing", auth, 403, "publishing is-thing is not allowed")
-	e.npmRefused("DELETE", "/npm/is-thing/-rev/1-a", auth, 403, "unpublishing is-thing")
-	e.npmRefused("PUT", "/npm/-/package/is-thing/dist-tags/latest", auth, 403, "dist-tag")
-	e.npmRefused("GET", "/npm/-/whoami", auth, 403, "user endpoints")
-	e.npmRefused("GET", "/npm/-/npm/v1/tokens", auth, 403, "token endpoints")
-	e.npmRefused("GET", "/npm/-/v1/search?text=x", auth, 403, "npm search is not allowed for sandbox conv-42 (the policy's npm.search is off)")
-	e.npmRefused("POST", "/npm/-/npm/v1/security/advisories/bulk", auth, 403, "npm audit is not allowed for sandbox conv-42 (the policy's npm.audit is off); run npm with --no-audit")
-	e.npmRefused("GET", "/npm/is-thing?write=true", auth, 403, "a query string on /npm/is-thing is not something npm sends")
-	e.npmRefused("GET", "/npm/-/ping?x=1", auth, 403, "a query string on /npm/-/ping")
-	e.npmRefused("GET", "/npm/..%2f..%2fetc%2fpasswd", auth, 403, "not an npm package name")
-	e.npmRefused("GET", "/npm/is-thing/-/is-other-1.0.0.tgz", auth, 403, "not a tarball of is-thing")
+	tok := e.Token("conv-42")
+	auth := routetest.Bearer(tok)
+	npmRefused(t, e, "GET", "/npm/left-pad", auth, 403, "cproxy: package left-pad is not allowed for sandbox conv-42")
+	npmRefused(t, e, "GET", "/npm/left-pad/-/left-pad-1.3.0.tgz", auth, 403, "package left-pad is not allowed for sandbox conv-42")
+	npmRefused(t, e, "GET", "/npm/@other%2fpkg", auth, 403, "package @other/pkg is not allowed")
+	npmRefused(t, e, "PUT", "/npm/is-thing", auth, 403, "publishing is-thing is not allowed")
+	npmRefused(t, e, "DELETE", "/npm/is-thing/-rev/1-a", auth, 403, "unpublishing is-thing")
+	npmRefused(t, e, "PUT", "/npm/-/package/is-thing/dist-tags/latest", auth, 403, "dist-tag")
+	npmRefused(t, e, "GET", "/npm/-/whoami", auth, 403, "user endpoints")
+	npmRefused(t, e, "GET", "/npm/-/npm/v1/tokens", auth, 403, "token endpoints")
+	npmRefused(t, e, "GET", "/npm/-/v1/search?text=x", auth, 403, "npm search is not allowed for sandbox conv-42 (the policy's npm.search is off)")
+	npmRefused(t, e, "POST", "/npm/-/npm/v1/security/advisories/bulk", auth, 403, "npm audit is not allowed for sandbox conv-42 (the policy's npm.audit is off); run npm with --no-audit")
+	npmRefused(t, e, "GET", "/npm/is-thing?write=true", auth, 403, "a query string on /npm/is-thing is not something npm sends")
+	npmRefused(t, e, "GET", "/npm/-/ping?x=1", auth, 403, "a query string on /npm/-/ping")
+	npmRefused(t, e, "GET", "/npm/..%2f..%2fetc%2fpasswd", auth, 403, "not an npm package name")
+	npmRefused(t, e, "GET", "/npm/is-thing/-/is-other-1.0.0.tgz", auth, 403, "not a tarball of is-thing")
 	// Authentication comes first: nothing is decided without a token.
-	e.npmRefused("GET", "/npm/is-thing", nil, 401, "no sandbox token")
-	e.npmRefused("PUT", "/npm/is-thing", nil, 401, "no sandbox token")
-	e.npmRefused("GET", "/npm/is-thing", npmAuth("cpx_nonsense"), 401, "malformed sandbox token")
+	npmRefused(t, e, "GET", "/npm/is-thing", nil, 401, "no sandbox token")
+	npmRefused(t, e, "PUT", "/npm/is-thing", nil, 401, "no sandbox token")
+	npmRefused(t, e, "GET", "/npm/is-thing", routetest.Bearer("cpx_nonsense"), 401, "malformed sandbox token")
 	if r := reg.Requests(); len(r) != 0 {
 		t.Errorf("the registry received %d requests, want none: %+v", len(r), r[0])
 	}
@@ -239,58 +238,58 @@ func TestNPMForwards(t *testing.T) {
 		reg.SetTarballURL("is-other", "1.2.0", "https://evil.example/is-other/-/is-other-1.2.0.tgz")
 		reg.SetTarballURL("is-other", "1.1.0", reg.URL+"/is-thing/-/is-thing-1.1.0.tgz")
 		e := newNPMEnv(t, reg, "http://proxy.example:8080/")
-		tok := e.token("conv-42")
-		hdr := with(npmAuth(tok), "Accept-Encoding", "gzip, deflate, br")
+		tok := e.Token("conv-42")
+		hdr := routetest.With(routetest.Bearer(tok), "Accept-Encoding", "gzip, deflate, br")
 
 		// A packument: tarballs point at cproxy, integrity as the registry
 		// sent it, the real token upstream, identity to the client.
 		for _, path := range []string{"/npm/@acme%2futil", "/npm/@acme/util"} {
-			r := e.do("GET", path, hdr, "")
-			if r.status != 200 || r.header.Get("Content-Encoding") != "" || r.header.Get("Content-Length") != fmt.Sprint(len(r.body)) {
-				t.Fatalf("gzip=%v %s: %d %v %q", gz, path, r.status, r.header, r.body)
+			r := e.Do("GET", path, hdr, "")
+			if r.Status != 200 || r.Header.Get("Content-Encoding") != "" || r.Header.Get("Content-Length") != fmt.Sprint(len(r.Body)) {
+				t.Fatalf("gzip=%v %s: %d %v %q", gz, path, r.Status, r.Header, r.Body)
 			}
-			if !strings.Contains(r.body, `"tarball":"http://proxy.example:8080/npm/@acme/util/-/util-2.0.0.tgz"`) {
-				t.Errorf("gzip=%v: tarball not rewritten: %s", gz, r.body)
+			if !strings.Contains(r.Body, `"tarball":"http://proxy.example:8080/npm/@acme/util/-/util-2.0.0.tgz"`) {
+				t.Errorf("gzip=%v: tarball not rewritten: %s", gz, r.Body)
 			}
 			tgz, _ := fakes.NPMTarball("@acme/util", "2.0.0")
-			if !strings.Contains(r.body, integrityOf(tgz)) {
-				t.Errorf("integrity changed: %s", r.body)
+			if !strings.Contains(r.Body, integrityOf(tgz)) {
+				t.Errorf("integrity changed: %s", r.Body)
 			}
-			if et := r.header.Get("Etag"); !strings.HasPrefix(et, `W/"`) {
+			if et := r.Header.Get("Etag"); !strings.HasPrefix(et, `W/"`) {
 				t.Errorf("ETag %q, want a weak one", et)
 			}
 		}
 		// Abbreviated metadata passes Accept.
-		r := e.do("GET", "/npm/is-thing", with(hdr, "Accept", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8"), "")
-		if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "application/vnd.npm.install-v1+json") || !strings.Contains(r.body, `"modified"`) {
-			t.Errorf("abbreviated: %d %v %s", r.status, r.header, r.body)
+		r := e.Do("GET", "/npm/is-thing", routetest.With(hdr, "Accept", "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8"), "")
+		if r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.npm.install-v1+json") || !strings.Contains(r.Body, `"modified"`) {
+			t.Errorf("abbreviated: %d %v %s", r.Status, r.Header, r.Body)
 		}
 		// A foreign tarball host, and a tarball of another package on the
 		// registry: both versions gone, and the latest tag with them.
-		r = e.do("GET", "/npm/is-other", hdr, "")
+		r = e.Do("GET", "/npm/is-other", hdr, "")
 		var doc struct {
 			DistTags map[string]string          `json:"dist-tags"`
 			Versions map[string]json.RawMessage `json:"versions"`
 		}
-		if err := json.Unmarshal([]byte(r.body), &doc); err != nil {
+		if err := json.Unmarshal([]byte(r.Body), &doc); err != nil {
 			t.Fatal(err)
 		}
-		if len(doc.Versions) != 1 || doc.Versions["1.0.0"] == nil || len(doc.DistTags) != 0 || strings.Contains(r.body, "evil.example") {
-			t.Errorf("foreign tarballs kept: %s", r.body)
+		if len(doc.Versions) != 1 || doc.Versions["1.0.0"] == nil || len(doc.DistTags) != 0 || strings.Contains(r.Body, "evil.example") {
+			t.Errorf("foreign tarballs kept: %s", r.Body)
 		}
 		// The tarball, byte for byte.
-		r = e.do("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", hdr, "")
+		r = e.Do("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", hdr, "")
 		want, _ := fakes.NPMTarball("is-thing", "1.1.0")
-		if r.status != 200 || r.body != string(want) {
-			t.Errorf("tarball: %d, %d bytes", r.status, len(r.body))
+		if r.Status != 200 || r.Body != string(want) {
+			t.Errorf("tarball: %d, %d bytes", r.Status, len(r.Body))
 		}
-		r = e.do("GET", "/npm/-/ping", hdr, "")
-		if r.status != 200 {
-			t.Errorf("ping: %d %s", r.status, r.body)
+		r = e.Do("GET", "/npm/-/ping", hdr, "")
+		if r.Status != 200 {
+			t.Errorf("ping: %d %s", r.Status, r.Body)
 		}
-		r = e.do("GET", "/npm/is-nothing", hdr, "")
-		if r.status != 404 {
-			t.Errorf("missing package: %d %s", r.status, r.body)
+		r = e.Do("GET", "/npm/is-nothing", hdr, "")
+		if r.Status != 404 {
+			t.Errorf("missing package: %d %s", r.Status, r.Body)
 		}
 		for _, q := range reg.Requests() {
 			if a := q.Header.Get("Authorization"); a != "Bearer "+canaryNPM {
@@ -320,14 +319,11 @@ func TestNPMNoCredentialUpstream(t *testing.T) {
 	t.Cleanup(reg.Close)
 	reg.AddPackage("is-thing", "1.0.0")
 	u, _ := url.Parse(reg.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, npmPolicy)
-		o.NPM = Upstream{URL: u}
-	})
-	tok := e.token("conv-42")
-	r := e.do("GET", "/npm/is-thing", npmAuth(tok), "")
-	if r.status != 200 || !strings.Contains(r.body, e.proxy.URL+"/npm/is-thing/-/is-thing-1.0.0.tgz") {
-		t.Errorf("%d %s", r.status, r.body)
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u}), routetest.WithPolicy(t, npmPolicy))
+	tok := e.Token("conv-42")
+	r := e.Do("GET", "/npm/is-thing", routetest.Bearer(tok), "")
+	if r.Status != 200 || !strings.Contains(r.Body, e.Proxy.URL+"/npm/is-thing/-/is-thing-1.0.0.tgz") {
+		t.Errorf("%d %s", r.Status, r.Body)
 	}
 	for _, q := range reg.Requests() {
 		if a := q.Header.Get("Authorization"); a != "" {
@@ -340,9 +336,9 @@ func TestNPMUpstreamRefusesCredential(t *testing.T) {
 	reg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: "something-else"})
 	t.Cleanup(reg.Close)
 	e := newNPMEnv(t, reg, "")
-	r := e.do("GET", "/npm/is-thing", npmAuth(e.token("conv-42")), "")
-	if r.status != 502 || !strings.Contains(r.body, "refused cproxy's npm credential") {
-		t.Errorf("%d %s", r.status, r.body)
+	r := e.Do("GET", "/npm/is-thing", routetest.Bearer(e.Token("conv-42")), "")
+	if r.Status != 502 || !strings.Contains(r.Body, "refused cproxy's npm credential") {
+		t.Errorf("%d %s", r.Status, r.Body)
 	}
 }
 
@@ -397,13 +393,10 @@ func TestNPMPackumentLimits(t *testing.T) {
 			w.Write(c.body)
 		}))
 		u, _ := url.Parse(up.URL)
-		e := newEnv(t, func(o *testOptions) {
-			o.Policy = mustPolicy(t, npmPolicy)
-			o.NPM = Upstream{URL: u}
-		})
-		r := e.do("GET", "/npm/is-thing", with(npmAuth(e.token("conv-42")), "Accept-Encoding", "br"), "")
-		if r.status != 502 || !strings.Contains(r.body, c.want) {
-			t.Errorf("%s: %d %q", c.name, r.status, Clip(r.body, 200))
+		e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u}), routetest.WithPolicy(t, npmPolicy))
+		r := e.Do("GET", "/npm/is-thing", routetest.With(routetest.Bearer(e.Token("conv-42")), "Accept-Encoding", "br"), "")
+		if r.Status != 502 || !strings.Contains(r.Body, c.want) {
+			t.Errorf("%s: %d %q", c.name, r.Status, routes.Clip(r.Body, 200))
 		}
 		up.Close()
 	}
@@ -429,13 +422,10 @@ func TestNPMNotModified(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, npmPolicy)
-		o.NPM = Upstream{URL: u}
-	})
-	r := e.do("GET", "/npm/is-thing", with(npmAuth(e.token("conv-42")), "If-None-Match", `W/"abc"`), "")
-	if r.status != 304 || r.header.Get("Etag") != `W/"abc"` {
-		t.Errorf("%d %v", r.status, r.header)
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u}), routetest.WithPolicy(t, npmPolicy))
+	r := e.Do("GET", "/npm/is-thing", routetest.With(routetest.Bearer(e.Token("conv-42")), "If-None-Match", `W/"abc"`), "")
+	if r.Status != 304 || r.Header.Get("Etag") != `W/"abc"` {
+		t.Errorf("%d %v", r.Status, r.Header)
 	}
 }
 
@@ -460,15 +450,12 @@ func TestNPMSearchAndAudit(t *testing.T) {
 	reg := newNPMRegistry(t, false)
 	reg.AddAdvisory("is-thing", "<1.1.0", "high", "ReDoS in is-thing")
 	u, _ := url.Parse(reg.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, npmAuditPolicy)
-		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
-	})
-	auth := npmAuth(e.token("conv-42"))
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}), routetest.WithPolicy(t, npmAuditPolicy))
+	auth := routetest.Bearer(e.Token("conv-42"))
 
-	r := e.do("GET", "/npm/-/v1/search?text=is-&size=20&quality=0.65", auth, "")
-	if r.status != 200 || !strings.Contains(r.body, `"name":"is-thing"`) {
-		t.Fatalf("search = %d %s", r.status, r.body)
+	r := e.Do("GET", "/npm/-/v1/search?text=is-&size=20&quality=0.65", auth, "")
+	if r.Status != 200 || !strings.Contains(r.Body, `"name":"is-thing"`) {
+		t.Fatalf("search = %d %s", r.Status, r.Body)
 	}
 	reqs := reg.Requests()
 	if got := reqs[len(reqs)-1]; got.Path != "/-/v1/search" || got.Header.Get("Authorization") != "Bearer "+canaryNPM {
@@ -477,17 +464,17 @@ func TestNPMSearchAndAudit(t *testing.T) {
 
 	body := gz(`{"is-thing":["1.0.0"],"@acme/util":["2.0.0","2.0.0-rc.1"]}`)
 	hdr := map[string]string{"Authorization": auth["Authorization"], "Content-Encoding": "gzip", "Content-Type": "application/json"}
-	r = e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", hdr, body)
-	if r.status != 200 || !strings.Contains(r.body, `"title":"ReDoS in is-thing"`) {
-		t.Fatalf("audit = %d %s", r.status, r.body)
+	r = e.Do("POST", "/npm/-/npm/v1/security/advisories/bulk", hdr, body)
+	if r.Status != 200 || !strings.Contains(r.Body, `"title":"ReDoS in is-thing"`) {
+		t.Fatalf("audit = %d %s", r.Status, r.Body)
 	}
 	reqs = reg.Requests()
 	if got := reqs[len(reqs)-1]; string(got.Body) != body || got.Header.Get("Content-Encoding") != "gzip" || got.Header.Get("Authorization") != "Bearer "+canaryNPM {
 		t.Errorf("audit upstream got %q (%v), want the exact gzip bytes sent", got.Body, got.Header)
 	}
 	plain := map[string]string{"Authorization": auth["Authorization"], "Content-Type": "application/json"}
-	if r := e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", plain, `{"is-thing":["1.0.0"]}`); r.status != 200 {
-		t.Errorf("uncompressed audit = %d %s", r.status, r.body)
+	if r := e.Do("POST", "/npm/-/npm/v1/security/advisories/bulk", plain, `{"is-thing":["1.0.0"]}`); r.Status != 200 {
+		t.Errorf("uncompressed audit = %d %s", r.Status, r.Body)
 	}
 
 	n := len(reg.Requests())
@@ -512,11 +499,11 @@ func TestNPMSearchAndAudit(t *testing.T) {
 		{hdr, strings.Repeat("x", maxAuditBody+1), 413, "over the 4 MiB limit"},
 		{map[string]string{"Content-Encoding": "gzip"}, gz(`{"is-thing":["1.0.0"]}`), 401, "no sandbox token"},
 	} {
-		r := e.do("POST", "/npm/-/npm/v1/security/advisories/bulk", c.hdr, c.body)
-		var got jsonError
-		json.Unmarshal([]byte(r.body), &got)
-		if r.status != c.status || !strings.Contains(got.Error, c.msg) {
-			t.Errorf("audit of %q = %d %s, want %d %q", Clip(c.body, 60), r.status, r.body, c.status, c.msg)
+		r := e.Do("POST", "/npm/-/npm/v1/security/advisories/bulk", c.hdr, c.body)
+		var got struct{ Error string }
+		json.Unmarshal([]byte(r.Body), &got)
+		if r.Status != c.status || !strings.Contains(got.Error, c.msg) {
+			t.Errorf("audit of %q = %d %s, want %d %q", routes.Clip(c.body, 60), r.Status, r.Body, c.status, c.msg)
 		}
 	}
 	if got := reg.Requests(); len(got) != n {
@@ -538,11 +525,8 @@ func TestNPMUpstreamStatus(t *testing.T) {
 	}))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n")
-		o.NPM = Upstream{URL: u}
-	})
-	tok := e.token("conv-42")
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u}), routetest.WithPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n"))
+	tok := e.Token("conv-42")
 	for _, c := range []struct {
 		code int
 		path string
@@ -561,13 +545,23 @@ func TestNPMUpstreamStatus(t *testing.T) {
 		{503, "/npm/is-thing/-/is-thing-1.0.0.tgz", nil, 503},
 	} {
 		code = c.code
-		h := npmAuth(tok)
+		h := routetest.Bearer(tok)
 		for i := 0; i+1 < len(c.hdr); i += 2 {
-			h = with(h, c.hdr[i], c.hdr[i+1])
+			h = routetest.With(h, c.hdr[i], c.hdr[i+1])
 		}
-		r := e.do("GET", c.path, h, "")
-		if r.status != c.want || c.want == 502 && !strings.Contains(r.body, "npm route: the upstream "+u.Host+" answered "+strconv.Itoa(c.code)+" for the ") {
-			t.Errorf("%d for %s %v: %d %s, want %d", c.code, c.path, c.hdr, r.status, r.body, c.want)
+		r := e.Do("GET", c.path, h, "")
+		if r.Status != c.want || c.want == 502 && !strings.Contains(r.Body, "npm route: the upstream "+u.Host+" answered "+strconv.Itoa(c.code)+" for the ") {
+			t.Errorf("%d for %s %v: %d %s, want %d", c.code, c.path, c.hdr, r.Status, r.Body, c.want)
 		}
+	}
+}
+
+// TestNPMWithoutUpstreamSaysWhatToSet: a server whose config gives the npm
+// route no upstream refuses its requests naming the config keys to set.
+func TestNPMWithoutUpstreamSaysWhatToSet(t *testing.T) {
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{}))
+	r := e.Do("GET", "/npm/left-pad", routetest.Bearer(e.Token("conv-1")), "")
+	if r.Status != 403 || !strings.Contains(r.Body, "has no upstream: the operator must set upstream.npm.url (and upstream.npm.credential) in cproxy's config; do not retry") {
+		t.Errorf("got %d %s", r.Status, r.Body)
 	}
 }

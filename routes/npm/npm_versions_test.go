@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"encoding/json"
@@ -9,6 +9,9 @@ import (
 
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/secrets"
+
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/routetest"
 )
 
 const npmVersionPolicy = `
@@ -25,11 +28,9 @@ deny = [
 
 var npmNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func newNPMVersionEnv(t *testing.T, reg *fakes.NPMRegistry) *env {
+func newNPMVersionEnv(t *testing.T, reg *fakes.NPMRegistry) *routetest.Env {
 	u, _ := url.Parse(reg.URL)
-	return newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, npmVersionPolicy)
-		o.NPM = Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}
+	return routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, Credential: secrets.New(canaryNPM), HeaderTimeout: 10 * time.Second}), routetest.WithPolicy(t, npmVersionPolicy), func(o *routetest.Options) {
 		o.PublicURL = "http://proxy.example:8080"
 		o.Now = func() time.Time { return npmNow }
 	})
@@ -56,20 +57,20 @@ func TestNPMVersionPolicy(t *testing.T) {
 	must(reg.SetPublishTime("is-young", "2.0.0", npmNow.Add(-time.Hour)))
 	must(reg.SetPublishTime("is-young", "1.0.5", time.Time{})) // no time: hidden
 	e := newNPMVersionEnv(t, reg)
-	tok := e.token("conv-42")
+	tok := e.Token("conv-42")
 	get := func(name string, accept string) packument {
 		t.Helper()
-		hdr := npmAuth(tok)
+		hdr := routetest.Bearer(tok)
 		if accept != "" {
-			hdr = with(hdr, "Accept", accept)
+			hdr = routetest.With(hdr, "Accept", accept)
 		}
-		r := e.do("GET", "/npm/"+name, hdr, "")
-		if r.status != 200 {
-			t.Fatalf("%s: %d %s", name, r.status, r.body)
+		r := e.Do("GET", "/npm/"+name, hdr, "")
+		if r.Status != 200 {
+			t.Fatalf("%s: %d %s", name, r.Status, r.Body)
 		}
 		var p packument
-		if err := json.Unmarshal([]byte(r.body), &p); err != nil {
-			t.Fatalf("%s: %v: %s", name, err, r.body)
+		if err := json.Unmarshal([]byte(r.Body), &p); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, r.Body)
 		}
 		return p
 	}
@@ -95,49 +96,49 @@ func TestNPMVersionPolicy(t *testing.T) {
 		t.Errorf("@acme/util: %+v", p)
 	}
 	// Integrity unchanged; no validators, and none sent upstream.
-	r := e.do("GET", "/npm/@acme/util", with(npmAuth(tok), "If-None-Match", `W/"x"`), "")
-	if r.status != 200 || r.header.Get("Etag") != "" || r.header.Get("Last-Modified") != "" {
-		t.Errorf("validators with a version policy: %d %v", r.status, r.header)
+	r := e.Do("GET", "/npm/@acme/util", routetest.With(routetest.Bearer(tok), "If-None-Match", `W/"x"`), "")
+	if r.Status != 200 || r.Header.Get("Etag") != "" || r.Header.Get("Last-Modified") != "" {
+		t.Errorf("validators with a version policy: %d %v", r.Status, r.Header)
 	}
 	if q := reg.Requests(); q[len(q)-1].Header.Get("If-None-Match") != "" {
 		t.Errorf("If-None-Match forwarded")
 	}
 	tgz, _ := fakes.NPMTarball("@acme/util", "2.0.3")
-	if !strings.Contains(r.body, integrityOf(tgz)) {
-		t.Errorf("integrity changed: %s", r.body)
+	if !strings.Contains(r.Body, integrityOf(tgz)) {
+		t.Errorf("integrity changed: %s", r.Body)
 	}
 
 	// A denied version's tarball: 403 in npm's shape, nothing forwarded.
 	before := len(reg.Requests())
-	e.npmRefused("GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", npmAuth(tok), 403,
+	npmRefused(t, e, "GET", "/npm/is-thing/-/is-thing-1.1.0.tgz", routetest.Bearer(tok), 403,
 		`cproxy: is-thing@1.1.0 is not allowed for sandbox conv-42: it is denied by the sandbox's policy (versions "1.1.0"): compromised release`)
-	e.npmRefused("GET", "/npm/@acme/util/-/util-2.0.2.tgz", npmAuth(tok), 403,
+	npmRefused(t, e, "GET", "/npm/@acme/util/-/util-2.0.2.tgz", routetest.Bearer(tok), 403,
 		`cproxy: @acme/util@2.0.2 is not allowed for sandbox conv-42: it is denied by the sandbox's policy (versions ">=2.0.0 <2.0.3")`)
 	if n := len(reg.Requests()); n != before {
 		t.Errorf("denied tarballs reached the registry: %d requests", n-before)
 	}
-	r = e.do("GET", "/npm/is-thing/-/is-thing-1.0.1.tgz", npmAuth(tok), "")
-	if r.status != 200 {
-		t.Errorf("allowed tarball: %d %s", r.status, r.body)
+	r = e.Do("GET", "/npm/is-thing/-/is-thing-1.0.1.tgz", routetest.Bearer(tok), "")
+	if r.Status != 200 {
+		t.Errorf("allowed tarball: %d %s", r.Status, r.Body)
 	}
 	// Too young, or no publish time: cproxy reads the full packument's time
 	// (with the real token) and refuses; the tarball is never fetched.
 	before = len(reg.Requests())
-	e.npmRefused("GET", "/npm/is-young/-/is-young-2.0.0.tgz", npmAuth(tok), 403,
+	npmRefused(t, e, "GET", "/npm/is-young/-/is-young-2.0.0.tgz", routetest.Bearer(tok), 403,
 		`cproxy: is-young@2.0.0 is not allowed for sandbox conv-42: it was published 2026-11-30T11:00:00Z, less than 3d ago (the sandbox's minimum release age)`)
-	e.npmRefused("GET", "/npm/is-young/-/is-young-1.0.5.tgz", npmAuth(tok), 403,
+	npmRefused(t, e, "GET", "/npm/is-young/-/is-young-1.0.5.tgz", routetest.Bearer(tok), 403,
 		`cproxy: is-young@1.0.5 is not allowed for sandbox conv-42: the registry gives no publish time for it and the sandbox's policy needs versions at least 3d old`)
 	reqs := reg.Requests()[before:]
 	if len(reqs) != 2 || reqs[0].Path != "/is-young" || reqs[0].Header.Get("Accept") != "application/json" || reqs[0].Header.Get("Authorization") != "Bearer "+canaryNPM {
 		t.Errorf("age checks sent %+v", reqs)
 	}
-	r = e.do("GET", "/npm/is-young/-/is-young-1.0.0.tgz", npmAuth(tok), "")
-	if r.status != 200 {
-		t.Errorf("old enough tarball: %d %s", r.status, r.body)
+	r = e.Do("GET", "/npm/is-young/-/is-young-1.0.0.tgz", routetest.Bearer(tok), "")
+	if r.Status != 200 {
+		t.Errorf("old enough tarball: %d %s", r.Status, r.Body)
 	}
-	r = e.do("GET", "/npm/@acme/util/-/util-2.0.3.tgz", npmAuth(tok), "")
-	if r.status != 200 {
-		t.Errorf("scoped old enough tarball: %d %s", r.status, r.body)
+	r = e.Do("GET", "/npm/@acme/util/-/util-2.0.3.tgz", routetest.Bearer(tok), "")
+	if r.Status != 200 {
+		t.Errorf("scoped old enough tarball: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -154,7 +155,7 @@ func sortStrings(s []string) []string {
 
 func TestRewritePackumentVersionPolicy(t *testing.T) {
 	base, _ := url.Parse("https://registry.example/")
-	pr := mustPolicy(t, npmVersionPolicy).Profiles["default"]
+	pr := routetest.MustPolicy(t, npmVersionPolicy).Profiles["default"]
 	rw := &npmRewrite{req: npmRequest{kind: npmPackument, name: "is-x"}, public: "http://p:1", profile: pr, now: npmNow}
 	tb := func(v string) string {
 		return `{"dist":{"integrity":"sha512-` + v + `","tarball":"https://registry.example/is-x/-/is-x-` + v + `.tgz"}}`

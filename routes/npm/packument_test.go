@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"bytes"
@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/routetest"
 )
 
 // rewritePackument runs the streaming rewrite over raw and returns the
@@ -260,12 +263,9 @@ func TestNPMPackumentCutOff(t *testing.T) {
 			w.Write(body)
 		}))
 		u, _ := url.Parse(up.URL)
-		e := newEnv(t, func(o *testOptions) {
-			o.Policy = mustPolicy(t, npmPolicy)
-			o.NPM = Upstream{URL: u}
-		})
-		req, _ := http.NewRequest("GET", e.proxy.URL+"/npm/is-thing", nil)
-		req.Header.Set("Authorization", "Bearer "+e.token("conv-42"))
+		e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u}), routetest.WithPolicy(t, npmPolicy))
+		req, _ := http.NewRequest("GET", e.Proxy.URL+"/npm/is-thing", nil)
+		req.Header.Set("Authorization", "Bearer "+e.Token("conv-42"))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -278,8 +278,8 @@ func TestNPMPackumentCutOff(t *testing.T) {
 		if len(b) < packumentWhole {
 			t.Errorf("gzip=%v: only %d bytes before the cut", gz, len(b))
 		}
-		if !strings.Contains(e.logs.String(), "response cut off before its end") {
-			t.Errorf("gzip=%v: the audit line does not say the response was cut off:\n%s", gz, e.logs.String())
+		if !strings.Contains(e.Logs.String(), "response cut off before its end") {
+			t.Errorf("gzip=%v: the audit line does not say the response was cut off:\n%s", gz, e.Logs.String())
 		}
 		up.Close()
 	}
@@ -301,27 +301,25 @@ func TestNPMPackumentStreamed(t *testing.T) {
 	defer up.Close()
 	upURL = up.URL
 	u, _ := url.Parse(up.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n")
-		o.NPM = Upstream{URL: u}
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u}), routetest.WithPolicy(t, "[profile.default]\npackages = [\"is-*\"]\n"), func(o *routetest.Options) {
 		o.PublicURL = "http://proxy.example:8080"
 	})
-	r := e.do("GET", "/npm/is-big", npmAuth(e.token("conv-42")), "")
-	if r.status != 200 || r.header.Get("Content-Length") != "" || r.header.Get("Content-Encoding") != "" || r.header.Get("Etag") != `W/"v1"` {
-		t.Fatalf("%d %v", r.status, r.header)
+	r := e.Do("GET", "/npm/is-big", routetest.Bearer(e.Token("conv-42")), "")
+	if r.Status != 200 || r.Header.Get("Content-Length") != "" || r.Header.Get("Content-Encoding") != "" || r.Header.Get("Etag") != `W/"v1"` {
+		t.Fatalf("%d %v", r.Status, r.Header)
 	}
 	var p packument
-	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Versions) != 600 || p.DistTags["latest"] != "1.5.99" || len(p.Time) != 601 {
 		t.Errorf("%d versions, dist-tags %v, %d times", len(p.Versions), p.DistTags, len(p.Time))
 	}
-	if strings.Count(r.body, `"tarball":"http://proxy.example:8080/npm/is-big/-/is-big-1.`) != 600 || strings.Contains(r.body, u.Host) {
+	if strings.Count(r.Body, `"tarball":"http://proxy.example:8080/npm/is-big/-/is-big-1.`) != 600 || strings.Contains(r.Body, u.Host) {
 		t.Errorf("tarballs not all rewritten")
 	}
-	if !strings.HasSuffix(r.body, `"dist-tags":{"latest":"1.5.99","next":"1.0.0"}}`) {
-		t.Errorf("ends %q", r.body[len(r.body)-80:])
+	if !strings.HasSuffix(r.Body, `"dist-tags":{"latest":"1.5.99","next":"1.0.0"}}`) {
+		t.Errorf("ends %q", r.Body[len(r.Body)-80:])
 	}
 }
 
@@ -330,7 +328,7 @@ func TestNPMPackumentStreamed(t *testing.T) {
 // answer is the same, with time (filtered) and dist-tags last.
 func TestRewritePackumentTimeOrder(t *testing.T) {
 	base, _ := url.Parse("https://registry.example/")
-	pr := mustPolicy(t, npmVersionPolicy).Profiles["default"]
+	pr := routetest.MustPolicy(t, npmVersionPolicy).Profiles["default"]
 	rw := &npmRewrite{req: npmRequest{kind: npmPackument, name: "is-x"}, public: "http://p:1", profile: pr, now: npmNow}
 	v := func(s string) string {
 		return `"` + s + `":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-` + s + `.tgz"}}`

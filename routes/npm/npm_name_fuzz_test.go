@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"net/url"

@@ -1,4 +1,14 @@
-package routes
+// Package npm is the npm route: the registry under /npm/. It forwards the
+// packuments and tarballs of the packages a sandbox's policy allows, and
+// its searches and audits when the policy allows those, and rewrites each
+// packument as it streams (packument.go) so that its tarballs point back at
+// cproxy and the versions the policy denies are gone. It is registered in
+// routes/builtin as Kind.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
+package npm
 
 import (
 	"bytes"
@@ -14,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -79,18 +90,18 @@ func (n npmRequest) encodedName() string {
 }
 
 // target is where the request goes upstream, rebuilt from the parsed parts.
-func (n npmRequest) target() Target {
+func (n npmRequest) target() routes.Target {
 	switch n.kind {
 	case npmPing:
-		return Target{Path: "/-/ping"}
+		return routes.Target{Path: "/-/ping"}
 	case npmSearch:
-		return Target{Path: "/-/v1/search", Query: n.query}
+		return routes.Target{Path: "/-/v1/search", Query: n.query}
 	case npmAudit:
-		return Target{Path: "/-/npm/v1/security/advisories/bulk"}
+		return routes.Target{Path: "/-/npm/v1/security/advisories/bulk"}
 	case npmTarball:
-		return Target{Path: "/" + n.name + "/-/" + n.file}
+		return routes.Target{Path: "/" + n.name + "/-/" + n.file}
 	}
-	return Target{Path: "/" + n.name, RawPath: "/" + n.encodedName()}
+	return routes.Target{Path: "/" + n.name, RawPath: "/" + n.encodedName()}
 }
 
 // version is a tarball's version, from its file name (checked by parseNPMPath).
@@ -108,21 +119,21 @@ func (n npmRequest) proxyPath() string { return "/npm" + n.target().Path }
 func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 	rest, ok := strings.CutPrefix(escaped, "/npm/")
 	if !ok {
-		return npmRequest{}, Refuse(ErrForbidden, "not an npm route path")
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "not an npm route path")
 	}
 	if strings.HasPrefix(rest, "-/") || rest == "-" {
 		return parseNPMSpecial(method, rest, rawQuery)
 	}
 	if rawQuery != "" {
 		// npm sends none; one the upstream might act on is not forwarded.
-		return npmRequest{}, Refuse(ErrForbidden, "a query string on %s is not something npm sends; cproxy does not forward it", Clip(escaped, 128))
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "a query string on %s is not something npm sends; cproxy does not forward it", routes.Clip(escaped, 128))
 	}
 	segs := strings.Split(rest, "/")
 	var dec []string
 	for _, s := range segs {
 		d, err := url.PathUnescape(s)
 		if err != nil {
-			return npmRequest{}, Refuse(ErrBadRequest, "malformed percent-encoding in %q", Clip(escaped, 128))
+			return npmRequest{}, routes.Refuse(routes.ErrBadRequest, "malformed percent-encoding in %q", routes.Clip(escaped, 128))
 		}
 		dec = append(dec, d)
 	}
@@ -133,14 +144,14 @@ func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 		n.name, dec = dec[0], dec[1:]
 	case strings.HasPrefix(dec[0], "@") && len(dec) >= 2:
 		if strings.Contains(dec[1], "/") {
-			return npmRequest{}, Refuse(ErrForbidden, "%q is not an npm package name", Clip(dec[0]+"/"+dec[1], 128))
+			return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%q is not an npm package name", routes.Clip(dec[0]+"/"+dec[1], 128))
 		}
 		n.name, dec = dec[0]+"/"+dec[1], dec[2:]
 	default:
 		n.name, dec = dec[0], dec[1:]
 	}
 	if !validNPMName(n.name) {
-		return npmRequest{}, Refuse(ErrForbidden, "%q is not an npm package name (URL-safe characters, optional lowercase @scope/, at most 214 characters)", Clip(n.name, 128))
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%q is not an npm package name (URL-safe characters, optional lowercase @scope/, at most 214 characters)", routes.Clip(n.name, 128))
 	}
 	switch {
 	case len(dec) == 0:
@@ -148,28 +159,28 @@ func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 		switch method {
 		case http.MethodGet:
 		case http.MethodPut:
-			return npmRequest{}, Refuse(ErrForbidden, "publishing %s is not allowed through cproxy", n.name)
+			return npmRequest{}, routes.Refuse(routes.ErrForbidden, "publishing %s is not allowed through cproxy", n.name)
 		case http.MethodDelete:
-			return npmRequest{}, Refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+			return npmRequest{}, routes.Refuse(routes.ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
 		default:
-			return npmRequest{}, Refuse(ErrForbidden, "%s of a packument is not allowed through cproxy (only GET)", method)
+			return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%s of a packument is not allowed through cproxy (only GET)", method)
 		}
 	case len(dec) == 2 && dec[0] == "-":
 		n.kind, n.file = npmTarball, dec[1]
 		if method != http.MethodGet {
 			if method == http.MethodDelete {
-				return npmRequest{}, Refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+				return npmRequest{}, routes.Refuse(routes.ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
 			}
-			return npmRequest{}, Refuse(ErrForbidden, "%s of a tarball is not allowed through cproxy (only GET)", method)
+			return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%s of a tarball is not allowed through cproxy (only GET)", method)
 		}
 		v, ok := strings.CutPrefix(n.file, n.baseName()+"-")
 		if !ok || !strings.HasSuffix(v, ".tgz") || !npmVersionRE.MatchString(strings.TrimSuffix(v, ".tgz")) {
-			return npmRequest{}, Refuse(ErrForbidden, "%q is not a tarball of %s (want %s-VERSION.tgz)", Clip(n.file, 128), n.name, n.baseName())
+			return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%q is not a tarball of %s (want %s-VERSION.tgz)", routes.Clip(n.file, 128), n.name, n.baseName())
 		}
 	case len(dec) == 2 && dec[0] == "-rev":
-		return npmRequest{}, Refuse(ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "unpublishing %s is not allowed through cproxy", n.name)
 	default:
-		return npmRequest{}, Refuse(ErrForbidden, "%s %s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, Clip(escaped, 128))
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%s %s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, routes.Clip(escaped, 128))
 	}
 	return n, nil
 }
@@ -179,7 +190,7 @@ func parseNPMPath(method, escaped, rawQuery string) (npmRequest, error) {
 // with its own reason.
 func parseNPMSpecial(method, rest, rawQuery string) (npmRequest, error) {
 	if rawQuery != "" && rest != "-/v1/search" {
-		return npmRequest{}, Refuse(ErrForbidden, "a query string on /npm/%s is not something npm sends; cproxy does not forward it", Clip(rest, 128))
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "a query string on /npm/%s is not something npm sends; cproxy does not forward it", routes.Clip(rest, 128))
 	}
 	switch {
 	case rest == "-/ping" && method == http.MethodGet:
@@ -193,15 +204,15 @@ func parseNPMSpecial(method, rest, rawQuery string) (npmRequest, error) {
 	case rest == "-/npm/v1/security/advisories/bulk" && method == http.MethodPost:
 		return npmRequest{kind: npmAudit}, nil
 	case strings.HasPrefix(rest, "-/npm/v1/security/"):
-		return npmRequest{}, Refuse(ErrForbidden, "%s /npm/%s is not forwarded: cproxy takes npm audit only as npm 7 and later send it (POST /-/npm/v1/security/advisories/bulk)", method, Clip(rest, 128))
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%s /npm/%s is not forwarded: cproxy takes npm audit only as npm 7 and later send it (POST /-/npm/v1/security/advisories/bulk)", method, routes.Clip(rest, 128))
 	case strings.HasPrefix(rest, "-/npm/v1/tokens"):
-		return npmRequest{}, Refuse(ErrForbidden, "registry token endpoints are not allowed through cproxy")
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "registry token endpoints are not allowed through cproxy")
 	case strings.HasPrefix(rest, "-/user/") || rest == "-/whoami" || strings.HasPrefix(rest, "-/v1/login"):
-		return npmRequest{}, Refuse(ErrForbidden, "registry user endpoints (login, whoami) are not allowed through cproxy")
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "registry user endpoints (login, whoami) are not allowed through cproxy")
 	case strings.HasPrefix(rest, "-/package/") && strings.Contains(rest, "/dist-tags"):
-		return npmRequest{}, Refuse(ErrForbidden, "dist-tag endpoints are not allowed through cproxy")
+		return npmRequest{}, routes.Refuse(routes.ErrForbidden, "dist-tag endpoints are not allowed through cproxy")
 	}
-	return npmRequest{}, Refuse(ErrForbidden, "%s /npm/%s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, Clip(rest, 128))
+	return npmRequest{}, routes.Refuse(routes.ErrForbidden, "%s /npm/%s is not an npm request cproxy forwards (only packuments, tarballs and ping)", method, routes.Clip(rest, 128))
 }
 
 // npmRewriteKey keys a packument request's *npmRewrite in its context;
@@ -221,40 +232,40 @@ type npmRewrite struct {
 	now     time.Time
 }
 
-// NPMKind is the npm route: the registry under /npm/.
-var NPMKind = Kind{Name: "npm", Prefix: "/npm/", Upstream: "npm", New: newNPMRoute}
+// Kind is the npm route: the registry under /npm/.
+var Kind = routes.Kind{Name: "npm", Prefix: "/npm/", Upstream: "npm", New: newRoute}
 
-// npmRoute forwards the packuments and tarballs of the packages a
+// route forwards the packuments and tarballs of the packages a
 // sandbox's policy allows, and its audits, to the npm registry, rewriting
 // packuments to point their tarballs back at cproxy.
-type npmRoute struct {
-	fwd       *Forwarder
+type route struct {
+	fwd       *routes.Forwarder
 	publicURL string
 	now       func() time.Time
 }
 
-func newNPMRoute(env Env) Route {
-	return &npmRoute{
+func newRoute(env routes.Env) routes.Route {
+	return &route{
 		fwd:       env.NewForwarder("npm", "/npm/", setNPMCredential, npmResponse(env.Upstream.URL)),
 		publicURL: env.PublicURL,
 		now:       env.Now,
 	}
 }
 
-func (s *npmRoute) Name() string   { return "npm" }
-func (s *npmRoute) Prefix() string { return "/npm/" }
-func (s *npmRoute) Close()         { s.fwd.Close() }
+func (s *route) Name() string   { return "npm" }
+func (s *route) Prefix() string { return "/npm/" }
+func (s *route) Close()         { s.fwd.Close() }
 
 // WriteError renders a refusal as the registry renders errors,
 // {"error": "..."}, which npm prints after the status.
-func (s *npmRoute) WriteError(w http.ResponseWriter, err error) int {
-	return WriteJSONError(w, err)
+func (s *route) WriteError(w http.ResponseWriter, err error) int {
+	return routes.WriteJSONError(w, err)
 }
 
 // Sources is the npm credential's source, when it has one.
-func (s *npmRoute) Sources() []Source { return s.fwd.Sources("upstream.npm.credential") }
+func (s *route) Sources() []routes.Source { return s.fwd.Sources("upstream.npm.credential") }
 
-func (s *npmRoute) Serve(a *Call) {
+func (s *route) Serve(a *routes.Call) {
 	r := a.Request()
 	n, err := parseNPMPath(r.Method, r.URL.EscapedPath(), r.URL.RawQuery)
 	if err != nil {
@@ -263,14 +274,14 @@ func (s *npmRoute) Serve(a *Call) {
 	}
 	if n.kind != npmAudit {
 		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
-			a.Fail(Refuse(ErrBadRequest, "GET takes no body"))
+			a.Fail(routes.Refuse(routes.ErrBadRequest, "GET takes no body"))
 			return
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
 	}
 	if up := s.fwd.Upstream(); !up.Configured() && up.Missing != "" {
-		a.Fail(Refuse(ErrUnavailable, "no npm credential is configured: %s", up.Missing))
+		a.Fail(routes.Refuse(routes.ErrUnavailable, "no npm credential is configured: %s", up.Missing))
 		return
 	}
 	// The questions are asked in this order, each only if the one before
@@ -363,7 +374,7 @@ func (q *npmQuestion) decideErr(prof *policy.Profile, err error) (string, error)
 // fetched: serveNPM fetches it and asks again. Asked again of a new profile
 // (a reload) at forward, it refuses the request, which may be sent again;
 // so does a packument whose rewrite was set up for the profile before.
-var errNeedsPublished = Refuse(ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
+var errNeedsPublished = routes.Refuse(routes.ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
 
 // decide asks prof about the request (policy's AskNPMSearch, AskNPMAudit
 // and, for a package, AskNPM) and words its refusal for npm: the search
@@ -378,7 +389,7 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 			what, ans, hint = "audit", prof.AskNPMAudit(), "; run npm with --no-audit"
 		}
 		if !ans.Allow {
-			return ans.Rule, Refuse(ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
+			return ans.Rule, routes.Refuse(routes.ErrForbidden, "npm %s is not allowed for sandbox %s (the policy's npm.%s is off)%s", what, q.sandbox, what, hint)
 		}
 		if q.audit != nil {
 			return ans.Rule, q.audit.check(q.sandbox, prof)
@@ -392,9 +403,9 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 		ans := prof.AskNPM(nq)
 		if step, refused := ans.Refusal(); refused {
 			if step.Key == "packages" {
-				return ans.Rule, Refuse(ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
+				return ans.Rule, routes.Refuse(routes.ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
 			}
-			return ans.Rule, Refuse(ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
+			return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
 		}
 		switch {
 		case n.kind == npmPackument && q.rewritten && prof.HasNPMVersionPolicy():
@@ -417,21 +428,21 @@ var searchParams = map[string]int{"text": 512, "size": 3, "from": 6, "quality": 
 func searchQuery(raw string) (string, error) {
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return "", Refuse(ErrBadRequest, "the search query is malformed")
+		return "", routes.Refuse(routes.ErrBadRequest, "the search query is malformed")
 	}
 	out := url.Values{}
 	for k, vs := range q {
 		max, ok := searchParams[k]
 		if !ok {
-			return "", Refuse(ErrForbidden, "search parameter %q is not one npm sends (text, size, from, quality, popularity, maintenance)", Clip(k, 32))
+			return "", routes.Refuse(routes.ErrForbidden, "search parameter %q is not one npm sends (text, size, from, quality, popularity, maintenance)", routes.Clip(k, 32))
 		}
 		if len(vs) != 1 || len(vs[0]) > max || k != "text" && !isDecimal(vs[0]) {
-			return "", Refuse(ErrBadRequest, "search parameter %s must be given once, as %s", k, map[bool]string{true: "text of at most 512 bytes", false: "a number"}[k == "text"])
+			return "", routes.Refuse(routes.ErrBadRequest, "search parameter %s must be given once, as %s", k, map[bool]string{true: "text of at most 512 bytes", false: "a number"}[k == "text"])
 		}
 		out.Set(k, vs[0])
 	}
 	if strings.TrimSpace(out.Get("text")) == "" {
-		return "", Refuse(ErrBadRequest, "a search needs text")
+		return "", routes.Refuse(routes.ErrBadRequest, "a search needs text")
 	}
 	return out.Encode(), nil
 }
@@ -463,7 +474,7 @@ const (
 // or not, within the memory for bodies read whole; checkedAudit.check
 // checks it. What is forwarded is exactly the bytes read (still
 // compressed).
-func readAudit(a *Call) (*checkedAudit, error) {
+func readAudit(a *routes.Call) (*checkedAudit, error) {
 	r := a.Request()
 	raw, err := a.ReadEncodedBody(maxAuditBody, "gzip")
 	if err != nil {
@@ -488,7 +499,7 @@ func (c *checkedAudit) check(sandbox string, prof *policy.Profile) error {
 	if c.gzip {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return Refuse(ErrBadRequest, "the audit body is not valid gzip")
+			return routes.Refuse(routes.ErrBadRequest, "the audit body is not valid gzip")
 		}
 		body = zr
 	}
@@ -499,7 +510,7 @@ func (c *checkedAudit) check(sandbox string, prof *policy.Profile) error {
 // twice is checked both times, and nothing may follow the object.
 func checkAudit(body io.Reader, sandbox string, prof *policy.Profile) error {
 	bad := func(what string) error {
-		return Refuse(ErrBadRequest, "the audit body is not what npm sends (an object of package name to an array of versions): %s", what)
+		return routes.Refuse(routes.ErrBadRequest, "the audit body is not what npm sends (an object of package name to an array of versions): %s", what)
 	}
 	dec := json.NewDecoder(body)
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -512,10 +523,10 @@ func checkAudit(body io.Reader, sandbox string, prof *policy.Profile) error {
 		}
 		name := t.(string)
 		if !validNPMName(name) {
-			return Refuse(ErrForbidden, "the audit names %q, which is not an npm package name", Clip(name, 128))
+			return routes.Refuse(routes.ErrForbidden, "the audit names %q, which is not an npm package name", routes.Clip(name, 128))
 		}
 		if d := prof.Package(name); !d.Allow {
-			return Refuse(ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sandbox)
+			return routes.Refuse(routes.ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sandbox)
 		}
 		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 			return bad("the versions of " + name + " are not an array")
@@ -547,34 +558,34 @@ func checkAudit(body io.Reader, sandbox string, prof *policy.Profile) error {
 // packument (time[version]); zero when the packument has none for it. It is
 // what a tarball request costs under a min_release_age: one more packument
 // fetch, read as rewritePackumentResponse reads one (bounded, gzip or not).
-func (s *npmRoute) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
+func (s *route) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
 	base := s.fwd.Upstream().URL
 	pn := npmRequest{kind: npmPackument, name: n.name}
 	header := http.Header{"Accept": {"application/json"}, "Accept-Encoding": {"gzip"}}
 	resp, err := s.fwd.RoundTrip(ctx, http.MethodGet, pn.target(), header)
 	if err != nil {
-		if IsRefusal(err) {
+		if routes.IsRefusal(err) {
 			return time.Time{}, err
 		}
-		return time.Time{}, Refuse(ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
 	}
 	defer resp.Body.Close()
 	if err := npmResponse(base)(resp); err != nil {
 		return time.Time{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return time.Time{}, Refuse(ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
 	}
 	var body io.Reader = resp.Body
 	if ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce == "gzip" || ce == "x-gzip" {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
+			return time.Time{}, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
 		}
 		defer zr.Close()
 		body = zr
 	} else if ce != "" && ce != "identity" {
-		return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, Clip(ce, 32))
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, routes.Clip(ce, 32))
 	}
 	// Read to the end, holding time alone.
 	published, err := packumentPublished(body, version)
@@ -582,7 +593,7 @@ func (s *npmRoute) npmPublished(ctx context.Context, n npmRequest, version strin
 		if err := ambiguous(err, n.name, base.Host); err != nil {
 			return time.Time{}, err
 		}
-		return time.Time{}, Refuse(ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
 	return published, nil
 }
@@ -601,9 +612,9 @@ func npmResponse(base *url.URL) func(*http.Response) error {
 	return func(resp *http.Response) error {
 		if resp.StatusCode == http.StatusUnauthorized {
 			if resp.Request.Header.Get("Authorization") == "" {
-				return Refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.npm.credential", resp.Request.URL.Host)
+				return routes.Refuse(routes.ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.npm.credential", resp.Request.URL.Host)
 			}
-			return Refuse(ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
+			return routes.Refuse(routes.ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
 		}
 		n, _ := resp.Request.Context().Value(npmRequestKey{}).(npmRequest)
 		if n.kind != npmPackument && n.kind != npmTarball {
@@ -650,7 +661,7 @@ func npmStatus(resp *http.Response, n npmRequest) error {
 	if n.kind == npmTarball {
 		what = "tarball " + n.file
 	}
-	return Refuse(ErrUpstream, "npm route: the upstream %s answered %d for the %s of %s; cproxy passes only 200, a 304 to a conditional request, and errors", resp.Request.URL.Host, code, what, n.name)
+	return routes.Refuse(routes.ErrUpstream, "npm route: the upstream %s answered %d for the %s of %s; cproxy passes only 200, a 304 to a conditional request, and errors", resp.Request.URL.Host, code, what, n.name)
 }
 
 // proxyTarballPath is cproxy's path for a tarball URL on the upstream, or

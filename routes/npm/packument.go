@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/cproxy/cproxy/routes"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
@@ -64,12 +65,12 @@ func rewritePackumentResponse(resp *http.Response, base *url.URL, rw *npmRewrite
 		zr, err := gzip.NewReader(upstream)
 		if err != nil {
 			upstream.Close()
-			return Refuse(ErrUpstream, "the packument of %s from %s is not valid gzip", rw.req.name, base.Host)
+			return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not valid gzip", rw.req.name, base.Host)
 		}
 		body = zr
 	default:
 		upstream.Close()
-		return Refuse(ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", rw.req.name, base.Host, Clip(ce, 32))
+		return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", rw.req.name, base.Host, routes.Clip(ce, 32))
 	}
 	ps := newPackumentStream(body, base, rw)
 	next, stop := iter.Pull2(ps.chunks)
@@ -290,7 +291,7 @@ func (p *packumentStream) run() error {
 		if isReadError(err) {
 			return p.fault(err, "")
 		}
-		return Refuse(ErrUpstream, "the packument of %s from %s is not a JSON object", p.rw.req.name, p.base.Host)
+		return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not a JSON object", p.rw.req.name, p.base.Host)
 	}
 	if _, err := dec.ReadToken(); err != nil {
 		return p.fault(err, "")
@@ -367,20 +368,24 @@ func peek(dec *jsontext.Decoder) (jsontext.Kind, error) {
 	return jsontext.KindInvalid, err
 }
 
+// errJSONSyntax says JSON text is not valid where the decoder does not
+// say why (it ends early, or more follows the value).
+var errJSONSyntax = errors.New("invalid JSON")
+
 // fault turns an error from reading into cproxy's refusal.
 func (p *packumentStream) fault(err error, what string) error {
 	switch {
-	case err == errStopped || IsRefusal(err):
+	case err == errStopped || routes.IsRefusal(err):
 		return err
 	case errors.Is(err, errHeldFull):
-		return Refuse(ErrUpstream, "the packument of %s is larger than %d MiB where cproxy must hold it (%s)", p.rw.req.name, maxPackument>>20, what)
+		return routes.Refuse(routes.ErrUpstream, "the packument of %s is larger than %d MiB where cproxy must hold it (%s)", p.rw.req.name, maxPackument>>20, what)
 	case isReadError(err):
-		return Refuse(ErrUpstream, "reading the packument of %s from %s failed", p.rw.req.name, p.base.Host)
+		return routes.Refuse(routes.ErrUpstream, "reading the packument of %s from %s failed", p.rw.req.name, p.base.Host)
 	}
 	if err := ambiguous(err, p.rw.req.name, p.base.Host); err != nil {
 		return err
 	}
-	return Refuse(ErrUpstream, "the packument of %s from %s is not valid JSON", p.rw.req.name, p.base.Host)
+	return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not valid JSON", p.rw.req.name, p.base.Host)
 }
 
 // ambiguous is the refusal of a packument in which an object gives a name
@@ -394,19 +399,19 @@ func ambiguous(err error, name, host string) error {
 	if len(path) == 0 {
 		return nil
 	}
-	last := Clip(path[len(path)-1], 64)
+	last := routes.Clip(path[len(path)-1], 64)
 	switch {
 	case len(path) == 1:
-		return Refuse(ErrUpstream, "the packument of %s from %s has more than one %q", name, host, last)
+		return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s has more than one %q", name, host, last)
 	case len(path) == 2 && path[0] == "versions":
-		return Refuse(ErrUpstream, "the packument of %s from %s has version %q twice", name, host, last)
+		return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s has version %q twice", name, host, last)
 	}
 	in := strings.TrimPrefix(string(se.JSONPointer.Parent()), "/")
-	return Refuse(ErrUpstream, "the packument of %s from %s is ambiguous: key %q comes twice in %q", name, host, last, Clip(in, 64))
+	return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is ambiguous: key %q comes twice in %q", name, host, last, routes.Clip(in, 64))
 }
 
 func (p *packumentStream) malformed() error {
-	return Refuse(ErrUpstream, "the packument of %s from %s has malformed versions", p.rw.req.name, p.base.Host)
+	return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s has malformed versions", p.rw.req.name, p.base.Host)
 }
 
 // key reads an object key: the key as sent and decoded.
@@ -539,7 +544,7 @@ func (p *packumentStream) versions(rawKey []byte) error {
 		}
 		raw, err := dec.ReadValue()
 		if err != nil {
-			return p.fault(err, "version "+Clip(ver, 64))
+			return p.fault(err, "version "+routes.Clip(ver, 64))
 		}
 		manifest, keep, err := p.rewriteVersion(raw)
 		switch {
@@ -735,6 +740,9 @@ func publishedAt(times map[string]json.RawMessage, version string) time.Time {
 	}
 	return t
 }
+
+// errNotObject says a JSON value is not an object.
+var errNotObject = errors.New("not a JSON object")
 
 // objectMembers decodes a JSON object the packument's decoder has read (so
 // gives no name twice) into its members; nil for any other value.

@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/cproxy/cproxy/routes/routetest"
 )
 
 // FuzzParseNPMPath checks the npm path parser's promises on any input: an
@@ -72,7 +74,7 @@ func FuzzNPMAudit(f *testing.F) {
 	f.Add(`{"is-thing":["1.0.0"],"is-thing":["1.0.0"]}`, "text=a&quality=0.65")
 	f.Add(`{"left-pad":["1.3.0"]} {}`, "text=a&text=b")
 	f.Add(`{"is-a":[]}`, "")
-	prof := mustPolicy(f, npmAuditPolicy).Profiles["default"]
+	prof := routetest.MustPolicy(f, npmAuditPolicy).Profiles["default"]
 	f.Fuzz(func(t *testing.T, body, query string) {
 		if err := checkAudit(strings.NewReader(body), "conv-1", prof); err == nil {
 			var doc map[string][]string

@@ -1,4 +1,4 @@
-package routes
+package npm
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/routetest"
 )
 
 // FuzzRewritePackument checks the streaming rewrite against oraclePackument,
@@ -32,7 +35,7 @@ func FuzzRewritePackument(f *testing.F) {
 	f.Add([]byte(` {"a":[1.5e+3,-0,true,false,null,{"b":"\"\\\/\b\f\n\r\t\u00e9"}],"versions":{},"ver\u0073ions":{}} `), false)
 	f.Add([]byte(`{"versions":{"0.9.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-0.9.0.tgz"}},"1.1.0-rc.1":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-1.1.0-rc.1.tgz"}},"1.0.0":{"dist":{"tarball":"https://evil.example/is-x/-/is-x-1.0.0.tgz"}}},"dist-tags":{"latest":"1.0.0","beta":"1.1.0-rc.1"},"time":{"0.9.0":"2019-01-01T00:00:00Z","1.1.0-rc.1":"2019-01-01T00:00:00Z"}}`), true)
 	base, _ := url.Parse("https://registry.example/")
-	pol := mustPolicy(f, npmVersionPolicy)
+	pol := routetest.MustPolicy(f, npmVersionPolicy)
 	f.Fuzz(func(t *testing.T, raw []byte, withPolicy bool) {
 		rw := &npmRewrite{req: npmRequest{kind: npmPackument, name: "is-x"}, public: "http://p:1"}
 		if withPolicy {
@@ -166,14 +169,14 @@ func hasDuplicateKeys(raw []byte) bool {
 func oraclePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, Refuse(ErrUpstream, "not a JSON object")
+		return nil, routes.Refuse(routes.ErrUpstream, "not a JSON object")
 	}
 	for k := range doc {
 		if !packumentMembers[k] {
 			delete(doc, k)
 		}
 	}
-	bad := func() error { return Refuse(ErrUpstream, "malformed versions") }
+	bad := func() error { return routes.Refuse(routes.ErrUpstream, "malformed versions") }
 	var versions map[string]json.RawMessage
 	if v, ok := doc["versions"]; ok {
 		if err := json.Unmarshal(v, &versions); err != nil {
