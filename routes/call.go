@@ -121,6 +121,10 @@ func (a *Call) Acquire() error {
 // charged at all (a token count is not). Call after Acquire.
 func (a *Call) Reserve(want tokens.Usage, charged bool) error {
 	m := a.meter
+	if m == nil {
+		// A route's defect, not a client's: say which.
+		panic("routes: " + a.route + " route called Call.Reserve before Call.Acquire")
+	}
 	if err := m.res.Hold(a.r.Context(), want, charged); err != nil {
 		return budgetRefusal(err)
 	}

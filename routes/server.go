@@ -65,7 +65,8 @@ type Upstream struct {
 // Configured reports whether up has a credential to send.
 func (up Upstream) Configured() bool { return up.Live != nil || !up.Credential.IsZero() }
 
-// Options configure a Server. Store, Policy and Anthropic are required.
+// Options configure a Server. Store and Policy are required; a Server with
+// no Routes refuses every request.
 type Options struct {
 	Store tokens.Store
 	// SharedLimits are Store's shared limits when other cproxy processes use
