@@ -156,8 +156,8 @@ type Server struct {
 	sweepStop, sweepDone chan struct{}
 	bodyTimeout          time.Duration
 	bodies               *bodyMemory
-	conns                *connLimit // nil: no bound
-	readiness            readiness  // GET /readyz's last answer, for the log
+	conns                *budget.ConnLimit // nil: no bound
+	readiness            readiness         // GET /readyz's last answer, for the log
 	retention            time.Duration
 	pruneStop            func() // stops the pruner and waits for it; nil: none runs
 }
@@ -201,7 +201,7 @@ func New(o Options) *Server {
 	}
 	s.bodies = newBodyMemory(o.BodyMemory, s.metrics)
 	if o.MaxConnections > 0 {
-		s.conns = &connLimit{max: o.MaxConnections, log: s.log, metrics: s.metrics}
+		s.conns = budget.NewConnLimit(o.MaxConnections, s.log, s.metrics)
 		s.metrics.SetConnectionLimit(o.MaxConnections)
 	}
 	if s.sockets != nil {
@@ -224,7 +224,7 @@ func (s *Server) servedPrefixes() string {
 // LimitConnections returns ln (the proxy listener) with the connections it
 // accepts counted against Options.MaxConnections, with the per-sandbox
 // sockets'; past it a new connection is closed at once.
-func (s *Server) LimitConnections(ln net.Listener) net.Listener { return s.conns.limit(ln) }
+func (s *Server) LimitConnections(ln net.Listener) net.Listener { return s.conns.Listener(ln) }
 
 // routeNames are the route labels of the routes.
 func (s *Server) routeNames() []string {

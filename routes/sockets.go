@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -49,8 +50,8 @@ type SandboxSockets struct {
 	log       *slog.Logger
 
 	mu       sync.Mutex
-	handler  http.Handler // set by New
-	conns    *connLimit   // set by New; nil: no bound
+	handler  http.Handler      // set by New
+	conns    *budget.ConnLimit // set by New; nil: no bound
 	open     map[string]*sandboxSocket
 	draining map[*http.Server]bool // revoked sockets whose open requests may finish
 	shut     bool
@@ -153,7 +154,7 @@ func (ss *SandboxSockets) Open(sandbox string) (string, error) {
 	}
 	ss.open[sandbox] = &sandboxSocket{path: path, srv: srv}
 	go func() {
-		if err := srv.Serve(ss.conns.limit(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ss.conns.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			ss.log.Error("sandbox socket failed", "sandbox", sandbox, "socket", path, "err", err)
 		}
 	}()

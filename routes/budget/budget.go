@@ -2,6 +2,8 @@
 // requests, tokens, rate and concurrency its profile's budget allows. The
 // proxy core asks it before a model request is sent (Acquire, then Hold)
 // and tells it what the request used when its response ends (Settle).
+// It also holds the bound on the connections the sandboxes hold open at
+// once (ConnLimit, runtime.max_connections).
 //
 // It is part of cproxy's implementation, not an API for other programs: it
 // changes with cproxy. Only client and helpers are kept compatible

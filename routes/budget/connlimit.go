@@ -1,4 +1,4 @@
-package routes
+package budget
 
 import (
 	"io"
@@ -11,7 +11,7 @@ import (
 	"github.com/cproxy/cproxy/routes/metrics"
 )
 
-// connLimit bounds the connections the sandboxes hold open at once, on the
+// ConnLimit bounds the connections the sandboxes hold open at once, on the
 // proxy listener and every per-sandbox socket together. The admin listener
 // and the upstream connections share the process's file descriptors with
 // them: without a bound, a sandbox holding hundreds of streams open took
@@ -19,7 +19,7 @@ import (
 // the bound a new connection is closed as soon as it is accepted (the
 // client sees it closed before any answer), counted, and logged at most
 // once per connLogEvery.
-type connLimit struct {
+type ConnLimit struct {
 	max     int64
 	open    atomic.Int64
 	log     *slog.Logger
@@ -34,9 +34,15 @@ type connLimit struct {
 // flood of them is one line per interval, with how many.
 const connLogEvery = 10 * time.Second
 
-// limit returns ln with its accepted connections counted against l; a nil
-// l (no bound) returns ln.
-func (l *connLimit) limit(ln net.Listener) net.Listener {
+// NewConnLimit is the bound of limit connections open at once; refusals
+// are logged to log and counted in m (nil: not counted).
+func NewConnLimit(limit int64, log *slog.Logger, m *metrics.Metrics) *ConnLimit {
+	return &ConnLimit{max: limit, log: log, metrics: m}
+}
+
+// Listener returns ln with its accepted connections counted against l; a
+// nil l (no bound) returns ln.
+func (l *ConnLimit) Listener(ln net.Listener) net.Listener {
 	if l == nil {
 		return ln
 	}
@@ -45,7 +51,7 @@ func (l *connLimit) limit(ln net.Listener) net.Listener {
 
 type limitedListener struct {
 	net.Listener
-	l *connLimit
+	l *ConnLimit
 }
 
 func (ln *limitedListener) Accept() (net.Conn, error) {
@@ -65,7 +71,7 @@ func (ln *limitedListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *connLimit) refuse() {
+func (l *ConnLimit) refuse() {
 	l.metrics.ConnectionRefused()
 	now := time.Now()
 	l.mu.Lock()
@@ -85,7 +91,7 @@ func (l *connLimit) refuse() {
 // limitedConn gives its place back when it is closed, once.
 type limitedConn struct {
 	net.Conn
-	l      *connLimit
+	l      *ConnLimit
 	closed atomic.Bool
 }
 
@@ -111,5 +117,5 @@ func (c *limitedConn) ReadFrom(r io.Reader) (int64, error) {
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
 	}
-	return io.Copy(writerOnly{c.Conn}, r)
+	return io.Copy(struct{ io.Writer }{c.Conn}, r) // the Writer alone: not this ReadFrom again
 }
