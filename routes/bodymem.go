@@ -130,30 +130,37 @@ func (h *BodyHold) release() {
 	}
 }
 
-// reader is r with the body's share grown as its bytes are read, for a
-// body of undeclared length, or the part of one that is kept (until
-// stopHolding); a read that cannot have its share fails with the refusal.
-func (h *BodyHold) reader(ctx context.Context, r io.Reader) *heldReader {
-	return &heldReader{ctx: ctx, r: r, h: h}
+// Reader is r with the body's share grown as its bytes are read: for a
+// route that reads the part of a body it keeps its own way (a push's ref
+// updates) within the memory bound of bodies read whole. What is read is
+// held until the request ends, or until StopHolding, after which the rest
+// streams on without a share. A read that cannot have its share fails with
+// the refusal (Refused).
+func (h *BodyHold) Reader(ctx context.Context, r io.Reader) *HeldReader {
+	return &HeldReader{ctx: ctx, r: r, h: h}
 }
 
-type heldReader struct {
+// HeldReader is a body read under its request's BodyHold (BodyHold.Reader).
+type HeldReader struct {
 	ctx  context.Context
 	r    io.Reader
 	h    *BodyHold
 	read int64
 	// stopped: what is read now streams on, and takes no more share.
 	stopped bool
-	// refused is why a read could not have its share, for a caller that
-	// reads through a parser that words its own errors.
 	refused error
 }
 
-// stopHolding lets the rest of the body be read without taking a share:
+// StopHolding lets the rest of the body be read without taking a share:
 // it is streamed, not kept.
-func (hr *heldReader) stopHolding() { hr.stopped = true }
+func (hr *HeldReader) StopHolding() { hr.stopped = true }
 
-func (hr *heldReader) Read(p []byte) (int, error) {
+// Refused is why a read could not have its share (a refusal to answer
+// with), or nil: for a caller that reads through a parser that words its
+// own errors.
+func (hr *HeldReader) Refused() error { return hr.refused }
+
+func (hr *HeldReader) Read(p []byte) (int, error) {
 	if need := hr.read + int64(len(p)) - hr.h.n.Load(); need > 0 && !hr.stopped {
 		if err := hr.h.grow(hr.ctx, max(need, bodyGrowStep)); err != nil {
 			hr.refused = err

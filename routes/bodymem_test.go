@@ -13,7 +13,7 @@ import (
 // Bodies take their share before they are kept and give it back once;
 // what is past the memory waits, then is refused with a 503 that says when
 // to retry; a body read as it arrives takes its share as it grows, and
-// none for what streams on after stopHolding.
+// none for what streams on after StopHolding.
 func TestBodyMemory(t *testing.T) {
 	m := newBodyMemory(4<<20, nil)
 	m.wait = time.Millisecond // refused at once, rather than after a wait
@@ -43,14 +43,14 @@ func TestBodyMemory(t *testing.T) {
 	// Read as it arrives: 3 MiB kept, then 8 MiB streamed on unheld.
 	h := &BodyHold{m: m}
 	src := io.MultiReader(bytes.NewReader(make([]byte, 3<<20)), bytes.NewReader(make([]byte, 8<<20)))
-	hr := h.reader(ctx, src)
+	hr := h.Reader(ctx, src)
 	if _, err := io.ReadFull(hr, make([]byte, 3<<20)); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.n.Load(); n < 3<<20 || n > 4<<20 {
 		t.Errorf("holding %d bytes for 3 MiB read", n)
 	}
-	hr.stopHolding()
+	hr.StopHolding()
 	if n, err := io.Copy(io.Discard, hr); n != 8<<20 || err != nil {
 		t.Fatalf("the streamed rest: %d bytes, %v", n, err)
 	}
@@ -58,8 +58,8 @@ func TestBodyMemory(t *testing.T) {
 
 	// Past the memory while reading: the read fails with the refusal.
 	h = &BodyHold{m: m}
-	hr = h.reader(ctx, bytes.NewReader(make([]byte, 5<<20)))
-	if _, err := io.ReadAll(hr); !errors.As(err, &ref) || hr.refused == nil {
+	hr = h.Reader(ctx, bytes.NewReader(make([]byte, 5<<20)))
+	if _, err := io.ReadAll(hr); !errors.As(err, &ref) || hr.Refused() == nil {
 		t.Errorf("a body of undeclared length past the memory: %v", err)
 	}
 	h.release()

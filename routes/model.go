@@ -305,7 +305,7 @@ func readBody(r *http.Request, limit int64, h *BodyHold, encodings ...string) ([
 		_, err = io.ReadFull(r.Body, b)
 	} else {
 		h.large = true
-		b, err = io.ReadAll(io.LimitReader(h.reader(r.Context(), r.Body), limit+1))
+		b, err = io.ReadAll(io.LimitReader(h.Reader(r.Context(), r.Body), limit+1))
 	}
 	if err != nil {
 		return nil, bodyReadError(r, err, "the request body")

@@ -30,6 +30,20 @@ type Redirects struct {
 	within func(in *http.Request, path, query string) error
 }
 
+// CheckRedirects has f ask within about each redirect within its
+// upstream before rewriting it onto cproxy, given the request as the
+// client sent it and cproxy's path and query for the Location; an error
+// (a refusal) refuses the redirect. For a route whose client must not be
+// sent elsewhere within the upstream (GitHub's redirect of a renamed
+// repository). It has no effect on a Forwarder not made by
+// Env.NewForwarder, which passes redirects as sent; call it before the
+// first Forward.
+func (f *Forwarder) CheckRedirects(within func(in *http.Request, path, query string) error) {
+	if f.redirects != nil {
+		f.redirects.within = within
+	}
+}
+
 // check rewrites or refuses resp when it is a redirect with a Location; in
 // is the request as the client sent it to cproxy.
 func (m *Redirects) check(resp *http.Response, in *http.Request) error {

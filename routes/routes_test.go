@@ -43,18 +43,20 @@ type envOpt func(*testOptions)
 // which newEnv builds the routes as cproxy serve does.
 type testOptions struct {
 	Options
-	Anthropic, GitHub Upstream
-	Relays            []Relay
-	PublicURL         string
+	Anthropic Upstream
+	Relays    []Relay
+	PublicURL string
+	// Extra are routes served after the kinds and relays: a test's own.
+	Extra []Route
 }
 
 // kinds are the registered routes (routes/builtin, which this package's
 // tests cannot import).
-var kinds = []Kind{ModelKind, GitHubKind}
+var kinds = []Kind{ModelKind}
 
 // build builds o's routes into o.Routes, and returns its Options.
 func (o *testOptions) build() Options {
-	ups := map[string]Upstream{"anthropic": o.Anthropic, "github": o.GitHub}
+	ups := map[string]Upstream{"anthropic": o.Anthropic}
 	env := Env{PublicURL: o.PublicURL, Log: o.Logger, Now: o.Now}
 	o.Routes = nil
 	for _, k := range kinds {
@@ -65,6 +67,7 @@ func (o *testOptions) build() Options {
 	for _, rl := range o.Relays {
 		o.Routes = append(o.Routes, NewRelay(rl, env))
 	}
+	o.Routes = append(o.Routes, o.Extra...)
 	return o.Options
 }
 

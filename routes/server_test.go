@@ -5,19 +5,15 @@ import (
 	"testing"
 )
 
-// TestRouteWithoutUpstreamSaysWhatToSet: a server built without a GitHub
-// upstream refuses that route naming the config keys that would give it
-// one, and forwards nothing (routes/npm tests the npm route's).
+// TestRouteWithoutUpstreamSaysWhatToSet: a server whose config gives a
+// registered route no upstream refuses the route naming the config keys
+// that would give it one, and forwards nothing.
 func TestRouteWithoutUpstreamSaysWhatToSet(t *testing.T) {
-	e := newEnv(t)
-	h := bearer(e.token("conv-1"))
-	for path, key := range map[string]string{
-		"/github/acme/app/info/refs?service=git-upload-pack": "upstream.github.url (and upstream.github.credential)",
-	} {
-		r := e.do("GET", path, h, "")
-		if r.status != 403 || !strings.Contains(r.body, "has no upstream: the operator must set "+key+" in cproxy's config; do not retry") {
-			t.Errorf("GET %s: %d %s", path, r.status, r.body)
-		}
+	pkg := Kind{Name: "pkg", Prefix: "/pkg/", Upstream: "pkg"}
+	e := newEnv(t, func(o *testOptions) { o.Extra = append(o.Extra, pkg.Build(Env{})) })
+	r := e.do("GET", "/pkg/left-pad", bearer(e.token("conv-1")), "")
+	if r.status != 403 || !strings.Contains(r.body, "the pkg route has no upstream: the operator must set upstream.pkg.url (and upstream.pkg.credential) in cproxy's config; do not retry") {
+		t.Errorf("got %d %s", r.status, r.body)
 	}
 	if n := len(e.fake.Requests()); n != 0 {
 		t.Fatalf("upstream got %d requests", n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/github"
 	"github.com/cproxy/cproxy/routes/npm"
 )
 
@@ -20,7 +21,7 @@ type Table []routes.Kind
 // (a test adds one to a copy, as recipe_test.go does).
 var Kinds = Table{
 	routes.ModelKind,
-	routes.GitHubKind,
+	github.Kind,
 	npm.Kind,
 }
 

@@ -1,10 +1,11 @@
-package routes
+package github
 
 import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
+	"github.com/cproxy/cproxy/internal/testutil"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -76,27 +80,20 @@ repos = [
 ]
 `
 
-func newGitEnv(t *testing.T, up *gitUpstream) *env {
+// newGitEnv serves the github route with gitPolicy in force, forwarding
+// to up under /base with the canary credential.
+func newGitEnv(t *testing.T, up *gitUpstream, opts ...routetest.Option) *routetest.Env {
 	u, _ := url.Parse(up.srv.URL + "/base")
-	return newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, gitPolicy)
-		o.GitHub = Upstream{URL: u, Credential: secrets.New(canaryGitHub), HeaderTimeout: 10 * time.Second}
-	})
+	return gitEnv(t, routes.Upstream{URL: u, Credential: secrets.New(canaryGitHub), HeaderTimeout: 10 * time.Second}, opts...)
+}
+
+// gitEnv serves the github route with gitPolicy in force, forwarding to up.
+func gitEnv(t *testing.T, up routes.Upstream, opts ...routetest.Option) *routetest.Env {
+	return routetest.New(t, append([]routetest.Option{routetest.WithPolicy(t, gitPolicy), routetest.Serve(Kind, up)}, opts...)...)
 }
 
 func basic(tok string) map[string]string {
 	return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("cproxy:"+tok))}
-}
-
-func with(h map[string]string, kv ...string) map[string]string {
-	out := map[string]string{}
-	for k, v := range h {
-		out[k] = v
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out[kv[i]] = kv[i+1]
-	}
-	return out
 }
 
 func TestParseGitPath(t *testing.T) {
@@ -191,9 +188,9 @@ func TestParseGitPath(t *testing.T) {
 func TestGitHubRefusedWithoutForwarding(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	h := basic(e.token("conv-42"))
-	upload := with(h, "Content-Type", "application/x-git-upload-pack-request")
-	receive := with(h, "Content-Type", "application/x-git-receive-pack-request")
+	h := basic(e.Token("conv-42"))
+	upload := routetest.With(h, "Content-Type", "application/x-git-upload-pack-request")
+	receive := routetest.With(h, "Content-Type", "application/x-git-receive-pack-request")
 	tests := []struct {
 		name, method, target string
 		header               map[string]string
@@ -224,19 +221,19 @@ func TestGitHubRefusedWithoutForwarding(t *testing.T) {
 		{"push to read-only", "POST", "/github/acme/docs/git-receive-pack", receive, "0000", 403, "push to repository acme/docs is not allowed"},
 		{"no content type", "POST", "/github/acme/app/git-upload-pack", h, "0000", 400, "Content-Type"},
 		{"wrong content type", "POST", "/github/acme/app/git-receive-pack", upload, "0000", 400, "Content-Type"},
-		{"gzip push", "POST", "/github/acme/app/git-receive-pack", with(receive, "Content-Encoding", "gzip"), "0000", 400, "Content-Encoding"},
-		{"deflate fetch", "POST", "/github/acme/app/git-upload-pack", with(upload, "Content-Encoding", "deflate"), "0000", 400, "Content-Encoding"},
+		{"gzip push", "POST", "/github/acme/app/git-receive-pack", routetest.With(receive, "Content-Encoding", "gzip"), "0000", 400, "Content-Encoding"},
+		{"deflate fetch", "POST", "/github/acme/app/git-upload-pack", routetest.With(upload, "Content-Encoding", "deflate"), "0000", 400, "Content-Encoding"},
 		{"info/refs with a body", "GET", "/github/acme/app/info/refs?service=git-upload-pack", h, "0000", 400, "takes no body"},
 		{"push not decodable", "POST", "/github/acme/app/git-receive-pack", receive, "0032garbage", 400, "the push cannot be read"},
 		{"push empty", "POST", "/github/acme/app/git-receive-pack", receive, "", 400, "the push cannot be read"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := e.do(tc.method, tc.target, tc.header, tc.body)
-			if r.status != tc.status || !strings.Contains(r.body, tc.want) {
-				t.Fatalf("got %d %q", r.status, r.body)
+			r := e.Do(tc.method, tc.target, tc.header, tc.body)
+			if r.Status != tc.status || !strings.Contains(r.Body, tc.want) {
+				t.Fatalf("got %d %q", r.Status, r.Body)
 			}
-			if ct := r.header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
+			if ct := r.Header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
 				t.Errorf("Content-Type %q", ct)
 			}
 		})
@@ -251,7 +248,7 @@ func TestGitHubRefusedWithoutForwarding(t *testing.T) {
 func TestGitHubRawTargets(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	tok := e.token("conv-42")
+	tok := e.Token("conv-42")
 	for _, target := range []string{
 		"/github/acme/app/../secret/info/refs?service=git-upload-pack",
 		"/github/acme/app/%2e%2e/info/refs?service=git-upload-pack",
@@ -266,7 +263,7 @@ func TestGitHubRawTargets(t *testing.T) {
 		req := httptest.NewRequest("GET", target, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		w := httptest.NewRecorder()
-		e.srv.ProxyHandler().ServeHTTP(w, req)
+		e.Server.ProxyHandler().ServeHTTP(w, req)
 		if w.Code != 403 {
 			t.Errorf("%s: %d %s", target, w.Code, w.Body)
 		}
@@ -279,46 +276,36 @@ func TestGitHubRawTargets(t *testing.T) {
 func TestGitHubAuthentication(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	tok := e.token("conv-42")
+	tok := e.Token("conv-42")
 	const path = "/github/acme/app.git/info/refs?service=git-upload-pack"
 	for name, h := range map[string]map[string]string{
 		"none":      nil,
 		"malformed": basic("cpx_nope"),
 		"real-ish":  {"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+canaryGitHub))},
 	} {
-		r := e.do("GET", path, h, "")
-		if r.status != 401 || r.header.Get("WWW-Authenticate") != `Basic realm="cproxy"` {
-			t.Errorf("%s: %d %q %q", name, r.status, r.header.Get("WWW-Authenticate"), r.body)
+		r := e.Do("GET", path, h, "")
+		if r.Status != 401 || r.Header.Get("WWW-Authenticate") != `Basic realm="cproxy"` {
+			t.Errorf("%s: %d %q %q", name, r.Status, r.Header.Get("WWW-Authenticate"), r.Body)
 		}
 	}
 	// 401 comes before the path is looked at: nothing to learn about routes.
-	if r := e.do("GET", "/github/acme/app/HEAD", nil, ""); r.status != 401 {
-		t.Errorf("unauthenticated dumb HTTP: %d", r.status)
+	if r := e.Do("GET", "/github/acme/app/HEAD", nil, ""); r.Status != 401 {
+		t.Errorf("unauthenticated dumb HTTP: %d", r.Status)
 	}
 	// The token as the Basic password (git's credential helper) and as a
 	// Bearer (http.extraHeader) both work; git's username is ignored.
 	for _, h := range []map[string]string{basic(tok), {"Authorization": "Bearer " + tok}} {
-		if r := e.do("GET", path, h, ""); r.status != 200 {
-			t.Errorf("%v: %d %s", h, r.status, r.body)
+		if r := e.Do("GET", path, h, ""); r.Status != 200 {
+			t.Errorf("%v: %d %s", h, r.Status, r.Body)
 		}
 	}
-	revoke(t, e, "conv-42")
-	if r := e.do("GET", path, basic(tok), ""); r.status != 401 || !strings.Contains(r.body, "revoked") {
-		t.Errorf("revoked: %d %s", r.status, r.body)
+	e.Revoke("conv-42")
+	if r := e.Do("GET", path, basic(tok), ""); r.Status != 401 || !strings.Contains(r.Body, "revoked") {
+		t.Errorf("revoked: %d %s", r.Status, r.Body)
 	}
 	if n := len(up.seen()); n != 2 {
 		t.Fatalf("the upstream got %d requests, want 2", n)
 	}
-}
-
-func revoke(t *testing.T, e *env, sandbox string) {
-	t.Helper()
-	req, _ := http.NewRequest("DELETE", e.admin.URL+"/tokens?sandbox="+sandbox, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != 204 {
-		t.Fatalf("revoke: %v %v", err, resp)
-	}
-	resp.Body.Close()
 }
 
 // TestGitHubForwarding: the upstream gets the real token as Basic
@@ -327,20 +314,20 @@ func revoke(t *testing.T, e *env, sandbox string) {
 func TestGitHubForwarding(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	tok := e.token("conv-42")
+	tok := e.Token("conv-42")
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write([]byte("0032want 0000000000000000000000000000000000000001\n00000009done\n"))
 	zw.Close()
-	h := with(basic(tok), "Git-Protocol", "version=2", "Content-Type", "application/x-git-upload-pack-request",
+	h := routetest.With(basic(tok), "Git-Protocol", "version=2", "Content-Type", "application/x-git-upload-pack-request",
 		"Content-Encoding", "gzip", "X-Api-Key", tok, "Cookie", "c=1", "Proxy-Authorization", "Bearer "+tok)
-	r := e.do("POST", "/github/ACME/App/git-upload-pack", h, gz.String())
-	if r.status != 200 || r.body != "0008NAK\n" {
-		t.Fatalf("got %d %q", r.status, r.body)
+	r := e.Do("POST", "/github/ACME/App/git-upload-pack", h, gz.String())
+	if r.Status != 200 || r.Body != "0008NAK\n" {
+		t.Fatalf("got %d %q", r.Status, r.Body)
 	}
-	r = e.do("GET", "/github/acme/app.git/info/refs?service=git-receive-pack", basic(tok), "")
-	if r.status != 200 {
-		t.Fatalf("info/refs: %d %q", r.status, r.body)
+	r = e.Do("GET", "/github/acme/app.git/info/refs?service=git-receive-pack", basic(tok), "")
+	if r.Status != 200 {
+		t.Fatalf("info/refs: %d %q", r.Status, r.Body)
 	}
 	seen := up.seen()
 	if len(seen) != 2 {
@@ -377,17 +364,17 @@ func TestGitHubForwarding(t *testing.T) {
 func TestGitHubRepoDenialIsAnAdvertisement(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	h := basic(e.token("conv-42"))
+	h := basic(e.Token("conv-42"))
 	for _, tc := range []struct{ path, service, want string }{
 		{"/github/acme/secret.git", "git-upload-pack", "cproxy: repository acme/secret is not allowed for sandbox conv-42"},
 		{"/github/Acme/Secret", "git-receive-pack", "cproxy: push to repository Acme/Secret is not allowed for sandbox conv-42"},
 		{"/github/acme/docs", "git-receive-pack", "cproxy: push to repository acme/docs is not allowed for sandbox conv-42"},
 	} {
-		r := e.do("GET", tc.path+"/info/refs?service="+tc.service, h, "")
-		if r.status != 200 || r.header.Get("Content-Type") != "application/x-"+tc.service+"-advertisement" {
-			t.Fatalf("%s: %d %q", tc.path, r.status, r.header.Get("Content-Type"))
+		r := e.Do("GET", tc.path+"/info/refs?service="+tc.service, h, "")
+		if r.Status != 200 || r.Header.Get("Content-Type") != "application/x-"+tc.service+"-advertisement" {
+			t.Fatalf("%s: %d %q", tc.path, r.Status, r.Header.Get("Content-Type"))
 		}
-		sc := pktline.NewScanner(strings.NewReader(r.body))
+		sc := pktline.NewScanner(strings.NewReader(r.Body))
 		var lines []string
 		for sc.Scan() {
 			lines = append(lines, string(sc.Bytes()))
@@ -395,8 +382,8 @@ func TestGitHubRepoDenialIsAnAdvertisement(t *testing.T) {
 		if len(lines) != 2 || lines[0] != "# service="+tc.service+"\n" || lines[1] != "" {
 			t.Errorf("%s: lines %q", tc.path, lines)
 		}
-		if !strings.HasSuffix(r.body, fmt.Sprintf("%04xERR %s\n", 4+4+len(tc.want)+1, tc.want)) {
-			t.Errorf("%s: body %q, want an ERR packet with %q", tc.path, r.body, tc.want)
+		if !strings.HasSuffix(r.Body, fmt.Sprintf("%04xERR %s\n", 4+4+len(tc.want)+1, tc.want)) {
+			t.Errorf("%s: body %q, want an ERR packet with %q", tc.path, r.Body, tc.want)
 		}
 	}
 	if n := len(up.seen()); n != 0 {
@@ -606,7 +593,7 @@ func TestGitHubPushAllowed(t *testing.T) {
 		io.WriteString(w, pkt("unpack ok\n")+pkt("ok refs/heads/agent/x\n")+"0000")
 	}
 	e := newGitEnv(t, up)
-	tok := e.token("conv-42")
+	tok := e.Token("conv-42")
 	pack := fakePack(1 << 20)
 	body := pushBody("report-status agent=git/2.39.5", pack, oldID+" "+newID+" refs/heads/agent/x")
 	pr, pw := io.Pipe()
@@ -623,7 +610,7 @@ func TestGitHubPushAllowed(t *testing.T) {
 		pw.Write(body[len(body)-1024:])
 		pw.Close()
 	}()
-	req, _ := http.NewRequest("POST", e.proxy.URL+"/github/acme/app.git/git-receive-pack", pr)
+	req, _ := http.NewRequest("POST", e.Proxy.URL+"/github/acme/app.git/git-receive-pack", pr)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
 	resp, err := http.DefaultClient.Do(req)
@@ -646,41 +633,41 @@ func TestGitHubPushAllowed(t *testing.T) {
 func TestGitHubPushRefused(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	h := with(basic(e.token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
+	h := routetest.With(basic(e.Token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
 	pack := fakePack(300 << 10)
 	cmds := []string{zeroID + " " + newID + " refs/heads/agent/ok", oldID + " " + newID + " refs/heads/main"}
 	wantReport := pkt("unpack ok\n") +
 		pkt("ng refs/heads/agent/ok cproxy: not pushed: refs/heads/main in the same push is not allowed\n") +
 		pkt("ng refs/heads/main cproxy: push to refs/heads/main is not allowed\n") + "0000"
 
-	r := e.do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status agent=git/2.39.5", pack, cmds...)))
-	if r.status != 200 || r.header.Get("Content-Type") != "application/x-git-receive-pack-result" || r.body != wantReport {
-		t.Fatalf("plain report: %d %q", r.status, r.body)
+	r := e.Do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status agent=git/2.39.5", pack, cmds...)))
+	if r.Status != 200 || r.Header.Get("Content-Type") != "application/x-git-receive-pack-result" || r.Body != wantReport {
+		t.Fatalf("plain report: %d %q", r.Status, r.Body)
 	}
 	var rs packp.ReportStatus
-	if err := rs.Decode(strings.NewReader(r.body)); err != nil || rs.Error() == nil || len(rs.CommandStatuses) != 2 {
+	if err := rs.Decode(strings.NewReader(r.Body)); err != nil || rs.Error() == nil || len(rs.CommandStatuses) != 2 {
 		t.Fatalf("go-git reads the report as %+v, %v", rs, err)
 	}
 
-	r = e.do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status side-band-64k agent=git/2.39.5", pack, cmds...)))
-	if r.status != 200 {
-		t.Fatalf("side-band report: %d %q", r.status, r.body)
+	r = e.Do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status side-band-64k agent=git/2.39.5", pack, cmds...)))
+	if r.Status != 200 {
+		t.Fatalf("side-band report: %d %q", r.Status, r.Body)
 	}
-	demux := sideband.NewDemuxer(sideband.Sideband64k, strings.NewReader(r.body))
+	demux := sideband.NewDemuxer(sideband.Sideband64k, strings.NewReader(r.Body))
 	inner, err := io.ReadAll(demux)
 	if err != nil || string(inner) != wantReport {
 		t.Fatalf("side band 1 holds %q (%v), want %q", inner, err, wantReport)
 	}
 
 	// Without report-status there is no report to put reasons in: a 403.
-	r = e.do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("agent=git/2.39.5", pack, cmds...)))
-	if r.status != 403 || !strings.Contains(r.body, "push to refs/heads/main is not allowed") {
-		t.Fatalf("no report-status: %d %q", r.status, r.body)
+	r = e.Do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("agent=git/2.39.5", pack, cmds...)))
+	if r.Status != 403 || !strings.Contains(r.Body, "push to refs/heads/main is not allowed") {
+		t.Fatalf("no report-status: %d %q", r.Status, r.Body)
 	}
 	if n := len(up.seen()); n != 0 {
 		t.Fatalf("the upstream got %d requests", n)
 	}
-	logs := e.logs.String()
+	logs := e.Logs.String()
 	if !strings.Contains(logs, `"target":"acme/app refs/heads/agent/ok,refs/heads/main"`) || !strings.Contains(logs, `"bytes_in":`) {
 		t.Errorf("audit: %s", logs)
 	}
@@ -689,9 +676,9 @@ func TestGitHubPushRefused(t *testing.T) {
 func TestGitHubProbeIsForwarded(t *testing.T) {
 	up := newGitUpstream(t)
 	e := newGitEnv(t, up)
-	h := with(basic(e.token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
-	if r := e.do("POST", "/github/acme/app/git-receive-pack", h, "0000"); r.status != 200 {
-		t.Fatalf("probe: %d %q", r.status, r.body)
+	h := routetest.With(basic(e.Token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
+	if r := e.Do("POST", "/github/acme/app/git-receive-pack", h, "0000"); r.Status != 200 {
+		t.Fatalf("probe: %d %q", r.Status, r.Body)
 	}
 	if s := up.seen(); len(s) != 1 || string(s[0].body) != "0000" {
 		t.Fatalf("upstream got %+v", s)
@@ -708,22 +695,19 @@ func TestGitHubUpstreamRefusesCredential(t *testing.T) {
 		w.WriteHeader(401)
 	}
 	e := newGitEnv(t, up)
-	r := e.do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.token("conv-42")), "")
-	if r.status != 502 || r.header.Get("WWW-Authenticate") != "" || !strings.Contains(r.body, "refused cproxy's GitHub credential") {
-		t.Fatalf("got %d %q %q", r.status, r.header.Get("WWW-Authenticate"), r.body)
+	r := e.Do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.Token("conv-42")), "")
+	if r.Status != 502 || r.Header.Get("WWW-Authenticate") != "" || !strings.Contains(r.Body, "refused cproxy's GitHub credential") {
+		t.Fatalf("got %d %q %q", r.Status, r.Header.Get("WWW-Authenticate"), r.Body)
 	}
 }
 
 func TestGitHubMissingCredential(t *testing.T) {
 	up := newGitUpstream(t)
 	u, _ := url.Parse(up.srv.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, gitPolicy)
-		o.GitHub = Upstream{URL: u, Missing: "the operator must set GITHUB_TOKEN"}
-	})
-	r := e.do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.token("conv-42")), "")
-	if r.status != 503 || !strings.Contains(r.body, "no GitHub credential is configured: the operator must set GITHUB_TOKEN") {
-		t.Fatalf("got %d %q", r.status, r.body)
+	e := gitEnv(t, routes.Upstream{URL: u, Missing: "the operator must set GITHUB_TOKEN"})
+	r := e.Do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.Token("conv-42")), "")
+	if r.Status != 503 || !strings.Contains(r.Body, "no GitHub credential is configured: the operator must set GITHUB_TOKEN") {
+		t.Fatalf("got %d %q", r.Status, r.Body)
 	}
 	if n := len(up.seen()); n != 0 {
 		t.Fatalf("the upstream got %d requests", n)
@@ -746,11 +730,8 @@ func TestHeaderTimeoutStartsAfterTheBody(t *testing.T) {
 		io.WriteString(w, pkt("unpack ok\n")+"0000")
 	}
 	u, _ := url.Parse(up.srv.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, gitPolicy)
-		o.GitHub = Upstream{URL: u, Credential: secrets.New(canaryGitHub), HeaderTimeout: 300 * time.Millisecond}
-	})
-	tok := e.token("conv-42")
+	e := gitEnv(t, routes.Upstream{URL: u, Credential: secrets.New(canaryGitHub), HeaderTimeout: 300 * time.Millisecond})
+	tok := e.Token("conv-42")
 	push := func() int {
 		body := pushBody("report-status", fakePack(64<<10), oldID+" "+newID+" refs/heads/agent/x")
 		pr, pw := io.Pipe()
@@ -764,7 +745,7 @@ func TestHeaderTimeoutStartsAfterTheBody(t *testing.T) {
 			}
 			pw.Close()
 		}()
-		req, _ := http.NewRequest("POST", e.proxy.URL+"/github/acme/app/git-receive-pack", pr)
+		req, _ := http.NewRequest("POST", e.Proxy.URL+"/github/acme/app/git-receive-pack", pr)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
 		resp, err := http.DefaultClient.Do(req)
@@ -815,12 +796,57 @@ func TestGitHubUpstreamWantsACredential(t *testing.T) {
 		w.WriteHeader(401)
 	}
 	u, _ := url.Parse(up.srv.URL)
-	e := newEnv(t, func(o *testOptions) {
-		o.Policy = mustPolicy(t, gitPolicy)
-		o.GitHub = Upstream{URL: u, HeaderTimeout: 10 * time.Second}
-	})
-	r := e.do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.token("conv-42")), "")
-	if r.status != 502 || !strings.Contains(r.body, "asks for a credential and cproxy has none") {
-		t.Fatalf("got %d %q", r.status, r.body)
+	e := gitEnv(t, routes.Upstream{URL: u, HeaderTimeout: 10 * time.Second})
+	r := e.Do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.Token("conv-42")), "")
+	if r.Status != 502 || !strings.Contains(r.Body, "asks for a credential and cproxy has none") {
+		t.Fatalf("got %d %q", r.Status, r.Body)
+	}
+}
+
+// TestGitHubPushAudit: a push's audit record lists its ref updates; a
+// refused one is a denial with the rule and reason.
+func TestGitHubPushAudit(t *testing.T) {
+	sink := &testutil.Buffer{}
+	u := newGitEnv(t, newGitUpstream(t), func(o *routetest.Options) { o.AuditLog = sink })
+	h := routetest.With(basic(u.Token("conv-42")), "Content-Type", "application/x-git-receive-pack-request")
+	ok := pushBody("report-status", fakePack(64), oldID+" "+newID+" refs/heads/agent/x")
+	if r := u.Do("POST", "/github/acme/app/git-receive-pack", h, string(ok)); r.Status != 200 {
+		t.Fatalf("push: %d %s", r.Status, r.Body)
+	}
+	bad := pushBody("report-status", fakePack(64), zeroID+" "+newID+" refs/heads/agent/y", oldID+" "+newID+" refs/heads/main")
+	if r := u.Do("POST", "/github/acme/app/git-receive-pack", h, string(bad)); r.Status != 200 || !strings.Contains(r.Body, "ng refs/heads/main") {
+		t.Fatalf("refused push: %d %s", r.Status, r.Body)
+	}
+	// Without report-status the refusal is a 403, recorded alike.
+	plain := pushBody("agent=git/2.39.5", fakePack(64), oldID+" "+newID+" refs/heads/main")
+	if r := u.Do("POST", "/github/acme/app/git-receive-pack", h, string(plain)); r.Status != 403 {
+		t.Fatalf("refused push without a report: %d %s", r.Status, r.Body)
+	}
+	u.Proxy.Close()
+	var recs []map[string]any
+	for line := range strings.Lines(sink.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %q", err, line)
+		}
+		recs = append(recs, rec)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("%d records:\n%s", len(recs), sink.String())
+	}
+	refs, _ := json.Marshal(recs[0]["refs"])
+	if recs[0]["decision"] != "allow" || recs[0]["target"] != "acme/app refs/heads/agent/x" ||
+		string(refs) != `[{"new":"`+newID+`","old":"`+oldID+`","ref":"refs/heads/agent/x"}]` {
+		t.Errorf("allowed push: %v", recs[0])
+	}
+	refs, _ = json.Marshal(recs[1]["refs"])
+	if recs[1]["decision"] != "deny" || recs[1]["target"] != "acme/app refs/heads/agent/y,refs/heads/main" ||
+		recs[1]["reason"] != "cproxy: push to refs/heads/main is not allowed" || !strings.Contains(recs[1]["rule"].(string), "no refs entry matches") ||
+		string(refs) != `[{"new":"`+newID+`","old":"`+zeroID+`","ref":"refs/heads/agent/y"},{"new":"`+newID+`","old":"`+oldID+`","ref":"refs/heads/main"}]` {
+		t.Errorf("refused push: %v", recs[1])
+	}
+	if recs[2]["decision"] != "deny" || recs[2]["status"] != 403.0 || recs[2]["reason"] != "cproxy: push to refs/heads/main is not allowed" ||
+		!strings.Contains(recs[2]["rule"].(string), "no refs entry matches") {
+		t.Errorf("refused push without a report: %v", recs[2])
 	}
 }

@@ -1,4 +1,7 @@
-package routes
+// Package github is cproxy's github route: git's smart HTTP under
+// /github/, for the clones, fetches and pushes of the repositories a
+// sandbox's policy allows, forwarded to GitHub with the real credential.
+package github
 
 import (
 	"bytes"
@@ -17,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/secrets"
 )
@@ -51,12 +55,12 @@ func (g gitRequest) push() bool { return g.service == receivePack }
 
 // target is where the request goes upstream, rebuilt from the parsed parts:
 // always with ".git", whatever the client sent.
-func (g gitRequest) target() Target {
+func (g gitRequest) target() routes.Target {
 	base := "/" + g.owner + "/" + g.name + ".git/"
 	if g.advertise {
-		return Target{Path: base + "info/refs", Query: "service=" + g.service}
+		return routes.Target{Path: base + "info/refs", Query: "service=" + g.service}
 	}
-	return Target{Path: base + g.service}
+	return routes.Target{Path: base + g.service}
 }
 
 // GitHub's name rules: an account (user or organization) name has letters,
@@ -77,15 +81,15 @@ var (
 func parseGitPath(method, path, rawQuery string) (gitRequest, error) {
 	rest, ok := strings.CutPrefix(path, "/github/")
 	if !ok {
-		return gitRequest{}, Refuse(ErrForbidden, "not a github route path")
+		return gitRequest{}, routes.Refuse(routes.ErrForbidden, "not a github route path")
 	}
 	parts := strings.SplitN(rest, "/", 3)
 	if len(parts) < 3 {
-		return gitRequest{}, Refuse(ErrForbidden, "%s is not a git smart-HTTP request (want /github/OWNER/REPO.git/info/refs, /git-upload-pack or /git-receive-pack); do not retry", Clip(path, 128))
+		return gitRequest{}, routes.Refuse(routes.ErrForbidden, "%s is not a git smart-HTTP request (want /github/OWNER/REPO.git/info/refs, /git-upload-pack or /git-receive-pack); do not retry", routes.Clip(path, 128))
 	}
 	owner, repo, tail := parts[0], parts[1], parts[2]
 	if !gitOwnerRE.MatchString(owner) {
-		return gitRequest{}, Refuse(ErrForbidden, "%q is not a GitHub account name", Clip(owner, 64))
+		return gitRequest{}, routes.Refuse(routes.ErrForbidden, "%q is not a GitHub account name", routes.Clip(owner, 64))
 	}
 	name := repo
 	if len(name) >= 4 && strings.EqualFold(name[len(name)-4:], ".git") {
@@ -93,37 +97,38 @@ func parseGitPath(method, path, rawQuery string) (gitRequest, error) {
 	}
 	// "app.git.git" would be "app.git" upstream but "app" to the policy.
 	if !gitRepoRE.MatchString(name) || name == "." || name == ".." || strings.HasSuffix(strings.ToLower(name), ".git") {
-		return gitRequest{}, Refuse(ErrForbidden, "%q is not a GitHub repository name", Clip(repo, 128))
+		return gitRequest{}, routes.Refuse(routes.ErrForbidden, "%q is not a GitHub repository name", routes.Clip(repo, 128))
 	}
 	g := gitRequest{owner: owner, name: name}
 	switch {
 	case tail == "info/refs" && method == http.MethodGet:
 		svc, ok := strings.CutPrefix(rawQuery, "service=")
 		if !ok || (svc != uploadPack && svc != receivePack) {
-			return gitRequest{}, Refuse(ErrForbidden, "info/refs is served only to git's smart HTTP (?service=git-upload-pack or git-receive-pack); do not retry")
+			return gitRequest{}, routes.Refuse(routes.ErrForbidden, "info/refs is served only to git's smart HTTP (?service=git-upload-pack or git-receive-pack); do not retry")
 		}
 		g.service, g.advertise = svc, true
 	case (tail == uploadPack || tail == receivePack) && method == http.MethodPost:
 		if rawQuery != "" {
-			return gitRequest{}, Refuse(ErrForbidden, "POST %s takes no query", tail)
+			return gitRequest{}, routes.Refuse(routes.ErrForbidden, "POST %s takes no query", tail)
 		}
 		g.service = tail
 	default:
-		return gitRequest{}, Refuse(ErrForbidden, "%s %s is not a git smart-HTTP request cproxy forwards (only clone, fetch and push; no dumb HTTP, LFS, archives or web pages); do not retry", method, Clip(path, 128))
+		return gitRequest{}, routes.Refuse(routes.ErrForbidden, "%s %s is not a git smart-HTTP request cproxy forwards (only clone, fetch and push; no dumb HTTP, LFS, archives or web pages); do not retry", method, routes.Clip(path, 128))
 	}
 	return g, nil
 }
 
-// GitHubKind is the github route: git smart HTTP under /github/.
-var GitHubKind = Kind{Name: "github", Prefix: "/github/", Upstream: "github", New: newGitHubRoute}
+// Kind registers the github route: git smart HTTP under /github/,
+// forwarded to the config's [upstream.github].
+var Kind = routes.Kind{Name: "github", Prefix: "/github/", Upstream: "github", New: newGitHubRoute}
 
 // gitHubRoute forwards git's clones, fetches and pushes of the
 // repositories a sandbox's policy allows to GitHub.
-type gitHubRoute struct{ fwd *Forwarder }
+type gitHubRoute struct{ fwd *routes.Forwarder }
 
-func newGitHubRoute(env Env) Route {
+func newGitHubRoute(env routes.Env) routes.Route {
 	g := &gitHubRoute{fwd: env.NewForwarder("github", "/github/", setGitHubCredential, gitHubResponse)}
-	g.fwd.redirects.within = gitHubMoved
+	g.fwd.CheckRedirects(gitHubMoved)
 	return g
 }
 
@@ -133,15 +138,15 @@ func (g *gitHubRoute) Close()                                          { g.fwd.C
 func (g *gitHubRoute) WriteError(w http.ResponseWriter, err error) int { return writeGitError(w, err) }
 
 // Sources is the GitHub credential's source, when it has one.
-func (g *gitHubRoute) Sources() []Source { return g.fwd.Sources("upstream.github.credential") }
+func (g *gitHubRoute) Sources() []routes.Source { return g.fwd.Sources("upstream.github.credential") }
 
-func (gr *gitHubRoute) Serve(a *Call) {
+func (gr *gitHubRoute) Serve(a *routes.Call) {
 	r := a.Request()
 	// Paths are checked as sent: any percent-encoding (%2F, %2e, %61)
 	// means the client means something other than the plain path.
 	sent, _, _ := strings.Cut(r.RequestURI, "?")
 	if r.URL.RawPath != "" || sent != r.URL.Path {
-		a.Fail(Refuse(ErrForbidden, "non-canonical path %q", Clip(sent, 128)))
+		a.Fail(routes.Refuse(routes.ErrForbidden, "non-canonical path %q", routes.Clip(sent, 128)))
 		return
 	}
 	g, err := parseGitPath(r.Method, r.URL.Path, r.URL.RawQuery)
@@ -149,19 +154,19 @@ func (gr *gitHubRoute) Serve(a *Call) {
 		a.Fail(err)
 		return
 	}
-	a.target = g.repo()
+	a.SetTarget(g.repo())
 	if err := checkGitBody(r, g); err != nil {
 		a.Fail(err)
 		return
 	}
-	if up := gr.fwd.up; !up.Configured() && up.Missing != "" {
-		a.Fail(Refuse(ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
+	if up := gr.fwd.Upstream(); !up.Configured() && up.Missing != "" {
+		a.Fail(routes.Refuse(routes.ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
 		return
 	}
 	sandbox := a.Session().Sandbox
 	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRepo(prof, sandbox, g) }); err != nil {
 		if g.advertise {
-			a.fail(gitAdvertisementError(g.service), err)
+			a.FailWith(gitAdvertisementError(g.service), err)
 		} else {
 			a.Fail(err)
 		}
@@ -178,7 +183,7 @@ func (gr *gitHubRoute) Serve(a *Call) {
 		// The body streams to the upstream while its answer may already be
 		// streaming back; without full duplex net/http closes the request
 		// body at the first response write and the rest of a pack is lost.
-		_ = http.NewResponseController(a.w).EnableFullDuplex()
+		_ = http.NewResponseController(a.ResponseWriter()).EnableFullDuplex()
 	}
 	gr.fwd.Forward(a, r, g.target())
 }
@@ -195,7 +200,7 @@ func decideRepo(prof *policy.Profile, sandbox string, g gitRequest) (string, err
 	if ans.Allow {
 		return ans.Rule, nil
 	}
-	return ans.Rule, Refuse(ErrForbidden, verb, g.repo(), sandbox)
+	return ans.Rule, routes.Refuse(routes.ErrForbidden, verb, g.repo(), sandbox)
 }
 
 // decidePushAgain is a push's decision asked again of another profile
@@ -207,7 +212,7 @@ func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []
 	}
 	ans := askPush(prof, g.repo(), cmds)
 	if denials := pushDenials(ans, cmds); denials != nil {
-		return ans.Rule, Refuse(ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
+		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
 	}
 	return ans.Rule, nil
 }
@@ -219,21 +224,21 @@ func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []
 func checkGitBody(r *http.Request, g gitRequest) error {
 	if g.advertise {
 		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
-			return Refuse(ErrBadRequest, "GET info/refs takes no body")
+			return routes.Refuse(routes.ErrBadRequest, "GET info/refs takes no body")
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
 		return nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-"+g.service+"-request" {
-		return Refuse(ErrBadRequest, "POST %s needs Content-Type application/x-%s-request, got %q", g.service, g.service, Clip(ct, 64))
+		return routes.Refuse(routes.ErrBadRequest, "POST %s needs Content-Type application/x-%s-request, got %q", g.service, g.service, routes.Clip(ct, 64))
 	}
 	ce := r.Header.Values("Content-Encoding")
 	switch {
 	case len(ce) == 0:
 	case len(ce) == 1 && (strings.EqualFold(ce[0], "identity") || strings.EqualFold(ce[0], "gzip") && !g.push()):
 	default:
-		return Refuse(ErrBadRequest, "Content-Encoding %q is not accepted for %s", Clip(strings.Join(ce, ","), 32), g.service)
+		return routes.Refuse(routes.ErrBadRequest, "Content-Encoding %q is not accepted for %s", routes.Clip(strings.Join(ce, ","), 32), g.service)
 	}
 	return nil
 }
@@ -242,14 +247,15 @@ func checkGitBody(r *http.Request, g gitRequest) error {
 // of the body, asks the policy about every one, and either puts the body
 // back together for forwarding (true, with the push's commands) or answers
 // with git's push report, every command rejected (false).
-func checkPush(a *Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
+func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
 	// The ref updates are kept in memory until the push ends, and held
-	// under a.held as they are read; the pack streams through.
-	held := a.held.reader(r.Context(), r.Body)
+	// under the request's body memory as they are read; the pack streams
+	// through.
+	held := a.Held().Reader(r.Context(), r.Body)
 	p, err := readPush(held)
-	held.stopHolding()
-	if held.refused != nil {
-		err = held.refused
+	held.StopHolding()
+	if held.Refused() != nil {
+		err = held.Refused()
 	}
 	r.Body = readCloser{p.body, r.Body}
 	if err != nil {
@@ -261,13 +267,15 @@ func checkPush(a *Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) 
 		return nil, true
 	}
 	refs := make([]string, len(p.commands))
+	updates := make([]audit.RefUpdate, len(p.commands))
 	for i, c := range p.commands {
 		refs[i] = c.Name.String()
-		a.refs = append(a.refs, audit.RefUpdate{Ref: refs[i], Old: c.Old.String(), New: c.New.String()})
+		updates[i] = audit.RefUpdate{Ref: refs[i], Old: c.Old.String(), New: c.New.String()}
 	}
-	a.target = g.repo() + " " + strings.Join(refs, ",")
-	ans := askPush(a.session.Profile, g.repo(), p.commands)
-	a.rule = ans.Rule
+	a.SetRefs(updates)
+	a.SetTarget(g.repo() + " " + strings.Join(refs, ","))
+	ans := askPush(a.Session().Profile, g.repo(), p.commands)
+	a.SetRule(ans.Rule)
 	denials := pushDenials(ans, p.commands)
 	if denials == nil {
 		return p.commands, true
@@ -275,12 +283,13 @@ func checkPush(a *Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) 
 	// Read what is left (the pack) before answering, so git reads the
 	// report instead of failing to send.
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
-	a.Denied(firstDenial(denials))
+	reason := firstDenial(denials)
 	if !p.report {
-		writeGitError(a.w, Refuse(ErrForbidden, "%s", strings.TrimPrefix(a.reason, "cproxy: ")))
+		a.Fail(routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(reason, "cproxy: ")))
 		return nil, false
 	}
-	writePushReport(a.w, p.sideband, p.commands, denials)
+	a.Denied(reason)
+	writePushReport(a.ResponseWriter(), p.sideband, p.commands, denials)
 	return nil, false
 }
 
@@ -311,7 +320,7 @@ func readPush(body io.Reader) (push, error) {
 	tee := io.TeeReader(lim, &seen)
 	rest := func() io.Reader { return io.MultiReader(bytes.NewReader(seen.Bytes()), body) }
 	bad := func(format string, args ...any) (push, error) {
-		return push{body: rest()}, Refuse(ErrBadRequest, "the push cannot be read: "+format, args...)
+		return push{body: rest()}, routes.Refuse(routes.ErrBadRequest, "the push cannot be read: "+format, args...)
 	}
 
 	var head [4]byte
@@ -408,7 +417,7 @@ func sameCommands(raw []byte, req *packp.ReferenceUpdateRequest) error {
 			return fmt.Errorf("command %d is not \"OLD NEW REF\"", i+1)
 		}
 		if !validRefName(c.Name.String()) {
-			return fmt.Errorf("%q is not a valid ref name", Clip(c.Name.String(), 128))
+			return fmt.Errorf("%q is not a valid ref name", routes.Clip(c.Name.String(), 128))
 		}
 		i++
 	}
@@ -566,7 +575,7 @@ func gitAdvertisementError(service string) func(http.ResponseWriter, error) int 
 		e := pktline.NewEncoder(&b)
 		e.EncodeString("# service=" + service + "\n")
 		e.Flush()
-		e.EncodeString("ERR " + oneLine(Message(err)) + "\n")
+		e.EncodeString("ERR " + oneLine(routes.Message(err)) + "\n")
 		h := w.Header()
 		h.Set("Content-Type", "application/x-"+service+"-advertisement")
 		h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
@@ -580,10 +589,10 @@ func gitAdvertisementError(service string) func(http.ResponseWriter, error) int 
 // front for info/refs. A 401 asks for Basic credentials: that is what makes
 // git ask its credential helper (git-credential-cproxy) and try again.
 func writeGitError(w http.ResponseWriter, err error) int {
-	if errors.Is(err, ErrUnauthorized) {
+	if errors.Is(err, routes.ErrUnauthorized) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="cproxy"`)
 	}
-	return WritePlainError(w, err)
+	return routes.WritePlainError(w, err)
 }
 
 // setGitHubCredential puts the real token on a forwarded request: Basic x-access-token:TOKEN, the form github.com takes
@@ -612,10 +621,10 @@ func gitHubMoved(in *http.Request, path, query string) error {
 	}
 	to, err := parseGitPath(method, path, query)
 	if err != nil {
-		return Refuse(ErrUpstream, "github route: the upstream redirects %s to a path that is not git's smart HTTP; do not retry", from.repo())
+		return routes.Refuse(routes.ErrUpstream, "github route: the upstream redirects %s to a path that is not git's smart HTTP; do not retry", from.repo())
 	}
 	if !strings.EqualFold(to.repo(), from.repo()) {
-		return Refuse(ErrUpstream, "github route: repository %s has moved to %s (the upstream answered a redirect); use %s in the remote's URL, if the sandbox's policy allows it; do not retry", from.repo(), to.repo(), to.repo())
+		return routes.Refuse(routes.ErrUpstream, "github route: repository %s has moved to %s (the upstream answered a redirect); use %s in the remote's URL, if the sandbox's policy allows it; do not retry", from.repo(), to.repo(), to.repo())
 	}
 	return nil
 }
@@ -630,7 +639,7 @@ func gitHubResponse(resp *http.Response) error {
 	if resp.Request.Header.Get("Authorization") == "" {
 		// No credential is configured (anonymous access), and this
 		// repository needs one.
-		return Refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.github.credential", resp.Request.URL.Host)
+		return routes.Refuse(routes.ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.github.credential", resp.Request.URL.Host)
 	}
-	return Refuse(ErrUpstream, "the upstream %s refused cproxy's GitHub credential; the operator must fix upstream.github.credential", resp.Request.URL.Host)
+	return routes.Refuse(routes.ErrUpstream, "the upstream %s refused cproxy's GitHub credential; the operator must fix upstream.github.credential", resp.Request.URL.Host)
 }

@@ -1,9 +1,8 @@
-package routes
+package github
 
 import (
 	"bytes"
 	"io"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,20 +10,13 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/routetest"
 )
 
 // gitProfile is gitPolicy's profile for conv-42.
 func gitProfile(tb testing.TB) *policy.Profile {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "policy.toml")
-	if err := writeFile(path, gitPolicy); err != nil {
-		tb.Fatal(err)
-	}
-	p, err := policy.LoadPolicy(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	prof, err := p.ProfileFor("conv-42", "")
+	prof, err := routetest.MustPolicy(tb, gitPolicy).ProfileFor("conv-42", "")
 	if err != nil {
 		tb.Fatal(err)
 	}
