@@ -850,3 +850,33 @@ func TestGitHubPushAudit(t *testing.T) {
 		t.Errorf("refused push without a report: %v", recs[2])
 	}
 }
+
+// TestGitHubRenamedRepository: the upstream's redirect to another
+// repository (how github.com answers for a renamed one) is refused with
+// the new name; one within the same repository is rewritten onto cproxy.
+func TestGitHubRenamedRepository(t *testing.T) {
+	up := newGitUpstream(t)
+	up.onRequest = func(w http.ResponseWriter, r *http.Request) {
+		to := "/base/acme/new-app.git/info/refs?service=git-upload-pack"
+		if strings.HasPrefix(r.URL.Path, "/base/acme/app.git/") {
+			to = "/base/acme/App.git/info/refs?service=git-upload-pack"
+		}
+		http.Redirect(w, r, to, http.StatusMovedPermanently)
+	}
+	e := newGitEnv(t, up, routetest.WithPolicy(t, "[profile.default]\nrepos = [{ repo = \"acme/*\", access = \"read\" }]\n"))
+	h := basic(e.Token("conv-42"))
+	r := e.Do("GET", "/github/acme/old-app/info/refs?service=git-upload-pack", h, "")
+	if r.Status != 502 || !strings.Contains(r.Body, "repository acme/old-app has moved to acme/new-app") {
+		t.Fatalf("moved: got %d %q", r.Status, r.Body)
+	}
+	req, _ := http.NewRequest("GET", e.Proxy.URL+"/github/acme/app/info/refs?service=git-upload-pack", nil)
+	req.Header.Set("Authorization", h["Authorization"])
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if want := e.Proxy.URL + "/github/acme/App.git/info/refs?service=git-upload-pack"; resp.StatusCode != 301 || resp.Header.Get("Location") != want {
+		t.Fatalf("same repository: got %d %q, want %q", resp.StatusCode, resp.Header.Get("Location"), want)
+	}
+}
