@@ -9,6 +9,7 @@ import (
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/builtin"
+	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -35,15 +36,15 @@ func startCproxyStore() (string, *tokens.BoltStore, func()) {
 	pol := policy.DefaultPolicy()
 	pol.Profiles["web"] = &policy.Profile{Name: "web", Models: []string{"claude-*"}}
 	upstream, _ := url.Parse("http://127.0.0.1:1") // never reached: only the admin handler is served
-	relay, _ := url.Parse("http://127.0.0.1:1/hub/")
+	hub, _ := url.Parse("http://127.0.0.1:1/hub/")
 	srv := routes.New(routes.Options{
 		Store:  store,
 		Policy: pol,
-		Routes: builtin.Kinds.Routes(map[string]routes.Upstream{"anthropic": {URL: upstream}}, []routes.Relay{{
+		Routes: builtin.Kinds.Routes(map[string]routes.Upstream{"anthropic": {URL: upstream}}, []relay.Relay{{
 			Rules:   &policy.Relay{},
 			Prefix:  "/mod/",
-			URL:     relay,
-			Headers: []routes.RelayHeader{{Name: "X-Mod-Token", Value: "mod_token"}},
+			URL:     hub,
+			Headers: []relay.Header{{Name: "X-Mod-Token", Value: "mod_token"}},
 		}}, "", nil, nil),
 	})
 	admin := httptest.NewServer(srv.AdminHandler())

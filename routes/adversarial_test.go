@@ -402,21 +402,6 @@ func TestAdversarialFaultsNoGoroutineLeak(t *testing.T) {
 	}
 }
 
-// A relay path segment that is not UTF-8 is refused: %c0%af is an overlong
-// '/', which an upstream that decodes it leniently would take as a path
-// separator, so the path it serves would not be the one cproxy checked.
-// (Found by TestAdversarialPaths: such segments used to be forwarded.)
-func TestAdversarialPathsRelayInvalidUTF8(t *testing.T) {
-	for _, escaped := range []string{"/mod/%c0%af", "/mod/a%c0%af..%c0%afadmin", "/mod/%c0%ae%c0%ae/x", "/mod/%ff", "/mod/a%e2%82"} {
-		if p, err := relayPath(escaped, "/mod/"); err == nil {
-			t.Errorf("relayPath(%q) accepted: %+v", escaped, p)
-		}
-	}
-	if p, err := relayPath("/mod/%C3%A9t%C3%A9", "/mod/"); err != nil || p.path != "été" {
-		t.Errorf("valid UTF-8 refused: %+v %v", p, err)
-	}
-}
-
 // TestHeaderListsAreCanonical: the forwarder removes these headers with
 // delete, which finds a header only under its canonical name, the name
 // net/http files a request's header under and Header.Del looks up.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -163,8 +161,8 @@ func TestReadyz(t *testing.T) {
 }
 
 // Each credential is named by its config key: an expired claude-code
-// login with the reason routes give clients, a relay header's file by its
-// relay and header.
+// login with the reason routes give clients, a route's source by the name
+// the route gives it (a relay names its header's).
 func TestReadyzCredentialNames(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("CLAUDE_CONFIG_DIR", dir)
@@ -180,20 +178,19 @@ func TestReadyzCredentialNames(t *testing.T) {
 	if err := writeFile(key, canaryKey); err != nil {
 		t.Fatal(err)
 	}
-	mod, err := new(secrets.Loader).Live("relay.mod", secrets.Source("file:"+key), nil)
+	mod, err := new(secrets.Loader).Live("values", secrets.Source("file:"+key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(key)
 	e := newEnv(t, func(o *testOptions) {
 		o.Anthropic.Live, o.Anthropic.Auth = claude, "oauth"
-		u, _ := url.Parse("http://127.0.0.1:1/")
-		o.Relays = []Relay{{Rules: &policy.Relay{Name: "mod"}, Prefix: "/mod/", URL: u, Headers: []RelayHeader{{Name: "X-Mod-Token", Live: mod}}}}
+		o.Extra = []Route{valuesRoute{sources: []Source{{Name: "values.key", Live: mod}}}}
 	})
 	code, a, body := e.readyz()
 	if code != 503 || !slices.Equal(a.Failed, []string{"credential", "credential"}) ||
 		!strings.HasPrefix(a.Error, "cproxy: not ready: upstream.anthropic.credential: claude-code: Claude Code's login on the cproxy host expired (at ") ||
-		!strings.HasSuffix(a.Error, "; the credential source of relay.mod (header X-Mod-Token) (file) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)") {
+		!strings.HasSuffix(a.Error, "; the credential source of values.key (file) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)") {
 		t.Fatalf("%d %s", code, body)
 	}
 	if strings.Contains(body, dir) {

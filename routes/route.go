@@ -89,7 +89,9 @@ func (k Kind) Build(env Env) Route {
 }
 
 // NewForwarder is NewForwarder for env's upstream, its errors logged to
-// env.Log and its redirects kept on cproxy under prefix (Redirects).
+// env.Log and its redirects kept on cproxy under prefix (Redirects); name
+// is the route as a refused redirect's message names it ("model",
+// "relay mod").
 func (env Env) NewForwarder(name, prefix string, setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *Forwarder {
 	f := NewForwarder(env.Upstream, setCredential, checkResponse)
 	f.proxy.ErrorLog = slog.NewLogLogger(env.Log.Handler(), slog.LevelWarn)

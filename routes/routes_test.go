@@ -44,9 +44,9 @@ type envOpt func(*testOptions)
 type testOptions struct {
 	Options
 	Anthropic Upstream
-	Relays    []Relay
 	PublicURL string
-	// Extra are routes served after the kinds and relays: a test's own.
+	// Extra are routes served after the kinds: a test's own, such as a
+	// valuesRoute in a relay's place.
 	Extra []Route
 }
 
@@ -62,10 +62,6 @@ func (o *testOptions) build() Options {
 	for _, k := range kinds {
 		env.Upstream = ups[k.Upstream]
 		o.Routes = append(o.Routes, k.Build(env))
-	}
-	env.Upstream = Upstream{}
-	for _, rl := range o.Relays {
-		o.Routes = append(o.Routes, NewRelay(rl, env))
 	}
 	o.Routes = append(o.Routes, o.Extra...)
 	return o.Options
@@ -618,3 +614,21 @@ func TestWaitRequestsUntilAudited(t *testing.T) {
 		t.Fatalf("no audit line of the cut stream once WaitRequests returned:\n%s", e.logs.String())
 	}
 }
+
+// valuesRoute is a route of the core's tests with what the core reads of a
+// relay: the per-token values its requests use (Valued) and the sources of
+// its credentials (Sourced). It refuses every request.
+type valuesRoute struct {
+	values  []string
+	sources []Source
+}
+
+func (valuesRoute) Name() string   { return "values" }
+func (valuesRoute) Prefix() string { return "/values/" }
+func (valuesRoute) Close()         {}
+func (valuesRoute) Serve(c *Call) {
+	c.Fail(Refuse(ErrForbidden, "the values route serves nothing"))
+}
+func (valuesRoute) WriteError(w http.ResponseWriter, err error) int { return WriteJSONError(w, err) }
+func (v valuesRoute) ValueNames() []string                          { return v.values }
+func (v valuesRoute) Sources() []Source                             { return v.sources }

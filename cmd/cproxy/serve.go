@@ -29,6 +29,7 @@ import (
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
+	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -179,8 +180,8 @@ func loadCredentials(cfg *config.Config, loader *secrets.Loader, log *slog.Logge
 // loadRelays builds the config's relay routes, loading the credential
 // source of each header that has one; a source that cannot be read stops
 // serve at its config line. It returns those credentials too, for SIGHUP.
-func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]routes.Relay, []*secrets.Live, error) {
-	var relays []routes.Relay
+func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]relay.Relay, []*secrets.Live, error) {
+	var relays []relay.Relay
 	var creds []*secrets.Live
 	for _, name := range slices.Sorted(maps.Keys(cfg.Relays)) {
 		r := cfg.Relays[name]
@@ -188,10 +189,10 @@ func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([
 		if err != nil {
 			return nil, nil, fail("", "relay.%s.url: %v", name, err)
 		}
-		rl := routes.Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u}
+		rl := relay.Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u}
 		for _, h := range slices.Sorted(maps.Keys(r.Headers)) {
 			hd := r.Headers[h]
-			rh := routes.RelayHeader{Name: http.CanonicalHeaderKey(h), Prefix: hd.Prefix, Value: hd.Value}
+			rh := relay.Header{Name: http.CanonicalHeaderKey(h), Prefix: hd.Prefix, Value: hd.Value}
 			if hd.Credential != "" {
 				live, err := loader.Live("relay."+name, secrets.Source(hd.Credential), log)
 				if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/github"
 	"github.com/cproxy/cproxy/routes/npm"
+	"github.com/cproxy/cproxy/routes/relay"
 )
 
 // Table is a list of route kinds, in the order their prefixes are
@@ -37,7 +38,7 @@ func Prefixes() []string {
 // Routes builds every route of t with its upstream from upstreams (keyed
 // by the config's [upstream.NAME]; a kind whose upstream is absent or has
 // no URL is Unserved), then the relays, in order.
-func (t Table) Routes(upstreams map[string]routes.Upstream, relays []routes.Relay, publicURL string, log *slog.Logger, now func() time.Time) []routes.Route {
+func (t Table) Routes(upstreams map[string]routes.Upstream, relays []relay.Relay, publicURL string, log *slog.Logger, now func() time.Time) []routes.Route {
 	env := routes.Env{PublicURL: publicURL, Log: log, Now: now}
 	var rts []routes.Route
 	for _, k := range t {
@@ -46,7 +47,7 @@ func (t Table) Routes(upstreams map[string]routes.Upstream, relays []routes.Rela
 	}
 	env.Upstream = routes.Upstream{}
 	for _, rl := range relays {
-		rts = append(rts, routes.NewRelay(rl, env))
+		rts = append(rts, relay.New(rl, env))
 	}
 	return rts
 }

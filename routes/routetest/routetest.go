@@ -1,8 +1,9 @@
 // Package routetest starts a real routes.Server, with the routes a test
-// names, for the tests of a route's own package (routes/github, routes/npm):
-// a request goes through the proxy listener's authentication, policy,
-// audit and metrics as under cproxy serve, and the test ends by checking
-// that no log line holds a real credential or a sandbox token.
+// names, for the tests of a route's own package (routes/github,
+// routes/npm, routes/relay): a request goes through the proxy listener's
+// authentication, policy, audit and metrics as under cproxy serve, and the
+// test ends by checking that no log line holds a real credential or a
+// sandbox token.
 //
 // Only tests import it. The core's own tests (package routes) keep their
 // internal harness: they cannot import a package that imports routes.
@@ -25,6 +26,7 @@ import (
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -48,7 +50,7 @@ type Options struct {
 	// upstream is absent (or has no URL) is Unserved.
 	Upstreams map[string]routes.Upstream
 	// Relays are built after the kinds.
-	Relays []routes.Relay
+	Relays []relay.Relay
 	// PublicURL is the routes' Env.PublicURL; empty means each request's
 	// Host.
 	PublicURL string
@@ -122,7 +124,7 @@ func (o *Options) build() routes.Options {
 	}
 	env.Upstream = routes.Upstream{}
 	for _, rl := range o.Relays {
-		o.Routes = append(o.Routes, routes.NewRelay(rl, env))
+		o.Routes = append(o.Routes, relay.New(rl, env))
 	}
 	return o.Options
 }

@@ -1,4 +1,4 @@
-package routes
+package relay_test
 
 import (
 	"bufio"
@@ -8,11 +8,16 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/relay"
+	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -22,8 +27,9 @@ const (
 )
 
 // newRelayEnv serves relay.mod in front of an echo server: a hub credential
-// from the environment and a per-token mod token.
-func newRelayEnv(t *testing.T) (*env, *fakes.Echo) {
+// from the environment and a per-token mod token, both canaries no log line
+// or response may hold.
+func newRelayEnv(t *testing.T) (*routetest.Env, *fakes.Echo) {
 	t.Helper()
 	echo := fakes.NewEcho()
 	t.Cleanup(echo.Close)
@@ -63,49 +69,50 @@ X-Mod-Token = { value = "mod_token" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	rl := Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u, Headers: []RelayHeader{
+	rl := relay.Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u, Headers: []relay.Header{
 		{Name: "Authorization", Prefix: "Bearer ", Live: live},
 		{Name: "X-Mod-Token", Value: "mod_token"},
 	}}
-	e := newEnv(t, func(o *testOptions) {
+	e := routetest.New(t, func(o *routetest.Options) {
 		o.Policy = cfg.Rules
-		o.Relays = []Relay{rl}
-	})
-	t.Cleanup(func() {
-		for _, c := range []string{canaryHub, canaryMod} {
-			if strings.Contains(e.logs.String(), c) {
-				t.Errorf("a log line holds a relay credential")
-			}
-		}
+		o.Relays = []relay.Relay{rl}
+		o.Canaries = append(o.Canaries, canaryHub, canaryMod)
 	})
 	return e, echo
 }
 
-// mintWithValues mints a token with per-token values through the admin API.
-func (e *env) mintWithValues(sandbox, body string) (int, string) {
-	e.t.Helper()
-	resp, err := http.Post(e.admin.URL+"/tokens?sandbox="+sandbox, "application/json", strings.NewReader(body))
+// mintWithValues mints a token for sandbox with the per-token values
+// body gives, through the admin API.
+func mintWithValues(t *testing.T, e *routetest.Env, sandbox, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(e.Admin.URL+"/tokens?sandbox="+sandbox, "application/json", strings.NewReader(body))
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
 
-func TestRelayForwards(t *testing.T) {
-	e, echo := newRelayEnv(t)
-	status, body := e.mintWithValues("conv-1", `{"values": {"mod_token": "`+canaryMod+`"}}`)
-	var created TokenCreated
+// modToken mints a token for sandbox with the mod token.
+func modToken(t *testing.T, e *routetest.Env, sandbox string) string {
+	t.Helper()
+	status, body := mintWithValues(t, e, sandbox, `{"values": {"mod_token": "`+canaryMod+`"}}`)
+	var created routes.TokenCreated
 	json.Unmarshal([]byte(body), &created)
-	if status != 201 || strings.Join(created.Values, ",") != "mod_token" || strings.Contains(body, canaryMod) {
+	if status != http.StatusCreated || !slices.Equal(created.Values, []string{"mod_token"}) || strings.Contains(body, canaryMod) {
 		t.Fatalf("mint = %d %s", status, body)
 	}
-	tok := created.Value
+	return created.Value
+}
+
+func TestRelayForwards(t *testing.T) {
+	e, echo := newRelayEnv(t)
+	tok := modToken(t, e, "conv-1")
 	auth := map[string]string{"Authorization": "Bearer " + tok, "X-Mod-Token": "from-the-sandbox", "Cookie": "c=1", "Content-Type": "application/json"}
-	r := e.do("POST", "/mod/sessions/42/commands", auth, `{"cmd":"go"}`)
-	if r.status != 200 {
-		t.Fatalf("relay = %d %s", r.status, r.body)
+	r := e.Do("POST", "/mod/sessions/42/commands", auth, `{"cmd":"go"}`)
+	if r.Status != 200 {
+		t.Fatalf("relay = %d %s", r.Status, r.Body)
 	}
 	got := echo.Requests()[0]
 	if got.Method != "POST" || got.Path != "/hub/sessions/42/commands" || got.Body != `{"cmd":"go"}` {
@@ -114,7 +121,7 @@ func TestRelayForwards(t *testing.T) {
 	if got.Header.Get("Authorization") != "Bearer "+canaryHub || got.Header.Get("X-Mod-Token") != canaryMod || got.Header.Get("Cookie") != "" {
 		t.Errorf("upstream headers: %v", got.Header)
 	}
-	if strings.Contains(r.body, tok) {
+	if strings.Contains(r.Body, tok) {
 		t.Error("the upstream saw the sandbox token")
 	}
 	for _, h := range got.Header {
@@ -126,7 +133,7 @@ func TestRelayForwards(t *testing.T) {
 	}
 
 	// Streaming: each event arrives as it is sent.
-	req, _ := http.NewRequest("GET", e.proxy.URL+"/mod/stream", nil)
+	req, _ := http.NewRequest("GET", e.Proxy.URL+"/mod/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -150,12 +157,9 @@ func TestRelayForwards(t *testing.T) {
 
 func TestRelayRefusals(t *testing.T) {
 	e, echo := newRelayEnv(t)
-	_, body := e.mintWithValues("conv-1", `{"values": {"mod_token": "`+canaryMod+`"}}`)
-	var created TokenCreated
-	json.Unmarshal([]byte(body), &created)
-	auth := bearer(created.Value)
-	bare := bearer(e.token("conv-2")) // minted without the mod token
-	other := bearer(e.token("other-1"))
+	auth := routetest.Bearer(modToken(t, e, "conv-1"))
+	bare := routetest.Bearer(e.Token("conv-2")) // minted without the mod token
+	other := routetest.Bearer(e.Token("other-1"))
 	for _, c := range []struct {
 		method, path string
 		hdr          map[string]string
@@ -174,57 +178,51 @@ func TestRelayRefusals(t *testing.T) {
 		{"GET", "/mod/events?since=1", auth, 403, "relay mod forwards no query string"},
 		{"GET", "/mod/", auth, 403, "no path under /mod/"},
 	} {
-		r := e.do(c.method, c.path, c.hdr, "")
-		var got jsonError
-		json.Unmarshal([]byte(r.body), &got)
-		if r.status != c.status || !strings.Contains(got.Error, c.msg) {
-			t.Errorf("%s %s = %d %s, want %d %q", c.method, c.path, r.status, r.body, c.status, c.msg)
+		r := e.Do(c.method, c.path, c.hdr, "")
+		var got struct{ Error string }
+		json.Unmarshal([]byte(r.Body), &got)
+		if r.Status != c.status || !strings.Contains(got.Error, c.msg) {
+			t.Errorf("%s %s = %d %s, want %d %q", c.method, c.path, r.Status, r.Body, c.status, c.msg)
 		}
 	}
 	if n := len(echo.Requests()); n != 0 {
 		t.Errorf("refused requests reached the upstream: %d", n)
 	}
-	if !strings.Contains(e.logs.String(), `"route":"relay.mod"`) {
-		t.Errorf("no audit line names the relay:\n%s", e.logs.String())
+	if !strings.Contains(e.Logs.String(), `"route":"relay.mod"`) {
+		t.Errorf("no audit line names the relay:\n%s", e.Logs.String())
 	}
 }
 
-func TestTokenValuesRefused(t *testing.T) {
+// POST /tokens takes the per-token values the relays' headers name, and
+// no other.
+func TestRelayValueNames(t *testing.T) {
 	e, _ := newRelayEnv(t)
-	for _, c := range []struct {
-		ct, body string
-		status   int
-		msg      string
-	}{
-		{"application/json", `{"values": {"hub_token": "x"}}`, 400, `no relay uses a value named \"hub_token\" (the config's relays use: mod_token)`},
-		{"application/json", `{"values": {"mod_token": "a\r\nX-Evil: 1"}}`, 400, "holds a control character"},
-		{"application/json", `{"values": {"mod_token": ""}}`, 400, "must be 1 to 4096 bytes"},
-		{"application/json", `{"values": {"mod_token": 7}}`, 400, `the body is not {\"values\"`},
-		{"application/json", `{"values": {}, "extra": 1}`, 400, "no other keys"},
-		{"text/plain", `{"values": {"mod_token": "x"}}`, 415, "must be JSON"},
-	} {
-		resp, err := http.Post(e.admin.URL+"/tokens?sandbox=conv-1", c.ct, strings.NewReader(c.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.status || !strings.Contains(string(b), c.msg) {
-			t.Errorf("%s = %d %s, want %d %q", c.body, resp.StatusCode, b, c.status, c.msg)
-		}
+	modToken(t, e, "conv-1")
+	status, body := mintWithValues(t, e, "conv-2", `{"values": {"hub_token": "x"}}`)
+	if status != http.StatusBadRequest || !strings.Contains(body, `(the config's relays use: mod_token)`) {
+		t.Errorf("an unknown value = %d %s", status, body)
 	}
-	// Nothing was minted by a refused request, and the list never shows a value.
-	resp, _ := http.Get(e.admin.URL + "/tokens")
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if strings.Contains(string(b), "conv-1") {
-		t.Errorf("a refused mint left a token: %s", b)
+}
+
+// GET /readyz names a header's credential source that cannot be read by
+// its relay and header.
+func TestRelayReadyzNamesTheHeader(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "mod-key")
+	if err := os.WriteFile(key, []byte(canaryMod), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	e.mintWithValues("conv-9", `{"values": {"mod_token": "`+canaryMod+`"}}`)
-	resp, _ = http.Get(e.admin.URL + "/tokens")
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if strings.Contains(string(b), canaryMod) || !strings.Contains(string(b), "conv-9") {
-		t.Errorf("GET /tokens: %s", b)
+	mod, err := new(secrets.Loader).Live("relay.mod", secrets.Source("file:"+key), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(key)
+	u, _ := url.Parse("http://127.0.0.1:1/")
+	e := routetest.New(t, func(o *routetest.Options) {
+		o.Relays = []relay.Relay{{Rules: &policy.Relay{Name: "mod"}, Prefix: "/mod/", URL: u, Headers: []relay.Header{{Name: "X-Mod-Token", Live: mod}}}}
+		o.Canaries = append(o.Canaries, canaryMod)
+	})
+	r := e.DoAt(e.Admin.URL, "GET", "/readyz", nil, "")
+	if r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Body, "the credential source of relay.mod (header X-Mod-Token) (file) cannot be read") {
+		t.Fatalf("GET /readyz = %d %s", r.Status, r.Body)
 	}
 }

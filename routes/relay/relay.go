@@ -1,4 +1,13 @@
-package routes
+// Package relay is the relay route: a [relay.NAME] of the config forwards
+// the methods and paths it lists, under its prefix, to its upstream, with
+// the headers it sets (a credential of the operator's, or a per-token
+// value the sandbox's token was minted with). It uses only what package
+// routes gives every route.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy. Only client and helpers are kept compatible
+// (docs/architecture.md).
+package relay
 
 import (
 	"fmt"
@@ -10,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -28,48 +38,47 @@ type Relay struct {
 	HeaderTimeout time.Duration
 	URL           *url.URL
 	// Headers are set on every forwarded request, in this order.
-	Headers []RelayHeader
+	Headers []Header
 }
 
-// RelayHeader is one header a relay sets: Prefix then the value, from Live
+// Header is one header a relay sets: Prefix then the value, from Live
 // (a credential source) or, when Live is nil, the token's per-token Value.
-type RelayHeader struct {
+type Header struct {
 	Name   string // canonical
 	Prefix string
 	Live   *secrets.Live
 	Value  string
 }
 
-// relayRoute is a Relay with its forwarder.
-type relayRoute struct {
+// route is a Relay with its forwarder.
+type route struct {
 	Relay
-	fwd *Forwarder
+	fwd *routes.Forwarder
 }
 
-// NewRelay builds rl's route.
-func NewRelay(rl Relay, env Env) Route {
-	env.Upstream = Upstream{URL: rl.URL, HeaderTimeout: rl.HeaderTimeout}
+// New builds rl's route. Its upstream is rl's URL, whatever env's.
+func New(rl Relay, env routes.Env) routes.Route {
+	env.Upstream = routes.Upstream{URL: rl.URL, HeaderTimeout: rl.HeaderTimeout}
 	if env.Log == nil {
 		env.Log = slog.New(slog.DiscardHandler)
 	}
-	name := "relay." + rl.Rules.Name
 	// The relay's headers travel with each request's target: they may
-	// differ per token.
-	rr := &relayRoute{Relay: rl, fwd: env.NewForwarder(name, rl.Prefix, func(http.Header, secrets.Secret) {}, nil)}
-	rr.fwd.redirects.route = "relay " + rl.Rules.Name
-	return rr
+	// differ per token. A refused redirect names the "relay NAME" route.
+	return &route{Relay: rl, fwd: env.NewForwarder("relay "+rl.Rules.Name, rl.Prefix, func(http.Header, secrets.Secret) {}, nil)}
 }
 
-func (rr *relayRoute) Name() string   { return "relay." + rr.Rules.Name }
-func (rr *relayRoute) Prefix() string { return rr.Relay.Prefix }
-func (rr *relayRoute) Close()         { rr.fwd.Close() }
+func (rr *route) Name() string   { return "relay." + rr.Rules.Name }
+func (rr *route) Prefix() string { return rr.Relay.Prefix }
+func (rr *route) Close()         { rr.fwd.Close() }
 
 // WriteError renders a refusal as {"error": "cproxy: …"}, the shape the
 // npm route uses: a relay's upstream has no error format cproxy knows.
-func (rr *relayRoute) WriteError(w http.ResponseWriter, err error) int { return WriteJSONError(w, err) }
+func (rr *route) WriteError(w http.ResponseWriter, err error) int {
+	return routes.WriteJSONError(w, err)
+}
 
 // ValueNames are the per-token values the relay's headers take.
-func (rr *relayRoute) ValueNames() []string {
+func (rr *route) ValueNames() []string {
 	var names []string
 	for _, h := range rr.Headers {
 		if h.Value != "" {
@@ -80,11 +89,11 @@ func (rr *relayRoute) ValueNames() []string {
 }
 
 // Sources are the sources of the relay's header credentials.
-func (rr *relayRoute) Sources() []Source {
-	var srcs []Source
+func (rr *route) Sources() []routes.Source {
+	var srcs []routes.Source
 	for _, h := range rr.Headers {
 		if h.Live != nil {
-			srcs = append(srcs, Source{Name: fmt.Sprintf("relay.%s (header %s)", rr.Rules.Name, h.Name), Live: h.Live})
+			srcs = append(srcs, routes.Source{Name: fmt.Sprintf("relay.%s (header %s)", rr.Rules.Name, h.Name), Live: h.Live})
 		}
 	}
 	return srcs
@@ -93,7 +102,7 @@ func (rr *relayRoute) Sources() []Source {
 // Serve authenticates, decides (the profile's relays, the relay's
 // methods, paths and query), sets the relay's headers and forwards, both
 // ways streaming.
-func (rr *relayRoute) Serve(a *Call) {
+func (rr *route) Serve(a *routes.Call) {
 	r := a.Request()
 	cfg := rr.Rules
 	sandbox := a.Session().Sandbox
@@ -110,22 +119,22 @@ func (rr *relayRoute) Serve(a *Call) {
 	ans := a.Session().Profile.AskRelay(policy.RelayQuestion{Relay: cfg, Method: r.Method, Path: p.path})
 	a.SetRule(ans.Rule)
 	if step, refused := ans.Refusal(); refused {
-		err := Refuse(ErrForbidden, "relay %s does not forward %s", cfg.Name, Clip(p.path, 128))
+		err := routes.Refuse(routes.ErrForbidden, "relay %s does not forward %s", cfg.Name, routes.Clip(p.path, 128))
 		if step.Key == "methods" {
-			err = Refuse(ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
+			err = routes.Refuse(routes.ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
 		}
 		a.Fail(err)
 		return
 	}
-	t := Target{Path: "/" + p.path, RawPath: "/" + p.raw}
+	t := routes.Target{Path: "/" + p.path, RawPath: "/" + p.raw}
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
 		if !rr.Query {
-			a.Fail(Refuse(ErrForbidden, "relay %s forwards no query string", cfg.Name))
+			a.Fail(routes.Refuse(routes.ErrForbidden, "relay %s forwards no query string", cfg.Name))
 			return
 		}
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			a.Fail(Refuse(ErrBadRequest, "the query string is malformed"))
+			a.Fail(routes.Refuse(routes.ErrBadRequest, "the query string is malformed"))
 			return
 		}
 		t.Query = q.Encode()
@@ -145,26 +154,26 @@ func (rr *relayRoute) Serve(a *Call) {
 func decideRelay(prof *policy.Profile, sandbox string, cfg *policy.Relay) (string, error) {
 	ans := prof.AskRelay(policy.RelayQuestion{Relay: cfg})
 	if !ans.Allow {
-		return ans.Rule, Refuse(ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
+		return ans.Rule, routes.Refuse(routes.ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
 	}
 	return ans.Rule, nil
 }
 
 // headers are the relay's headers for one session's request.
-func (rr *relayRoute) headers(sess *Session) (http.Header, error) {
+func (rr *route) headers(sess *routes.Session) (http.Header, error) {
 	h := make(http.Header, len(rr.Headers))
 	for _, rh := range rr.Headers {
 		var v string
 		if rh.Live != nil {
 			sec, err := rh.Live.Current()
 			if err != nil {
-				return nil, Refuse(ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Rules.Name, rh.Name)
+				return nil, routes.Refuse(routes.ErrUnavailable, "relay %s's credential for %s is not available; the operator must fix it", rr.Rules.Name, rh.Name)
 			}
 			v = sec.Reveal()
 		} else {
 			val, ok := sess.Values[rh.Value]
 			if !ok {
-				return nil, Refuse(ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Rules.Name, rh.Value, rh.Value)
+				return nil, routes.Refuse(routes.ErrForbidden, `relay %s needs the per-token value %s, which this sandbox's token was minted without (POST /tokens with {"values": {"%s": "…"}})`, rr.Rules.Name, rh.Value, rh.Value)
 			}
 			v = val.Reveal()
 		}
@@ -189,7 +198,7 @@ type checkedPath struct {
 func relayPath(escaped, prefix string) (checkedPath, error) {
 	rest, ok := strings.CutPrefix(escaped, prefix)
 	if !ok || rest == "" {
-		return checkedPath{}, Refuse(ErrForbidden, "no path under %s", prefix)
+		return checkedPath{}, routes.Refuse(routes.ErrForbidden, "no path under %s", prefix)
 	}
 	segs := strings.Split(rest, "/")
 	dec := make([]string, len(segs))
@@ -197,10 +206,10 @@ func relayPath(escaped, prefix string) (checkedPath, error) {
 	for i, s := range segs {
 		d, err := url.PathUnescape(s)
 		if err != nil {
-			return checkedPath{}, Refuse(ErrBadRequest, "malformed percent-encoding in %q", Clip(escaped, 128))
+			return checkedPath{}, routes.Refuse(routes.ErrBadRequest, "malformed percent-encoding in %q", routes.Clip(escaped, 128))
 		}
 		if d == "" || d == "." || d == ".." || strings.ContainsAny(d, "/\\") || strings.IndexFunc(d, isControl) >= 0 || !utf8.ValidString(d) {
-			return checkedPath{}, Refuse(ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes, control characters or invalid UTF-8)", Clip(escaped, 128))
+			return checkedPath{}, routes.Refuse(routes.ErrForbidden, "%q is not a path cproxy forwards (no empty, '.' or '..' segments, encoded slashes, backslashes, control characters or invalid UTF-8)", routes.Clip(escaped, 128))
 		}
 		dec[i], enc[i] = d, url.PathEscape(d)
 	}
