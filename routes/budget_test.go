@@ -2,7 +2,6 @@ package routes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -85,9 +84,8 @@ func TestBudgetConcurrent(t *testing.T) {
 		t.Errorf("the upstream got %d requests, want 10", n)
 	}
 	r := e.do("POST", "/v1/messages", map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}, messageBody(50, false))
-	var body anthropicError
-	json.Unmarshal([]byte(r.body), &body)
-	if r.status != 429 || body.Error.Type != "rate_limit_error" || !strings.Contains(body.Error.Message, "requests: 10 of 10 used") ||
+	typ, msg := errorType(t, r)
+	if r.status != 429 || typ != "rate_limit_error" || !strings.Contains(msg, "requests: 10 of 10 used") ||
 		r.header.Get("X-Should-Retry") != "false" || r.header.Get("Retry-After") != "" {
 		t.Errorf("over budget = %d %v %s", r.status, r.header, r.body)
 	}

@@ -117,41 +117,6 @@ func Message(err error) string {
 	return "cproxy: internal error"
 }
 
-// anthropicError is the Anthropic API's error shape, fields in its order.
-type anthropicError struct {
-	Type  string             `json:"type"`
-	Error anthropicErrorBody `json:"error"`
-}
-
-type anthropicErrorBody struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-// writeAnthropicError renders err the way api.anthropic.com renders errors,
-// which Claude Code and the SDKs parse and show.
-func writeAnthropicError(w http.ResponseWriter, err error) int {
-	code, typ := Status(err)
-	body, _ := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: Message(err)}})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	// Claude Code and the SDKs retry 5xx answers up to ten times unless
-	// told not to. cproxy's refusals and time-outs do not get better by
-	// retrying; an upstream that could not be reached may, and so may a
-	// limit that says when (retry-after, as the API sends it).
-	switch {
-	case SetRetryAfter(h, err):
-		h.Set("X-Should-Retry", "true")
-	case code != http.StatusBadGateway:
-		h.Set("X-Should-Retry", "false")
-	}
-	w.WriteHeader(code)
-	w.Write(body)
-	return code
-}
-
 // SetRetryAfter sets Retry-After when err says when retrying can succeed
 // (a limit's rate or window, the memory for bodies), and reports whether
 // it did.

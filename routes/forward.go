@@ -114,34 +114,24 @@ var errHeaderTimeout = errors.New("no response headers in time")
 // response does not allocate (and the collector reclaim) a fresh 32 KiB.
 var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
 
-// eventCopyBuffers are the model route's: its answers are server-sent
-// events of a few hundred bytes each, or JSON messages of a few KB, each
-// written (and flushed) as it comes, so a larger buffer would only be held,
-// mostly unused, by every open stream. They are kept as arrays, so giving
-// one back allocates nothing (bufferPool's Put boxes a slice).
-var eventCopyBuffers = &eventBufferPool{}
-
-type eventBuffer = [8 << 10]byte
-
-type eventBufferPool struct{ pool sync.Pool }
-
-func (p *eventBufferPool) Get() []byte {
-	if b, ok := p.pool.Get().(*eventBuffer); ok {
-		return b[:]
-	}
-	return new(eventBuffer)[:]
-}
-
-func (p *eventBufferPool) Put(b []byte) {
-	if len(b) == len(eventBuffer{}) {
-		p.pool.Put((*eventBuffer)(b))
-	}
-}
-
 type bufferPool struct{ pool sync.Pool }
 
 func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
+
+// SetCopy sets how f copies an upstream's answers to the client: the pool
+// its copy buffers come from, and how often a copied answer is flushed
+// (ReverseProxy's FlushInterval: -1, the default, flushes each write; 0
+// flushes only an answer of unknown length or a stream). Call it before the
+// first Forward.
+func (f *Forwarder) SetCopy(pool httputil.BufferPool, flushInterval time.Duration) {
+	f.proxy.BufferPool, f.proxy.FlushInterval = pool, flushInterval
+}
+
+// PassRedirects has f pass the upstream's redirects to the client as sent,
+// for an upstream that sends none a client should follow elsewhere (the
+// model API). Call it before the first Forward.
+func (f *Forwarder) PassRedirects() { f.redirects = nil }
 
 // Forwarder sends validated requests to one upstream.
 type Forwarder struct {

@@ -50,16 +50,18 @@ type testOptions struct {
 	Extra []Route
 }
 
-// kinds are the registered routes (routes/builtin, which this package's
-// tests cannot import).
-var kinds = []Kind{ModelKind}
+// TestKinds are the routes the core's tests serve: the core is tested with
+// a real route in front of it, the model route. Package routes cannot
+// import a route package, so an external test file (kinds_test.go, package
+// routes_test) adds it here when the test binary starts.
+var TestKinds []Kind
 
 // build builds o's routes into o.Routes, and returns its Options.
 func (o *testOptions) build() Options {
 	ups := map[string]Upstream{"anthropic": o.Anthropic}
 	env := Env{PublicURL: o.PublicURL, Log: o.Logger, Now: o.Now}
 	o.Routes = nil
-	for _, k := range kinds {
+	for _, k := range TestKinds {
 		env.Upstream = ups[k.Upstream]
 		o.Routes = append(o.Routes, k.Build(env))
 	}
@@ -393,7 +395,7 @@ func TestCompressedBodyRefused(t *testing.T) {
 func TestBodyLimit(t *testing.T) {
 	e := newEnv(t)
 	h := bearer(e.token("conv-1"))
-	big := `{"model":"claude-sonnet-4-5","pad":"` + strings.Repeat("x", maxModelBody) + `"}`
+	big := `{"model":"claude-sonnet-4-5","pad":"` + strings.Repeat("x", 32<<20) + `"}`
 	r := e.do("POST", "/v1/messages", h, big)
 	if typ, _ := errorType(t, r); r.status != 413 || typ != "request_too_large" {
 		t.Fatalf("got %d %s", r.status, typ)

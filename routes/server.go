@@ -30,10 +30,8 @@ import (
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// Limits. A model request carries the whole conversation, so the body limit
-// is large; it matches the Anthropic API's own request size limit.
+// Limits.
 const (
-	maxModelBody = 32 << 20
 	// DefaultTokenTTL is how long a token lives when the harness names no ttl.
 	DefaultTokenTTL = 24 * time.Hour
 	// maxTokenTTL bounds ttl=: a token is meant to die with its sandbox.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/github"
+	"github.com/cproxy/cproxy/routes/model"
 	"github.com/cproxy/cproxy/routes/npm"
 	"github.com/cproxy/cproxy/routes/relay"
 )
@@ -21,7 +22,7 @@ type Table []routes.Kind
 // Kinds are the registered routes: adding a route is adding its line here
 // (a test adds one to a copy, as recipe_test.go does).
 var Kinds = Table{
-	routes.ModelKind,
+	model.Kind,
 	github.Kind,
 	npm.Kind,
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/model"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -70,7 +71,7 @@ func TestUnservedWithoutUpstream(t *testing.T) {
 // the canary credential, which never reaches the client.
 func TestAnthropic(t *testing.T) {
 	fake, up := Anthropic(t)
-	e := New(t, Serve(routes.ModelKind, up))
+	e := New(t, Serve(model.Kind, up))
 	h := Bearer(e.Token("conv-1"))
 	h["Anthropic-Version"] = "2023-06-01"
 	r := e.Do("POST", "/v1/messages", h, `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`)

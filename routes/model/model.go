@@ -1,22 +1,17 @@
-package routes
+package model
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
+	"github.com/cproxy/cproxy/routes"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cproxy/cproxy/policy"
-	"github.com/cproxy/cproxy/routes/audit"
-	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/routes/internal/memo"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -35,29 +30,33 @@ var modelEndpoints = map[string]struct {
 	"/v1/models":                {http.MethodGet, []string{"beta", "limit", "before_id", "after_id"}, false},
 }
 
+// maxBody bounds a model request's body: it carries the whole
+// conversation, so the bound is large; it matches the Anthropic API's own
+// request size limit.
+const maxBody = 32 << 20
+
 // oauthBeta is the beta flag the Anthropic API requires on requests
 // authenticated with a Claude OAuth (setup-token) credential.
 const oauthBeta = "oauth-2025-04-20"
 
-// ModelKind is the model route: the Anthropic API under /v1/.
-var ModelKind = Kind{Name: "model", Prefix: "/v1/", Upstream: "anthropic", New: newModelRoute}
+// Kind registers the model route: the Anthropic API under /v1/.
+var Kind = routes.Kind{Name: "model", Prefix: "/v1/", Upstream: "anthropic", New: newModelRoute}
 
 // modelRoute forwards the model API calls a sandbox may make to the
 // Anthropic API, each metered against its token's budget.
 type modelRoute struct {
-	fwd *Forwarder
-	up  Upstream
+	fwd *routes.Forwarder
+	up  routes.Upstream
 	// models remembers the policy's answers to AskModel: every request
 	// asks it, and each formats the rule that decided, which on the hot
 	// path cost more than the rest of the decision.
 	models memo.Memo[modelKey, policy.Answer]
 }
 
-func newModelRoute(env Env) Route {
+func newModelRoute(env routes.Env) routes.Route {
 	m := &modelRoute{up: env.Upstream}
 	m.fwd = env.NewForwarder("model", "/v1/", setAnthropicCredential(env.Upstream), meterResponse)
-	m.fwd.redirects = nil // the API does not redirect; its answers pass as sent
-	m.fwd.proxy.BufferPool = eventCopyBuffers
+	m.fwd.PassRedirects() // the API does not redirect; its answers pass as sent
 	// Streams still pass event by event: ReverseProxy flushes each write of
 	// a text/event-stream answer, and of any answer of unknown length,
 	// whatever FlushInterval says. What 0 changes is a JSON answer of known
@@ -67,7 +66,7 @@ func newModelRoute(env Env) Route {
 	// write: a goroutine, a flush and a write(2) less per request, about a
 	// tenth of cproxy's CPU for a non-streaming message (docs/benchmarks.md),
 	// for an answer the client can only use whole.
-	m.fwd.proxy.FlushInterval = 0
+	m.fwd.SetCopy(eventCopyBuffers, 0)
 	return m
 }
 
@@ -79,9 +78,9 @@ func (m *modelRoute) WriteError(w http.ResponseWriter, err error) int {
 }
 
 // Sources is the Anthropic credential's source, when it has one.
-func (m *modelRoute) Sources() []Source { return m.fwd.Sources("upstream.anthropic.credential") }
+func (m *modelRoute) Sources() []routes.Source { return m.fwd.Sources("upstream.anthropic.credential") }
 
-func (m *modelRoute) Serve(a *Call) {
+func (m *modelRoute) Serve(a *routes.Call) {
 	// Every model call counts against the rate and concurrency limits,
 	// from its authentication: its slot is taken before its body is read.
 	if err := a.Acquire(); err != nil {
@@ -108,83 +107,11 @@ func (m *modelRoute) Serve(a *Call) {
 	m.fwd.Forward(a, r, t)
 }
 
-// meter settles one model request. Once the upstream has the request, it
-// bills it whatever the client does next, so from then on the request is
-// charged: with the usage its answer reports, and, for a count the answer
-// does not report (a stream cut short or left by the client, an answer too
-// large to read, no answer at all), what the request reserved for it. A
-// request that never reached the upstream is charged nothing.
-type meter struct {
-	s       *Server
-	a       *Call
-	res     *budget.Reservation
-	want    tokens.Usage // what res holds: what an unreported count is charged
-	charged bool
-	// wrote is set when the transport has written the whole request (the
-	// trace's WroteRequest, from the transport's goroutine): the upstream
-	// has it.
-	wrote atomic.Bool
-	trace httptrace.ClientTrace
-	once  sync.Once
-}
-
-// clientTrace is the trace that tells m when the upstream has the request,
-// for the forwarded request's context.
-func (m *meter) clientTrace() *httptrace.ClientTrace {
-	m.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
-		if info.Err == nil {
-			m.wrote.Store(true)
-		}
-	}
-	return &m.trace
-}
-
-// answered settles a request the upstream answered, with the usage u it
-// reported; input and output say whether it reported those counts.
-func (m *meter) answered(u tokens.Usage, input, output bool) { m.end(u, true, input, output) }
-
-// unanswered settles a request that got no answer: charged what it
-// reserved if the upstream has it, else nothing. After answered, it does
-// nothing.
-func (m *meter) unanswered() { m.end(tokens.Usage{}, m.wrote.Load(), false, false) }
-
-// end settles the request once: forwarded says whether the upstream has
-// it, input and output whether u gives those counts.
-func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
-	m.once.Do(func() {
-		if !forwarded {
-			u = tokens.Usage{}
-		}
-		reported := u
-		notReported := m.charged && forwarded && (!input || !output)
-		if m.charged && forwarded {
-			u.Requests = 1
-			if !input {
-				u.Input, u.CacheRead, u.CacheWrite = m.want.Input, m.want.CacheRead, m.want.CacheWrite
-				reported.Input, reported.CacheRead, reported.CacheWrite = 0, 0, 0
-			}
-			if !output {
-				u.Output, reported.Output = m.want.Output, 0
-			}
-		}
-		if total, ok := m.res.Settle(u); ok {
-			m.s.metrics.SetBudgetRemaining(m.a.session.Sandbox, budget.Remaining(m.a.session.Budget, total))
-		}
-		m.a.usage = audit.Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
-		if m.a.session != nil && m.a.session.Profile != nil {
-			m.s.metrics.Usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
-			if notReported {
-				m.s.metrics.UsageNotReported(m.a.route, m.a.session.Profile.Name)
-			}
-		}
-	})
-}
-
 // meterResponse reads the usage of a model response as it streams to the
 // client, and settles the request's budget when it ends. An error answer
 // is charged the request alone: the upstream bills no tokens for it.
 func meterResponse(resp *http.Response) error {
-	a := CallOf(resp)
+	a := routes.CallOf(resp)
 	if !a.Charged() || resp.StatusCode < 200 || resp.StatusCode > 299 {
 		a.Settle(tokens.Usage{}, true, true)
 		return nil
@@ -196,39 +123,39 @@ func meterResponse(resp *http.Response) error {
 // check decides a model request and returns where it goes, and its
 // max_tokens. It reads (and replaces) the body of a POST to learn the
 // model.
-func (m *modelRoute) check(a *Call, r *http.Request) (Target, int64, error) {
+func (m *modelRoute) check(a *routes.Call, r *http.Request) (routes.Target, int64, error) {
 	// Paths are checked as sent: an encoded byte anywhere (%2F, %2e) means
 	// the client means something other than the plain path, so refuse it.
 	if r.URL.RawPath != "" {
-		return Target{}, 0, Refuse(ErrForbidden, "non-canonical path %q", r.URL.EscapedPath())
+		return routes.Target{}, 0, routes.Refuse(routes.ErrForbidden, "non-canonical path %q", r.URL.EscapedPath())
 	}
 	ep, ok := modelEndpoints[r.URL.Path]
 	if !ok || r.Method != ep.method {
-		return Target{}, 0, Refuse(ErrForbidden, "%s %s is not a model API call cproxy forwards (allowed: POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models); do not retry", r.Method, r.URL.Path)
+		return routes.Target{}, 0, routes.Refuse(routes.ErrForbidden, "%s %s is not a model API call cproxy forwards (allowed: POST /v1/messages, POST /v1/messages/count_tokens, GET /v1/models); do not retry", r.Method, r.URL.Path)
 	}
 	query, err := allowQuery(r.URL.RawQuery, ep.query)
 	if err != nil {
-		return Target{}, 0, err
+		return routes.Target{}, 0, err
 	}
 	if !m.up.Configured() {
-		return Target{}, 0, Refuse(ErrUnavailable, "no Anthropic credential is configured: %s", m.up.Missing)
+		return routes.Target{}, 0, routes.Refuse(routes.ErrUnavailable, "no Anthropic credential is configured: %s", m.up.Missing)
 	}
-	t := Target{Path: r.URL.Path, Query: query}
+	t := routes.Target{Path: r.URL.Path, Query: query}
 	if !ep.body {
 		if r.ContentLength > 0 {
-			return Target{}, 0, Refuse(ErrBadRequest, "%s %s takes no body", r.Method, r.URL.Path)
+			return routes.Target{}, 0, routes.Refuse(routes.ErrBadRequest, "%s %s takes no body", r.Method, r.URL.Path)
 		}
 		r.Body = http.NoBody
 		r.ContentLength = 0
-		return t, 0, a.Decide(AnyProfile) // the model list is every profile's
+		return t, 0, a.Decide(routes.AnyProfile) // the model list is every profile's
 	}
-	body, err := a.ReadBody(maxModelBody)
+	body, err := a.ReadBody(maxBody)
 	if err != nil {
-		return Target{}, 0, err
+		return routes.Target{}, 0, err
 	}
 	model, maxTokens, err := requestModel(body)
 	if err != nil {
-		return Target{}, 0, err
+		return routes.Target{}, 0, err
 	}
 	a.SetTarget(model)
 	sandbox := a.Session().Sandbox
@@ -239,7 +166,7 @@ func (m *modelRoute) check(a *Call, r *http.Request) (Target, int64, error) {
 func (m *modelRoute) decide(prof *policy.Profile, sandbox, model string) (string, error) {
 	d := m.ask(prof, model)
 	if !d.Allow {
-		return d.Rule, Refuse(ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
+		return d.Rule, routes.Refuse(routes.ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
 	}
 	return d.Rule, nil
 }
@@ -256,7 +183,7 @@ func allowQuery(raw string, allowed []string) (string, error) {
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return "", Refuse(ErrBadRequest, "malformed query string")
+		return "", routes.Refuse(routes.ErrBadRequest, "malformed query string")
 	}
 	for k, vs := range q {
 		ok := false
@@ -264,73 +191,13 @@ func allowQuery(raw string, allowed []string) (string, error) {
 			ok = ok || k == a
 		}
 		if !ok {
-			return "", Refuse(ErrForbidden, "query parameter %q is not allowed", Clip(k, 64))
+			return "", routes.Refuse(routes.ErrForbidden, "query parameter %q is not allowed", routes.Clip(k, 64))
 		}
 		if len(vs) != 1 {
-			return "", Refuse(ErrBadRequest, "query parameter %q given more than once", k)
+			return "", routes.Refuse(routes.ErrBadRequest, "query parameter %q given more than once", k)
 		}
 	}
 	return q.Encode(), nil
-}
-
-// readBody reads a request body of at most limit bytes, held in memory
-// under h (its declared length before its buffer is allocated, or as it
-// is read when it declares none). It refuses a body encoded other than in
-// one of encodings (lower case): cproxy checks the bytes it sends, and
-// only a route that decodes an encoding can check a body sent in it.
-func readBody(r *http.Request, limit int64, h *BodyHold, encodings ...string) ([]byte, error) {
-	raw := r.Header.Get("Content-Encoding")
-	if ce := strings.ToLower(strings.TrimSpace(raw)); ce != "" && ce != "identity" && !slices.Contains(encodings, ce) {
-		if len(encodings) > 0 {
-			return nil, Refuse(ErrBadRequest, "Content-Encoding %q is not accepted (%s or none)", Clip(raw, 32), strings.Join(encodings, ", "))
-		}
-		return nil, Refuse(ErrBadRequest, "Content-Encoding %q is not accepted: send the body uncompressed", Clip(raw, 32))
-	}
-	if r.ContentLength > limit {
-		return nil, Refuse(ErrTooLarge, "request body of %d bytes is over the %d MiB limit", r.ContentLength, limit>>20)
-	}
-	var b []byte
-	var err error
-	var lent *[]byte
-	if r.ContentLength > 0 {
-		if err := h.grow(r.Context(), r.ContentLength); err != nil {
-			return nil, err
-		}
-		// A buffer of the declared size (net/http holds the body to it),
-		// lent until the upstream has read it, instead of ReadAll's
-		// doublings: on the hot path their garbage cost more CPU than
-		// everything else cproxy does. ReadFull fills every byte of it.
-		b, lent = getBodyBuffer(int(r.ContentLength))
-		h.large = lent == nil
-		_, err = io.ReadFull(r.Body, b)
-	} else {
-		h.large = true
-		b, err = io.ReadAll(io.LimitReader(h.Reader(r.Context(), r.Body), limit+1))
-	}
-	if err != nil {
-		return nil, bodyReadError(r, err, "the request body")
-	}
-	if int64(len(b)) > limit {
-		return nil, Refuse(ErrTooLarge, "request body is over the %d MiB limit", limit>>20)
-	}
-	r.Body = &checkedBody{b: b, lent: lent, held: h}
-	r.ContentLength = int64(len(b))
-	r.Header.Del("Transfer-Encoding")
-	return b, nil
-}
-
-// bodyReadError is the answer to a failed read of r's body (what names
-// it): the request's own end when its client went away, a refusal as it is
-// (the memory for bodies is full, the body came too slowly), or a 400.
-func bodyReadError(r *http.Request, err error, what string) error {
-	var ref *refusal
-	switch {
-	case r.Context().Err() != nil:
-		return r.Context().Err()
-	case errors.As(err, &ref):
-		return err
-	}
-	return Refuse(ErrBadRequest, "reading %s failed", what)
 }
 
 // requestModel finds the top-level "model" (and "max_tokens", zero when
@@ -354,47 +221,47 @@ func requestModel(body []byte) (string, int64, error) {
 		switch string(key) {
 		case "model":
 			if seen {
-				return Refuse(ErrBadRequest, "the request body names \"model\" twice")
+				return routes.Refuse(routes.ErrBadRequest, "the request body names \"model\" twice")
 			}
 			seen = true
 			if val[0] != '"' {
-				return Refuse(ErrBadRequest, "\"model\" must be a string")
+				return routes.Refuse(routes.ErrBadRequest, "\"model\" must be a string")
 			}
 			if m, ok := plainString(val); ok {
 				model = m
 			} else if json.Unmarshal(val, &model) != nil {
-				return Refuse(ErrBadRequest, "\"model\" must be a string")
+				return routes.Refuse(routes.ErrBadRequest, "\"model\" must be a string")
 			}
 		case "max_tokens":
 			// What the budget reserves for the answer.
 			if seenMax {
-				return Refuse(ErrBadRequest, "the request body names \"max_tokens\" twice")
+				return routes.Refuse(routes.ErrBadRequest, "the request body names \"max_tokens\" twice")
 			}
 			seenMax = true
 			n, err := strconv.ParseInt(string(val), 10, 64)
 			if err != nil || n < 0 {
-				return Refuse(ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
+				return routes.Refuse(routes.ErrBadRequest, "\"max_tokens\" must be a non-negative integer")
 			}
 			maxTokens = n
 		default:
 			if name, ok := casingOf(key); ok {
-				return Refuse(ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", Clip(string(key), 64), name, name)
+				return routes.Refuse(routes.ErrBadRequest, "the request body has the key %q, another casing of %q: send %q once, in lower case", routes.Clip(string(key), 64), name, name)
 			}
 		}
 		return nil
 	})
 	switch {
 	case err == errNotObject:
-		return "", 0, Refuse(ErrBadRequest, "the request body is not a JSON object")
+		return "", 0, routes.Refuse(routes.ErrBadRequest, "the request body is not a JSON object")
 	case err == errJSONTrailing:
-		return "", 0, Refuse(ErrBadRequest, "the request body has data after its JSON object")
+		return "", 0, routes.Refuse(routes.ErrBadRequest, "the request body has data after its JSON object")
 	case err == errJSONSyntax:
 		return "", 0, errNotJSON
 	case err != nil:
 		return "", 0, err
 	}
 	if model == "" {
-		return "", 0, Refuse(ErrBadRequest, "the request body names no model")
+		return "", 0, routes.Refuse(routes.ErrBadRequest, "the request body names no model")
 	}
 	return model, maxTokens, nil
 }
@@ -416,11 +283,11 @@ func casingOf(key []byte) (string, bool) {
 
 // errNotJSON is requestModel's refusal of a body it cannot walk; made once,
 // since requestModel runs on every model request.
-var errNotJSON = Refuse(ErrBadRequest, "the request body is not valid JSON")
+var errNotJSON = routes.Refuse(routes.ErrBadRequest, "the request body is not valid JSON")
 
 // setAnthropicCredential returns the function that puts the real credential
 // on a forwarded request, per the upstream's auth mode.
-func setAnthropicCredential(up Upstream) func(http.Header, secrets.Secret) {
+func setAnthropicCredential(up routes.Upstream) func(http.Header, secrets.Secret) {
 	if up.Auth == "oauth" {
 		return func(h http.Header, cred secrets.Secret) {
 			h.Set("Authorization", "Bearer "+cred.Reveal())
@@ -491,4 +358,63 @@ func (m *modelRoute) ask(prof *policy.Profile, model string) policy.Answer {
 	dec := prof.AskModel(model)
 	m.models.Put(k, dec)
 	return dec
+}
+
+// anthropicError is the Anthropic API's error shape, fields in its order.
+type anthropicError struct {
+	Type  string             `json:"type"`
+	Error anthropicErrorBody `json:"error"`
+}
+
+type anthropicErrorBody struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// writeAnthropicError renders err the way api.anthropic.com renders errors,
+// which Claude Code and the SDKs parse and show.
+func writeAnthropicError(w http.ResponseWriter, err error) int {
+	code, typ := routes.Status(err)
+	body, _ := json.Marshal(anthropicError{Type: "error", Error: anthropicErrorBody{Type: typ, Message: routes.Message(err)}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	// Claude Code and the SDKs retry 5xx answers up to ten times unless
+	// told not to. cproxy's refusals and time-outs do not get better by
+	// retrying; an upstream that could not be reached may, and so may a
+	// limit that says when (retry-after, as the API sends it).
+	switch {
+	case routes.SetRetryAfter(h, err):
+		h.Set("X-Should-Retry", "true")
+	case code != http.StatusBadGateway:
+		h.Set("X-Should-Retry", "false")
+	}
+	w.WriteHeader(code)
+	w.Write(body)
+	return code
+}
+
+// eventCopyBuffers are the model route's: its answers are server-sent
+// events of a few hundred bytes each, or JSON messages of a few KB, each
+// written (and flushed) as it comes, so a larger buffer would only be held,
+// mostly unused, by every open stream. They are kept as arrays, so giving
+// one back allocates nothing (bufferPool's Put boxes a slice).
+var eventCopyBuffers = &eventBufferPool{}
+
+type eventBuffer = [8 << 10]byte
+
+type eventBufferPool struct{ pool sync.Pool }
+
+func (p *eventBufferPool) Get() []byte {
+	if b, ok := p.pool.Get().(*eventBuffer); ok {
+		return b[:]
+	}
+	return new(eventBuffer)[:]
+}
+
+func (p *eventBufferPool) Put(b []byte) {
+	if len(b) == len(eventBuffer{}) {
+		p.pool.Put((*eventBuffer)(b))
+	}
 }

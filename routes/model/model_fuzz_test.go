@@ -1,4 +1,4 @@
-package routes
+package model
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -72,19 +73,17 @@ func FuzzModelRoute(f *testing.F) {
 	}
 	f.Cleanup(func() { store.Close() })
 	u, _ := url.Parse(up.URL)
-	o := testOptions{
-		Options: Options{
-			Store:  store,
-			Policy: policy.DefaultPolicy(),
-			Logger: slog.New(slog.DiscardHandler),
-		},
-		Anthropic: Upstream{URL: u, Credential: secrets.New(canary), Auth: "api-key", HeaderTimeout: 10 * time.Second},
-	}
-	srv := New(o.build())
+	route := Kind.Build(routes.Env{Upstream: routes.Upstream{URL: u, Credential: secrets.New(canary), Auth: "api-key", HeaderTimeout: 10 * time.Second}})
+	srv := routes.New(routes.Options{
+		Store:  store,
+		Policy: policy.DefaultPolicy(),
+		Logger: slog.New(slog.DiscardHandler),
+		Routes: []routes.Route{route},
+	})
 	f.Cleanup(srv.Close)
 	admin := httptest.NewRecorder()
 	srv.AdminHandler().ServeHTTP(admin, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))
-	var created TokenCreated
+	var created routes.TokenCreated
 	if err := json.Unmarshal(admin.Body.Bytes(), &created); err != nil || created.Value == "" {
 		f.Fatalf("minting a token: %d %q", admin.Code, admin.Body)
 	}
@@ -132,7 +131,7 @@ func FuzzModelRoute(f *testing.F) {
 			if (method == http.MethodGet || method == http.MethodHead) && target == "/" {
 				// The bare request Claude Code sends at start: a 200 that
 				// says nothing of the configuration, answered by cproxy.
-				if body := w.Body.String(); w.Code != http.StatusOK || (body != rootAnswer && body != "") {
+				if body := w.Body.String(); w.Code != http.StatusOK || (body != "cproxy\n" && body != "") {
 					t.Fatalf("%s /: %d %q, want 200 and cproxy's own answer", method, w.Code, body)
 				}
 				return

@@ -1,4 +1,4 @@
-package routes
+package model
 
 import (
 	"encoding/json"

@@ -1,0 +1,83 @@
+package routes
+
+import (
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cproxy/cproxy/routes/audit"
+	"github.com/cproxy/cproxy/routes/budget"
+	"github.com/cproxy/cproxy/tokens"
+)
+
+// meter settles one model request. Once the upstream has the request, it
+// bills it whatever the client does next, so from then on the request is
+// charged: with the usage its answer reports, and, for a count the answer
+// does not report (a stream cut short or left by the client, an answer too
+// large to read, no answer at all), what the request reserved for it. A
+// request that never reached the upstream is charged nothing.
+type meter struct {
+	s       *Server
+	a       *Call
+	res     *budget.Reservation
+	want    tokens.Usage // what res holds: what an unreported count is charged
+	charged bool
+	// wrote is set when the transport has written the whole request (the
+	// trace's WroteRequest, from the transport's goroutine): the upstream
+	// has it.
+	wrote atomic.Bool
+	trace httptrace.ClientTrace
+	once  sync.Once
+}
+
+// clientTrace is the trace that tells m when the upstream has the request,
+// for the forwarded request's context.
+func (m *meter) clientTrace() *httptrace.ClientTrace {
+	m.trace.WroteRequest = func(info httptrace.WroteRequestInfo) {
+		if info.Err == nil {
+			m.wrote.Store(true)
+		}
+	}
+	return &m.trace
+}
+
+// answered settles a request the upstream answered, with the usage u it
+// reported; input and output say whether it reported those counts.
+func (m *meter) answered(u tokens.Usage, input, output bool) { m.end(u, true, input, output) }
+
+// unanswered settles a request that got no answer: charged what it
+// reserved if the upstream has it, else nothing. After answered, it does
+// nothing.
+func (m *meter) unanswered() { m.end(tokens.Usage{}, m.wrote.Load(), false, false) }
+
+// end settles the request once: forwarded says whether the upstream has
+// it, input and output whether u gives those counts.
+func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
+	m.once.Do(func() {
+		if !forwarded {
+			u = tokens.Usage{}
+		}
+		reported := u
+		notReported := m.charged && forwarded && (!input || !output)
+		if m.charged && forwarded {
+			u.Requests = 1
+			if !input {
+				u.Input, u.CacheRead, u.CacheWrite = m.want.Input, m.want.CacheRead, m.want.CacheWrite
+				reported.Input, reported.CacheRead, reported.CacheWrite = 0, 0, 0
+			}
+			if !output {
+				u.Output, reported.Output = m.want.Output, 0
+			}
+		}
+		if total, ok := m.res.Settle(u); ok {
+			m.s.metrics.SetBudgetRemaining(m.a.session.Sandbox, budget.Remaining(m.a.session.Budget, total))
+		}
+		m.a.usage = audit.Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, NotReported: notReported}
+		if m.a.session != nil && m.a.session.Profile != nil {
+			m.s.metrics.Usage(m.a.session.Profile.Name, reported.Input, reported.Output, reported.CacheRead, reported.CacheWrite)
+			if notReported {
+				m.s.metrics.UsageNotReported(m.a.route, m.a.session.Profile.Name)
+			}
+		}
+	})
+}
