@@ -1,13 +1,9 @@
 package routes
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/cproxy/cproxy/secrets"
 )
@@ -45,30 +41,4 @@ func TestLiveCredential(t *testing.T) {
 		t.Fatal("the upstream did not get the reloaded credential")
 	}
 
-}
-
-// TestExpiredClaudeCodeToken: an expired claude-code token is not sent; the
-// client gets 503 in Anthropic's shape, with the reason and no retry.
-func TestExpiredClaudeCodeToken(t *testing.T) {
-	if runtime.GOOS == "darwin" {
-		t.Skip("claude-code reads the macOS Keychain first; not tested there")
-	}
-	dir := t.TempDir()
-	t.Setenv("CLAUDE_CONFIG_DIR", dir)
-	body := fmt.Sprintf(`{"claudeAiOauth":{"accessToken":%q,"expiresAt":%d}}`, canaryOAuth, time.Now().Add(-time.Minute).UnixMilli())
-	os.WriteFile(filepath.Join(dir, ".credentials.json"), []byte(body), 0o600)
-	live, err := new(secrets.Loader).Live("anthropic", "claude-code", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnv(t, func(o *testOptions) { o.Anthropic = Upstream{URL: o.Anthropic.URL, Live: live, Auth: "oauth"} })
-	r := e.do("POST", "/v1/messages", bearer(e.token("conv-1")), hello)
-	typ, msg := errorType(t, r)
-	if r.status != 503 || typ != "api_error" || r.header.Get("X-Should-Retry") != "false" ||
-		!strings.HasPrefix(msg, "cproxy: claude-code: Claude Code's login on the cproxy host expired") || strings.Contains(msg, dir) {
-		t.Fatalf("got %d %s %s", r.status, typ, msg)
-	}
-	if n := len(e.fake.Requests()); n != 0 {
-		t.Fatalf("the expired token was sent: %d requests upstream", n)
-	}
 }
