@@ -95,44 +95,6 @@ func TestBudgetConcurrent(t *testing.T) {
 	}
 }
 
-// Output is reserved from max_tokens and settled from the usage the
-// upstream reports, streamed or not; a day window resets at midnight UTC,
-// which retry-after says.
-func TestBudgetOutputTokens(t *testing.T) {
-	now := time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC)
-	e := newBudgetEnv(t, func() time.Time { return now })
-	tok := e.token("tight-1")
-	auth := map[string]string{"Authorization": "Bearer " + tok, "Anthropic-Version": "2023-06-01"}
-	r := e.do("POST", "/v1/messages", auth, messageBody(200, false))
-	if r.status != 429 || !strings.Contains(r.body, "output_tokens: 0 of 100 used or held by requests in flight, and this request may use 200 (its max_tokens; a lower max_tokens may fit)") ||
-		r.header.Get("Retry-After") != "3600" || r.header.Get("X-Should-Retry") != "true" {
-		t.Fatalf("max_tokens over the budget = %d %v %s", r.status, r.header, r.body)
-	}
-	if len(e.fake.Requests()) != 0 {
-		t.Fatal("a refused request reached the upstream")
-	}
-	for _, stream := range []bool{false, true} {
-		if r := e.do("POST", "/v1/messages", auth, messageBody(50, stream)); r.status != 200 {
-			t.Fatalf("stream=%v: %d %s", stream, r.status, r.body)
-		}
-	}
-	// The fake answers six words, one token each: 12 of 100 spent.
-	u, ok := e.srv.budgets.Usage(context.Background(), tokenID(t, e, tok), e.srv.policy().Profiles["tight"].Budget)
-	if !ok || u != (tokens.Usage{Requests: 2, Output: 12, Input: u.Input}) || u.Input == 0 {
-		t.Errorf("usage %+v", u)
-	}
-	if r := e.do("POST", "/v1/messages", auth, messageBody(88, false)); r.status != 200 {
-		t.Errorf("88 of the 88 left = %d %s", r.status, r.body)
-	}
-	if r := e.do("POST", "/v1/messages", auth, messageBody(90, false)); r.status != 429 {
-		t.Errorf("90 more = %d", r.status)
-	}
-	now = now.Add(2 * time.Hour) // the next UTC day
-	if r := e.do("POST", "/v1/messages", auth, messageBody(100, false)); r.status != 200 {
-		t.Errorf("a new day = %d %s", r.status, r.body)
-	}
-}
-
 // atOnce sends n model requests with tok at once, the i-th to the base URL
 // and with the body req(i) gives, reads each answer whole, and counts the
 // statuses.

@@ -34,7 +34,7 @@ var mayImport = map[string][]string{
 	"routes/budget":        {"policy", "tokens", "routes/metrics"},
 	"routes/internal/memo": {},
 	"routes/builtin":       {"routes", "routes/..."},
-	"routes/routetest":     {"routes", "routes/relay", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
+	"routes/routetest":     {"routes", "routes/relay", "client", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
 	"routes/internal/...":  routePackage,
 
 	"cmd/...":            {"..."},

@@ -1,5 +1,5 @@
 // Package routetest starts a real routes.Server, with the routes a test
-// names, for the tests of a route's own package (routes/github,
+// names, for the tests of a route's own package (routes/model, routes/github,
 // routes/npm, routes/relay): a request goes through the proxy listener's
 // authentication, policy, audit and metrics as under cproxy serve, and the
 // test ends by checking that no log line holds a real credential or a
@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
@@ -187,15 +188,57 @@ func (e *Env) Token(sandbox string, query ...string) string {
 // Revoke revokes sandbox's tokens through the admin API.
 func (e *Env) Revoke(sandbox string) {
 	e.t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, e.Admin.URL+"/tokens?sandbox="+url.QueryEscape(sandbox), nil)
+	if status, body := e.admin(http.MethodDelete, "/tokens?sandbox="+url.QueryEscape(sandbox)); status != http.StatusNoContent {
+		e.t.Fatalf("DELETE /tokens?sandbox=%s: %d %s", sandbox, status, body)
+	}
+}
+
+// Usage is what sandbox's token has spent in its budget's window, as the
+// admin API lists it (GET /tokens); the test fails unless sandbox has one
+// token and it has a budget.
+func (e *Env) Usage(sandbox string) tokens.Usage {
+	e.t.Helper()
+	var page client.TokenPage
+	if status, body := e.admin(http.MethodGet, "/tokens?sandbox="+url.QueryEscape(sandbox)); status != http.StatusOK {
+		e.t.Fatalf("GET /tokens?sandbox=%s: %d %s", sandbox, status, body)
+	} else if err := json.Unmarshal([]byte(body), &page); err != nil {
+		e.t.Fatal(err)
+	}
+	if len(page.Tokens) != 1 || page.Tokens[0].Usage == nil {
+		e.t.Fatalf("sandbox %s has no one token with a budget: %+v", sandbox, page.Tokens)
+	}
+	u := page.Tokens[0].Usage
+	return tokens.Usage{Requests: u.Requests, Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens}
+}
+
+// Metrics is the admin API's GET /metrics, in Prometheus's text format.
+func (e *Env) Metrics() string {
+	e.t.Helper()
+	status, body := e.admin(http.MethodGet, "/metrics")
+	if status != http.StatusOK {
+		e.t.Fatalf("GET /metrics: %d %s", status, body)
+	}
+	return body
+}
+
+// admin sends a request with no body to the admin API, and returns its
+// answer's status and body.
+func (e *Env) admin(method, path string) (int, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.Admin.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		e.t.Fatalf("DELETE /tokens?sandbox=%s: %s", sandbox, resp.Status)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	return resp.StatusCode, string(b)
 }
 
 // Reply is a response, read whole.
