@@ -12,6 +12,6 @@
 // `cproxy policy check`, for either kind of file.
 //
 // It is part of cproxy's implementation, not an API for other programs: it
-// changes with cproxy. Only client and helpers are kept compatible
+// changes with cproxy. Only client and helpers/sandboxenv are kept compatible
 // (docs/architecture.md).
 package config

@@ -3,7 +3,7 @@
 // REDACTED everywhere except in the one call that writes the upstream header.
 //
 // It is part of cproxy's implementation, not an API for other programs: it
-// changes with cproxy. Only client and helpers are kept compatible
+// changes with cproxy. Only client and helpers/sandboxenv are kept compatible
 // (docs/architecture.md).
 package secrets
 

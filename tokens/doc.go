@@ -6,6 +6,6 @@
 // token, so a copy of the store file does not let anyone authenticate.
 //
 // It is part of cproxy's implementation, not an API for other programs: it
-// changes with cproxy. Only client and helpers are kept compatible
+// changes with cproxy. Only client and helpers/sandboxenv are kept compatible
 // (docs/architecture.md).
 package tokens

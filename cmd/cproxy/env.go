@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/config"
-	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/helpers/sandboxenv"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -26,10 +26,10 @@ func sandboxEnvFlags() []cli.Flag {
 		valuesFlag(),
 		budgetFlag(),
 		&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
-		&cli.StringFlag{Name: "claude-auth", Value: helpers.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
+		&cli.StringFlag{Name: "claude-auth", Value: sandboxenv.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
 		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
 		&cli.BoolFlag{Name: "git", Value: true, Usage: "send GitHub remotes through cproxy with GIT_CONFIG_* settings (--git=false leaves git alone)"},
-		&cli.StringFlag{Name: "git-auth", Value: helpers.GitAuthHelper, Usage: "how git gets the token: helper (git-credential-cproxy, which must be on the sandbox's PATH) or header (an Authorization header in git's settings)"},
+		&cli.StringFlag{Name: "git-auth", Value: sandboxenv.GitAuthHelper, Usage: "how git gets the token: helper (git-credential-cproxy, which must be on the sandbox's PATH) or header (an Authorization header in git's settings)"},
 		&cli.BoolFlag{Name: "npm", Value: true, Usage: "send npm to cproxy's npm route with npm_config_* variables (--npm=false leaves npm alone)"},
 		&cli.StringFlag{Name: "npmrc", Usage: "set NPM_CONFIG_USERCONFIG to `PATH` (inside the sandbox), a file `cproxy npmrc` printed: how npm gets the token with --format sh, as a shell cannot export npm's token variable"},
 		adminFlag(),
@@ -111,7 +111,7 @@ Examples:
 
 // sandboxEnv mints a token (or takes --token) and builds the environment
 // and the git settings (none with --git=false).
-func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
+func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 	sandbox, token := c.String("sandbox"), c.String("token")
 	switch {
 	case sandbox == "" && token == "":
@@ -131,17 +131,17 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var sub helpers.ClaudeSubscription
-	if path := c.String("config"); path != "" && c.String("claude-auth") == helpers.ClaudeAuthOAuth {
+	var sub sandboxenv.ClaudeSubscription
+	if path := c.String("config"); path != "" && c.String("claude-auth") == sandboxenv.ClaudeAuthOAuth {
 		cfg, err := loadConfig(path)
 		if err != nil {
 			return nil, nil, err
 		}
 		cl := cfg.Claude
-		sub = helpers.ClaudeSubscription{Type: cl.SubscriptionType, RateLimitTier: cl.RateLimitTier, Scopes: cl.OAuthScopes, AssumeFirstParty: cl.AssumeFirstParty}
+		sub = sandboxenv.ClaudeSubscription{Type: cl.SubscriptionType, RateLimitTier: cl.RateLimitTier, Scopes: cl.OAuthScopes, AssumeFirstParty: cl.AssumeFirstParty}
 	}
-	if auth := c.String("claude-auth"); auth != helpers.ClaudeAuthToken && auth != helpers.ClaudeAuthOAuth {
-		return nil, nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", helpers.ClaudeAuthToken, helpers.ClaudeAuthOAuth),
+	if auth := c.String("claude-auth"); auth != sandboxenv.ClaudeAuthToken && auth != sandboxenv.ClaudeAuthOAuth {
+		return nil, nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", sandboxenv.ClaudeAuthToken, sandboxenv.ClaudeAuthOAuth),
 			"unknown --claude-auth %q", auth)
 	}
 	if err := checkGitFlags(c); err != nil {
@@ -168,7 +168,7 @@ func sandboxEnv(c *cli.Context) (helpers.Env, helpers.GitConfigs, error) {
 		}
 		token = created.Reveal()
 	}
-	env, git, err := helpers.SandboxEnv(helpers.EnvOptions{
+	env, git, err := sandboxenv.Build(sandboxenv.Options{
 		ProxyURL:        proxyURL,
 		Token:           token,
 		ClaudeAuth:      c.String("claude-auth"),
@@ -245,7 +245,7 @@ Examples:
 			if err != nil {
 				return err
 			}
-			s, err := helpers.NPMRC(proxyURL)
+			s, err := sandboxenv.NPMRC(proxyURL)
 			if err != nil {
 				return fail("", "%v", err)
 			}
@@ -263,8 +263,8 @@ func checkGitFlags(c *cli.Context) error {
 		}
 		return nil
 	}
-	if auth := c.String("git-auth"); auth != helpers.GitAuthHelper && auth != helpers.GitAuthHeader {
-		return fail(fmt.Sprintf("use --git-auth %s (git-credential-cproxy) or %s (an Authorization header in git's settings)", helpers.GitAuthHelper, helpers.GitAuthHeader),
+	if auth := c.String("git-auth"); auth != sandboxenv.GitAuthHelper && auth != sandboxenv.GitAuthHeader {
+		return fail(fmt.Sprintf("use --git-auth %s (git-credential-cproxy) or %s (an Authorization header in git's settings)", sandboxenv.GitAuthHelper, sandboxenv.GitAuthHeader),
 			"unknown --git-auth %q", auth)
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/helpers/sandboxenv"
 )
 
 func execCommand() *cli.Command {
@@ -27,7 +27,7 @@ Examples:
    cproxy exec --sandbox conv-42 --proxy-url http://127.0.0.1:8080 -- claude -p 'fix the failing test'
    cproxy exec --sandbox conv-42 --config /etc/cproxy/cproxy.toml --ttl 2h -- cproxy verify`,
 		Flags: append(sandboxEnvFlags(),
-			&cli.StringSliceFlag{Name: "pass", Usage: "also pass `NAME` from cproxy's environment to the command (repeatable); a pattern such as 'MY_*' passes the names it matches that do not look like credentials. Always passed: " + helpers.ExecBase()},
+			&cli.StringSliceFlag{Name: "pass", Usage: "also pass `NAME` from cproxy's environment to the command (repeatable); a pattern such as 'MY_*' passes the names it matches that do not look like credentials. Always passed: " + sandboxenv.ExecBase()},
 		),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
@@ -40,19 +40,19 @@ Examples:
 				return lookPathError(args[0], err)
 			}
 			pass := c.StringSlice("pass")
-			if err := helpers.CheckPass(pass); err != nil {
+			if err := sandboxenv.CheckPass(pass); err != nil {
 				return fail("pass a variable name, or a pattern such as 'MY_*'", "%v", err)
 			}
 			// The command starts from an environment built from a few
 			// of cproxy's own variables, not from all of them minus
 			// the ones known to be credentials, a list that can never
 			// be complete.
-			inherited := helpers.Env(nil).ExecEnviron(os.Environ(), pass)
+			inherited := sandboxenv.Env(nil).ExecEnviron(os.Environ(), pass)
 			// git's settings go after the ones the command gets
 			// (--pass 'GIT_CONFIG_*'). A count git would refuse is
 			// refused here, before a token is minted.
 			count, set := lookupEnviron(inherited, "GIT_CONFIG_COUNT")
-			base, err := helpers.ParseGitConfigCount(count, set)
+			base, err := sandboxenv.ParseGitConfigCount(count, set)
 			if err != nil && c.Bool("git") {
 				return fail("git refuses it too: fix or unset GIT_CONFIG_COUNT, or pass --git=false", "%v", err)
 			}

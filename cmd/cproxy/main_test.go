@@ -30,7 +30,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/helpers/gitcred"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -69,7 +69,7 @@ func TestMain(m *testing.M) {
 			os.Exit(run(os.Args, os.Stdout, os.Stderr))
 		},
 		"git-credential-cproxy": func() {
-			os.Exit(helpers.GitCredentialMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+			os.Exit(gitcred.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 		},
 	})
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/helpers/sandboxenv"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -167,7 +167,7 @@ func (v *verifier) readEnv() {
 		v.problems = append(v.problems, failed("environment", "no sandbox token in CPROXY_TOKEN, ANTHROPIC_AUTH_TOKEN or CLAUDE_CODE_OAUTH_TOKEN: run verify with the environment cproxy env prints"))
 	}
 	var foreign []string
-	for _, name := range helpers.CredentialVars {
+	for _, name := range sandboxenv.CredentialVars {
 		val, ok := os.LookupEnv(name)
 		if !ok || val == "" {
 			continue
@@ -341,7 +341,7 @@ func (v *verifier) checkNPM(ctx context.Context) check {
 	if err != nil {
 		return failed(name, "npm config get registry failed: %v", err)
 	}
-	want := helpers.NPMRegistry(v.proxyURL)
+	want := sandboxenv.NPMRegistry(v.proxyURL)
 	if v.proxyURL == "" || strings.TrimSuffix(out, "/") != strings.TrimSuffix(want, "/") {
 		return failed(name, "npm's registry is %s, not cproxy's %s", out, want)
 	}

@@ -10,9 +10,9 @@ package main
 import (
 	"os"
 
-	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/helpers/gitcred"
 )
 
 func main() {
-	os.Exit(helpers.GitCredentialMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(gitcred.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

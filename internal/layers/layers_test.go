@@ -20,7 +20,8 @@ const module = "github.com/cproxy/cproxy"
 var mayImport = map[string][]string{
 	"policy":               {},
 	"tokens":               {},
-	"helpers":              {},
+	"helpers/gitcred":      {},
+	"helpers/sandboxenv":   {},
 	"client":               {},
 	"secrets":              {"internal/watch", "secrets/internal/..."},
 	"secrets/internal/...": {},
@@ -40,7 +41,7 @@ var mayImport = map[string][]string{
 	"cmd/...":            {"..."},
 	"internal/bench/...": {"..."},
 	"deploy/...":         {"..."},
-	"docs/...":           {"client", "helpers"},
+	"docs/...":           {"client", "helpers/sandboxenv"},
 
 	"internal/fakes":    {},
 	"internal/testutil": {},

@@ -6,7 +6,7 @@
 // once (ConnLimit, runtime.max_connections).
 //
 // It is part of cproxy's implementation, not an API for other programs: it
-// changes with cproxy. Only client and helpers are kept compatible
+// changes with cproxy. Only client and helpers/sandboxenv are kept compatible
 // (docs/architecture.md).
 package budget
 

@@ -4,7 +4,7 @@
 // configured routes' names and each request's labels.
 //
 // It is part of cproxy's implementation, not an API for other programs: it
-// changes with cproxy. Only client and helpers are kept compatible
+// changes with cproxy. Only client and helpers/sandboxenv are kept compatible
 // (docs/architecture.md).
 package metrics
 

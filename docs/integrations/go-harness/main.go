@@ -6,7 +6,7 @@
 //	    -sandbox conv-42 -- claude -p 'fix the failing test'
 //
 // It mints the token with the client package (POST /tokens), builds the
-// environment `cproxy env --format json` prints with the helpers package,
+// environment `cproxy env --format json` prints with the sandboxenv package,
 // runs the command with it, passes SIGINT and SIGTERM on, revokes the
 // sandbox (DELETE /tokens), and exits with the command's status. The
 // command never inherits a real credential from the harness's own
@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/client"
-	"github.com/cproxy/cproxy/helpers"
+	"github.com/cproxy/cproxy/helpers/sandboxenv"
 )
 
 func main() {
@@ -67,7 +67,7 @@ func run(args []string, stderr io.Writer) int {
 		return 127
 	}
 	count, set := os.LookupEnv("GIT_CONFIG_COUNT")
-	gitBase, err := helpers.ParseGitConfigCount(count, set)
+	gitBase, err := sandboxenv.ParseGitConfigCount(count, set)
 	if err != nil {
 		fmt.Fprintf(stderr, "go-harness: %v\n", err)
 		return 1
@@ -98,7 +98,7 @@ func run(args []string, stderr io.Writer) int {
 
 	// What `cproxy env --format json` prints: Claude Code's variables,
 	// CPROXY_URL and CPROXY_TOKEN, npm's and git's settings.
-	env, git, err := helpers.SandboxEnv(helpers.EnvOptions{ProxyURL: *proxyURL, Token: tok.Reveal(), ClaudeConfigDir: *configDir})
+	env, git, err := sandboxenv.Build(sandboxenv.Options{ProxyURL: *proxyURL, Token: tok.Reveal(), ClaudeConfigDir: *configDir})
 	if err != nil {
 		fmt.Fprintf(stderr, "go-harness: %v\n", err)
 		return 1

@@ -1,7 +1,4 @@
-// Package helpers is what runs on the sandbox side of cproxy: the per-exec
-// environment a sandbox command needs (so nothing is written to the sandbox's
-// disk) and the git credential helper protocol.
-package helpers
+package sandboxenv
 
 import (
 	"bytes"
@@ -39,11 +36,11 @@ const (
 	GitAuthHeader = "header"
 )
 
-// EnvOptions are the inputs of SandboxEnv. The zero ClaudeAuth means
+// Options are the inputs of Build. The zero ClaudeAuth means
 // ClaudeAuthToken; an empty ClaudeConfigDir leaves CLAUDE_CONFIG_DIR unset;
 // the zero GitAuth means GitAuthHelper; NoGit false means git settings are
 // included.
-type EnvOptions struct {
+type Options struct {
 	ProxyURL        string // cproxy as the sandbox reaches it, e.g. http://10.20.30.4:8080
 	Token           string // the sandbox token
 	ClaudeAuth      string
@@ -85,10 +82,10 @@ func (cs ClaudeSubscription) vars() Env {
 	return e
 }
 
-// SandboxEnv returns the environment one sandbox command needs, and the git
+// Build returns the environment one sandbox command needs, and the git
 // settings it needs, which are numbered only once it is known how many
 // GIT_CONFIG_COUNT entries the command already has (see GitConfigs).
-func SandboxEnv(o EnvOptions) (Env, GitConfigs, error) {
+func Build(o Options) (Env, GitConfigs, error) {
 	e, err := sandboxVars(o)
 	if err != nil {
 		return nil, nil, err
@@ -103,7 +100,7 @@ func SandboxEnv(o EnvOptions) (Env, GitConfigs, error) {
 	return e, git, nil
 }
 
-func sandboxVars(o EnvOptions) (Env, error) {
+func sandboxVars(o Options) (Env, error) {
 	base := strings.TrimRight(o.ProxyURL, "/")
 	if base == "" {
 		return nil, fmt.Errorf("no proxy URL: pass --proxy-url or set listen.public_url in the config")

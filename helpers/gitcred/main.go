@@ -1,4 +1,4 @@
-package helpers
+package gitcred
 
 import (
 	"errors"
@@ -7,18 +7,18 @@ import (
 	"os"
 )
 
-// GitCredentialMain is the whole git-credential-cproxy program, here so the
+// Main is the whole git-credential-cproxy program, here so the
 // cproxy test binary can run it as a command too.
-func GitCredentialMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return gitCredentialMain(args, stdin, stdout, stderr, os.Getenv)
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return run(args, stdin, stdout, stderr, os.Getenv)
 }
 
-func gitCredentialMain(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "git-credential-cproxy: usage: git-credential-cproxy get|store|erase (git runs this; see gitcredentials(7))")
 		return 2
 	}
-	err := GitCredential(args[0], stdin, stdout, getenv)
+	err := Answer(args[0], stdin, stdout, getenv)
 	switch {
 	case err == nil:
 		return 0

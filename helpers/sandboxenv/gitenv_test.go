@@ -1,4 +1,4 @@
-package helpers
+package sandboxenv
 
 import (
 	"os"
@@ -29,7 +29,7 @@ func TestSandboxGit(t *testing.T) {
 		auth string
 		want GitConfigs
 	}{{"", helper}, {GitAuthHelper, helper}, {GitAuthHeader, header}} {
-		_, git, err := SandboxEnv(EnvOptions{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", GitAuth: tc.auth})
+		_, git, err := Build(Options{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", GitAuth: tc.auth})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,17 +37,17 @@ func TestSandboxGit(t *testing.T) {
 			t.Errorf("%q: got\n%q\nwant\n%q", tc.auth, git, tc.want)
 		}
 	}
-	_, git, err := SandboxEnv(EnvOptions{ProxyURL: "https://gw/cproxy", Token: "cpx_x"})
+	_, git, err := Build(Options{ProxyURL: "https://gw/cproxy", Token: "cpx_x"})
 	if err != nil || git[0].Key != "url.https://gw/cproxy/github/.insteadOf" || git[4].Key != "credential.https://gw/cproxy.helper" {
 		t.Errorf("under a path: %q, %v", git, err)
 	}
-	if _, git, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", NoGit: true}); err != nil || git != nil {
+	if _, git, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", NoGit: true}); err != nil || git != nil {
 		t.Errorf("NoGit: %q, %v", git, err)
 	}
-	if _, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", GitAuth: "ssh"}); err == nil || err.Error() != `unknown git auth "ssh": use "helper" or "header"` {
+	if _, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", GitAuth: "ssh"}); err == nil || err.Error() != `unknown git auth "ssh": use "helper" or "header"` {
 		t.Errorf("unknown git auth: %v", err)
 	}
-	if _, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x\r\nX-Evil: 1", GitAuth: GitAuthHeader}); err == nil {
+	if _, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_x\r\nX-Evil: 1", GitAuth: GitAuthHeader}); err == nil {
 		t.Error("a token with a line break went into a header")
 	}
 }

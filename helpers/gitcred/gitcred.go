@@ -1,4 +1,4 @@
-package helpers
+package gitcred
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// ErrNotOurs is returned by GitCredential for a request that is not for
+// ErrNotOurs is returned by Answer for a request that is not for
 // cproxy: the helper then exits non-zero without a word, and git asks its
 // next helper.
 var ErrNotOurs = errors.New("not a cproxy host")
@@ -25,7 +25,7 @@ const (
 	tokenFileLimit = 4 << 10
 )
 
-// GitCredential answers one git credential helper call (gitcredentials(7),
+// Answer answers one git credential helper call (gitcredentials(7),
 // git-credential(1)). For "get" it hands git the sandbox token for cproxy's
 // own address, CPROXY_URL, and for nothing else. The token is
 // CPROXY_TOKEN_FILE's content, read on every call so that a token the
@@ -35,7 +35,7 @@ const (
 // A git that offers capability[]=authtype (2.46 and later) gets the token
 // as a Bearer credential; an older one gets it as the password of user
 // cproxy, which git sends as Basic auth and cproxy accepts as well.
-func GitCredential(op string, in io.Reader, out io.Writer, getenv func(string) string) error {
+func Answer(op string, in io.Reader, out io.Writer, getenv func(string) string) error {
 	in = io.LimitReader(in, credentialInputLimit)
 	switch op {
 	case "get":

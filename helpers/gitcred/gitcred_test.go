@@ -1,4 +1,4 @@
-package helpers
+package gitcred
 
 import (
 	"bytes"
@@ -114,7 +114,7 @@ func TestGitCredential(t *testing.T) {
 				env[k] = v
 			}
 			var stdout, stderr bytes.Buffer
-			code := gitCredentialMain([]string{tc.op}, strings.NewReader(tc.in), &stdout, &stderr, func(k string) string { return env[k] })
+			code := run([]string{tc.op}, strings.NewReader(tc.in), &stdout, &stderr, func(k string) string { return env[k] })
 			if code != tc.code || stdout.String() != tc.out || stderr.String() != tc.err {
 				t.Errorf("got status %d, stdout %q, stderr %q\nwant status %d, stdout %q, stderr %q",
 					code, stdout.String(), stderr.String(), tc.code, tc.out, tc.err)
@@ -136,7 +136,7 @@ func TestGitCredentialRereadsTokenFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		if err := GitCredential("get", strings.NewReader("protocol=http\nhost=h:1\n\n"), &out, func(k string) string { return env[k] }); err != nil {
+		if err := Answer("get", strings.NewReader("protocol=http\nhost=h:1\n\n"), &out, func(k string) string { return env[k] }); err != nil {
 			t.Fatal(err)
 		}
 		if want := "username=cproxy\npassword=" + token + "\n"; out.String() != want {
@@ -148,7 +148,7 @@ func TestGitCredentialRereadsTokenFile(t *testing.T) {
 func TestGitCredentialMainUsage(t *testing.T) {
 	for _, args := range [][]string{nil, {"get", "extra"}} {
 		var stdout, stderr bytes.Buffer
-		code := gitCredentialMain(args, strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
+		code := run(args, strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
 		want := "git-credential-cproxy: usage: git-credential-cproxy get|store|erase (git runs this; see gitcredentials(7))\n"
 		if code != 2 || stdout.Len() != 0 || stderr.String() != want {
 			t.Errorf("%q: status %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
@@ -165,7 +165,7 @@ func FuzzGitCredential(f *testing.F) {
 	f.Fuzz(func(t *testing.T, op, in string) {
 		var out bytes.Buffer
 		env := map[string]string{"CPROXY_URL": "http://h:1/p", "CPROXY_TOKEN": "cpx_t"}
-		err := GitCredential(op, strings.NewReader(in), &out, func(k string) string { return env[k] })
+		err := Answer(op, strings.NewReader(in), &out, func(k string) string { return env[k] })
 		switch out.String() {
 		case "":
 		case "username=cproxy\npassword=cpx_t\n", "capability[]=authtype\nauthtype=Bearer\ncredential=cpx_t\n":

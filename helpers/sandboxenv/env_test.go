@@ -1,4 +1,4 @@
-package helpers
+package sandboxenv
 
 import (
 	"encoding/json"
@@ -87,8 +87,8 @@ func TestRefusesBadNamesAndNUL(t *testing.T) {
 	}
 }
 
-func TestSandboxEnv(t *testing.T) {
-	e, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", ClaudeConfigDir: "/w/.claude"})
+func TestBuild(t *testing.T) {
+	e, _, err := Build(Options{ProxyURL: "http://10.0.0.1:8080/", Token: "cpx_x", ClaudeConfigDir: "/w/.claude"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +112,12 @@ func TestSandboxEnv(t *testing.T) {
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
-	e, _, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth})
+	e, _, _ = Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth})
 	if e[1].Name != "CLAUDE_CODE_OAUTH_TOKEN" {
 		t.Errorf("oauth: got %v", e[1])
 	}
 	sub := ClaudeSubscription{Type: "max", RateLimitTier: "default_claude_max_20x", Scopes: []string{"user:inference", "user:profile"}, AssumeFirstParty: true}
-	e, _, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth, Subscription: sub, NoNPM: true})
+	e, _, _ = Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", ClaudeAuth: ClaudeAuthOAuth, Subscription: sub, NoNPM: true})
 	if got, want := strings.Join(e.Environ()[1:6], "\n"), strings.Join([]string{
 		"CLAUDE_CODE_OAUTH_TOKEN=cpx_x",
 		"_CLAUDE_CODE_ASSUME_FIRST_PARTY_BASE_URL=1",
@@ -129,13 +129,13 @@ func TestSandboxEnv(t *testing.T) {
 	}
 	// The subscription describes an oauth upstream; the API-account mode
 	// leaves it out.
-	e, _, _ = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", Subscription: sub, NoNPM: true})
+	e, _, _ = Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", Subscription: sub, NoNPM: true})
 	for _, v := range e {
 		if strings.Contains(v.Name, "SUBSCRIPTION") || strings.Contains(v.Name, "FIRST_PARTY") {
 			t.Errorf("auth-token mode sets %s", v.Name)
 		}
 	}
-	if _, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "t", ClaudeAuth: "bogus"}); err == nil {
+	if _, _, err := Build(Options{ProxyURL: "http://h:1", Token: "t", ClaudeAuth: "bogus"}); err == nil {
 		t.Error("unknown claude auth accepted")
 	}
 }

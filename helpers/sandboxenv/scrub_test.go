@@ -1,4 +1,4 @@
-package helpers
+package sandboxenv
 
 import (
 	"maps"
@@ -91,7 +91,7 @@ func environOf(m map[string]string) []string {
 }
 
 func TestScrub(t *testing.T) {
-	e, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t"})
+	e, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestScrub(t *testing.T) {
 // git settings carrying some: none is left, the git settings that carried
 // one are inert and the others kept, cproxy's come after them.
 func TestUnsetShell(t *testing.T) {
-	e, g, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t", ClaudeAuth: ClaudeAuthOAuth})
+	e, g, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t", ClaudeAuth: ClaudeAuthOAuth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestUnsetShell(t *testing.T) {
 // TestUnsetShellWithoutAwk: the named credentials go all the same, and a
 // message says the rest could not be looked for.
 func TestUnsetShellWithoutAwk(t *testing.T) {
-	e, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t", NoGit: true})
+	e, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t", NoGit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestUnsetShellWithoutAwk(t *testing.T) {
 }
 
 func TestExecEnviron(t *testing.T) {
-	e, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t"})
+	e, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t"})
 	if err != nil {
 		t.Fatal(err)
 	}

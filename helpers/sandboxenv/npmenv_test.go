@@ -1,4 +1,4 @@
-package helpers
+package sandboxenv
 
 import (
 	"os/exec"
@@ -22,7 +22,7 @@ func TestNPMNerfDart(t *testing.T) {
 }
 
 func TestSandboxNPMEnv(t *testing.T) {
-	e, _, err := SandboxEnv(EnvOptions{ProxyURL: "https://gw.example/cproxy/", Token: "cpx_x", NPMUserConfig: "/etc/cproxy/npmrc"})
+	e, _, err := Build(Options{ProxyURL: "https://gw.example/cproxy/", Token: "cpx_x", NPMUserConfig: "/etc/cproxy/npmrc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +53,11 @@ func TestSandboxNPMEnv(t *testing.T) {
 		t.Errorf("sh: %v\n%s", err, s)
 	}
 	// --npm=false: nothing of npm's.
-	e, _, err = SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", NoNPM: true})
+	e, _, err = Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", NoNPM: true})
 	if err != nil || strings.Contains(strings.Join(e.Environ(), "\n"), "npm") || strings.Contains(e.UnsetShell(), "NPM_CONFIG") {
 		t.Errorf("NoNPM: %v %q", err, e.Environ())
 	}
-	if _, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_x", NoNPM: true, NPMUserConfig: "/x"}); err == nil {
+	if _, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_x", NoNPM: true, NPMUserConfig: "/x"}); err == nil {
 		t.Error("NoNPM with a userconfig accepted")
 	}
 }
@@ -65,7 +65,7 @@ func TestSandboxNPMEnv(t *testing.T) {
 func TestNPMShellSafe(t *testing.T) {
 	// Whatever the userconfig path or token hold, eval sets them literally.
 	for _, v := range []string{`/tmp/it's $(touch pwned) ; x`, "a\nb`id`", `\'"`} {
-		e, _, err := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t", NPMUserConfig: v, NoGit: true})
+		e, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t", NPMUserConfig: v, NoGit: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestNPMShellSafe(t *testing.T) {
 }
 
 func TestNPMScrub(t *testing.T) {
-	e, _, _ := SandboxEnv(EnvOptions{ProxyURL: "http://h:1", Token: "cpx_t"})
+	e, _, _ := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t"})
 	got := e.Scrub([]string{"PATH=/bin", "NPM_CONFIG_REGISTRY=https://registry.npmjs.org/", "npm_config_//registry.npmjs.org/:_authToken=npm_real",
 		"npm_config__auth=x", "npm_config_@acme:registry=https://x/", "NPM_TOKEN=npm_real", "npm_config_cache=/c", "NPM_CONFIG_USERCONFIG=/home/u/.npmrc",
 		"YARN_NPM_AUTH_TOKEN=npm_real", "YARN_NPM_SCOPES={}", "yarn_npm_registry_server=https://x/", "YARN_UNSAFE_HTTP_WHITELIST=*", "YARN_CACHE_FOLDER=/y"})
