@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -32,6 +34,47 @@ profile = "tight"
 
 func messageBody(maxTokens int, stream bool) string {
 	return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":%d,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, maxTokens, stream)
+}
+
+// The usage an answer reports, in its JSON message or in a stream's
+// message_start and message_delta events, is the usage its audit record
+// gives, reported.
+func TestUsageInTheAuditRecord(t *testing.T) {
+	sink := &testutil.Buffer{}
+	e, _ := newModelEnv(t, nil, func(o *routetest.Options) { o.AuditLog = sink })
+	tok := e.Token("conv-1")
+	var answer struct {
+		Usage struct {
+			InputTokens  float64 `json:"input_tokens"`
+			OutputTokens float64 `json:"output_tokens"`
+		}
+	}
+	for _, stream := range []bool{false, true} {
+		r := e.Do("POST", "/v1/messages", bearer(tok), messageBody(50, stream))
+		if r.Status != 200 {
+			t.Fatalf("stream=%v: %d %s", stream, r.Status, r.Body)
+		}
+		if !stream {
+			json.Unmarshal([]byte(r.Body), &answer)
+		}
+	}
+	e.Proxy.Close() // every audit record is written
+	if answer.Usage.InputTokens == 0 || answer.Usage.OutputTokens == 0 {
+		t.Fatalf("the answer reports no usage: %+v", answer)
+	}
+	lines := strings.Split(strings.TrimSpace(sink.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d audit records, want 2:\n%s", len(lines), sink)
+	}
+	for i, line := range lines {
+		var rec struct{ Usage map[string]any }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Usage["input_tokens"] != answer.Usage.InputTokens || rec.Usage["output_tokens"] != answer.Usage.OutputTokens || rec.Usage["not_reported"] != nil {
+			t.Errorf("record %d (stream=%v): usage %v, the answer reported %+v", i, i == 1, rec.Usage, answer.Usage)
+		}
+	}
 }
 
 // Output is reserved from max_tokens and settled from the usage the
