@@ -8,6 +8,7 @@ import (
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/tokens"
@@ -47,9 +48,9 @@ func startCproxyStore() (string, *tokens.BoltStore, func()) {
 			Headers: []relay.Header{{Name: "X-Mod-Token", Value: "mod_token"}},
 		}}, "", nil, nil),
 	})
-	admin := httptest.NewServer(srv.AdminHandler())
-	return admin.URL, store, func() {
-		admin.Close()
+	ts := httptest.NewServer(admin.Handler(srv))
+	return ts.URL, store, func() {
+		ts.Close()
 		srv.Close()
 		store.Close()
 		os.RemoveAll(dir)

@@ -177,55 +177,6 @@ func TestAdversarialTokensMalformedNeverLooksUp(t *testing.T) {
 	}
 }
 
-// A store whose writes fail (a full disk) must fail closed: no token
-// handed out that is not stored, and a revocation that may not have been
-// recorded reported as a failure the harness sees and retries.
-func TestAdversarialTokensStoreWritesFail(t *testing.T) {
-	e, st := newAdvEnv(t)
-	live := e.token("conv-1")
-	st.failWrites.Store(true)
-
-	resp, err := http.Post(e.admin.URL+"/tokens?sandbox=conv-2", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(b), "cpx_") || !strings.Contains(string(b), "no token was created") {
-		t.Fatalf("mint on a failing store: %s %s", resp.Status, b)
-	}
-	page, err := st.List(t.Context(), tokens.ListQuery{Limit: 10})
-	if err != nil || len(page.Records) != 1 {
-		t.Fatalf("store holds %d records after a failed mint: %v", len(page.Records), err)
-	}
-
-	req, _ := http.NewRequest("DELETE", e.admin.URL+"/tokens?sandbox=conv-1", nil)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "may not have been recorded") {
-		t.Fatalf("revoke on a failing store: %s %s", resp.Status, b)
-	}
-	if !strings.Contains(e.logs.String(), "revoking tokens failed") || !strings.Contains(e.logs.String(), "storing a token failed") {
-		t.Errorf("the failures are not in the log:\n%s", e.logs.String())
-	}
-
-	// Once the store writes again, the retried revocation takes effect on
-	// the very next request.
-	st.failWrites.Store(false)
-	resp, err = http.DefaultClient.Do(req.Clone(t.Context()))
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("retried revoke: %v %v", err, resp)
-	}
-	resp.Body.Close()
-	if r := e.do("POST", "/v1/messages", bearer(live), hello); r.status != 401 || !strings.Contains(r.body, "revoked") {
-		t.Fatalf("after the retried revocation: %d %s", r.status, r.body)
-	}
-}
-
 // advFaultUpstream answers model requests according to the first segment
 // of its base path: /hang never sends headers; /cut sends one event and
 // aborts; /disconnect sends one event and waits for the request's context
@@ -330,7 +281,7 @@ func TestAdversarialFaultsNoGoroutineLeak(t *testing.T) {
 			defer srv.Close()
 			proxy := httptest.NewServer(srv.ProxyHandler())
 			defer proxy.Close()
-			admin := httptest.NewServer(srv.AdminHandler())
+			admin := httptest.NewServer(TestAdmin(srv))
 			defer admin.Close()
 			tok := func() string {
 				resp, err := http.Post(admin.URL+"/tokens?sandbox=conv-1", "", nil)

@@ -187,7 +187,7 @@ func expiredError(id string, at time.Time) error {
 
 // profileOf is the profile the current policy gives rec's token.
 func (s *Server) profileOf(rec tokens.Record) (*policy.Profile, error) {
-	prof, err := s.decisions.profileFor(s.policy(), rec.Sandbox, rec.Profile)
+	prof, err := s.decisions.profileFor(s.Policy(), rec.Sandbox, rec.Profile)
 	if err != nil {
 		return nil, s.noProfile(rec, err)
 	}

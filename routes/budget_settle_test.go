@@ -59,7 +59,7 @@ func TestBudgetChargesAbandonedRequests(t *testing.T) {
 // spent is what tok has spent in its window under profile's budget.
 func spent(t *testing.T, e *env, tok, profile string) tokens.Usage {
 	t.Helper()
-	u, ok := e.srv.budgets.Usage(context.Background(), tokenID(t, e, tok), e.srv.policy().Profiles[profile].Budget)
+	u, ok := e.srv.budgets.Usage(context.Background(), tokenID(t, e, tok), e.srv.Policy().Profiles[profile].Budget)
 	if !ok {
 		t.Fatalf("no usage for profile %s", profile)
 	}

@@ -178,7 +178,7 @@ func TestBudgetPersists(t *testing.T) {
 			t.Fatal(r.status)
 		}
 	}
-	lim := e.srv.policy().Profiles["default"].Budget
+	lim := e.srv.Policy().Profiles["default"].Budget
 	// A crash: a second server on the same store reads what is there.
 	crashed := budget.New(e.srv.store, nil, e.srv.log, time.Now)
 	u, _ := crashed.Usage(context.Background(), id, lim)
@@ -245,7 +245,7 @@ func newSharedBudgetEnv(t *testing.T) (*env, string) {
 		o.SharedLimits = shared
 	})
 	u, _ := url.Parse(e.fake.URL)
-	o := testOptions{Options: Options{Store: e.srv.store, SharedLimits: shared, Policy: e.srv.policy()},
+	o := testOptions{Options: Options{Store: e.srv.store, SharedLimits: shared, Policy: e.srv.Policy()},
 		Anthropic: Upstream{URL: u, Credential: secrets.New(canaryKey), Auth: "api-key"}}
 	other := New(o.build())
 	t.Cleanup(other.Close)

@@ -2,9 +2,14 @@ package routes_test
 
 import (
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/model"
 )
 
-// The core's tests serve the model route (routes.TestKinds): it is added
-// from here, a package that may import both.
-func init() { routes.TestKinds = append([]routes.Kind{model.Kind}, routes.TestKinds...) }
+// The core's tests serve the model route (routes.TestKinds) and the admin
+// API (routes.TestAdmin): they are added from here, a package that may
+// import them.
+func init() {
+	routes.TestKinds = append([]routes.Kind{model.Kind}, routes.TestKinds...)
+	routes.TestAdmin = admin.Handler
+}

@@ -218,26 +218,9 @@ func TestMetricsTokens(t *testing.T) {
 	states(1, 1, 1)
 }
 
-func TestMetricsEndpoint(t *testing.T) {
+// Two Servers in one process each have their own counts.
+func TestMetricsPerServer(t *testing.T) {
 	e := newMetricsEnv(t)
-	resp, err := http.Post(e.admin.URL+"/metrics", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET" {
-		t.Fatalf("POST /metrics: %s, Allow %q", resp.Status, resp.Header.Get("Allow"))
-	}
-	resp, err = http.Get(e.admin.URL + "/metrics?name[]=go_info")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 400 || !strings.Contains(string(b), `unknown parameter \"name[]\" (this endpoint takes no query parameters)`) {
-		t.Fatalf("GET /metrics?name[]=: %s %s", resp.Status, b)
-	}
-	// Two Servers in one process each have their own counts.
 	other := newMetricsEnv(t)
 	e.request("GET", "/nope", nil, "")
 	if other.scrape().Find("cproxy_requests_total", requests("none", "", "403")) != nil {

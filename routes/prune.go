@@ -3,12 +3,8 @@ package routes
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"strconv"
 	"time"
 
-	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -25,8 +21,6 @@ const (
 	// interval, if that is sooner): soon, so that a cproxy restarted more
 	// often than the interval still prunes, but not in the middle of start.
 	pruneStartDelay = time.Minute
-	// pruneSample bounds the tokens a dry run lists; it counts them all.
-	pruneSample = 100
 )
 
 // startPruning runs prune every interval, the first time sooner (at most
@@ -52,7 +46,7 @@ func (s *Server) startPruning(retention, interval time.Duration) {
 				return
 			case <-t.C:
 			}
-			_, err := s.prune(ctx, s.now().Add(-retention), "retention", retention.String())
+			_, err := s.Prune(ctx, s.now().Add(-retention), "retention", retention.String())
 			switch {
 			case errors.Is(err, tokens.ErrPruneBusy):
 				s.log.Debug("another replica is pruning the token store; this one skips its run")
@@ -64,11 +58,15 @@ func (s *Server) startPruning(retention, interval time.Duration) {
 	}()
 }
 
-// prune deletes every token dead at or before before, a batch at a time,
+// Prune deletes every token dead at or before before, a batch at a time,
 // and returns how many it deleted (also when it fails part way, with the
-// error). A run that deleted something logs it, with why (a log attribute
-// and its value: the retention, or an admin call's older_than).
-func (s *Server) prune(ctx context.Context, before time.Time, why, value string) (int, error) {
+// error; tokens.ErrPruneBusy when another replica is pruning). With the
+// tokens go their budgets held in memory and their usage, and
+// cproxy_store_pruned_total counts them. A run that deleted something logs
+// it, with why (a log attribute and its value: the retention, or an admin
+// call's older_than). The background pruner calls it every PruneInterval;
+// the admin API's POST /tokens/prune calls it on demand.
+func (s *Server) Prune(ctx context.Context, before time.Time, why, value string) (int, error) {
 	n := 0
 	var err error
 	for {
@@ -87,70 +85,7 @@ func (s *Server) prune(ctx context.Context, before time.Time, why, value string)
 	return n, err
 }
 
-// pruneTokens is POST /tokens/prune[?dry_run=1][&older_than=DURATION]:
-// prune now, or say what would go, with the retention in force or the
-// given one.
-func (s *Server) pruneTokens(w http.ResponseWriter, r *http.Request) {
-	q, ok := adminQuery(w, r, "dry_run", "older_than")
-	if !ok {
-		return
-	}
-	dryRun := false
-	if v := q.Get("dry_run"); v != "" {
-		var err error
-		if dryRun, err = strconv.ParseBool(v); err != nil {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid dry_run %q: use dry_run=1 to see what would be pruned, without pruning", Clip(v, 16)))
-			return
-		}
-	}
-	age, why := s.retention, "retention"
-	if v := q.Get("older_than"); v != "" {
-		d, err := ParseAge(v)
-		if err != nil {
-			adminError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		age, why = d, "older_than"
-	} else if age == 0 {
-		adminError(w, http.StatusBadRequest, "store.retention is 0, which keeps every token: pass older_than=DURATION (e.g. 720h or 30d) to prune the tokens dead for longer")
-		return
-	}
-	out := client.Pruned{DryRun: dryRun, Before: s.now().UTC().Add(-age)}
-	if dryRun {
-		n, recs, err := s.store.Prunable(r.Context(), out.Before, pruneSample)
-		if err != nil {
-			s.log.Error("listing the tokens to prune failed", "err", err)
-			adminError(w, http.StatusServiceUnavailable, "the token store failed")
-			return
-		}
-		out.Count = n
-		now := s.now()
-		for _, rec := range recs {
-			out.Tokens = append(out.Tokens, tokenInfo(rec, now))
-		}
-		writeJSON(w, http.StatusOK, out)
-		return
-	}
-	n, err := s.prune(r.Context(), out.Before, why, age.String())
-	switch {
-	case errors.Is(err, tokens.ErrPruneBusy):
-		adminError(w, http.StatusConflict, fmt.Sprintf("another replica is pruning the token store now (this call pruned %d tokens before it met it): retry when it is done", n))
-		return
-	case err != nil:
-		s.log.Error("pruning the token store failed", "pruned", n, "err", err)
-		adminError(w, http.StatusServiceUnavailable, fmt.Sprintf("the token store failed after %d tokens were pruned: retry", n))
-		return
-	}
-	out.Count = n
-	writeJSON(w, http.StatusOK, out)
-}
-
-// ParseAge reads older_than, and the CLI's --older-than: a duration as
-// ParseTTL reads one, zero or more: 0 prunes every token that is dead now.
-func ParseAge(v string) (time.Duration, error) {
-	d, err := parseDays(v)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("invalid older_than %q: use a duration such as 720h or 30d (0s: every token expired or revoked by now)", Clip(v, 32))
-	}
-	return d, nil
-}
+// Retention is Options.Retention: how long a token is kept after it died.
+// POST /tokens/prune prunes with it when the call names no older_than;
+// zero keeps every token.
+func (s *Server) Retention() time.Duration { return s.retention }

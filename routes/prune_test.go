@@ -2,16 +2,12 @@ package routes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
+	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -25,106 +21,15 @@ func idOf(t *testing.T, tok string) (tokens.Hash, string) {
 	return parsed.Hash(), parsed.Hash().ID()
 }
 
-// admin sends method path to the admin listener and returns the status,
-// the Allow header and the body.
-func (e *env) adminCall(method, path string) (int, string, string) {
-	e.t.Helper()
-	req, _ := http.NewRequest(method, e.admin.URL+path, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Allow"), string(b)
-}
-
-// POST /tokens/prune previews and prunes the tokens dead for longer than
-// older_than, with their usage, and leaves a live token's usage alone.
-func TestPruneTokensAdmin(t *testing.T) {
-	var clock atomic.Pointer[time.Time]
-	start := time.Now()
-	clock.Store(&start)
-	e := newBudgetEnv(t, func() time.Time { return *clock.Load() })
-	old, live := e.token("conv-old", "ttl=1h"), e.token("conv-live", "ttl=24h")
-	for _, tok := range []string{old, live} {
-		if r := e.do("POST", "/v1/messages", bearer(tok), hello); r.status != 200 {
-			t.Fatalf("a model request: %d %s", r.status, r.body)
-		}
-	}
-	oldHash, oldID := idOf(t, old)
-	_, liveID := idOf(t, live)
-	liveUsage, err := e.srv.store.LoadUsage(context.Background(), liveID)
-	if err != nil || liveUsage.Requests == 0 {
-		t.Fatalf("the live token's usage in the store = %+v, %v; want some", liveUsage, err)
-	}
-	later := start.Add(3 * time.Hour)
-	clock.Store(&later)
-
-	if code, _, body := e.adminCall("POST", "/tokens/prune"); code != 400 || !strings.Contains(body, "older_than=") {
-		t.Errorf("prune without a retention or older_than = %d %s; want 400 naming older_than", code, body)
-	}
-	code, _, body := e.adminCall("POST", "/tokens/prune?dry_run=1&older_than=1h")
-	var dry client.Pruned
-	if err := json.Unmarshal([]byte(body), &dry); code != 200 || err != nil || !dry.DryRun || dry.Count != 1 ||
-		len(dry.Tokens) != 1 || dry.Tokens[0].ID != oldID || dry.Tokens[0].State != "expired" {
-		t.Fatalf("dry run = %d %s; want the old token alone", code, body)
-	}
-	if _, err := e.srv.store.Lookup(context.Background(), oldHash); err != nil {
-		t.Fatalf("a dry run deleted the token: %v", err)
-	}
-
-	code, _, body = e.adminCall("POST", "/tokens/prune?older_than=1h")
-	var done client.Pruned
-	if err := json.Unmarshal([]byte(body), &done); code != 200 || err != nil || done.DryRun || done.Count != 1 || done.Tokens != nil {
-		t.Fatalf("prune = %d %s; want 1 pruned", code, body)
-	}
-	if _, err := e.srv.store.Lookup(context.Background(), oldHash); !errors.Is(err, tokens.ErrNotFound) {
-		t.Errorf("the pruned token is still there: %v", err)
-	}
-	// A clean stop saves the usage it holds in memory: none for the pruned
-	// token, whose usage went with it (and its rate and in-flight count,
-	// which budget's TestForget checks).
-	e.srv.budgets.Close()
-	if u, err := e.srv.store.LoadUsage(context.Background(), oldID); err != nil || u != (tokens.Usage{}) {
-		t.Errorf("the pruned token's usage = %+v, %v; want none", u, err)
-	}
-	if u, err := e.srv.store.LoadUsage(context.Background(), liveID); err != nil || u.Requests != 1 {
-		t.Errorf("the live token's usage = %+v, %v; want its one request", u, err)
-	}
-	if !strings.Contains(e.logs.String(), `"msg":"tokens pruned","count":1`) {
-		t.Errorf("no log line for the prune:\n%s", e.logs.String())
-	}
-	if _, _, metrics := e.adminCall("GET", "/metrics"); !strings.Contains(metrics, "\ncproxy_store_pruned_total 1\n") {
-		t.Error("cproxy_store_pruned_total is not 1")
-	}
-}
-
-func TestPruneTokensAdminRefusals(t *testing.T) {
-	e := newEnv(t, func(o *testOptions) { o.Retention = time.Hour })
-	for _, tt := range []struct{ method, path, want string }{
-		{"POST", "/tokens/prune?older_than=soon", `invalid older_than \"soon\"`},
-		{"POST", "/tokens/prune?older_than=-1h", `invalid older_than \"-1h\"`},
-		{"POST", "/tokens/prune?dry_run=maybe", `invalid dry_run \"maybe\"`},
-		{"POST", "/tokens/prune?sandbox=conv-1", `unknown parameter \"sandbox\"`},
-	} {
-		if code, _, body := e.adminCall(tt.method, tt.path); code != 400 || !strings.Contains(body, tt.want) {
-			t.Errorf("%s %s = %d %s; want 400 with %s", tt.method, tt.path, code, body, tt.want)
-		}
-	}
-	if code, allow, body := e.adminCall("GET", "/tokens/prune"); code != 405 || allow != "POST" {
-		t.Errorf("GET /tokens/prune = %d, Allow %q, %s; want 405, POST", code, allow, body)
-	}
-	// With a retention, no older_than is needed.
-	if code, _, body := e.adminCall("POST", "/tokens/prune"); code != 200 || !strings.Contains(body, `"count":0`) {
-		t.Errorf("prune with the retention = %d %s", code, body)
-	}
-}
-
 // serve's pruner deletes, by itself, what has been dead for longer than the
 // retention; with a retention of 0 it keeps everything.
 func TestPruneInBackground(t *testing.T) {
-	pruning := newEnv(t, func(o *testOptions) { o.Retention = time.Hour; o.PruneInterval = time.Millisecond })
+	pruned := make(chan struct{}, 1)
+	pruning := newEnv(t, func(o *testOptions) {
+		o.Retention = time.Hour
+		o.PruneInterval = time.Millisecond
+		o.Logger = slog.New(logEvent{o.Logger.Handler(), "tokens pruned", pruned})
+	})
 	keeping := newEnv(t, func(o *testOptions) { o.PruneInterval = time.Millisecond })
 	var dead [2]tokens.Hash
 	for i, e := range []*env{pruning, keeping} {
@@ -135,18 +40,11 @@ func TestPruneInBackground(t *testing.T) {
 		}
 	}
 	live, _ := idOf(t, pruning.token("conv-2"))
-	// A run ends with its log line, after its deletions: wait for both.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := pruning.srv.store.Lookup(context.Background(), dead[0])
-		logged := strings.Contains(pruning.logs.String(), `"retention":"1h0m0s"`)
-		if errors.Is(err, tokens.ErrNotFound) && logged {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pruner did not delete a token dead for 2h with a retention of 1h (%v), or did not log its run:\n%s", err, pruning.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	// A run that deleted something ends with its log line, after its
+	// deletions; the dead token is the only one a run can delete.
+	<-pruned
+	if _, err := pruning.srv.store.Lookup(context.Background(), dead[0]); !errors.Is(err, tokens.ErrNotFound) {
+		t.Errorf("the pruner did not delete a token dead for 2h with a retention of 1h: %v", err)
 	}
 	if _, err := pruning.srv.store.Lookup(context.Background(), live); err != nil {
 		t.Errorf("the pruner deleted a live token: %v", err)
@@ -155,6 +53,37 @@ func TestPruneInBackground(t *testing.T) {
 	if _, err := keeping.srv.store.Lookup(context.Background(), dead[1]); err != nil {
 		t.Errorf("retention 0 deleted a token: %v", err)
 	}
+	if !strings.Contains(pruning.logs.String(), `"retention":"1h0m0s"`) {
+		t.Errorf("the pruner's log line does not give the retention:\n%s", pruning.logs.String())
+	}
+}
+
+// logEvent is a slog.Handler that passes every record on to its Handler
+// and then tells seen of a record with the message msg, so that a test
+// waits for a log line rather than for time to pass.
+type logEvent struct {
+	slog.Handler
+	msg  string
+	seen chan<- struct{}
+}
+
+func (h logEvent) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Message == h.msg {
+		select {
+		case h.seen <- struct{}{}:
+		default: // told already
+		}
+	}
+	return err
+}
+
+func (h logEvent) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return logEvent{h.Handler.WithAttrs(attrs), h.msg, h.seen}
+}
+
+func (h logEvent) WithGroup(name string) slog.Handler {
+	return logEvent{h.Handler.WithGroup(name), h.msg, h.seen}
 }
 
 func newHashFor(t *testing.T) tokens.Hash {
@@ -164,28 +93,4 @@ func newHashFor(t *testing.T) tokens.Hash {
 		t.Fatal(err)
 	}
 	return tok.Hash()
-}
-
-// busyStore is a store another replica is pruning: every Prune meets it.
-type busyStore struct{ tokens.Store }
-
-func (busyStore) Prune(context.Context, time.Time, int) ([]tokens.Record, error) {
-	return nil, tokens.ErrPruneBusy
-}
-
-// While another replica prunes, POST /tokens/prune answers 409 and says to
-// retry; serve's own runs skip quietly.
-func TestPruneTokensBusy(t *testing.T) {
-	e := newEnv(t, func(o *testOptions) {
-		o.Store = busyStore{o.Store}
-		o.Retention = time.Hour
-		o.PruneInterval = time.Millisecond
-	})
-	code, _, body := e.adminCall("POST", "/tokens/prune")
-	if code != 409 || !strings.Contains(body, "another replica is pruning the token store now") || !strings.Contains(body, "retry") {
-		t.Errorf("prune while another replica prunes = %d %s; want 409 saying to retry", code, body)
-	}
-	if strings.Contains(e.logs.String(), `"level":"ERROR"`) {
-		t.Errorf("a busy store is logged as an error:\n%s", e.logs.String())
-	}
 }

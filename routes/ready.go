@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/cproxy/cproxy/secrets"
@@ -26,56 +23,25 @@ const ReadyTimeout = 2 * time.Second
 // check takes a connection from the pool and makes a round trip.
 var readyProbe tokens.Hash
 
-// notReady is one readiness check that failed.
-type notReady struct {
-	check  string // "store", "policy", "credential"
-	reason string // for the answer: the problem and its fix, never a credential or a path
-	err    error  // for the log; nil when reason says it all
+// NotReady is one readiness check that failed.
+type NotReady struct {
+	// Check is which: "store", "policy" or "credential".
+	Check string
+	// Reason is the problem and its fix, for GET /readyz's answer: never a
+	// credential or a path.
+	Reason string
+	// Err is the error, for the log; nil when Reason says it all.
+	Err error
 }
 
-// readiness remembers which checks failed last, so that the log gets a
-// line when that changes rather than one per probe.
-type readiness struct {
-	mu      sync.Mutex
-	failing string // the failed checks' reasons, joined; "": ready
-}
-
-// ready serves GET /readyz: 200 when this replica can serve requests, 503
-// with the checks that failed otherwise. GET /healthz, by contrast, says
-// only that the process answers.
-func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if _, ok := adminQuery(w, r); !ok {
-		return
-	}
-	failed := s.readinessChecks(r.Context())
-	if r.Context().Err() != nil {
-		// The prober gave up: a store check it cut short says nothing
-		// about the store.
-		return
-	}
-	s.logReadiness(failed)
-	if len(failed) == 0 {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-		return
-	}
-	checks := make([]string, len(failed))
-	reasons := make([]string, len(failed))
-	for i, f := range failed {
-		checks[i], reasons[i] = f.check, f.reason
-	}
-	writeJSON(w, http.StatusServiceUnavailable, struct {
-		Status string   `json:"status"`
-		Failed []string `json:"failed"`
-		Error  string   `json:"error"`
-	}{"not ready", checks, "cproxy: not ready: " + strings.Join(reasons, "; ")})
-}
-
-// readinessChecks runs every check and returns those that failed: the
-// token store answers a look-up within ReadyTimeout, a policy is in force,
-// and every credential source the config names can still be read
-// (secrets.Live.Readable).
-func (s *Server) readinessChecks(ctx context.Context) []notReady {
-	var failed []notReady
+// Readiness runs every readiness check and returns those that failed, in
+// this order: the token store answers a look-up within ReadyTimeout, a
+// policy is in force, and every credential source the routes name can
+// still be read (secrets.Live.Readable). None: this replica can serve
+// requests. GET /readyz answers with them; a ctx that ends before the
+// store answers fails the store's check.
+func (s *Server) Readiness(ctx context.Context) []NotReady {
+	var failed []NotReady
 	lookup, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	_, err := s.store.Lookup(lookup, readyProbe)
 	late := lookup.Err() != nil
@@ -83,12 +49,12 @@ func (s *Server) readinessChecks(ctx context.Context) []notReady {
 	switch {
 	case err == nil || errors.Is(err, tokens.ErrNotFound):
 	case late:
-		failed = append(failed, notReady{"store", fmt.Sprintf("the token store did not answer a look-up within %s: check that its database is up and reachable from this replica (the log has the error)", ReadyTimeout), err})
+		failed = append(failed, NotReady{"store", fmt.Sprintf("the token store did not answer a look-up within %s: check that its database is up and reachable from this replica (the log has the error)", ReadyTimeout), err})
 	default:
-		failed = append(failed, notReady{"store", "the token store failed a look-up: check that its database is up and reachable from this replica (the log has the error)", err})
+		failed = append(failed, NotReady{"store", "the token store failed a look-up: check that its database is up and reachable from this replica (the log has the error)", err})
 	}
-	if s.policy() == nil {
-		failed = append(failed, notReady{"policy", "no policy is loaded: fix the policy file; cproxy loads it when it changes or on SIGHUP", nil})
+	if s.Policy() == nil {
+		failed = append(failed, NotReady{"policy", "no policy is loaded: fix the policy file; cproxy loads it when it changes or on SIGHUP", nil})
 	}
 	for _, c := range s.credentials() {
 		err := c.Live.Readable()
@@ -96,9 +62,9 @@ func (s *Server) readinessChecks(ctx context.Context) []notReady {
 		case err == nil:
 		case errors.Is(err, secrets.ErrExpired):
 			// Written for a client: no path, no value.
-			failed = append(failed, notReady{"credential", c.Name + ": " + err.Error(), err})
+			failed = append(failed, NotReady{"credential", c.Name + ": " + err.Error(), err})
 		default:
-			failed = append(failed, notReady{"credential", fmt.Sprintf("the credential source of %s (%s) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)", c.Name, c.Live.Source().Kind()), err})
+			failed = append(failed, NotReady{"credential", fmt.Sprintf("the credential source of %s (%s) cannot be read: fix it, then send SIGHUP (the log has why; requests still get the credential loaded before)", c.Name, c.Live.Source().Kind()), err})
 		}
 	}
 	return failed
@@ -113,33 +79,4 @@ func (s *Server) credentials() []Source {
 		}
 	}
 	return creds
-}
-
-// logReadiness logs when the checks that fail change: a WARN for each
-// failed check, with its error, when the replica turns not ready, and an
-// INFO when it is ready again.
-func (s *Server) logReadiness(failed []notReady) {
-	reasons := make([]string, len(failed))
-	for i, f := range failed {
-		reasons[i] = f.reason
-	}
-	now := strings.Join(reasons, "; ")
-	s.readiness.mu.Lock()
-	changed := now != s.readiness.failing
-	s.readiness.failing = now
-	s.readiness.mu.Unlock()
-	if !changed {
-		return
-	}
-	if len(failed) == 0 {
-		s.log.Info("ready: every readiness check passes again")
-		return
-	}
-	for _, f := range failed {
-		attrs := []any{"check", f.check, "reason", f.reason}
-		if f.err != nil {
-			attrs = append(attrs, "err", f.err.Error())
-		}
-		s.log.Warn("not ready: GET /readyz answers 503", attrs...)
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
@@ -56,6 +57,12 @@ type testOptions struct {
 // routes_test) adds it here when the test binary starts.
 var TestKinds []Kind
 
+// TestAdmin is the admin API (routes/admin.Handler) that the core's tests
+// mint and revoke tokens through, as the harness does. Package routes
+// cannot import routes/admin, which imports it; kinds_test.go sets it, as
+// TestKinds.
+var TestAdmin func(*Server) http.Handler
+
 // build builds o's routes into o.Routes, and returns its Options.
 func (o *testOptions) build() Options {
 	ups := map[string]Upstream{"anthropic": o.Anthropic}
@@ -94,7 +101,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	srv := New(o.build())
 	e := &env{t: t, fake: fake, srv: srv, logs: logs}
 	e.proxy = httptest.NewServer(srv.ProxyHandler())
-	e.admin = httptest.NewServer(srv.AdminHandler())
+	e.admin = httptest.NewServer(TestAdmin(srv))
 	t.Cleanup(func() {
 		e.proxy.Close()
 		e.admin.Close()
@@ -122,12 +129,19 @@ func (e *env) token(sandbox string, query ...string) string {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out TokenCreated
+	var out tokenCreated
 	json.NewDecoder(resp.Body).Decode(&out)
 	if resp.StatusCode != http.StatusCreated || out.Value == "" {
 		e.t.Fatalf("POST /tokens?%s: %s", q, resp.Status)
 	}
 	return out.Value
+}
+
+// tokenCreated is the admin API's answer to POST /tokens
+// (routes/admin.TokenCreated).
+type tokenCreated struct {
+	Value string `json:"token"`
+	client.Token
 }
 
 type reply struct {

@@ -1,7 +1,7 @@
-// Package routes is cproxy's proxy core: the Server behind the proxy and
-// admin listeners, authentication, forwarding, the mapping of errors to
-// answers, and the Route interface every route implements (route.go,
-// call.go). The routes themselves are registered in routes/builtin
+// Package routes is cproxy's proxy core: the Server behind the proxy
+// listener and the admin API (routes/admin), authentication, forwarding,
+// the mapping of errors to answers, and the Route interface every route
+// implements (route.go, call.go). The routes themselves are registered in routes/builtin
 // (docs/adding-a-route.md).
 //
 // It is part of cproxy's implementation, not an API for other programs: it
@@ -28,14 +28,6 @@ import (
 	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
-)
-
-// Limits.
-const (
-	// DefaultTokenTTL is how long a token lives when the harness names no ttl.
-	DefaultTokenTTL = 24 * time.Hour
-	// maxTokenTTL bounds ttl=: a token is meant to die with its sandbox.
-	maxTokenTTL = 366 * 24 * time.Hour
 )
 
 // Upstream is one real service cproxy forwards to.
@@ -155,7 +147,6 @@ type Server struct {
 	bodyTimeout          time.Duration
 	bodies               *bodyMemory
 	conns                *budget.ConnLimit // nil: no bound
-	readiness            readiness         // GET /readyz's last answer, for the log
 	retention            time.Duration
 	pruneStop            func() // stops the pruner and waits for it; nil: none runs
 }
@@ -249,7 +240,45 @@ func (s *Server) routeFor(path string) Route {
 // the profile it was decided with.
 func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
 
-func (s *Server) policy() *policy.Policy { return s.pol.Load() }
+// Policy is the policy in force; nil when none is loaded. The admin API
+// checks a token's profile, binding and budget against it, and GET /readyz
+// is not ready without one.
+func (s *Server) Policy() *policy.Policy { return s.pol.Load() }
+
+// What the admin API (routes/admin) reads of a Server, beside Policy,
+// EndSandbox, Prune, Retention and Readiness. The admin API is a client of
+// the Server like any other: it reaches nothing else of it.
+
+// Store is Options.Store: the admin API mints, lists, revokes and prunes
+// tokens in it.
+func (s *Server) Store() tokens.Store { return s.store }
+
+// Now is the Server's clock (Options.Now): the admin API dates the tokens
+// it mints and revokes, and reads their state, by it.
+func (s *Server) Now() time.Time { return s.now() }
+
+// Log is the Server's diagnostics logger (Options.Logger; never nil): the
+// admin API logs what it does to tokens there.
+func (s *Server) Log() *slog.Logger { return s.log }
+
+// Sockets are the per-sandbox Unix sockets (Options.SandboxSockets); nil
+// when there are none, and bind=socket tokens cannot be minted. The admin
+// API opens a sandbox's socket before it mints a token bound to it, and
+// removes it when the sandbox's tokens are revoked.
+func (s *Server) Sockets() *SandboxSockets { return s.sockets }
+
+// TokenValues are the names of the per-token values the routes use (a
+// relay's headers, Valued), sorted: POST /tokens accepts values with these
+// names and refuses any other. The caller must not change the slice.
+func (s *Server) TokenValues() []string { return s.tokenValues }
+
+// Budgets are the tokens' budgets: GET /tokens lists a token's usage from
+// them.
+func (s *Server) Budgets() *budget.Budgets { return s.budgets }
+
+// Metrics are the Server's metrics: the admin API serves them on GET
+// /metrics, and drops a revoked sandbox's budget gauges.
+func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
 
 // WaitRequests waits until every request the proxy handler took has
 // ended and written its audit line, or ctx ends. http.Server.Close returns

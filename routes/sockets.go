@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -277,4 +278,22 @@ func removeStaleSocket(path string) error {
 		return err
 	}
 	return nil
+}
+
+// RestoreSockets opens the socket of every sandbox that holds a live token
+// bound to one, as they were before a restart. serve calls it before the
+// proxy listens.
+func (s *Server) RestoreSockets(ctx context.Context) error {
+	if s.sockets == nil {
+		return nil
+	}
+	return tokens.Walk(ctx, s.store, tokens.ListQuery{State: tokens.StateLive, Now: s.now()}, func(rec tokens.Record) error {
+		if rec.Bind != policy.BindSocket {
+			return nil
+		}
+		if _, err := s.sockets.Open(rec.Sandbox); err != nil {
+			return fmt.Errorf("socket of sandbox %s: %w", rec.Sandbox, err)
+		}
+		return nil
+	})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
-	"github.com/cproxy/cproxy/routes"
+	adminapi "github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -141,12 +141,12 @@ func mintFlags(c *cli.Context) (client.CreateOptions, error) {
 	}
 	o := client.CreateOptions{Profile: c.String("profile"), Source: c.String("source"), Bind: c.String("bind"), Values: values}
 	if ttl := c.String("ttl"); ttl != "" {
-		if o.TTL, err = routes.ParseTTL(ttl); err != nil {
+		if o.TTL, err = adminapi.ParseTTL(ttl); err != nil {
 			return client.CreateOptions{}, fail("", "%v", err)
 		}
 	}
 	if b := c.String("budget"); b != "" {
-		if dup, _ := routes.DuplicateKey([]byte(b)); dup != "" {
+		if dup, _ := adminapi.DuplicateKey([]byte(b)); dup != "" {
 			return client.CreateOptions{}, fail("give each key once", "--budget: the key %q is given more than once (keys are matched without regard to case)", dup)
 		}
 		budget, err := policy.ParseBudget([]byte(b))

@@ -536,7 +536,7 @@ func TestAdversarialTokensStoreWritesFailReal(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI=true but prlimit(1) is not installed (Debian's util-linux has it)")
 		}
-		t.Skip("no prlimit(1): covered by routes' TestAdversarialTokensStoreWritesFail")
+		t.Skip("no prlimit(1): covered by routes/admin's TestAdversarialTokensStoreWritesFail")
 	}
 	s, _, _ := advServeAll(t)
 	tok := s.mint("conv-1")

@@ -24,7 +24,7 @@ import (
 
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
-	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 )
 
 // served is one running `cproxy serve`.
@@ -148,7 +148,7 @@ func (s *served) mintTTL(sandbox, ttl string) string {
 		s.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out routes.TokenCreated
+	var out admin.TokenCreated
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 201 {
 		s.t.Fatalf("POST /tokens: %s %v", resp.Status, err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/routes/relay"
@@ -341,7 +342,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
 	}
 	servers := []*http.Server{newServer(), newServer()}
-	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), srv.AdminHandler()
+	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), admin.Handler(srv)
 	listeners := []net.Listener{srv.LimitConnections(proxyLn), adminLn}
 	stoppers := []shutdowner{servers[0], servers[1]}
 	if sockets != nil {

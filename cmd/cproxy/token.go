@@ -14,7 +14,7 @@ import (
 
 	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
-	"github.com/cproxy/cproxy/routes"
+	adminapi "github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -60,7 +60,7 @@ Examples:
 						return admin.failed(err)
 					}
 					if c.Bool("json") {
-						return printJSON(c, routes.TokenCreated{Value: tok.Reveal(), Token: tok})
+						return printJSON(c, adminapi.TokenCreated{Value: tok.Reveal(), Token: tok})
 					}
 					_, err = fmt.Fprintln(c.App.Writer, tok.Reveal())
 					return err
@@ -120,7 +120,7 @@ Examples:
 		Action: adminAction(false, func(c *cli.Context, admin *adminClient, _ string) error {
 			opts := client.PruneOptions{DryRun: c.Bool("dry-run")}
 			if v := c.String("older-than"); v != "" {
-				d, err := routes.ParseAge(v)
+				d, err := adminapi.ParseAge(v)
 				if err != nil {
 					return fail("", "%v", err)
 				}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -81,11 +82,11 @@ func FuzzModelRoute(f *testing.F) {
 		Routes: []routes.Route{route},
 	})
 	f.Cleanup(srv.Close)
-	admin := httptest.NewRecorder()
-	srv.AdminHandler().ServeHTTP(admin, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))
-	var created routes.TokenCreated
-	if err := json.Unmarshal(admin.Body.Bytes(), &created); err != nil || created.Value == "" {
-		f.Fatalf("minting a token: %d %q", admin.Code, admin.Body)
+	minted := httptest.NewRecorder()
+	admin.Handler(srv).ServeHTTP(minted, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))
+	var created admin.TokenCreated
+	if err := json.Unmarshal(minted.Body.Bytes(), &created); err != nil || created.Value == "" {
+		f.Fatalf("minting a token: %d %q", minted.Code, minted.Body)
 	}
 	proxy := srv.ProxyHandler()
 	// send serves one request line and returns the answer and what the

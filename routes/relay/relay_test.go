@@ -15,7 +15,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/policy"
-	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/secrets"
@@ -98,7 +98,7 @@ func mintWithValues(t *testing.T, e *routetest.Env, sandbox, body string) (int, 
 func modToken(t *testing.T, e *routetest.Env, sandbox string) string {
 	t.Helper()
 	status, body := mintWithValues(t, e, sandbox, `{"values": {"mod_token": "`+canaryMod+`"}}`)
-	var created routes.TokenCreated
+	var created admin.TokenCreated
 	json.Unmarshal([]byte(body), &created)
 	if status != http.StatusCreated || !slices.Equal(created.Values, []string{"mod_token"}) || strings.Contains(body, canaryMod) {
 		t.Fatalf("mint = %d %s", status, body)

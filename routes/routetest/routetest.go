@@ -27,6 +27,7 @@ import (
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -68,7 +69,8 @@ type Option func(*Options)
 type Env struct {
 	t      *testing.T
 	Server *routes.Server
-	// Proxy serves the proxy listener; Admin the admin API (POST /tokens).
+	// Proxy serves the proxy listener; Admin the admin API
+	// (routes/admin.Handler), as cproxy serve does.
 	Proxy, Admin *httptest.Server
 	// Logs holds the Server's log lines, audit lines included unless
 	// Options.Audit or AuditLog sends them elsewhere, as JSON.
@@ -98,7 +100,7 @@ func New(t *testing.T, opts ...Option) *Env {
 	srv := routes.New(o.build())
 	e := &Env{t: t, Server: srv, Logs: logs, canaries: append([]string{CanaryKey, CanaryOAuth}, o.Canaries...)}
 	e.Proxy = httptest.NewServer(srv.ProxyHandler())
-	e.Admin = httptest.NewServer(srv.AdminHandler())
+	e.Admin = httptest.NewServer(admin.Handler(srv))
 	t.Cleanup(func() {
 		e.Proxy.Close()
 		e.Admin.Close()
@@ -177,7 +179,7 @@ func (e *Env) Token(sandbox string, query ...string) string {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out routes.TokenCreated
+	var out admin.TokenCreated
 	json.NewDecoder(resp.Body).Decode(&out)
 	if resp.StatusCode != http.StatusCreated || out.Value == "" {
 		e.t.Fatalf("POST /tokens?%s: %s", q, resp.Status)

@@ -1,8 +1,17 @@
-package routes
+// Package admin is cproxy's admin API (docs/admin-api.md): the HTTP
+// handler the harness calls, on the admin listener, to mint, list, revoke
+// and prune tokens and to probe health, readiness and metrics. It reaches
+// a routes.Server only through the Server's exported API (Store, Policy,
+// EndSandbox, Prune, Readiness, Metrics and the like); the core does not
+// import it.
+//
+// It is part of cproxy's implementation, not an API for other programs:
+// the harness's API is the HTTP one, which Go programs call with package
+// client.
+package admin
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +27,16 @@ import (
 
 	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
+)
+
+// Limits.
+const (
+	// DefaultTokenTTL is how long a token lives when the harness names no ttl.
+	DefaultTokenTTL = 24 * time.Hour
+	// maxTokenTTL bounds ttl=: a token is meant to die with its sandbox.
+	maxTokenTTL = 366 * 24 * time.Hour
 )
 
 // TokenCreated is the answer to POST /tokens: the client package's Token,
@@ -30,12 +48,14 @@ type TokenCreated struct {
 	client.Token
 }
 
-// AdminHandler serves the harness: token creation and revocation, health,
-// readiness, and Prometheus metrics.
+// Handler serves the admin API of srv (docs/admin-api.md): token creation,
+// listing, revocation and pruning, health, readiness, and Prometheus
+// metrics. cproxy serve serves it on the admin listener.
 // It must only ever be reachable by the harness; it has no authentication
 // of its own, like the cookbook's contract, because a password on a port
 // the sandboxes can reach would be one leak away from useless.
-func (s *Server) AdminHandler() http.Handler {
+func Handler(srv *routes.Server) http.Handler {
+	s := &server{Server: srv}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /tokens", s.createToken)
 	mux.HandleFunc("DELETE /tokens", s.revokeTokens)
@@ -67,13 +87,19 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 }
 
+// server is the admin API of one routes.Server.
+type server struct {
+	*routes.Server
+	readiness readiness // GET /readyz's last answer, for the log
+}
+
 // adminMethods are the methods each admin endpoint answers, for a 405's
 // Allow header.
 var adminMethods = map[string]string{
 	"/tokens": "GET, POST, DELETE", "/tokens/prune": "POST", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
 }
 
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
 	q, ok := adminQuery(w, r, "sandbox", "profile", "ttl", "source", "bind")
 	if !ok {
 		return
@@ -83,7 +109,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	profile := q.Get("profile")
-	if profile != "" && !s.policy().HasProfile(profile) {
+	if profile != "" && !s.Policy().HasProfile(profile) {
 		adminError(w, http.StatusBadRequest, fmt.Sprintf("profile %q is not defined in the policy", profile))
 		return
 	}
@@ -111,28 +137,28 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		// Before the token: a token whose socket could not be made would be
 		// good for nothing.
 		var err error
-		if socket, err = s.sockets.Open(sandbox); err != nil {
-			s.log.Error("opening a sandbox socket failed", "sandbox", sandbox, "err", err)
+		if socket, err = s.Sockets().Open(sandbox); err != nil {
+			s.Log().Error("opening a sandbox socket failed", "sandbox", sandbox, "err", err)
 			adminError(w, http.StatusServiceUnavailable, "the sandbox's socket could not be created; no token was created")
 			return
 		}
 	}
 	tok, err := tokens.New()
 	if err != nil {
-		s.log.Error("generating a token failed", "err", err)
+		s.Log().Error("generating a token failed", "err", err)
 		adminError(w, http.StatusInternalServerError, "generating a token failed")
 		return
 	}
-	now := s.now().UTC()
+	now := s.Now().UTC()
 	h := tok.Hash()
 	rec := tokens.Record{ID: h.ID(), Sandbox: sandbox, Profile: profile, Source: source, Bind: bind, CreatedAt: now, ExpiresAt: now.Add(ttl), Budget: budget}
 	if rec.Values, err = tokens.SealValues(tok, values); err != nil {
-		s.log.Error("sealing a token's values failed", "err", err)
+		s.Log().Error("sealing a token's values failed", "err", err)
 		adminError(w, http.StatusInternalServerError, "sealing the token's values failed; no token was created")
 		return
 	}
-	if err := s.store.Create(r.Context(), h, rec); err != nil {
-		s.log.Error("storing a token failed", "sandbox", sandbox, "err", err)
+	if err := s.Store().Create(r.Context(), h, rec); err != nil {
+		s.Log().Error("storing a token failed", "sandbox", sandbox, "err", err)
 		adminError(w, http.StatusServiceUnavailable, "the token store failed; no token was created")
 		return
 	}
@@ -143,7 +169,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	if bind != "" {
 		attrs = append(attrs, "bind", bind, "socket", socket)
 	}
-	s.log.Info("token created", attrs...)
+	s.Log().Info("token created", attrs...)
 	writeJSON(w, http.StatusCreated, TokenCreated{Value: tok.Reveal(), Token: client.Token{
 		ID: rec.ID, Sandbox: sandbox, Profile: profile, ExpiresAt: rec.ExpiresAt,
 		Source: source, Bind: bind, Socket: socket, Values: slices.Sorted(maps.Keys(values)),
@@ -162,7 +188,7 @@ const (
 // configured relays use and values that can go in a header, and a budget
 // over the profile's (returned as JSON, checked). No body: neither. A
 // refusal is its status and reason.
-func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage, int, string) {
+func (s *server) tokenBody(r *http.Request) (map[string]string, json.RawMessage, int, string) {
 	if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
 		return nil, nil, 0, ""
 	}
@@ -181,7 +207,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	case errors.Is(err, errTooDeep):
 		return nil, nil, http.StatusBadRequest, err.Error() + ": it must be " + shape
 	case dup != "":
-		return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the key %q more than once (keys are matched without regard to case): send each key once", Clip(dup, 64))
+		return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the key %q more than once (keys are matched without regard to case): send each key once", routes.Clip(dup, 64))
 	}
 	var req struct {
 		Values map[string]string `json:"values"`
@@ -191,7 +217,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil || dec.More() {
 		if k := unknownKey(err); k != "" {
-			return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the unknown key %s: it must be %s", Clip(k, 64), shape)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("the body has the unknown key %s: it must be %s", routes.Clip(k, 64), shape)
 		}
 		return nil, nil, http.StatusBadRequest, "the body is not " + shape
 	}
@@ -200,12 +226,12 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	}
 	for name, v := range req.Values {
 		switch {
-		case !slices.Contains(s.tokenValues, name):
+		case !slices.Contains(s.TokenValues(), name):
 			known := "none"
-			if len(s.tokenValues) > 0 {
-				known = strings.Join(s.tokenValues, ", ")
+			if len(s.TokenValues()) > 0 {
+				known = strings.Join(s.TokenValues(), ", ")
 			}
-			return nil, nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", Clip(name, 64), known)
+			return nil, nil, http.StatusBadRequest, fmt.Sprintf("no relay uses a value named %q (the config's relays use: %s)", routes.Clip(name, 64), known)
 		case v == "" || len(v) > maxValueLen:
 			return nil, nil, http.StatusBadRequest, fmt.Sprintf("value %s must be 1 to %d bytes", name, maxValueLen)
 		case strings.IndexFunc(v, func(c rune) bool { return c < 0x20 && c != '\t' || c == 0x7f }) >= 0:
@@ -215,7 +241,7 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 	if len(req.Budget) > 0 && string(req.Budget) != "null" {
 		b, err := policy.ParseBudget(req.Budget)
 		if err != nil {
-			return nil, nil, http.StatusBadRequest, Clip(err.Error(), 300)
+			return nil, nil, http.StatusBadRequest, routes.Clip(err.Error(), 300)
 		}
 		req.Budget, _ = json.Marshal(b)
 	} else {
@@ -230,10 +256,10 @@ func (s *Server) tokenBody(r *http.Request) (map[string]string, json.RawMessage,
 // gives the sandbox now; a profile with bind = "socket" binds every token of
 // it. A source must lie inside the profile's sources, or the token could
 // never be used.
-func (s *Server) binding(sandbox, profile, source, bind string) (string, string, string) {
-	prof, _ := s.policy().ProfileFor(sandbox, profile) // nil: decided per request, as for any token
+func (s *server) binding(sandbox, profile, source, bind string) (string, string, string) {
+	prof, _ := s.Policy().ProfileFor(sandbox, profile) // nil: decided per request, as for any token
 	if bind != "" && bind != policy.BindSocket {
-		return "", "", fmt.Sprintf(`invalid bind %q: the only binding is "socket" (the sandbox's own Unix socket)`, Clip(bind, 32))
+		return "", "", fmt.Sprintf(`invalid bind %q: the only binding is "socket" (the sandbox's own Unix socket)`, routes.Clip(bind, 32))
 	}
 	if prof != nil && prof.Bind == policy.BindSocket {
 		bind = policy.BindSocket
@@ -241,7 +267,7 @@ func (s *Server) binding(sandbox, profile, source, bind string) (string, string,
 	if source != "" {
 		p, err := policy.ParseSource(source)
 		if err != nil {
-			return "", "", "invalid source: " + Clip(err.Error(), 160)
+			return "", "", "invalid source: " + routes.Clip(err.Error(), 160)
 		}
 		if p.IsSingleIP() {
 			source = p.Addr().String()
@@ -257,7 +283,7 @@ func (s *Server) binding(sandbox, profile, source, bind string) (string, string,
 	}
 	if bind == policy.BindSocket {
 		switch {
-		case s.sockets == nil:
+		case s.Sockets() == nil:
 			return "", "", "bind=socket needs listen.sandbox_sockets in cproxy's config: there is no directory for per-sandbox sockets"
 		case prof.HasSources():
 			return "", "", fmt.Sprintf("profile %s has sources, and a token bound to a socket has no peer address: it could never be used", prof.Name)
@@ -266,7 +292,7 @@ func (s *Server) binding(sandbox, profile, source, bind string) (string, string,
 	return source, bind, ""
 }
 
-func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
+func (s *server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 	q, ok := adminQuery(w, r, "sandbox")
 	if !ok {
 		return
@@ -275,19 +301,19 @@ func (s *Server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := s.store.RevokeSandbox(r.Context(), sandbox, s.now().UTC())
+	n, err := s.Store().RevokeSandbox(r.Context(), sandbox, s.Now().UTC())
 	// Its requests in flight end now, even if the store failed: the
 	// harness wants the sandbox stopped, and will retry the revocation.
 	s.EndSandbox(sandbox)
 	if err != nil {
-		s.log.Error("revoking tokens failed", "sandbox", sandbox, "err", err)
+		s.Log().Error("revoking tokens failed", "sandbox", sandbox, "err", err)
 		adminError(w, http.StatusServiceUnavailable, "the token store failed; the revocation may not have been recorded: retry")
 		return
 	}
-	s.log.Info("tokens revoked", "sandbox", sandbox, "count", n)
-	s.metrics.DeleteBudget(sandbox)
-	if s.sockets != nil {
-		s.sockets.Remove(sandbox)
+	s.Log().Info("tokens revoked", "sandbox", sandbox, "count", n)
+	s.Metrics().DeleteBudget(sandbox)
+	if s.Sockets() != nil {
+		s.Sockets().Remove(sandbox)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -300,35 +326,35 @@ const DefaultListLimit = 100
 // listTokens answers one page of tokens, in the store's order (by id),
 // from where cursor= points, so that neither the store nor this answer
 // holds more than limit= tokens however many the store keeps.
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+func (s *server) listTokens(w http.ResponseWriter, r *http.Request) {
 	q, ok := adminQuery(w, r, "sandbox", "state", "limit", "cursor")
 	if !ok {
 		return
 	}
-	lq := tokens.ListQuery{After: q.Get("cursor"), Limit: DefaultListLimit, Sandbox: q.Get("sandbox"), State: tokens.State(q.Get("state")), Now: s.now()}
+	lq := tokens.ListQuery{After: q.Get("cursor"), Limit: DefaultListLimit, Sandbox: q.Get("sandbox"), State: tokens.State(q.Get("state")), Now: s.Now()}
 	if lq.Sandbox != "" && !tokens.ValidSandboxID(lq.Sandbox) {
 		adminError(w, http.StatusBadRequest, sandboxIDHint(lq.Sandbox))
 		return
 	}
 	if v := q.Get("state"); v != "" && !slices.Contains(tokens.States, lq.State) {
-		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid state %q: live, expired or revoked", Clip(v, 32)))
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid state %q: live, expired or revoked", routes.Clip(v, 32)))
 		return
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > client.MaxListLimit {
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", Clip(v, 32), client.MaxListLimit))
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid limit %q: a whole number from 1 to %d", routes.Clip(v, 32), client.MaxListLimit))
 			return
 		}
 		lq.Limit = n
 	}
-	page, err := s.store.List(r.Context(), lq)
+	page, err := s.Store().List(r.Context(), lq)
 	if errors.Is(err, tokens.ErrBadCursor) {
-		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid cursor %q: pass the next of the page before, unchanged", Clip(lq.After, 32)))
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid cursor %q: pass the next of the page before, unchanged", routes.Clip(lq.After, 32)))
 		return
 	}
 	if err != nil {
-		s.log.Error("listing tokens failed", "err", err)
+		s.Log().Error("listing tokens failed", "err", err)
 		adminError(w, http.StatusServiceUnavailable, "the token store failed")
 		return
 	}
@@ -338,7 +364,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 		if b := s.tokenBudget(rec); !b.IsZero() {
 			cb := client.Budget(b)
 			info.Budget = &cb
-			if u, ok := s.budgets.Usage(r.Context(), rec.ID, b); ok {
+			if u, ok := s.Budgets().Usage(r.Context(), rec.ID, b); ok {
 				info.Usage = &client.Usage{Requests: u.Requests, InputTokens: u.Input, OutputTokens: u.Output,
 					CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite}
 			}
@@ -359,9 +385,9 @@ func tokenInfo(rec tokens.Record, now time.Time) client.TokenInfo {
 
 // tokenBudget is the budget that applies to rec now: its profile's, with
 // the token's own over it.
-func (s *Server) tokenBudget(rec tokens.Record) policy.Budget {
+func (s *server) tokenBudget(rec tokens.Record) policy.Budget {
 	var b policy.Budget
-	if prof, err := s.policy().ProfileFor(rec.Sandbox, rec.Profile); err == nil {
+	if prof, err := s.Policy().ProfileFor(rec.Sandbox, rec.Profile); err == nil {
 		b = prof.Budget
 	}
 	if len(rec.Budget) > 0 {
@@ -372,31 +398,13 @@ func (s *Server) tokenBudget(rec tokens.Record) policy.Budget {
 	return b
 }
 
-// RestoreSockets opens the socket of every sandbox that holds a live token
-// bound to one, as they were before a restart. serve calls it before the
-// proxy listens.
-func (s *Server) RestoreSockets(ctx context.Context) error {
-	if s.sockets == nil {
-		return nil
-	}
-	return tokens.Walk(ctx, s.store, tokens.ListQuery{State: tokens.StateLive, Now: s.now()}, func(rec tokens.Record) error {
-		if rec.Bind != policy.BindSocket {
-			return nil
-		}
-		if _, err := s.sockets.Open(rec.Sandbox); err != nil {
-			return fmt.Errorf("socket of sandbox %s: %w", rec.Sandbox, err)
-		}
-		return nil
-	})
-}
-
 // serveMetrics answers GET /metrics. Like every admin endpoint, it refuses
 // parameters it does not take: it takes none.
-func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if _, ok := adminQuery(w, r); !ok {
 		return
 	}
-	s.metrics.ServeHTTP(w, r)
+	s.Metrics().ServeHTTP(w, r)
 }
 
 // adminQuery parses the query and refuses parameters the endpoint does not
@@ -417,7 +425,7 @@ func adminQuery(w http.ResponseWriter, r *http.Request, allowed ...string) (url.
 			if len(allowed) > 0 {
 				takes = "takes: " + strings.Join(allowed, ", ")
 			}
-			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint %s)", Clip(k, 64), takes))
+			adminError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (this endpoint %s)", routes.Clip(k, 64), takes))
 			return nil, false
 		}
 		if len(vs) > 1 {
@@ -441,7 +449,7 @@ func sandboxIDHint(id string) string {
 	if id == "" {
 		return "missing sandbox: pass ?sandbox=ID"
 	}
-	return fmt.Sprintf("invalid sandbox id %q: ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", Clip(id, 80))
+	return fmt.Sprintf("invalid sandbox id %q: ids are 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit", routes.Clip(id, 80))
 }
 
 // ParseTTL reads a token lifetime: a Go duration ("90m", "24h") or a number
@@ -449,7 +457,7 @@ func sandboxIDHint(id string) string {
 func ParseTTL(v string) (time.Duration, error) {
 	d, err := parseDays(v)
 	if err != nil {
-		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", Clip(v, 32))
+		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", routes.Clip(v, 32))
 	}
 	if d < time.Second || d > maxTokenTTL {
 		return 0, fmt.Errorf("ttl %s is out of range: between 1s and 366d", v)
