@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -28,7 +29,7 @@ func TestPruneInBackground(t *testing.T) {
 	pruning := newEnv(t, func(o *testOptions) {
 		o.Retention = time.Hour
 		o.PruneInterval = time.Millisecond
-		o.Logger = slog.New(logEvent{o.Logger.Handler(), "tokens pruned", pruned})
+		o.Logger = slog.New(testutil.LogEvent{Handler: o.Logger.Handler(), Msg: "tokens pruned", Seen: pruned})
 	})
 	keeping := newEnv(t, func(o *testOptions) { o.PruneInterval = time.Millisecond })
 	var dead [2]tokens.Hash
@@ -56,34 +57,6 @@ func TestPruneInBackground(t *testing.T) {
 	if !strings.Contains(pruning.logs.String(), `"retention":"1h0m0s"`) {
 		t.Errorf("the pruner's log line does not give the retention:\n%s", pruning.logs.String())
 	}
-}
-
-// logEvent is a slog.Handler that passes every record on to its Handler
-// and then tells seen of a record with the message msg, so that a test
-// waits for a log line rather than for time to pass.
-type logEvent struct {
-	slog.Handler
-	msg  string
-	seen chan<- struct{}
-}
-
-func (h logEvent) Handle(ctx context.Context, r slog.Record) error {
-	err := h.Handler.Handle(ctx, r)
-	if r.Message == h.msg {
-		select {
-		case h.seen <- struct{}{}:
-		default: // told already
-		}
-	}
-	return err
-}
-
-func (h logEvent) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return logEvent{h.Handler.WithAttrs(attrs), h.msg, h.seen}
-}
-
-func (h logEvent) WithGroup(name string) slog.Handler {
-	return logEvent{h.Handler.WithGroup(name), h.msg, h.seen}
 }
 
 func newHashFor(t *testing.T) tokens.Hash {
