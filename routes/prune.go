@@ -69,16 +69,21 @@ func (s *Server) startPruning(retention, interval time.Duration) {
 func (s *Server) Prune(ctx context.Context, before time.Time, why, value string) (int, error) {
 	n := 0
 	var err error
+	sandboxes := map[string]bool{}
 	for {
 		var recs []tokens.Record
 		recs, err = s.store.Prune(ctx, before, tokens.PruneBatch)
 		n += len(recs)
 		s.budgets.Forget(recs)
 		s.metrics.TokensPruned(len(recs))
+		for _, r := range recs {
+			sandboxes[r.Sandbox] = true
+		}
 		if err != nil || len(recs) < tokens.PruneBatch {
 			break
 		}
 	}
+	s.forgetBudgetSeries(ctx, sandboxes)
 	if n > 0 {
 		s.log.Info("tokens pruned", "count", n, "before", before.UTC(), why, value)
 	}
@@ -89,3 +94,17 @@ func (s *Server) Prune(ctx context.Context, before time.Time, why, value string)
 // POST /tokens/prune prunes with it when the call names no older_than;
 // zero keeps every token.
 func (s *Server) Retention() time.Duration { return s.retention }
+
+// forgetBudgetSeries deletes the cproxy_budget_remaining series of each
+// sandbox whose tokens were pruned and that has no live token left: a
+// sandbox whose tokens only expired would otherwise keep its series for
+// as long as cproxy runs. A sandbox with a live token keeps them, as does
+// one the store cannot list just now.
+func (s *Server) forgetBudgetSeries(ctx context.Context, sandboxes map[string]bool) {
+	for sb := range sandboxes {
+		p, err := s.store.List(ctx, tokens.ListQuery{Limit: 1, Sandbox: sb, State: tokens.StateLive, Now: s.now()})
+		if err == nil && len(p.Records) == 0 {
+			s.metrics.DeleteBudget(sb)
+		}
+	}
+}

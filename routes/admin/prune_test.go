@@ -145,3 +145,41 @@ func TestPruneTokensBusy(t *testing.T) {
 		t.Errorf("a busy store is logged as an error:\n%s", e.Logs.String())
 	}
 }
+
+// Pruning a sandbox's last tokens drops its cproxy_budget_remaining
+// series, which a sandbox whose tokens only expire would otherwise keep
+// for as long as cproxy runs; a sandbox with a live token keeps them.
+func TestPruneForgetsBudgetSeries(t *testing.T) {
+	var clock atomic.Pointer[time.Time]
+	start := time.Now()
+	clock.Store(&start)
+	e := newEnv(t, routetest.WithPolicy(t, budgetPolicy), func(o *routetest.Options) { o.Now = func() time.Time { return *clock.Load() } })
+	for _, tok := range []string{e.Token("conv-gone", "ttl=1h"), e.Token("conv-kept", "ttl=1h"), e.Token("conv-kept", "ttl=24h")} {
+		if r := modelRequest(e, tok); r.Status != 200 {
+			t.Fatalf("a model request: %d %s", r.Status, r.Body)
+		}
+	}
+	series := func(sandbox string) bool {
+		_, _, metrics := call(t, e, "GET", "/metrics", "")
+		for _, line := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(line, "cproxy_budget_remaining{") && strings.Contains(line, `sandbox="`+sandbox+`"`) {
+				return true
+			}
+		}
+		return false
+	}
+	if !series("conv-gone") || !series("conv-kept") {
+		t.Fatal("no cproxy_budget_remaining series after the requests")
+	}
+	later := start.Add(3 * time.Hour)
+	clock.Store(&later)
+	if code, _, body := call(t, e, "POST", "/tokens/prune?older_than=1h", ""); code != 200 {
+		t.Fatalf("prune = %d %s", code, body)
+	}
+	if series("conv-gone") {
+		t.Error("a sandbox whose every token was pruned keeps its cproxy_budget_remaining series")
+	}
+	if !series("conv-kept") {
+		t.Error("a sandbox with a live token lost its cproxy_budget_remaining series")
+	}
+}
