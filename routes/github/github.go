@@ -159,10 +159,6 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 		a.Fail(err)
 		return
 	}
-	if up := gr.fwd.Upstream(); !up.Configured() && up.Missing != "" {
-		a.Fail(routes.Refuse(routes.ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
-		return
-	}
 	sandbox := a.Session().Sandbox
 	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRepo(prof, sandbox, g) }); err != nil {
 		if g.advertise {
@@ -170,6 +166,13 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 		} else {
 			a.Fail(err)
 		}
+		return
+	}
+	// Only now, once the policy allows the request: a sandbox is told that
+	// a repository is not allowed, not to wait for an operator, for what
+	// it may never do.
+	if up := gr.fwd.Upstream(); !up.Configured() && up.Missing != "" {
+		a.Fail(routes.Refuse(routes.ErrUnavailable, "no GitHub credential is configured: %s", up.Missing))
 		return
 	}
 	if g.push() && !g.advertise {

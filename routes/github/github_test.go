@@ -701,13 +701,26 @@ func TestGitHubUpstreamRefusesCredential(t *testing.T) {
 	}
 }
 
+// TestGitHubMissingCredential: with no GitHub credential, a request the
+// policy allows is answered 503 (the operator must set one), but one it
+// refuses gets the policy's refusal first: a sandbox is told "not allowed",
+// not to wait for an operator, for what it may never do.
 func TestGitHubMissingCredential(t *testing.T) {
 	up := newGitUpstream(t)
 	u, _ := url.Parse(up.srv.URL)
 	e := gitEnv(t, routes.Upstream{URL: u, Missing: "the operator must set GITHUB_TOKEN"})
-	r := e.Do("GET", "/github/acme/app/info/refs?service=git-upload-pack", basic(e.Token("conv-42")), "")
+	h := basic(e.Token("conv-42"))
+	r := e.Do("GET", "/github/acme/app/info/refs?service=git-upload-pack", h, "")
 	if r.Status != 503 || !strings.Contains(r.Body, "no GitHub credential is configured: the operator must set GITHUB_TOKEN") {
-		t.Fatalf("got %d %q", r.Status, r.Body)
+		t.Fatalf("allowed: got %d %q", r.Status, r.Body)
+	}
+	r = e.Do("GET", "/github/acme/secret/info/refs?service=git-upload-pack", h, "")
+	if want := "ERR cproxy: repository acme/secret is not allowed for sandbox conv-42\n"; r.Status != 200 || !strings.HasSuffix(r.Body, want) {
+		t.Fatalf("refused info/refs: got %d %q, want an advertisement ending %q", r.Status, r.Body, want)
+	}
+	r = e.Do("POST", "/github/acme/secret/git-upload-pack", map[string]string{"Authorization": h["Authorization"], "Content-Type": "application/x-git-upload-pack-request"}, "0000")
+	if r.Status != 403 || !strings.Contains(r.Body, "repository acme/secret is not allowed for sandbox conv-42") {
+		t.Fatalf("refused upload-pack: got %d %q", r.Status, r.Body)
 	}
 	if n := len(up.seen()); n != 0 {
 		t.Fatalf("the upstream got %d requests", n)

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,5 +36,25 @@ func TestLiveCredential(t *testing.T) {
 	live.Reload()
 	if r := e.Do("GET", "/npm/is-thing", routetest.Bearer(tok), ""); r.Status != 200 {
 		t.Fatalf("after the reload: got %d %s", r.Status, r.Body)
+	}
+}
+
+// TestMissingCredential: with no npm credential, a request the policy
+// allows is answered 503 (the operator must set one), but one it refuses
+// gets the policy's refusal first: a sandbox is told "not allowed", not to
+// wait for an operator, for what it may never do.
+func TestMissingCredential(t *testing.T) {
+	reg := newNPMRegistry(t, false)
+	u, _ := url.Parse(reg.URL)
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, Missing: "the operator must set NPM_TOKEN", HeaderTimeout: 10 * time.Second}),
+		routetest.WithPolicy(t, npmPolicy))
+	h := routetest.Bearer(e.Token("ci-1"))
+	if r := e.Do("GET", "/npm/is-thing", h, ""); r.Status != 503 || !strings.Contains(r.Body, "no npm credential is configured: the operator must set NPM_TOKEN") {
+		t.Fatalf("allowed: got %d %s", r.Status, r.Body)
+	}
+	for _, path := range []string{"/npm/left-pad", "/npm/left-pad/-/left-pad-1.3.0.tgz"} {
+		if r := e.Do("GET", path, h, ""); r.Status != 403 || !strings.Contains(r.Body, "package left-pad is not allowed for sandbox ci-1") {
+			t.Fatalf("refused %s: got %d %s", path, r.Status, r.Body)
+		}
 	}
 }

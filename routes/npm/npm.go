@@ -280,10 +280,6 @@ func (s *route) Serve(a *routes.Call) {
 		r.Body = http.NoBody
 		r.ContentLength = 0
 	}
-	if up := s.fwd.Upstream(); !up.Configured() && up.Missing != "" {
-		a.Fail(routes.Refuse(routes.ErrUnavailable, "no npm credential is configured: %s", up.Missing))
-		return
-	}
 	// The questions are asked in this order, each only if the one before
 	// allowed the request: the audit's body is read, and a tarball's
 	// publish time fetched, only for what the profile may ask for.
@@ -304,6 +300,13 @@ func (s *route) Serve(a *routes.Call) {
 	if err == nil && n.kind == npmAudit {
 		q.audit, err = readAudit(a)
 		rule, err = q.decideErr(a.Session().Profile, err)
+	}
+	// Only once the policy allows the request (or needs only the publish
+	// time, which is fetched with the credential): a sandbox is told that a
+	// package is not allowed, not to wait for an operator, for what it may
+	// never do.
+	if up := s.fwd.Upstream(); (err == nil || err == errNeedsPublished) && !up.Configured() && up.Missing != "" {
+		err = routes.Refuse(routes.ErrUnavailable, "no npm credential is configured: %s", up.Missing)
 	}
 	if err == errNeedsPublished {
 		// The age is in the packument: read its time[version] first.
