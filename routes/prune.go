@@ -17,11 +17,13 @@ const (
 	// interval: a store that is pruned hourly holds at most an hour of
 	// tokens past their retention, and a run finds little to do.
 	DefaultPruneInterval = time.Hour
-	// pruneStartDelay is when the first run comes after start (or at the
-	// interval, if that is sooner): soon, so that a cproxy restarted more
-	// often than the interval still prunes, but not in the middle of start.
-	pruneStartDelay = time.Minute
 )
+
+// pruneStartDelay is when the first run comes after start (or at the
+// interval, if that is sooner): soon, so that a cproxy restarted more often
+// than the interval still prunes, but not in the middle of start. A
+// variable for the test that checks it.
+var pruneStartDelay = time.Minute
 
 // startPruning runs prune every interval, the first time sooner (at most
 // pruneStartDelay after start), until Close; with a zero retention it does

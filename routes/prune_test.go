@@ -59,6 +59,29 @@ func TestPruneInBackground(t *testing.T) {
 	}
 }
 
+// The first run comes pruneStartDelay after start, not a whole interval
+// later: a cproxy restarted more often than its interval still prunes.
+func TestPruneSoonAfterStart(t *testing.T) {
+	defer func(d time.Duration) { pruneStartDelay = d }(pruneStartDelay)
+	pruneStartDelay = time.Millisecond
+	pruned := make(chan struct{}, 1)
+	e := newEnv(t, func(o *testOptions) {
+		o.Retention = time.Hour
+		o.PruneInterval = 24 * time.Hour
+		o.Logger = slog.New(testutil.LogEvent{Handler: o.Logger.Handler(), Msg: "tokens pruned", Seen: pruned})
+		// The dead token is in the store before the Server starts.
+		now := time.Now()
+		if err := o.Store.Create(context.Background(), newHashFor(t), tokens.Record{Sandbox: "conv-1", CreatedAt: now.Add(-3 * time.Hour), ExpiresAt: now.Add(-2 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	select {
+	case <-pruned:
+	case <-time.After(time.Minute): // a guard against hanging, far above the millisecond expected
+		t.Fatalf("no run of the pruner within a minute of start, with an interval of a day:\n%s", e.logs.String())
+	}
+}
+
 func newHashFor(t *testing.T) tokens.Hash {
 	t.Helper()
 	tok, err := tokens.New()
