@@ -39,6 +39,12 @@ const policySettleRounds = 10
 // warning about the sandboxes whose profile it changed.
 const policyListTimeout = 10 * time.Second
 
+// policyMovedShown is how many sandboxes the reload warning names, the
+// first in order of their ids; the rest are counted ("and 4980 more"), so
+// that a reload that moves thousands still logs one line an operator can
+// read.
+const policyMovedShown = 20
+
 // policyReloader puts a new policy file in force when serve gets SIGHUP or
 // the file changes. It runs on goroutines of its own (run), off the signal
 // path: a file that cannot be read at once delays no signal. A new policy is
@@ -238,8 +244,16 @@ func (r *policyReloader) warnProfileChanges(ctx context.Context, old, next *poli
 	if len(moved) > 0 {
 		// Sandbox ids sort before the space that ends them, so this is
 		// their order.
-		r.log.Warn("policy reload changes the profile of sandboxes with live tokens", "sandboxes", strings.Join(slices.Sorted(maps.Keys(moved)), ", "))
+		r.log.Warn("policy reload changes the profile of sandboxes with live tokens", "sandboxes", firstOf(slices.Sorted(maps.Keys(moved)), policyMovedShown))
 	}
+}
+
+// firstOf joins the first n of items with commas, and counts the rest.
+func firstOf(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s, and %d more", strings.Join(items[:n], ", "), len(items)-n)
 }
 
 // profileName is the profile p gives rec's requests, or "none".

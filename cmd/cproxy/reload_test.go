@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -226,5 +227,43 @@ func TestPolicyReadTimeout(t *testing.T) {
 	}
 	if f.log.Count(`msg="policy reloaded"`) != 1 {
 		t.Fatalf("after the read returned:\n%s", f.log.String())
+	}
+}
+
+// TestPolicyReloadWarningIsCapped: a reload that moves more sandboxes than
+// the warning names logs the first, in order of their ids, and counts the
+// rest exactly: one line of bounded length however many sandboxes move.
+func TestPolicyReloadWarningIsCapped(t *testing.T) {
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "tokens.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	u, _ := url.Parse("http://127.0.0.1:1") // never asked
+	f := newReloadFixture(t, routes.Upstream{URL: u}, store)
+	f.write(t, sonnetPolicy+"[profile.web]\nmodels = [\"claude-haiku-*\"]\n\n[[sandbox]]\nmatch = \"conv-*\"\nprofile = \"web\"\n")
+	f.reloader.load(context.Background(), "sighup")
+
+	const moved = policyMovedShown + 7
+	now := time.Now()
+	var want []string
+	for i := moved; i >= 1; i-- {
+		tok, err := tokens.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sandbox := fmt.Sprintf("conv-%03d", i)
+		if err := store.Create(context.Background(), tok.Hash(), tokens.Record{Sandbox: sandbox, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if i <= policyMovedShown {
+			want = append([]string{sandbox + " (web -> default)"}, want...)
+		}
+	}
+	f.write(t, sonnetPolicy)
+	f.reloader.load(context.Background(), "sighup")
+	line := fmt.Sprintf(`level=WARN msg="policy reload changes the profile of sandboxes with live tokens" sandboxes="%s, and 7 more"`+"\n", strings.Join(want, ", "))
+	if f.log.Count(`msg="policy reloaded"`) != 2 || !strings.Contains(f.log.String(), line) {
+		t.Fatalf("want the line\n%s\ngot:\n%s", line, f.log.String())
 	}
 }
