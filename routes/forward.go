@@ -471,8 +471,17 @@ func (b *sentBody) ended() error {
 // Forward sends r, a's request or a copy of it with its own context, to
 // the upstream at t, streaming both ways. Failures are written as a's
 // route writes a refusal.
+//
+// A request whose route asked the policy nothing (no Call.Decide or
+// Call.AskAgain) is refused, not sent: deny by default holds even for a
+// route that forgot to ask.
 func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
 	writeErr := a.rt.WriteError
+	if a.decide == nil {
+		a.srv.log.Error("a route forwarded a request without asking the policy; refused", "route", a.route)
+		a.fail(writeErr, Refuse(ErrForbidden, "the %s route asked no policy question for this request, so cproxy does not send it; do not retry", a.route))
+		return
+	}
 	cred, err := f.credential()
 	if err != nil {
 		// The message names the reason and the fix, never the value.

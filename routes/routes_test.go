@@ -488,3 +488,33 @@ func (valuesRoute) Serve(c *Call) {
 func (valuesRoute) WriteError(w http.ResponseWriter, err error) int { return WriteJSONError(w, err) }
 func (v valuesRoute) ValueNames() []string                          { return v.values }
 func (v valuesRoute) Sources() []Source                             { return v.sources }
+
+// carelessRoute forwards every request to its upstream without asking the
+// policy anything: a route with a defect, which the core must catch.
+type carelessRoute struct{ fwd *Forwarder }
+
+func (carelessRoute) Name() string                                    { return "careless" }
+func (carelessRoute) Prefix() string                                  { return "/careless/" }
+func (r carelessRoute) Close()                                        { r.fwd.Close() }
+func (carelessRoute) WriteError(w http.ResponseWriter, err error) int { return WriteJSONError(w, err) }
+func (r carelessRoute) Serve(c *Call)                                 { r.fwd.Forward(c, c.Request(), Target{Path: "/v1/models"}) }
+
+// A route that forwards without asking the policy has its request refused
+// by the core, and the upstream never sees it: deny by default does not
+// rest on every route remembering to ask.
+func TestForwardWithoutDecisionRefused(t *testing.T) {
+	e := newEnv(t, func(o *testOptions) {
+		env := Env{Upstream: Upstream{URL: o.Anthropic.URL, Credential: secrets.New(canaryKey), HeaderTimeout: 10 * time.Second}, Log: o.Logger}
+		o.Extra = append(o.Extra, carelessRoute{fwd: env.NewForwarder("careless", "/careless/", func(http.Header, secrets.Secret) {}, nil)})
+	})
+	r := e.do("GET", "/careless/x", bearer(e.token("conv-1")), "")
+	if r.status != 403 || !strings.Contains(r.body, "asked no policy question") {
+		t.Errorf("got %d %s; want 403 naming the missing policy question", r.status, r.body)
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Errorf("the upstream got %d requests", n)
+	}
+	if !strings.Contains(e.logs.String(), "without asking the policy") {
+		t.Errorf("no error logged for the route's defect:\n%s", e.logs.String())
+	}
+}
