@@ -27,7 +27,7 @@ Examples:
    cproxy exec --sandbox conv-42 --proxy-url http://127.0.0.1:8080 -- claude -p 'fix the failing test'
    cproxy exec --sandbox conv-42 --config /etc/cproxy/cproxy.toml --ttl 2h -- cproxy verify`,
 		Flags: append(sandboxEnvFlags(),
-			&cli.StringSliceFlag{Name: "pass", Usage: "also pass `NAME` from cproxy's environment to the command (repeatable); a pattern such as 'MY_*' passes the names it matches that do not look like credentials. Always passed: " + sandboxenv.ExecBase()},
+			&cli.StringSliceFlag{Name: "pass", Usage: "also pass `NAME` from cproxy's environment to the command (repeatable); a pattern such as 'MY_*' passes the names it matches that do not look like credentials. Always passed: " + sandboxenv.ExecBase() + "; and, when set, Claude Code's settings " + sandboxenv.ExecClaude()},
 		),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
@@ -44,9 +44,10 @@ Examples:
 				return fail("pass a variable name, or a pattern such as 'MY_*'", "%v", err)
 			}
 			// The command starts from an environment built from a few
-			// of cproxy's own variables, not from all of them minus
-			// the ones known to be credentials, a list that can never
-			// be complete.
+			// of cproxy's own variables (and Claude Code's settings a
+			// harness sets, such as IS_SANDBOX), not from all of them
+			// minus the ones known to be credentials, a list that can
+			// never be complete.
 			inherited := sandboxenv.Env(nil).ExecEnviron(os.Environ(), pass)
 			// git's settings go after the ones the command gets
 			// (--pass 'GIT_CONFIG_*'). A count git would refuse is

@@ -408,9 +408,10 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // condition answers [claude], [git], [npm], [pnpm], [yarn], [tsc], [tmux],
-// [dash], [zsh] and [fish]: whether that client or shell is installed, and
-// [pg]: whether a PostgreSQL server is there (CPROXY_TEST_PG_DSN). In CI a
-// missing one is an error, not a reason to skip.
+// [dash], [zsh] and [fish]: whether that client or shell is installed,
+// [pg]: whether a PostgreSQL server is there (CPROXY_TEST_PG_DSN), and
+// [root]: whether the tests run as root, as CI does. In CI a missing one is
+// an error, not a reason to skip.
 func condition(cond string) (bool, error) {
 	found, install := false, ""
 	switch cond {
@@ -424,6 +425,8 @@ func condition(cond string) (bool, error) {
 		found, install = os.Getenv("CPROXY_TEST_TSC") != "", ".ci/test installs typescript and sets CPROXY_TEST_TSC"
 	case "pg":
 		found, install = os.Getenv("CPROXY_TEST_PG_DSN") != "", "run the tests through .ci/postgres, which starts a PostgreSQL server and sets CPROXY_TEST_PG_DSN"
+	case "root":
+		found, install = os.Geteuid() == 0, "CI runs the tests as root"
 	case "git", "npm", "tmux", "dash", "zsh", "fish":
 		_, err := exec.LookPath(cond)
 		found, install = err == nil, ".ci/run installs it from Debian's packages"

@@ -245,9 +245,32 @@ var execBase = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LAN
 // execBasePrefix starts the names of the locale variables exec passes.
 const execBasePrefix = "LC_"
 
+// execClaude are Claude Code's own settings that cproxy exec passes from
+// its environment when they are set, as a harness sets them for the Claude
+// Code it starts: none carries a credential, points Claude Code at another
+// API or file of credentials, or has a name that looks like a credential
+// (LooksLikeCredential; a test holds it). docs/cli.md says why each.
+var execClaude = []string{
+	// Claude Code is in a sandbox on purpose: it lets
+	// --dangerously-skip-permissions run as root, as in the seed ADR's VM.
+	"IS_SANDBOX", "CLAUDE_CODE_BUBBLEWRAP",
+	// Which models and effort it asks for; cproxy's policy still decides.
+	"ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+	"ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL", "CLAUDE_CODE_EFFORT_LEVEL",
+	// Its Bash tool and MCP servers: timeouts, output, working folder.
+	"BASH_DEFAULT_TIMEOUT_MS", "BASH_MAX_TIMEOUT_MS", "BASH_MAX_OUTPUT_LENGTH", "CLAUDE_BASH_MAINTAIN_PROJECT_WORKING_DIR",
+	"MCP_TIMEOUT", "MCP_TOOL_TIMEOUT",
+	// The image's ripgrep, and no terminal title (tmux).
+	"USE_BUILTIN_RIPGREP", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE",
+}
+
 // ExecBase is the documented base of cproxy exec's environment, for help
 // texts and docs.
 func ExecBase() string { return strings.Join(execBase, ", ") + ", " + execBasePrefix + "*" }
+
+// ExecClaude lists Claude Code's settings cproxy exec passes when they are
+// set, for help texts and docs.
+func ExecClaude() string { return strings.Join(execClaude, ", ") }
 
 // CheckPass checks --pass values: a variable name, or a path.Match
 // pattern of one.
@@ -265,15 +288,16 @@ func CheckPass(pass []string) error {
 
 // ExecEnviron is the environment cproxy exec starts its command from,
 // before e's variables: from environ, the base variables (execBase and
-// LC_*), the names pass lists exactly, as they are, and the names a pass
-// pattern matches, scrubbed by e.Scrub (so a pattern never passes what
-// looks like a credential). pass is checked by CheckPass.
+// LC_*), Claude Code's settings (execClaude), the names pass lists
+// exactly, as they are, and the names a pass pattern matches, scrubbed by
+// e.Scrub (so a pattern never passes what looks like a credential). pass
+// is checked by CheckPass.
 func (e Env) ExecEnviron(environ, pass []string) []string {
 	var exact, matched []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case slices.Contains(execBase, name) || strings.HasPrefix(name, execBasePrefix) || slices.Contains(pass, name):
+		case slices.Contains(execBase, name) || strings.HasPrefix(name, execBasePrefix) || slices.Contains(execClaude, name) || slices.Contains(pass, name):
 			exact = append(exact, kv)
 		case matchesAny(pass, name):
 			matched = append(matched, kv)

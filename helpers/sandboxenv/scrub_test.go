@@ -182,17 +182,25 @@ func TestExecEnviron(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := merge(issueCredentials, gitInherited, map[string]string{"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "TERM": "xterm",
-		"KEEP_ME": "no", "MY_A": "a", "MY_TOKEN": "t", "NPM_CONFIG_REGISTRY": "https://elsewhere/", "EXACT_SECRET": "asked for"})
+	// Always passed: the base, and Claude Code's settings that are set.
+	base := map[string]string{"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "TERM": "xterm", "IS_SANDBOX": "1", "MCP_TIMEOUT": "60000"}
+	in := merge(issueCredentials, gitInherited, base, map[string]string{
+		"KEEP_ME": "no", "MY_A": "a", "MY_TOKEN": "t", "NPM_CONFIG_REGISTRY": "https://elsewhere/", "EXACT_SECRET": "asked for",
+		// Claude Code's settings that are not passed unless named: the
+		// host's config folder (where its login is), another API, a
+		// count whose name looks like a credential.
+		"CLAUDE_CONFIG_DIR": "/root/.claude", "CLAUDE_CODE_USE_BEDROCK": "1", "ANTHROPIC_BASE_URL": "https://elsewhere/",
+		"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64000"})
 	tests := []struct {
 		pass []string
 		want map[string]string
 	}{
-		{nil, map[string]string{"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "TERM": "xterm"}},
+		{nil, base},
 		// An exact name passes as it is; a pattern only what does not look
 		// like a credential.
-		{[]string{"MY_*", "EXACT_SECRET"}, map[string]string{"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "TERM": "xterm", "MY_A": "a", "EXACT_SECRET": "asked for"}},
-		{[]string{"GIT_CONFIG_*", "NPM_*"}, merge(gitScrubbed, map[string]string{"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "TERM": "xterm"})},
+		{[]string{"MY_*", "EXACT_SECRET", "CLAUDE_CODE_MAX_OUTPUT_TOKENS"}, merge(base, map[string]string{"MY_A": "a", "EXACT_SECRET": "asked for", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64000"})},
+		{[]string{"CLAUDE_CODE_*"}, merge(base, map[string]string{"CLAUDE_CODE_USE_BEDROCK": "1"})},
+		{[]string{"GIT_CONFIG_*", "NPM_*"}, merge(gitScrubbed, base)},
 	}
 	for _, tc := range tests {
 		if err := CheckPass(tc.pass); err != nil {
@@ -208,5 +216,42 @@ func TestExecEnviron(t *testing.T) {
 		if err := CheckPass([]string{bad}); err == nil {
 			t.Errorf("--pass %q accepted", bad)
 		}
+	}
+}
+
+// TestExecClaudeNoCredentials: the Claude Code settings exec passes
+// without being asked hold no name that looks like a credential, none of
+// the real-credential variables, none that sends Claude Code to another
+// API or another config folder, and none that cproxy env sets itself.
+func TestExecClaudeNoCredentials(t *testing.T) {
+	if !slices.Contains(execClaude, "IS_SANDBOX") {
+		t.Errorf("IS_SANDBOX is not passed")
+	}
+	e, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t", ClaudeAuth: ClaudeAuthOAuth, ClaudeConfigDir: "/c",
+		Subscription: ClaudeSubscription{Type: "max", RateLimitTier: "t", Scopes: []string{"user:inference"}, AssumeFirstParty: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, name := range execClaude {
+		switch u := strings.ToUpper(name); {
+		case LooksLikeCredential(name), slices.Contains(CredentialVars, name):
+			t.Errorf("%s: looks like a credential", name)
+		case strings.Contains(u, "URL"), strings.Contains(u, "HEADER"), strings.Contains(u, "HELPER"), strings.Contains(u, "PROXY"),
+			strings.HasPrefix(u, "CLAUDE_CODE_USE_"), strings.HasPrefix(u, "OTEL_"), strings.Contains(u, "CONFIG_DIR"):
+			t.Errorf("%s: sends Claude Code's requests or credentials elsewhere", name)
+		case e.has(name), e2.has(name):
+			t.Errorf("%s: set by cproxy env itself", name)
+		case slices.Contains(execBase, name), seen[name]:
+			t.Errorf("%s: listed twice", name)
+		}
+		seen[name] = true
+	}
+	if got := ExecClaude(); !strings.HasPrefix(got, "IS_SANDBOX, ") {
+		t.Errorf("ExecClaude() = %q", got)
 	}
 }
