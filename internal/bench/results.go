@@ -18,11 +18,12 @@ const (
 	BenchModelRoute = "model-route"
 	BenchGitClone   = "git-clone"
 	BenchNPMCI      = "npm-ci"
-	// BenchPostgresStore (.ci/bench-store) has no file in docs/benchmarks/
-	// and no chart: its tables are in docs/benchmarks.md.
+	// BenchPostgresStore (.ci/bench-store) has no JSON file in
+	// docs/benchmarks/ and no chart: the latest run's tables are kept by
+	// hand in docs/benchmarks/postgres-store.md.
 	BenchPostgresStore = "postgres-store"
-	// BenchStoreSize (.ci/bench-store-size) has no file in docs/benchmarks/
-	// and no chart either.
+	// BenchStoreSize (.ci/bench-store-size) has no JSON file or chart
+	// either: its tables are in docs/benchmarks/store-size.md.
 	BenchStoreSize = "store-size"
 )
 

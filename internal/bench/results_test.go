@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,36 @@ func TestCommittedCharts(t *testing.T) {
 		}
 		if !bytes.Equal(got, s.SVG) {
 			t.Errorf("docs/benchmarks/%s is not what its JSON gives: go run ./internal/bench/cmd/benchcharts -in docs/benchmarks -out docs/benchmarks", s.Name)
+		}
+	}
+}
+
+// maxPageLines is how long docs/benchmarks.md may grow: it is a reader's
+// summary of each run, whose tables go to docs/benchmarks/.
+const maxPageLines = 300
+
+// TestBenchmarksPage checks that docs/benchmarks.md stays a summary a
+// reader gets through (at most maxPageLines lines), that it embeds every
+// chart benchcharts draws, and that each file of docs/benchmarks/ it links
+// to, where the tables of each run are, exists.
+func TestBenchmarksPage(t *testing.T) {
+	docs := filepath.Join("..", "..", "docs")
+	b, err := os.ReadFile(filepath.Join(docs, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	if n := strings.Count(page, "\n"); n > maxPageLines {
+		t.Errorf("docs/benchmarks.md has %d lines, more than %d: sum the run up there and put its tables in a file of docs/benchmarks/, linked from its section", n, maxPageLines)
+	}
+	for _, c := range chartFiles {
+		if !strings.Contains(page, "](benchmarks/"+c.file+")") {
+			t.Errorf("docs/benchmarks.md does not embed the chart benchmarks/%s", c.file)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\((benchmarks/[^)#]+)`).FindAllStringSubmatch(page, -1) {
+		if _, err := os.Stat(filepath.Join(docs, m[1])); err != nil {
+			t.Errorf("docs/benchmarks.md links to %s: %v", m[1], err)
 		}
 	}
 }

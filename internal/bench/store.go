@@ -404,8 +404,8 @@ func revokeSandbox(ctx context.Context, admin, sandbox string) error {
 	return nil
 }
 
-// Markdown prints the two tables of docs/benchmarks.md's PostgreSQL store
-// section.
+// Markdown prints the run's two tables, as docs/benchmarks/postgres-store.md
+// holds the latest run's.
 func (r *StoreResult) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "%s, PostgreSQL %s on the same machine, %s, %s in all; load average %s before, %s after.\n\n",
 		r.Machine, r.PGVersion, r.Started.Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), r.LoadBefore, r.LoadAfter)
