@@ -137,6 +137,10 @@ func (rr *route) Serve(a *routes.Call) {
 			a.Fail(routes.Refuse(routes.ErrBadRequest, "the query string is malformed"))
 			return
 		}
+		if err := checkMethodParam(cfg, r.Method, q); err != nil {
+			a.Fail(err)
+			return
+		}
 		t.Query = q.Encode()
 	}
 	h, err := rr.headers(a.Session())
@@ -146,6 +150,49 @@ func (rr *route) Serve(a *routes.Call) {
 	}
 	t.Header = h
 	rr.fwd.Forward(a, r, t)
+}
+
+// checkMethodParam refuses a query parameter that asks the upstream for
+// another method than the request's own: Laravel and Symfony (with
+// HttpMethodParameterOverride), Spring's HiddenHttpMethodFilter and
+// Express's method-override read a POST with ?_method=DELETE as a DELETE,
+// which the relay's methods may not allow. cproxy checked the request
+// line's method, so a _method may only repeat it (in any case); one that
+// names any other, even one the relay forwards, is refused, as is one
+// given twice with different values.
+func checkMethodParam(cfg *policy.Relay, method string, q url.Values) error {
+	for name, vs := range q {
+		if !isMethodParam(name) {
+			continue
+		}
+		for _, v := range vs {
+			if !strings.EqualFold(v, method) {
+				return routes.Refuse(routes.ErrForbidden, "relay %s does not forward a %s query parameter naming %q (it forwards %s; a %s may only repeat the request's own method, %s)",
+					cfg.Name, methodParam, routes.Clip(v, 32), strings.Join(cfg.Methods, ", "), methodParam, method)
+			}
+		}
+	}
+	return nil
+}
+
+// methodParam is the query parameter frameworks read a method override
+// from.
+const methodParam = "_method"
+
+// isMethodParam says whether a query parameter's name, decoded once (as
+// url.ParseQuery and every framework do: %5Fmethod is _method), is read
+// as _method by some framework: in any case (cproxy does not know how the
+// upstream folds it); as PHP reads names, which drops leading spaces, turns
+// spaces and dots into underscores (" method", ".method"), ends a name at
+// a NUL byte, and takes _method[] and _method[x] as an array named _method
+// (qs, which Express uses, does the same), and an unclosed [ as an
+// underscore.
+func isMethodParam(name string) bool {
+	name, _, _ = strings.Cut(name, "\x00")
+	name = strings.TrimLeft(name, " ")
+	name = strings.NewReplacer(" ", "_", ".", "_").Replace(name)
+	base, _, _ := strings.Cut(name, "[")
+	return strings.EqualFold(base, methodParam) || strings.EqualFold(strings.ReplaceAll(name, "[", "_"), methodParam)
 }
 
 // decideRelay asks prof whether sandbox may use the relay. The relay's

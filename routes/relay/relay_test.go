@@ -28,8 +28,8 @@ const (
 
 // newRelayEnv serves relay.mod in front of an echo server: a hub credential
 // from the environment and a per-token mod token, both canaries no log line
-// or response may hold.
-func newRelayEnv(t *testing.T) (*routetest.Env, *fakes.Echo) {
+// or response may hold. Each of change changes the relay first.
+func newRelayEnv(t *testing.T, change ...func(*relay.Relay)) (*routetest.Env, *fakes.Echo) {
 	t.Helper()
 	echo := fakes.NewEcho()
 	t.Cleanup(echo.Close)
@@ -73,6 +73,9 @@ X-Mod-Token = { value = "mod_token" }
 		{Name: "Authorization", Prefix: "Bearer ", Live: live},
 		{Name: "X-Mod-Token", Value: "mod_token"},
 	}}
+	for _, c := range change {
+		c(&rl)
+	}
 	e := routetest.New(t, func(o *routetest.Options) {
 		o.Policy = cfg.Rules
 		o.Relays = []relay.Relay{rl}
@@ -224,5 +227,61 @@ func TestRelayReadyzNamesTheHeader(t *testing.T) {
 	r := e.DoAt(e.Admin.URL, "GET", "/readyz", nil, "")
 	if r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Body, "the credential source of relay.mod (header X-Mod-Token) (file) cannot be read") {
 		t.Fatalf("GET /readyz = %d %s", r.Status, r.Body)
+	}
+}
+
+// TestRelayMethodParam: a _method query parameter, which Laravel, Symfony,
+// Spring and Express's method-override read as the request's method, may
+// only repeat the request's own; in any case, percent-encoded, as PHP reads
+// names, or given twice. Nothing refused reaches the upstream.
+func TestRelayMethodParam(t *testing.T) {
+	e, echo := newRelayEnv(t, func(rl *relay.Relay) { rl.Query = true })
+	auth := routetest.Bearer(modToken(t, e, "conv-1"))
+	const refused = `relay mod does not forward a _method query parameter naming "DELETE" (it forwards GET, POST; a _method may only repeat the request's own method, POST)`
+	for _, c := range []struct {
+		method, query, msg string
+	}{
+		{"POST", "_method=DELETE", refused},
+		{"POST", "%5Fmethod=DELETE", refused},
+		{"POST", "%5fMETHOD=DELETE", refused},
+		{"POST", "_Method=DELETE", refused},
+		{"POST", "_method=POST&_method=DELETE", refused},
+		{"POST", "_method[]=DELETE", refused},
+		{"POST", "_method%5B0%5D=DELETE", refused},
+		{"POST", "+_method=DELETE", refused},
+		{"POST", ".method=DELETE", refused},
+		{"POST", "%20%20_method=DELETE", refused},
+		{"POST", "_method%00x=DELETE", refused},
+		{"POST", "since=1&_method=DELETE", refused},
+		{"POST", "_method=PATCH", `naming "PATCH" (it forwards GET, POST;`},
+		{"POST", "_method=", `naming "" (it forwards GET, POST;`},
+		{"POST", "_method=POST%20", `naming "POST " (it forwards GET, POST;`},
+		// One the relay forwards, but not the request's own.
+		{"POST", "_method=GET", `naming "GET" (it forwards GET, POST; a _method may only repeat the request's own method, POST)`},
+		{"GET", "_method=POST", `naming "POST" (it forwards GET, POST; a _method may only repeat the request's own method, GET)`},
+	} {
+		r := e.Do(c.method, "/mod/events?"+c.query, auth, "")
+		var got struct{ Error string }
+		json.Unmarshal([]byte(r.Body), &got)
+		if r.Status != 403 || !strings.HasPrefix(got.Error, "cproxy: ") || !strings.Contains(got.Error, c.msg) {
+			t.Errorf("%s ?%s = %d %s, want 403 %q", c.method, c.query, r.Status, r.Body, c.msg)
+		}
+	}
+	if n := len(echo.Requests()); n != 0 {
+		t.Fatalf("refused requests reached the upstream: %+v", echo.Requests())
+	}
+	// The request's own method, in any case, and names that are not _method.
+	for _, query := range []string{"_method=POST", "_method=post", "method=DELETE", "x_method=DELETE", "_methods=DELETE", "q=_method%3DDELETE"} {
+		if r := e.Do("POST", "/mod/events?"+query, auth, ""); r.Status != 200 {
+			t.Errorf("POST ?%s = %d %s", query, r.Status, r.Body)
+		}
+	}
+	var got []string
+	for _, r := range echo.Requests() {
+		got = append(got, r.Method+" "+r.Query)
+	}
+	want := []string{"POST _method=POST", "POST _method=post", "POST method=DELETE", "POST x_method=DELETE", "POST _methods=DELETE", "POST q=_method%3DDELETE"}
+	if !slices.Equal(got, want) {
+		t.Errorf("upstream got %q, want %q", got, want)
 	}
 }
