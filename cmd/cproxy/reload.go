@@ -68,6 +68,7 @@ type policyReloader struct {
 
 	mu      sync.Mutex // one look or reload at a time; it guards the rest
 	inForce *policy.Policy
+	refused bool          // the file was last read as a policy that was refused
 	file    *watch.File   // the policy file; a change counts once two looks see it
 	stuck   chan struct{} // closed when a read that timed out returns; nil: none is out
 }
@@ -142,7 +143,13 @@ func (r *policyReloader) load(ctx context.Context, trigger string) {
 	case ctx.Err() != nil:
 		// serve is stopping: the reload is not refused, only not finished.
 	case err != nil:
+		r.refused = true
 		r.log.Error("policy reload refused; the previous policy stays in force", "err", err.Error(), "trigger", trigger)
+	case p.SameText(r.inForce) && r.refused:
+		// The file was put back after a refusal: the operator who saw
+		// the error learns that the fix was seen, once.
+		r.refused = false
+		r.log.Info("policy file agrees with the policy in force again", "policy", path, "trigger", trigger)
 	case p.SameText(r.inForce):
 		// The watcher saw a touch, or SIGHUP came after the watcher had
 		// loaded the change already: say so only when asked.
@@ -150,6 +157,7 @@ func (r *policyReloader) load(ctx context.Context, trigger string) {
 			r.log.Info("policy unchanged", "policy", path, "trigger", trigger)
 		}
 	default:
+		r.refused = false
 		r.warnProfileChanges(ctx, r.inForce, p)
 		r.inForce = p
 		r.srv.SetPolicy(p)
