@@ -25,7 +25,8 @@ func execCommand() *cli.Command {
 Examples:
 
    cproxy exec --sandbox conv-42 --proxy-url http://127.0.0.1:8080 -- claude -p 'fix the failing test'
-   cproxy exec --sandbox conv-42 --config /etc/cproxy/cproxy.toml --ttl 2h -- cproxy verify`,
+   cproxy exec --sandbox conv-42 --config /etc/cproxy/cproxy.toml --ttl 2h -- cproxy verify
+   IS_SANDBOX=1 cproxy exec --sandbox conv-42 --claude-config-dir /workspace/.claude-state -- claude --dangerously-skip-permissions -p 'fix the failing test'`,
 		Flags: append(sandboxEnvFlags(),
 			&cli.StringSliceFlag{Name: "pass", Usage: "also pass `NAME` from cproxy's environment to the command (repeatable); a pattern such as 'MY_*' passes the names it matches that do not look like credentials. Always passed: " + sandboxenv.ExecBase() + "; and, when set, Claude Code's settings " + sandboxenv.ExecClaude()},
 		),
