@@ -133,20 +133,32 @@ type auditState struct {
 // is authenticated moves its deadline on (flight.bodyRead).
 type countingBody struct {
 	io.ReadCloser
-	n int64
-	f *flight // nil: no deadline
+	n   int64
+	eof bool    // the body was read to its end
+	f   *flight // nil: no deadline
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p)
 	c.n += int64(n)
+	if err == io.EOF {
+		c.eof = true
+	}
 	if c.f != nil {
 		c.f.bodyRead(n, c.n, err)
 	}
 	return n, err
 }
 
-// fail answers the request with err in the route's format.
+// arrived reports whether the whole body has been read: there is none, or
+// a read met its end.
+func (c *countingBody) arrived() bool {
+	return c.eof || c.ReadCloser == http.NoBody || c.ReadCloser == nil
+}
+
+// fail answers the request with err in the route's format. A request
+// whose body has not all been read (refused before its body was, or while
+// it came) loses its connection with the answer (closeUnread).
 func (a *Call) fail(write func(http.ResponseWriter, error) int, err error) {
 	if cause := a.flight.ended(); cause != nil {
 		// Whatever failed, it failed because the token's work was ended.
@@ -154,6 +166,10 @@ func (a *Call) fail(write func(http.ResponseWriter, error) int, err error) {
 	}
 	a.reason = Message(err)
 	a.decision = decisionOf(err)
+	if !a.body.arrived() {
+		a.flight.stopBody()
+		closeUnread(a.w)
+	}
 	write(a.w, err)
 }
 

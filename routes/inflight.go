@@ -49,7 +49,19 @@ func (f *flight) startBody(grace time.Duration, n int64) {
 	f.bodyStart, f.bodyGrace, f.bodyLeft = time.Now(), grace, n
 	if grace > 0 {
 		f.setReadDeadline(f.bodyStart.Add(grace))
+	} else {
+		// The deadline of a body not yet authenticated ends.
+		f.setReadDeadline(time.Time{})
 	}
+}
+
+// stopBody ends the body's deadline for good, before the request is
+// answered with its body still arriving: the answer's connection takes
+// its own deadline (closeUnread), which reads of the body must not move on.
+func (f *flight) stopBody() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bodyDone = true
 }
 
 // bodyRead moves the body's deadline on after a read of n bytes that
@@ -83,9 +95,7 @@ func (f *flight) bodyRead(n int, total int64, err error) {
 }
 
 // setReadDeadline sets the deadline of the request's connection's reads.
-func (f *flight) setReadDeadline(t time.Time) {
-	_ = http.NewResponseController(f.w).SetReadDeadline(t)
-}
+func (f *flight) setReadDeadline(t time.Time) { setReadDeadline(f.w, t) }
 
 // forwarding records the context of the request being forwarded, which end
 // cancels. It returns the reason the request was ended, if it already was:

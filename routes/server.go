@@ -330,6 +330,9 @@ func isBareRoot(r *http.Request) bool {
 // every session start, so a refusal line there would be noise in the audit.
 func (s *Server) answerRoot(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("answered a bare request for /", "method", r.Method)
+	if r.Body != http.NoBody {
+		closeUnread(w) // a body nothing reads
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(rootAnswer)))
 	w.WriteHeader(http.StatusOK)
@@ -344,6 +347,12 @@ func (s *Server) ProxyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		defer s.requests.Done()
+		if r.Body != http.NoBody {
+			// Nothing reads the body before the request is
+			// authenticated; until then the client gets no more time
+			// to send it (authentication gives it body_timeout).
+			setReadDeadline(w, time.Now().Add(unauthenticatedBodyTimeout))
+		}
 		if isBareRoot(r) {
 			s.answerRoot(w, r)
 			return
