@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 )
 
@@ -198,7 +199,7 @@ func socketDo(t *testing.T, path, tok string) reply {
 }
 
 func TestSandboxSocket(t *testing.T) {
-	dir := t.TempDir()
+	dir := testutil.SocketDir(t)
 	e := newEnv(t, withPolicy(bindingPolicy), withSockets(t, dir))
 
 	code, out, msg := e.mint("sandbox=conv-1&bind=socket")
@@ -264,7 +265,7 @@ func TestSandboxSocket(t *testing.T) {
 }
 
 func TestRestoreSockets(t *testing.T) {
-	dir := t.TempDir()
+	dir := testutil.SocketDir(t)
 	e := newEnv(t, withPolicy(bindingPolicy), withSockets(t, dir))
 	e.mint("sandbox=conv-1&bind=socket")
 	e.mint("sandbox=conv-2&bind=socket")
@@ -297,7 +298,7 @@ func TestRestoreSockets(t *testing.T) {
 
 func TestSocketDirChecks(t *testing.T) {
 	newSrv := func() *http.Server { return &http.Server{} }
-	dir := t.TempDir()
+	dir := testutil.SocketDir(t)
 	if _, err := OpenSandboxSockets(filepath.Join(dir, "missing"), newSrv, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing dir: %v", err)
 	}

@@ -5,13 +5,15 @@ import (
 	"net"
 	"net/http"
 	"testing"
+
+	"github.com/cproxy/cproxy/internal/testutil"
 )
 
 // The per-sandbox sockets share the bound with the proxy listener: with
 // one connection open on the listener LimitConnections wraps, a sandbox's
 // socket refuses the next, and serves it once that one closes.
 func TestConnLimitCoversSandboxSockets(t *testing.T) {
-	dir := t.TempDir()
+	dir := testutil.SocketDir(t)
 	e := newEnv(t, withPolicy(bindingPolicy), withSockets(t, dir), func(o *testOptions) { o.MaxConnections = 1 })
 	_, out, _ := e.mint("sandbox=conv-1&bind=socket")
 	inner, err := net.Listen("tcp", "127.0.0.1:0")

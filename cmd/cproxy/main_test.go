@@ -32,6 +32,7 @@ import (
 
 	"github.com/cproxy/cproxy/helpers/gitcred"
 	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -115,6 +116,13 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Values["npm"] = npmReg
 			env.Values["npmseen"] = new(int)
 			home := filepath.Join(env.WorkDir, "home")
+			// Unix sockets go under $SOCKDIR, short whatever TMPDIR is
+			// ($WORK is under TMPDIR, and a socket's path has 108 bytes).
+			sockDir, err := testutil.NewSocketDir("cpx")
+			if err != nil {
+				return err
+			}
+			env.Defer(func() { os.RemoveAll(sockDir) })
 			for k, v := range map[string]string{
 				"FAKE_ANTHROPIC": fake.URL,
 				"CANARY_API_KEY": canaryAPIKey,
@@ -131,6 +139,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
 				"HOME":                home,
+				"SOCKDIR":             sockDir,
 				"XDG_STATE_HOME":      filepath.Join(env.WorkDir, "state"),
 				"XDG_CONFIG_HOME":     filepath.Join(home, ".config"),
 				"XDG_CACHE_HOME":      filepath.Join(home, ".cache"),
@@ -429,7 +438,7 @@ func condition(cond string) (bool, error) {
 		found, install = os.Geteuid() == 0, "CI runs the tests as root"
 	case "git", "npm", "tmux", "dash", "zsh", "fish":
 		_, err := exec.LookPath(cond)
-		found, install = err == nil, ".ci/run installs it from Debian's packages"
+		found, install = err == nil, installHint(cond)
 	default:
 		return false, fmt.Errorf("unknown condition %q", cond)
 	}
@@ -437,6 +446,12 @@ func condition(cond string) (bool, error) {
 		return false, fmt.Errorf("%s is not installed: %s", cond, install)
 	}
 	return found, nil
+}
+
+// installHint says how to install a client that comes from Debian's
+// packages (.ci/clients lists them; .ci/run installs them).
+func installHint(client string) string {
+	return "apt-get install " + client + ", or run the tests through .ci/run, which installs it"
 }
 
 // pnpmBinary is the pnpm to test with: $CPROXY_TEST_PNPM, else pnpm on

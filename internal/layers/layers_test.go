@@ -44,10 +44,11 @@ var mayImport = map[string][]string{
 	"deploy/...":         {"..."},
 	"docs/...":           {"client", "helpers/sandboxenv"},
 
-	"internal/fakes":    {},
-	"internal/testutil": {},
-	"internal/watch":    {},
-	"internal/layers":   {},
+	"internal/fakes":        {},
+	"internal/testutil":     {},
+	"internal/testprogress": {},
+	"internal/watch":        {},
+	"internal/layers":       {},
 }
 
 // routePackage is what one route's package may import: the core, the rule
