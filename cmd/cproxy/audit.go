@@ -84,15 +84,17 @@ func auditCommand() *cli.Command {
 			"   cproxy audit --file audit.jsonl --sandbox 'conv-*' --follow",
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "sandbox", Usage: "the sandbox `ID` or pattern ('*': all)", Required: true},
+			// Not Required: urfave/cli would refuse "cproxy audit conv-42"
+			// before cproxy's hint for the argument (checkArgs).
+			&cli.StringFlag{Name: "sandbox", Usage: "the sandbox `ID` or pattern ('*': all)"},
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing records as they are written, across rotations"},
 			&cli.StringFlag{Name: "file", Usage: "the audit log `PATH` (default: log.audit of --config)"},
 			configFlag(),
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "text, or json (the records as written)"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return fail("usage: cproxy audit --sandbox ID [--follow] [--file PATH | --config FILE] [--format text|json]", "audit takes no arguments, got %q", c.Args().First())
+			if !c.IsSet("sandbox") {
+				return fail("pass --sandbox ID, a pattern such as 'conv-*', or '*' for all", "no sandbox")
 			}
 			o := auditOptions{sandbox: c.String("sandbox"), follow: c.Bool("follow"), file: c.String("file"), format: c.String("format")}
 			if o.file == "" {
@@ -144,8 +146,8 @@ func runAudit(ctx context.Context, o auditOptions, stdout, stderr io.Writer) err
 	if _, err := path.Match(o.sandbox, ""); err != nil || o.sandbox == "" {
 		return fail("give a sandbox id, a pattern such as 'conv-*', or '*' for all", "--sandbox %q is not a sandbox id or pattern", o.sandbox)
 	}
-	if o.format != "text" && o.format != "json" {
-		return fail("", `--format %q: use "text" or "json"`, o.format)
+	if err := checkFormat(o.format, textOrJSON); err != nil {
+		return err
 	}
 	f, err := os.Open(o.file)
 	if err != nil {

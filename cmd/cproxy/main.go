@@ -8,8 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
+	"github.com/xrash/smetrics"
+
+	"github.com/cproxy/cproxy/tokens"
 )
 
 func main() {
@@ -64,28 +70,48 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return app
 }
 
-// quietUsage makes a usage error (an unknown flag or command) one line on
-// stderr with a pointer to --help, as every other error is. urfave/cli would
-// print "Incorrect Usage" and the whole help on stdout, which is for data,
-// or "No help topic for …" for a mistyped subcommand.
+// quietUsage makes a usage error (an unknown flag or command, an argument
+// the command does not take) one line on stderr with a hint, as every other
+// error is, for every command: name is the command's path as it is typed,
+// "cproxy token create", for the hints. urfave/cli would print "Incorrect
+// Usage" and the whole help on stdout, which is for data, or "No help topic
+// for …" for a mistyped subcommand; and Command.FullName, in v2, is the
+// command's own name alone.
 func quietUsage(name string, cmd *cli.Command, app *cli.App) {
-	onUsage := func(_ *cli.Context, err error, _ bool) error {
-		return &userError{msg: err.Error(), hint: "see " + name + " --help", code: 2}
-	}
-	unknown := func(c *cli.Context) error {
-		if c.NArg() > 0 {
-			return &userError{msg: fmt.Sprintf("unknown command %q", c.Args().First()), hint: "see " + name + " --help", code: 2}
-		}
-		return cli.ShowSubcommandHelp(c)
-	}
 	subs := app.Commands
 	if cmd != nil {
 		subs = cmd.Subcommands
-		cmd.OnUsageError = onUsage
-		if len(subs) > 0 && cmd.Action == nil {
-			cmd.Action = unknown
+	}
+	onUsage := func(_ *cli.Context, err error, _ bool) error {
+		hint := ""
+		if flag, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			flags := app.Flags
+			if cmd != nil {
+				flags = cmd.Flags
+			}
+			if s := closest(flag, flagNames(flags)); s != "" {
+				hint = fmt.Sprintf("did you mean %s?", dashed(s))
+			}
 		}
-	} else {
+		return usageError(name, hint, "%s", err)
+	}
+	unknown := func(c *cli.Context) error {
+		if c.NArg() == 0 {
+			return cli.ShowSubcommandHelp(c)
+		}
+		word, hint := c.Args().First(), ""
+		var names []string
+		for _, sub := range subs {
+			if !sub.Hidden {
+				names = append(names, sub.Names()...)
+			}
+		}
+		if s := closest(word, names); s != "" {
+			hint = fmt.Sprintf("did you mean %s %s?", name, s)
+		}
+		return usageError(name, hint, "unknown command %q", word)
+	}
+	if cmd == nil {
 		app.OnUsageError = onUsage
 		app.Action = func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -93,10 +119,129 @@ func quietUsage(name string, cmd *cli.Command, app *cli.App) {
 			}
 			return cli.ShowAppHelp(c)
 		}
+	} else {
+		cmd.OnUsageError = onUsage
+		switch action := cmd.Action; {
+		case len(subs) == 0:
+			cmd.Action = func(c *cli.Context) error {
+				if err := checkArgs(c, name, cmd); err != nil {
+					return err
+				}
+				return action(c)
+			}
+		case action == nil:
+			cmd.Action = unknown
+		}
 	}
 	for _, sub := range subs {
 		quietUsage(name+" "+sub.Name, sub, app)
 	}
+}
+
+// checkArgs refuses, before cmd runs, the arguments it cannot take: any
+// argument, for a command whose help shows none, and for every command a
+// boolean flag's value written as the next word ("--git false"), which the
+// flag does not take, and which would otherwise be read as the first
+// argument (cproxy exec would run the command "false"). Flags end at the
+// first argument, so that word is the one right after the last flag.
+func checkArgs(c *cli.Context, path string, cmd *cli.Command) error {
+	if c.NArg() == 0 {
+		return nil
+	}
+	first := c.Args().First()
+	if _, err := strconv.ParseBool(first); err == nil {
+		if flag := wordBefore(c); strings.HasPrefix(flag, "-") && slices.Contains(flagNames(boolFlags(cmd.Flags)), strings.TrimLeft(flag, "-")) {
+			return usageError(path, fmt.Sprintf("write %s=%s", flag, first), "%q after %s is read as an argument, not as the flag's value", first, flag)
+		}
+	}
+	if cmd.Args || strings.TrimSpace(cmd.ArgsUsage) != "" {
+		return nil
+	}
+	hint := ""
+	if slices.Contains(flagNames(cmd.Flags), "sandbox") && !c.IsSet("sandbox") && tokens.ValidSandboxID(first) {
+		hint = fmt.Sprintf("did you mean --sandbox %s?", first)
+	}
+	return usageError(path, hint, "unexpected argument %q", first)
+}
+
+// wordBefore is the word of the command line right before c's first
+// argument: the last flag, or its value, or "--", or the command's name.
+func wordBefore(c *cli.Context) string {
+	lineage := c.Lineage()
+	if len(lineage) < 2 {
+		return ""
+	}
+	// The parent's arguments are this command's name and its words.
+	words := lineage[1].Args().Slice()
+	if i := len(words) - c.NArg() - 1; i >= 0 {
+		return words[i]
+	}
+	return ""
+}
+
+func boolFlags(flags []cli.Flag) []cli.Flag {
+	var bools []cli.Flag
+	for _, f := range flags {
+		if _, ok := f.(*cli.BoolFlag); ok {
+			bools = append(bools, f)
+		}
+	}
+	return bools
+}
+
+// flagNames are the names and aliases of flags, without dashes.
+func flagNames(flags []cli.Flag) []string {
+	var names []string
+	for _, f := range flags {
+		names = append(names, f.Names()...)
+	}
+	return names
+}
+
+// dashed is a flag name as it is typed: -f, --format.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// closest is the one of names most like word, "" when none is close
+// enough to be a typo of it. The likeness is urfave/cli's, the
+// Jaro-Winkler similarity of smetrics, whose own suggestions name the
+// nearest however far it is.
+func closest(word string, names []string) string {
+	const typo = 0.85 // "tokn" is 0.95 like "token", "mint" 0.75 like "man"
+	best, likeness := "", typo
+	for _, name := range names {
+		if l := smetrics.JaroWinkler(word, name, 0.7, 4); l >= likeness {
+			best, likeness = name, l
+		}
+	}
+	return best
+}
+
+// usageError is a command line cproxy cannot take, exit status 2, with a
+// hint naming the fix, else pointing at the help of the command typed
+// (path, such as "cproxy token create").
+func usageError(path, hint, format string, args ...any) error {
+	if hint == "" {
+		hint = "see " + path + " --help"
+	}
+	return &userError{msg: fmt.Sprintf(format, args...), hint: hint, code: 2}
+}
+
+// textOrJSON are the formats of the commands that print text or JSON.
+var textOrJSON = []string{"text", "json"}
+
+// checkFormat refuses a --format that is not one of formats, the list
+// cproxy completion offers (flagValues).
+func checkFormat(format string, formats []string) error {
+	if slices.Contains(formats, format) {
+		return nil
+	}
+	last := len(formats) - 1
+	return fail(fmt.Sprintf("use --format %s or %s", strings.Join(formats[:last], ", "), formats[last]), "unknown format %q", format)
 }
 
 // userError is a failure to tell the user about: a message, an optional

@@ -72,9 +72,6 @@ Examples:
 			&cli.Int64Flag{Name: "cpus", Usage: "how many CPUs may run cproxy at once, 0 for all (runtime.cpus)", DefaultText: "1, or $GOMAXPROCS", EnvVars: []string{"CPROXY_CPUS"}},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return fail("usage: cproxy serve [--config FILE] [options]", "serve takes no arguments, got %q", c.Args().First())
-			}
 			cfg, err := loadConfig(c.String("config"))
 			if err != nil {
 				return err

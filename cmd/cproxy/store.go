@@ -36,9 +36,6 @@ Examples:
 					&cli.StringFlag{Name: "store", Usage: "token store `PATH` (store.path)", EnvVars: []string{"CPROXY_STORE"}},
 				},
 				Action: func(c *cli.Context) error {
-					if c.NArg() > 0 {
-						return fail("usage: cproxy store compact [--config FILE] [--store PATH]", "store compact takes no arguments, got %q", c.Args().First())
-					}
 					cfg, err := loadConfig(c.String("config"))
 					if err != nil {
 						return err
