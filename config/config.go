@@ -145,6 +145,13 @@ const (
 	StorePostgres = "postgres"
 )
 
+// LogFormats and LogLevels are the values log.format and log.level may
+// take, which serve's --log-format and --log-level complete.
+var (
+	LogFormats = []string{"text", "json"}
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+)
+
 // Log says how cproxy logs.
 type Log struct {
 	// Format is "text" (the default) or "json".
@@ -513,10 +520,10 @@ func (c *Config) validate(f *policy.File) {
 	if n := c.Runtime.BodyMemoryMiB; n < MinBodyMemoryMiB || n > maxBodyMemoryMiB {
 		f.AtValue(policy.KeyOf("runtime", "body_memory_mib"), "runtime.body_memory_mib: %d is out of range (use %d MiB, the largest request body, to %d; the default is %d)", n, MinBodyMemoryMiB, maxBodyMemoryMiB, DefaultBodyMemoryMiB)
 	}
-	if lf := c.Log.Format; lf != "text" && lf != "json" {
+	if lf := c.Log.Format; !slices.Contains(LogFormats, lf) {
 		f.AtValue(policy.KeyOf("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, lf)
 	}
-	if l := c.Log.Level; l != "debug" && l != "info" && l != "warn" && l != "error" {
+	if l := c.Log.Level; !slices.Contains(LogLevels, l) {
 		f.AtValue(policy.KeyOf("log", "level"), `log.level: %q is not a log level (use "debug", "info", "warn" or "error")`, l)
 	}
 	switch a := c.Log.Audit; {

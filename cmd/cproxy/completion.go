@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/cproxy/cproxy/config"
 )
 
 // The bash and zsh scripts ask cproxy itself what comes next: they run it
@@ -154,20 +156,18 @@ func fishCompletion(app *cli.App) (string, error) {
 }
 
 // flagValues are the values to complete for a flag, by command path and
-// flag name: the flags that take one of a few words. help_test.go checks
-// that each names a flag that exists.
+// flag name: the flags that take one of a few words. Each is the list the
+// flag's value is checked against, so that completion offers what the
+// command takes. help_test.go checks that each names a flag that exists.
 var flagValues = map[string]map[string][]string{
-	"serve": {
-		"log-format": {"text", "json"},
-		"log-level":  {"debug", "info", "warn", "error"},
-	},
-	"audit":          {"format": {"text", "json"}},
-	"token create":   {"bind": {"socket"}},
-	"env":            {"format": {"sh", "json", "env"}, "claude-auth": {"auth-token", "oauth"}, "git-auth": {"helper", "header"}, "bind": {"socket"}},
-	"exec":           {"claude-auth": {"auth-token", "oauth"}, "git-auth": {"helper", "header"}, "bind": {"socket"}},
-	"policy check":   {"format": {"text", "json", "github"}},
-	"policy explain": {"format": {"text", "json"}},
-	"verify":         {"format": {"text", "json"}},
+	"serve":          {"log-format": config.LogFormats, "log-level": config.LogLevels},
+	"audit":          {"format": textOrJSON},
+	"token create":   {"bind": binds},
+	"env":            {"format": envFormats, "claude-auth": claudeAuths, "git-auth": gitAuths, "bind": binds},
+	"exec":           {"claude-auth": claudeAuths, "git-auth": gitAuths, "bind": binds},
+	"policy check":   {"format": checkFormats},
+	"policy explain": {"format": textOrJSON},
+	"verify":         {"format": textOrJSON},
 }
 
 // completeFlagValues makes each command complete, after one of its flags

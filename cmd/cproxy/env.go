@@ -4,13 +4,25 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/helpers/sandboxenv"
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
+)
+
+// The values of env's flags that take one of a few words, checked against
+// these lists, which cproxy completion offers (flagValues).
+var (
+	envFormats  = []string{"sh", "fish", "json", "env"}
+	claudeAuths = []string{sandboxenv.ClaudeAuthToken, sandboxenv.ClaudeAuthOAuth}
+	gitAuths    = []string{sandboxenv.GitAuthHelper, sandboxenv.GitAuthHeader}
+	// binds are the channels of --bind, which the admin API checks.
+	binds = []string{policy.BindSocket}
 )
 
 // sandboxEnvFlags are shared by env and exec: where the token comes from
@@ -58,8 +70,8 @@ Examples:
 				return err
 			}
 			format := c.String("format")
-			if format != "sh" && format != "fish" && format != "json" && format != "env" {
-				return fail("use --format sh, fish, json or env", "unknown format %q", format)
+			if err := checkFormat(format, envFormats); err != nil {
+				return err
 			}
 			env, git, err := sandboxEnv(c)
 			if err != nil {
@@ -140,7 +152,7 @@ func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 		cl := cfg.Claude
 		sub = sandboxenv.ClaudeSubscription{Type: cl.SubscriptionType, RateLimitTier: cl.RateLimitTier, Scopes: cl.OAuthScopes, AssumeFirstParty: cl.AssumeFirstParty}
 	}
-	if auth := c.String("claude-auth"); auth != sandboxenv.ClaudeAuthToken && auth != sandboxenv.ClaudeAuthOAuth {
+	if auth := c.String("claude-auth"); !slices.Contains(claudeAuths, auth) {
 		return nil, nil, fail(fmt.Sprintf("use --claude-auth %s (ANTHROPIC_AUTH_TOKEN) or %s (CLAUDE_CODE_OAUTH_TOKEN)", sandboxenv.ClaudeAuthToken, sandboxenv.ClaudeAuthOAuth),
 			"unknown --claude-auth %q", auth)
 	}
@@ -263,7 +275,7 @@ func checkGitFlags(c *cli.Context) error {
 		}
 		return nil
 	}
-	if auth := c.String("git-auth"); auth != sandboxenv.GitAuthHelper && auth != sandboxenv.GitAuthHeader {
+	if auth := c.String("git-auth"); !slices.Contains(gitAuths, auth) {
 		return fail(fmt.Sprintf("use --git-auth %s (git-credential-cproxy) or %s (an Authorization header in git's settings)", sandboxenv.GitAuthHelper, sandboxenv.GitAuthHeader),
 			"unknown --git-auth %q", auth)
 	}

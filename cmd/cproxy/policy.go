@@ -27,6 +27,9 @@ func policyCommand() *cli.Command {
 	}
 }
 
+// checkFormats are the formats of cproxy policy check.
+var checkFormats = []string{"text", "json", "github"}
+
 func policyCheckCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
@@ -45,8 +48,8 @@ Examples:
 		},
 		Action: func(c *cli.Context) error {
 			format := c.String("format")
-			if format != "text" && format != "json" && format != "github" {
-				return fail("use --format text, json or github", "unknown format %q", format)
+			if err := checkFormat(format, checkFormats); err != nil {
+				return err
 			}
 			if c.NArg() == 0 {
 				return fail("cproxy policy check policy.toml [more.toml...]", "no files to check")
@@ -247,8 +250,8 @@ type checkStep struct {
 // package's own decisions, and prints the answer. It returns whether the
 // request would be allowed; an error only when the question cannot be asked.
 func runExplain(o explainOptions, w io.Writer) (bool, error) {
-	if o.format != "text" && o.format != "json" {
-		return false, fail("use --format text or json", "unknown format %q", o.format)
+	if err := checkFormat(o.format, textOrJSON); err != nil {
+		return false, err
 	}
 	if err := o.checkQuestion(); err != nil {
 		return false, err

@@ -58,8 +58,8 @@ Examples:
 				return err
 			}
 			format := c.String("format")
-			if format != "text" && format != "json" {
-				return fail("use --format text or json", "unknown format %q", format)
+			if err := checkFormat(format, textOrJSON); err != nil {
+				return err
 			}
 			v, err := newVerifier(c)
 			if err != nil {
