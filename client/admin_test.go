@@ -1,11 +1,13 @@
 package client_test
 
 import (
+	"net"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 
+	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/admin"
@@ -26,7 +28,19 @@ func startCproxy() (string, func()) {
 // startCproxyStore is startCproxy that also returns the server's store, for
 // a test to break.
 func startCproxyStore() (string, *tokens.BoltStore, func()) {
-	dir, err := os.MkdirTemp("", "cproxy-client-")
+	return startCproxyOn(false)
+}
+
+// startCproxyUnix is startCproxy with the admin handler on a Unix socket,
+// as listen.admin = "unix:PATH" serves it: it returns the unix: admin URL.
+func startCproxyUnix() (string, func()) {
+	adminURL, _, stop := startCproxyOn(true)
+	return adminURL, stop
+}
+
+func startCproxyOn(unix bool) (string, *tokens.BoltStore, func()) {
+	// A short folder, whatever $TMPDIR is, for a socket's path.
+	dir, err := testutil.NewSocketDir("cpx")
 	if err != nil {
 		panic(err)
 	}
@@ -48,8 +62,22 @@ func startCproxyStore() (string, *tokens.BoltStore, func()) {
 			Headers: []relay.Header{{Name: "X-Mod-Token", Value: "mod_token"}},
 		}}, "", nil, nil),
 	})
-	ts := httptest.NewServer(admin.Handler(srv))
-	return ts.URL, store, func() {
+	ts := httptest.NewUnstartedServer(admin.Handler(srv))
+	adminURL := ""
+	if unix {
+		sock := filepath.Join(dir, "admin.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			panic(err)
+		}
+		ts.Listener.Close()
+		ts.Listener, adminURL = ln, "unix:"+sock
+	}
+	ts.Start()
+	if !unix {
+		adminURL = ts.URL
+	}
+	return adminURL, store, func() {
 		ts.Close()
 		srv.Close()
 		store.Close()

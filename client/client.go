@@ -38,9 +38,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -57,8 +59,9 @@ const defaultTimeout = 30 * time.Second
 
 // Client talks to one cproxy's admin API. It is safe for concurrent use.
 type Client struct {
-	base string
-	http *http.Client
+	base  string // what request URLs start with
+	shown string // the admin URL as given, for messages
+	http  *http.Client
 }
 
 // Option configures a Client.
@@ -66,24 +69,61 @@ type Option func(*Client)
 
 // WithHTTPClient makes the Client send its requests through h, for a
 // custom transport or timeout. Without it, the Client uses its own
-// *http.Client with a 30-second timeout.
+// *http.Client with a 30-second timeout. With a unix: admin URL, a client
+// whose Transport is nil gets one that dials the socket (h itself is not
+// changed); a Transport of the caller's own must dial the socket itself.
 func WithHTTPClient(h *http.Client) Option {
 	return func(c *Client) { c.http = h }
 }
 
-// New returns a Client for the admin API at baseURL, such as
-// http://127.0.0.1:9001 (cproxy's default admin listener). It refuses a URL
-// that is not http or https with a host; it does not contact cproxy.
+// UnixPrefix starts an admin URL that is a Unix socket's path, as
+// listen.admin names one: unix:/run/cproxy/admin.sock.
+const UnixPrefix = "unix:"
+
+// New returns a Client for the admin API at baseURL: an http or https URL
+// with a host, such as http://127.0.0.1:9001 (cproxy's default admin
+// listener), or "unix:" and the path of the Unix socket cproxy serve
+// listens on, such as unix:/run/cproxy/admin.sock. It refuses anything
+// else; it does not contact cproxy.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("cproxy client: invalid admin URL %q: use a URL such as http://127.0.0.1:9001", baseURL)
+	c := &Client{shown: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: defaultTimeout}}
+	path, unix := strings.CutPrefix(baseURL, UnixPrefix)
+	if unix {
+		if path == "" || strings.IndexByte(path, 0) >= 0 {
+			return nil, fmt.Errorf("cproxy client: invalid admin URL %q: give the socket's path, such as unix:/run/cproxy/admin.sock", baseURL)
+		}
+		// The socket is the whole address; the host only fills the
+		// requests' Host header.
+		c.base, c.shown = "http://localhost", baseURL
+	} else {
+		u, err := url.Parse(baseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("cproxy client: invalid admin URL %q: use a URL such as http://127.0.0.1:9001 or unix:/run/cproxy/admin.sock", baseURL)
+		}
+		c.base = c.shown
 	}
-	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: defaultTimeout}}
 	for _, o := range opts {
 		o(c)
 	}
+	if unix && c.http.Transport == nil {
+		h := *c.http
+		h.Transport = unixTransport(path)
+		c.http = &h
+	}
 	return c, nil
+}
+
+// unixTransport sends every request to the Unix socket at path, never
+// through a proxy.
+func unixTransport(path string) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns:    10,
+		IdleConnTimeout: 90 * time.Second,
+	}
 }
 
 // BindSocket is the only value of CreateOptions.Bind: the token is valid
@@ -409,6 +449,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if c.base != c.shown && errors.As(err, &ue) {
+			ue.URL = c.shown + path // the socket, not the placeholder host
+		}
 		return fmt.Errorf("cproxy client: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
@@ -423,7 +467,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		if json.Unmarshal(answer, &e) == nil && e.Error != "" {
 			return &Error{StatusCode: resp.StatusCode, Message: e.Error}
 		}
-		return &Error{StatusCode: resp.StatusCode, Message: fmt.Sprintf("%s %s at %s answered %s, not as cproxy's admin API does", method, path, c.base, resp.Status)}
+		return &Error{StatusCode: resp.StatusCode, Message: fmt.Sprintf("%s %s at %s answered %s, not as cproxy's admin API does", method, path, c.shown, resp.Status)}
 	}
 	if out != nil {
 		if err := json.Unmarshal(answer, out); err != nil {

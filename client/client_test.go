@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,12 +47,12 @@ func apiError(t *testing.T, err error, status int, want string) {
 }
 
 func TestNewRefusesBadURLs(t *testing.T) {
-	for _, u := range []string{"", "127.0.0.1:9001", "ftp://127.0.0.1:9001", "http://", "http://127.0.0.1:9001?x=1", "://"} {
+	for _, u := range []string{"", "127.0.0.1:9001", "ftp://127.0.0.1:9001", "http://", "http://127.0.0.1:9001?x=1", "://", "unix:", "unix:/run/a\x00b"} {
 		if _, err := client.New(u); err == nil || !strings.Contains(err.Error(), "invalid admin URL") {
 			t.Errorf("New(%q) = %v, want an invalid admin URL error", u, err)
 		}
 	}
-	for _, u := range []string{"http://127.0.0.1:9001", "https://cproxy.internal:9001/", "http://[::1]:9001"} {
+	for _, u := range []string{"http://127.0.0.1:9001", "https://cproxy.internal:9001/", "http://[::1]:9001", "unix:/run/cproxy/admin.sock", "unix:admin.sock"} {
 		if _, err := client.New(u); err != nil {
 			t.Errorf("New(%q) = %v", u, err)
 		}
@@ -396,6 +397,55 @@ func TestUnreachable(t *testing.T) {
 	var opErr *net.OpError
 	if err == nil || errors.As(err, &e) || !errors.As(err, &opErr) {
 		t.Fatalf("Health = %v, want a connection error that is not a *client.Error", err)
+	}
+}
+
+// A unix: admin URL reaches the admin API on its socket, as cproxy serve
+// listens with listen.admin = "unix:PATH", with the client's own transport
+// or with a caller's *http.Client that has none.
+func TestUnixSocket(t *testing.T) {
+	adminURL, stop := startCproxyUnix()
+	defer stop()
+	ctx := context.Background()
+	for _, opts := range [][]client.Option{nil, {client.WithHTTPClient(&http.Client{Timeout: 5 * time.Second})}} {
+		c, err := client.New(adminURL, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Health(ctx); err != nil {
+			t.Fatalf("Health = %v", err)
+		}
+		if err := c.Ready(ctx); err != nil {
+			t.Fatalf("Ready = %v", err)
+		}
+		tok, err := c.CreateToken(ctx, "conv-9", client.CreateOptions{Profile: "web"})
+		if err != nil || !strings.HasPrefix(tok.Reveal(), "cpx_") || tok.Sandbox != "conv-9" {
+			t.Fatalf("CreateToken = %+v, %v", tok, err)
+		}
+		if err := c.Revoke(ctx, "conv-9"); err != nil {
+			t.Fatalf("Revoke = %v", err)
+		}
+		infos, err := c.List(ctx, "conv-9")
+		if err != nil || !slices.ContainsFunc(infos, func(i client.TokenInfo) bool { return i.ID == tok.ID && i.State == client.StateRevoked }) {
+			t.Fatalf("List = %+v, %v; want %s revoked", infos, err, tok.ID)
+		}
+		_, err = c.CreateToken(ctx, "conv-9", client.CreateOptions{Profile: "nope"})
+		apiError(t, err, 400, `cproxy: profile "nope" is not defined in the policy`)
+	}
+}
+
+// A socket nobody listens on: a connection error that names the socket,
+// not the placeholder host of the requests.
+func TestUnixSocketUnreachable(t *testing.T) {
+	gone := "unix:/nonexistent/cproxy-admin.sock"
+	c, err := client.New(gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Health(context.Background())
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) || !strings.Contains(err.Error(), gone+"/healthz") || strings.Contains(err.Error(), "localhost") {
+		t.Fatalf("Health = %v, want a connection error naming %s", err, gone)
 	}
 }
 

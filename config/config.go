@@ -61,7 +61,11 @@ type Listen struct {
 	// LoadConfig stores it resolved). Default "127.0.0.1:8080"; port 0 picks a
 	// free port.
 	Proxy string `toml:"proxy"`
-	// Admin is what the harness reaches, never the sandboxes. Default "127.0.0.1:9001"; port 0 picks a free port.
+	// Admin is what the harness reaches, never the sandboxes: host:port, or
+	// "unix:PATH" for a Unix socket that only cproxy's user may connect to
+	// (relative to the config file's directory; LoadConfig stores it
+	// resolved), in a directory others cannot write to. Default
+	// "127.0.0.1:9001"; port 0 picks a free port.
 	Admin string `toml:"admin"`
 	// PublicURL is cproxy as the sandboxes see it (used by `cproxy env`): an absolute
 	// http(s) URL without query or fragment. Empty means "http://" + the proxy listener's address.
@@ -83,11 +87,13 @@ type Listen struct {
 	SandboxSockets string `toml:"sandbox_sockets"`
 }
 
-// UnixPrefix marks a listen.proxy that is a Unix socket path.
+// UnixPrefix marks a listen.proxy or listen.admin that is a Unix socket
+// path.
 const UnixPrefix = "unix:"
 
 // maxSocketPath is the longest Unix socket path every platform binds
-// (sun_path is 104 bytes on macOS and the BSDs, 108 on Linux, with a NUL).
+// (sun_path is 104 bytes on macOS and the BSDs, 108 on Linux, with a NUL):
+// routes.MaxSocketPath, which serve checks again once a path is resolved.
 const maxSocketPath = 103
 
 // maxSandboxSocketName is the longest name in listen.sandbox_sockets: a
@@ -95,9 +101,15 @@ const maxSocketPath = 103
 const maxSandboxSocketName = 63 + len(".sock")
 
 // ProxySocket is the path of listen.proxy when it is a Unix socket, else "".
-func (l Listen) ProxySocket() string {
-	path, _ := strings.CutPrefix(l.Proxy, UnixPrefix)
-	if len(path) == len(l.Proxy) {
+func (l Listen) ProxySocket() string { return SocketPath(l.Proxy) }
+
+// AdminSocket is the path of listen.admin when it is a Unix socket, else "".
+func (l Listen) AdminSocket() string { return SocketPath(l.Admin) }
+
+// SocketPath is the path of a listener address "unix:PATH", else "".
+func SocketPath(addr string) string {
+	path, _ := strings.CutPrefix(addr, UnixPrefix)
+	if len(path) == len(addr) {
 		return ""
 	}
 	return path
@@ -423,6 +435,9 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	if sock := c.Listen.ProxySocket(); sock != "" {
 		c.Listen.Proxy = UnixPrefix + resolve(dir, sock)
 	}
+	if sock := c.Listen.AdminSocket(); sock != "" {
+		c.Listen.Admin = UnixPrefix + resolve(dir, sock)
+	}
 	c.Store.Path = resolve(dir, c.Store.Path)
 	c.Keyring.FileDir = resolve(dir, c.Keyring.FileDir)
 	if a := c.Log.Audit; a != "" && a != AuditStdout {
@@ -485,16 +500,15 @@ func configHint(key string) string {
 }
 
 func (c *Config) validate(f *policy.File) {
-	if strings.HasPrefix(c.Listen.Proxy, UnixPrefix) {
-		checkSocketPath(f, policy.KeyOf("listen", "proxy"), c.Listen.ProxySocket(), 0)
-	} else {
-		checkHostPort(f, policy.KeyOf("listen", "proxy"), c.Listen.Proxy)
-	}
-	checkHostPort(f, policy.KeyOf("listen", "admin"), c.Listen.Admin)
+	checkListener(f, policy.KeyOf("listen", "proxy"), c.Listen.Proxy, "unix:/run/cproxy/proxy.sock")
+	checkListener(f, policy.KeyOf("listen", "admin"), c.Listen.Admin, "unix:/run/cproxy/admin.sock")
 	if c.Listen.SandboxSockets != "" {
-		checkSocketPath(f, policy.KeyOf("listen", "sandbox_sockets"), c.Listen.SandboxSockets, 1+maxSandboxSocketName)
+		checkSocketPath(f, policy.KeyOf("listen", "sandbox_sockets"), c.Listen.SandboxSockets, 1+maxSandboxSocketName, "/run/cproxy/sandboxes")
 	}
-	if c.Listen.Proxy == c.Listen.Admin && !strings.HasSuffix(c.Listen.Admin, ":0") {
+	switch p, a := c.Listen.ProxySocket(), c.Listen.AdminSocket(); {
+	case p != "" && p == a:
+		f.AtValue(policy.KeyOf("listen", "admin"), "listen.admin: same socket as listen.proxy (sandboxes must never reach the admin API; pick another path, e.g. \"unix:/run/cproxy/admin.sock\")")
+	case p == "" && c.Listen.Proxy == c.Listen.Admin && !strings.HasSuffix(c.Listen.Admin, ":0"):
 		f.AtValue(policy.KeyOf("listen", "admin"), "listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)")
 	}
 	if c.Listen.PublicURL != "" {
@@ -581,20 +595,31 @@ func checkHostPort(f *policy.File, p policy.Key, s string) {
 	}
 }
 
+// checkListener checks a listener's address: host:port, or unix:PATH
+// (example) for a Unix socket.
+func checkListener(f *policy.File, p policy.Key, addr, example string) {
+	if strings.HasPrefix(addr, UnixPrefix) {
+		checkSocketPath(f, p, SocketPath(addr), 0, example)
+	} else {
+		checkHostPort(f, p, addr)
+	}
+}
+
 // checkSocketPath checks a Unix socket path, or with extra > 0 a directory
 // of sockets whose names add extra bytes. A relative path counts as it will
 // be once resolved against the config file's directory, which loadConfig
-// does after validating; the length check is then a little lenient.
-func checkSocketPath(f *policy.File, p policy.Key, s string, extra int) {
-	example, limit := "unix:/run/cproxy/proxy.sock", ""
+// does after validating; the length check is then a little lenient, and
+// serve checks the resolved path again before it listens.
+func checkSocketPath(f *policy.File, p policy.Key, s string, extra int, example string) {
+	what, limit := "a Unix socket path", ""
 	if extra > 0 {
-		example, limit = "/run/cproxy/sandboxes", fmt.Sprintf(", so that DIR/SANDBOX.sock fits in %d", maxSocketPath)
+		what, limit = "a folder of Unix sockets", fmt.Sprintf(", so that DIR/SANDBOX.sock fits in %d", maxSocketPath)
 	}
 	switch {
 	case s == "" || strings.IndexByte(s, 0) >= 0:
 		f.AtValue(p, "%s: needs a path (e.g. %q)", p, example)
 	case len(s)+extra > maxSocketPath:
-		f.AtValue(p, "%s: %q is too long for a Unix socket path: at most %d bytes%s", p, s, maxSocketPath-extra, limit)
+		f.AtValue(p, "%s: %q is %d bytes, too long for %s: at most %d bytes%s (as much as sun_path holds on every platform); use a shorter path, e.g. %q", p, s, len(s), what, maxSocketPath-extra, limit, example)
 	}
 }
 

@@ -217,6 +217,20 @@ admin = "127.0.0.1:70000"
 listen.admin = "0.0.0.0:8080"
 `, []string{`cproxy.toml:2:16: listen.admin: same address as listen.proxy (sandboxes must never reach the admin API; pick another port)`}},
 
+		{"admin on the proxy's socket", `[listen]
+proxy = "unix:/run/cproxy/cproxy.sock"
+admin = "unix:/run/cproxy/cproxy.sock"
+`, []string{
+			`cproxy.toml:3:9: listen.admin: same socket as listen.proxy (sandboxes must never reach the admin API; pick another path, e.g. "unix:/run/cproxy/admin.sock")`,
+		}},
+
+		{"admin socket path", `listen.admin = "unix:"
+listen.proxy = "unix:/run/cproxy/` + strings.Repeat("p", 90) + `.sock"
+`, []string{
+			`cproxy.toml:1:16: listen.admin: needs a path (e.g. "unix:/run/cproxy/admin.sock")`,
+			`cproxy.toml:2:16: listen.proxy: "/run/cproxy/` + strings.Repeat("p", 90) + `.sock" is 107 bytes, too long for a Unix socket path: at most 103 bytes (as much as sun_path holds on every platform); use a shorter path, e.g. "unix:/run/cproxy/proxy.sock"`,
+		}},
+
 		{"wrong types", `[listen]
 admin = 9001
 drain = 30
@@ -557,6 +571,7 @@ func TestLoadConfigExpandsPaths(t *testing.T) {
 	c, probs := loadConfig("/etc/cproxy/cproxy.toml", []byte(`
 [listen]
 proxy = "unix:$CPX_A/proxy.sock"
+admin = "unix:~/$CPX_B.sock"
 ready_file = "${CPX_A}x$CPX_B/ready.json"
 
 [store]
@@ -580,6 +595,7 @@ headers = { Authorization = { credential = "file:$CPX_B/hub.key" } }
 	}
 	for _, tt := range []struct{ name, got, want string }{
 		{"listen.proxy", c.Listen.Proxy, "unix:/srv/a/proxy.sock"},
+		{"listen.admin", c.Listen.Admin, "unix:/home/you/b.sock"},
 		{"listen.ready_file", c.Listen.ReadyFile, "/srv/axb/ready.json"},
 		{"store.path", c.Store.Path, "/home/you/state/cproxy.db"},
 		{"upstream.anthropic.credential", c.Upstream["anthropic"].Credential, "file:/home/you/keys/b"},

@@ -30,6 +30,7 @@ func (c *Config) expandPaths(f *policy.File) {
 	paths := []pathKey{
 		{policy.KeyOf("policy"), &c.Policy, ""},
 		{policy.KeyOf("listen", "proxy"), &c.Listen.Proxy, UnixPrefix},
+		{policy.KeyOf("listen", "admin"), &c.Listen.Admin, UnixPrefix},
 		{policy.KeyOf("listen", "ready_file"), &c.Listen.ReadyFile, ""},
 		{policy.KeyOf("listen", "sandbox_sockets"), &c.Listen.SandboxSockets, ""},
 		{policy.KeyOf("store", "path"), &c.Store.Path, ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -350,5 +351,22 @@ func TestSocketDirChecks(t *testing.T) {
 	ss.Close()
 	if _, err := os.Lstat(filepath.Join(ok, "conv-1.sock")); !os.IsNotExist(err) {
 		t.Errorf("socket left after Close: %v", err)
+	}
+}
+
+// A socket path the kernel could not bind is refused before anything is
+// made, saying how long it is: the path itself, or its folder with the
+// temporary name the socket is created under there first.
+func TestListenUnixPathLength(t *testing.T) {
+	long := "/" + strings.Repeat("a", MaxSocketPath)
+	if _, err := ListenUnix(long, SocketMode); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("is %d bytes, too long for a Unix socket path: at most %d bytes", len(long), MaxSocketPath)) {
+		t.Errorf("ListenUnix(a path of %d bytes) = %v", len(long), err)
+	}
+	dir := "/" + strings.Repeat("d", MaxSocketPath-tempSocketName-1)
+	if _, err := ListenUnix(dir+"/a", SocketMode); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the folder of %s/a is %d bytes, too long", dir, len(dir))) {
+		t.Errorf("ListenUnix in a folder of %d bytes = %v", len(dir), err)
+	}
+	if err := checkSocketLength(dir[:len(dir)-1] + "/a"); err != nil {
+		t.Errorf("a folder of %d bytes: %v", len(dir)-1, err)
 	}
 }

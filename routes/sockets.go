@@ -74,7 +74,7 @@ func OpenSandboxSockets(dir string, newServer func() *http.Server, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSocketDir(dir); err != nil {
+	if err := CheckSocketDir(dir, "a sandbox could put its own socket in another's place", "a sandbox given that group to connect with could put its own socket in another's place"); err != nil {
 		return nil, err
 	}
 	entries, err := os.ReadDir(dir)
@@ -95,7 +95,14 @@ func OpenSandboxSockets(dir string, newServer func() *http.Server, log *slog.Log
 	return &SandboxSockets{dir: dir, newServer: newServer, log: log, open: map[string]*sandboxSocket{}, draining: map[*http.Server]bool{}}, nil
 }
 
-func checkSocketDir(dir string) error {
+// CheckSocketDir checks that dir, where cproxy is to create Unix sockets,
+// is an existing directory that neither its group nor others may write to:
+// whoever may write there can put a socket of their own in place of
+// cproxy's. byOthers and byGroup say, in the refusal, what that would let
+// them do. A shared folder such as /tmp (writable by everyone, with the
+// sticky bit) is refused too, with the advice to make one of cproxy's own:
+// anyone may create the path there before cproxy does, or once it stopped.
+func CheckSocketDir(dir, byOthers, byGroup string) error {
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -104,12 +111,14 @@ func checkSocketDir(dir string) error {
 		return err
 	case !st.IsDir():
 		return fmt.Errorf("%s is not a directory", dir)
+	case st.Mode().Perm()&0o002 != 0 && st.Mode()&fs.ModeSticky != 0:
+		return fmt.Errorf("%s is a folder everyone may write to: %s (use a folder of cproxy's own, owned by its user, mode 0750 or 0700, e.g. /run/cproxy)", dir, byOthers)
 	case st.Mode().Perm()&0o002 != 0:
-		return fmt.Errorf("%s is writable by everyone: a sandbox could put its own socket in another's place (chmod go-w %s)", dir, dir)
+		return fmt.Errorf("%s is writable by everyone: %s (chmod go-w %s)", dir, byOthers, dir)
 	case st.Mode().Perm()&0o020 != 0:
 		// Sandboxes are given a group to connect with (SocketMode); if that
 		// group may write here, they may replace each other's sockets.
-		return fmt.Errorf("%s is writable by its group: a sandbox given that group to connect with could put its own socket in another's place (chmod g-w %s)", dir, dir)
+		return fmt.Errorf("%s is writable by its group: %s (chmod g-w %s)", dir, byGroup, dir)
 	}
 	return nil
 }
@@ -224,19 +233,46 @@ func (ss *SandboxSockets) stop() []*http.Server {
 	return servers
 }
 
-// ListenUnix listens on a Unix socket at path with SocketMode, removing a
-// socket a previous run left there (and refusing to touch anything else).
-// The socket is created under a temporary name, given its mode, then moved
-// into place, so it never exists at path with a looser mode. Its file is not
-// removed when the listener closes: the caller removes it.
-func ListenUnix(path string) (net.Listener, error) {
+// ListenUnix listens on a Unix socket at path with mode, removing a
+// socket a previous run left there (and refusing to touch anything else,
+// or a socket something listens on). The socket is created under a
+// temporary name, given its mode, then moved into place, so it never
+// exists at path with a looser mode. Its file is not removed when the
+// listener closes: the caller removes it.
+func ListenUnix(path string, mode fs.FileMode) (net.Listener, error) {
+	if err := checkSocketLength(path); err != nil {
+		return nil, err
+	}
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
-	return listenUnix(path)
+	return listenUnixMode(path, mode)
 }
 
-func listenUnix(path string) (net.Listener, error) {
+// MaxSocketPath is the longest Unix socket path every platform binds
+// (sun_path is 104 bytes on macOS and the BSDs, 108 on Linux, with a NUL),
+// as the config's checks count it too.
+const MaxSocketPath = 103
+
+// tempSocketName is the length of the temporary name a socket is created
+// under, in its directory, before it is moved into place.
+const tempSocketName = len(".cproxy-") + 12 + len(socketSuffix)
+
+// checkSocketLength refuses a socket path the kernel could not bind,
+// itself or the temporary name in its directory, saying how long it is.
+func checkSocketLength(path string) error {
+	if len(path) > MaxSocketPath {
+		return fmt.Errorf("%s is %d bytes, too long for a Unix socket path: at most %d bytes (as much as sun_path holds on every platform); use a shorter path", path, len(path), MaxSocketPath)
+	}
+	if dir := filepath.Dir(path); len(dir)+1+tempSocketName > MaxSocketPath {
+		return fmt.Errorf("the folder of %s is %d bytes, too long: cproxy creates the socket under a temporary name of %d bytes there first, and a Unix socket path has at most %d bytes (as much as sun_path holds on every platform); use a folder of at most %d bytes", path, len(dir), tempSocketName, MaxSocketPath, MaxSocketPath-1-tempSocketName)
+	}
+	return nil
+}
+
+func listenUnix(path string) (net.Listener, error) { return listenUnixMode(path, SocketMode) }
+
+func listenUnixMode(path string, mode fs.FileMode) (net.Listener, error) {
 	var b [6]byte
 	rand.Read(b[:])
 	tmp := filepath.Join(filepath.Dir(path), ".cproxy-"+hex.EncodeToString(b[:])+socketSuffix)
@@ -245,7 +281,7 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, err
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, SocketMode); err != nil {
+	if err := os.Chmod(tmp, mode); err != nil {
 		ln.Close()
 		os.Remove(tmp)
 		return nil, err

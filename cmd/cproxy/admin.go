@@ -20,14 +20,14 @@ import (
 )
 
 func adminFlag() cli.Flag {
-	return &cli.StringFlag{Name: "admin", Usage: "admin API `URL` (default: from --config, else http://127.0.0.1:9001)", EnvVars: []string{"CPROXY_ADMIN_URL"}}
+	return &cli.StringFlag{Name: "admin", Usage: "admin API `URL`, or unix:PATH for its Unix socket (default: from --config, else http://127.0.0.1:9001)", EnvVars: []string{"CPROXY_ADMIN_URL"}}
 }
 
 // listening returns the addresses a config's cproxy serve listens on: the
 // configured ones, or for port 0 the ones it wrote to its ready file.
 func listening(cfg *config.Config) (proxy, admin string, err error) {
 	proxy, admin = cfg.Listen.Proxy, cfg.Listen.Admin
-	if !strings.HasSuffix(proxy, ":0") && !strings.HasSuffix(admin, ":0") {
+	if !portZero(proxy) && !portZero(admin) {
 		return proxy, admin, nil
 	}
 	if cfg.Listen.ReadyFile == "" {
@@ -43,6 +43,21 @@ func listening(cfg *config.Config) (proxy, admin string, err error) {
 		return "", "", fail("", "%s: not a cproxy ready file", cfg.Listen.ReadyFile)
 	}
 	return r.Proxy, r.Admin, nil
+}
+
+// portZero reports whether a listener's address asks for a free port: a
+// Unix socket's path is its address.
+func portZero(addr string) bool {
+	return !strings.HasPrefix(addr, config.UnixPrefix) && strings.HasSuffix(addr, ":0")
+}
+
+// adminURL is the admin API's URL for a listener's address: http://
+// host:port, or a Unix socket's unix:PATH, which the client dials as it is.
+func adminURL(addr string) string {
+	if strings.HasPrefix(addr, config.UnixPrefix) {
+		return addr
+	}
+	return "http://" + addr
 }
 
 // adminClient is the client package's Client for a running cproxy's admin
@@ -67,11 +82,11 @@ func newAdminClient(c *cli.Context) (*adminClient, error) {
 				return nil, err
 			}
 		}
-		base = "http://" + addr
+		base = adminURL(addr)
 	}
 	cl, err := client.New(base)
 	if err != nil {
-		return nil, fail("use a URL such as http://127.0.0.1:9001", "invalid admin URL %q", base)
+		return nil, fail("use a URL such as http://127.0.0.1:9001, or unix:PATH for the admin listener's Unix socket", "invalid admin URL %q", base)
 	}
 	return &adminClient{Client: cl, base: strings.TrimRight(base, "/")}, nil
 }

@@ -221,7 +221,9 @@ func cmdFakeAnswers(ts *testscript.TestScript, neg bool, args []string) {
 
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
 // ADMIN to its listeners' URLs, PROXY_ADDR to the proxy's host:port and SERVE_PID to its process id.
-// A proxy on a Unix socket sets PROXY_SOCKET to its path instead of PROXY.
+// A proxy on a Unix socket sets PROXY_SOCKET to its path instead of PROXY;
+// an admin listener on one sets ADMIN to unix:PATH, as --admin takes it,
+// and ADMIN_SOCKET to its path, for http -unix.
 func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: waitready FILE")
@@ -244,6 +246,10 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Setenv("PROXY", "http://"+ready.Proxy)
 			ts.Setenv("PROXY_ADDR", ready.Proxy)
 			ts.Setenv("ADMIN", "http://"+ready.Admin)
+			if sock, ok := strings.CutPrefix(ready.Admin, "unix:"); ok {
+				ts.Setenv("ADMIN", ready.Admin)
+				ts.Setenv("ADMIN_SOCKET", sock)
+			}
 			ts.Setenv("SERVE_PID", strconv.Itoa(ready.PID))
 			return
 		}

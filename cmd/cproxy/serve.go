@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -62,8 +63,8 @@ Examples:
    cproxy serve --proxy-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ready-file ready.json`,
 		Flags: []cli.Flag{
 			configFlag(),
-			&cli.StringFlag{Name: "proxy-addr", Usage: "proxy listener `HOST:PORT` (listen.proxy)", EnvVars: []string{"CPROXY_PROXY_ADDR"}},
-			&cli.StringFlag{Name: "admin-addr", Usage: "admin listener `HOST:PORT` (listen.admin)", EnvVars: []string{"CPROXY_ADMIN_ADDR"}},
+			&cli.StringFlag{Name: "proxy-addr", Usage: "proxy listener `HOST:PORT`, or unix:PATH (listen.proxy)", EnvVars: []string{"CPROXY_PROXY_ADDR"}},
+			&cli.StringFlag{Name: "admin-addr", Usage: "admin listener `HOST:PORT`, or unix:PATH (listen.admin)", EnvVars: []string{"CPROXY_ADMIN_ADDR"}},
 			&cli.StringFlag{Name: "public-url", Usage: "cproxy's `URL` as the sandboxes see it (listen.public_url)", EnvVars: []string{"CPROXY_PUBLIC_URL"}},
 			&cli.StringFlag{Name: "ready-file", Usage: "write the listening addresses to `FILE` once both listen (listen.ready_file)", EnvVars: []string{"CPROXY_READY_FILE"}},
 			&cli.StringFlag{Name: "store", Usage: "token store `PATH` (store.path)", EnvVars: []string{"CPROXY_STORE"}},
@@ -313,9 +314,9 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		return err
 	}
 	defer proxyLn.Close()
-	adminLn, err := net.Listen("tcp", cfg.Listen.Admin)
+	adminLn, adminAddr, err := listenAdmin(cfg)
 	if err != nil {
-		return fail("choose a free address with --admin-addr or listen.admin (port 0 picks one)", "admin listener: %v", err)
+		return err
 	}
 	defer adminLn.Close()
 
@@ -354,10 +355,10 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	for i, hs := range servers {
 		go func() { served <- hs.Serve(listeners[i]) }()
 	}
-	log.Info("cproxy listening", "proxy", proxyAddr, "admin", adminLn.Addr().String(),
+	log.Info("cproxy listening", "proxy", proxyAddr, "admin", adminAddr,
 		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg), "cpus", runtime.GOMAXPROCS(0))
 	if cfg.Listen.ReadyFile != "" {
-		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, Admin: adminLn.Addr().String(), SandboxSockets: sockets.Dir()}); err != nil {
+		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, Admin: adminAddr, SandboxSockets: sockets.Dir()}); err != nil {
 			return fail("", "ready file: %v", err)
 		}
 		defer os.Remove(cfg.Listen.ReadyFile)
@@ -471,25 +472,70 @@ type shutdowner interface {
 }
 
 // listenProxy opens the proxy listener: TCP, or a Unix socket for
-// listen.proxy = "unix:PATH", which is removed when cproxy stops. It
-// returns the address as the ready file and the log give it.
+// listen.proxy = "unix:PATH" with routes.SocketMode, which is removed when
+// cproxy stops. It returns the address as the ready file and the log give
+// it.
 func listenProxy(cfg *config.Config) (net.Listener, string, error) {
-	path := cfg.Listen.ProxySocket()
+	ln, addr, err := listen(cfg.Listen.Proxy, routes.SocketMode, nil)
+	switch {
+	case err != nil && cfg.Listen.ProxySocket() != "":
+		return nil, "", fail("point listen.proxy at a path in a directory cproxy may write to, where nothing else listens", "proxy listener: %v", err)
+	case err != nil:
+		return nil, "", fail("choose a free address with --proxy-addr or listen.proxy (port 0 picks one)", "proxy listener: %v", err)
+	}
+	return ln, addr, nil
+}
+
+// adminSocketMode is the mode of the admin listener's Unix socket: only
+// cproxy's own user may connect, since whoever reaches the admin API can
+// mint tokens.
+const adminSocketMode = 0o600
+
+// listenAdmin opens the admin listener: TCP, or a Unix socket for
+// listen.admin = "unix:PATH" with adminSocketMode, in a directory neither
+// its group nor others may write to, which is removed when cproxy stops.
+// It returns the address as the ready file and the log give it.
+func listenAdmin(cfg *config.Config) (net.Listener, string, error) {
+	ln, addr, err := listen(cfg.Listen.Admin, adminSocketMode, func(dir string) error {
+		return routes.CheckSocketDir(dir,
+			"another user could put a socket of their own in place of the admin API's, and be sent the harness's calls",
+			"a member of its group could put a socket of their own in place of the admin API's, and be sent the harness's calls")
+	})
+	switch {
+	case err != nil && cfg.Listen.AdminSocket() != "":
+		return nil, "", fail("point --admin-addr or listen.admin at a path in a directory of cproxy's own, where nothing else listens (e.g. unix:/run/cproxy/admin.sock)", "admin listener: %v", err)
+	case err != nil:
+		return nil, "", fail("choose a free address with --admin-addr or listen.admin (port 0 picks one)", "admin listener: %v", err)
+	}
+	return ln, addr, nil
+}
+
+// listen listens on addr: host:port over TCP, or "unix:PATH" on a Unix
+// socket with mode, in a directory that checkDir (if not nil) accepts,
+// removed when the listener closes. It returns the address as the ready
+// file and the log give it: a socket's path made absolute, since the
+// harness mounts or dials it.
+func listen(addr string, mode fs.FileMode, checkDir func(string) error) (net.Listener, string, error) {
+	path := config.SocketPath(addr)
 	if path == "" {
-		ln, err := net.Listen("tcp", cfg.Listen.Proxy)
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, "", fail("choose a free address with --proxy-addr or listen.proxy (port 0 picks one)", "proxy listener: %v", err)
+			return nil, "", err
 		}
 		return ln, ln.Addr().String(), nil
 	}
-	// Absolute in the ready file and the log: the harness mounts it.
 	path, err := filepath.Abs(path)
 	if err != nil {
-		return nil, "", fail("", "proxy listener: %v", err)
+		return nil, "", err
 	}
-	ln, err := routes.ListenUnix(path)
+	if checkDir != nil {
+		if err := checkDir(filepath.Dir(path)); err != nil {
+			return nil, "", err
+		}
+	}
+	ln, err := routes.ListenUnix(path, mode)
 	if err != nil {
-		return nil, "", fail("point listen.proxy at a path in a directory cproxy may write to, where nothing else listens", "proxy listener: %v", err)
+		return nil, "", err
 	}
 	return &removeOnClose{Listener: ln, path: path}, config.UnixPrefix + path, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/helpers/sandboxenv"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -47,7 +48,7 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "revoked-token", Usage: "a revoked sandbox `TOKEN`, which cproxy must refuse with 401"},
 			&cli.StringFlag{Name: "model", Value: "claude-sonnet-4-5", Usage: "the `MODEL` of the count_tokens call (one the sandbox's profile allows)"},
-			&cli.StringSliceFlag{Name: "direct", Value: cli.NewStringSlice(defaultDirect), Usage: "`NAME=IP:PORT` the sandbox must not be able to connect to (repeatable; replaces the one shown, so give it again to keep it)"},
+			&cli.StringSliceFlag{Name: "direct", Value: cli.NewStringSlice(defaultDirect), Usage: "`NAME=IP:PORT` (or NAME=unix:PATH, a Unix socket) the sandbox must not be able to connect to (repeatable; replaces the one shown, so give it again to keep it)"},
 			&cli.StringSliceFlag{Name: "public-name", Value: cli.NewStringSlice(defaultPublicName), Usage: "a public host `NAME` that must not resolve (repeatable; replaces the one shown, so give it again to keep it)"},
 			&cli.StringFlag{Name: "dns-server", Usage: "ask this `IP:PORT` instead of the system's resolver"},
 			&cli.DurationFlag{Name: "timeout", Value: 3 * time.Second, Usage: "how long each check may take"},
@@ -111,7 +112,9 @@ type verifier struct {
 	problems                        []check // found while reading the environment
 }
 
-type directTarget struct{ name, addr string }
+// directTarget is one --direct: addr as given, dialled as network and
+// dial say (a Unix socket's path for unix:PATH).
+type directTarget struct{ name, addr, network, dial string }
 
 func newVerifier(c *cli.Context) (*verifier, error) {
 	v := &verifier{
@@ -126,11 +129,17 @@ func newVerifier(c *cli.Context) (*verifier, error) {
 		if !ok {
 			name, addr = d, d
 		}
+		if path := config.SocketPath(addr); path != "" {
+			// A Unix socket, such as the admin listener's: the sandbox
+			// must not have it mounted.
+			v.direct = append(v.direct, directTarget{name, addr, "unix", path})
+			continue
+		}
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil || net.ParseIP(host) == nil {
-			return nil, fail("give an IP address and port, e.g. --direct api.anthropic.com=160.79.104.10:443: a name would need DNS, and a sandbox without DNS would pass for one without a route", "--direct %q is not NAME=IP:PORT", d)
+			return nil, fail("give an IP address and port, e.g. --direct api.anthropic.com=160.79.104.10:443 (a name would need DNS, and a sandbox without DNS would pass for one without a route), or unix:PATH for a Unix socket such as the admin listener's", "--direct %q is not NAME=IP:PORT or NAME=unix:PATH", d)
 		}
-		v.direct = append(v.direct, directTarget{name, addr})
+		v.direct = append(v.direct, directTarget{name, addr, "tcp", addr})
 	}
 	if s := c.String("dns-server"); s != "" {
 		if _, _, err := net.SplitHostPort(s); err != nil {
@@ -276,7 +285,7 @@ func (v *verifier) checkRevoked(ctx context.Context) check {
 func (v *verifier) checkDirect(ctx context.Context, d directTarget) check {
 	name := "no direct route to " + d.name
 	dialer := net.Dialer{Timeout: v.timeout}
-	conn, err := dialer.DialContext(ctx, "tcp", d.addr)
+	conn, err := dialer.DialContext(ctx, d.network, d.dial)
 	if err == nil {
 		conn.Close()
 		return failed(name, "connected to %s directly: the sandbox can reach it without cproxy", d.addr)
@@ -294,6 +303,8 @@ func dialReason(err error) string {
 		return "refused"
 	case strings.Contains(err.Error(), "unreachable"):
 		return "unreachable"
+	case errors.Is(err, os.ErrNotExist):
+		return "no such socket"
 	}
 	return err.Error()
 }
