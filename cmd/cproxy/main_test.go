@@ -85,6 +85,14 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 		t.Fatal(err)
 	}
 	gobuild := goBuilder(t, repo)
+	// The go command's caches, for a script that builds with go
+	// (install.sh in install_version.txt): the test's own, so that nothing
+	// is downloaded or built again.
+	caches, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goCache, goModCache, _ := strings.Cut(strings.TrimSpace(string(caches)), "\n")
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
@@ -156,7 +164,9 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"REPO": repo,
 				// TypeScript's compiler for integration_hatchet.txt;
 				// empty when not installed ([tsc]).
-				"TSC": os.Getenv("CPROXY_TEST_TSC"),
+				"TSC":        os.Getenv("CPROXY_TEST_TSC"),
+				"GOCACHE":    goCache,
+				"GOMODCACHE": goModCache,
 			} {
 				env.Setenv(k, v)
 			}

@@ -8,7 +8,9 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// buildVersion is set by install.sh with -ldflags "-X main.buildVersion=…".
+// buildVersion is set by a build that names its version itself, with
+// -ldflags "-X main.buildVersion=…": deploy/Containerfile, whose build has
+// no git, and install.sh in a linked worktree, where Go records no commit.
 var buildVersion = ""
 
 // version is what cproxy --version, cproxy version and the
@@ -21,8 +23,11 @@ func version() string {
 // are empty when the build did not stamp them: go build in a git checkout
 // does, go install …@version and go test do not.
 type buildInfo struct {
-	// Version is install.sh's git describe, else the module version
-	// (v1.2.3, or a pseudo-version for a checkout), else "dev".
+	// Version is buildVersion when the build set it, else the module
+	// version Go recorded (v1.2.3 for go install …@v1.2.3; a pseudo-version
+	// for go install …@COMMIT or a go build in a git checkout, +dirty with
+	// uncommitted changes), else the commit (its first 12 digits, -dirty
+	// with uncommitted changes), else "devel".
 	Version    string `json:"version"`
 	Commit     string `json:"commit,omitempty"`      // vcs.revision
 	CommitTime string `json:"commit_time,omitempty"` // vcs.time, RFC 3339
@@ -50,8 +55,14 @@ func readBuildInfo() buildInfo {
 			}
 		}
 	}
+	if b.Version == "" && b.Commit != "" {
+		b.Version = b.Commit[:min(len(b.Commit), 12)]
+		if b.Modified {
+			b.Version += "-dirty"
+		}
+	}
 	if b.Version == "" {
-		b.Version = "dev"
+		b.Version = "devel"
 	}
 	return b
 }
