@@ -72,9 +72,36 @@ func presentedToken(r *http.Request) (string, error) {
 	case len(found) == 0 || found[0] == "":
 		return "", Refuse(ErrUnauthorized, "no sandbox token: send it as Authorization: Bearer or X-Api-Key")
 	case len(found) == 2 && found[0] != found[1]:
-		return "", Refuse(ErrUnauthorized, "two different credentials in one request")
+		return "", Refuse(ErrTwoCredentials, "two different credentials in one request: send the sandbox token alone")
 	}
 	return found[0], nil
+}
+
+// realCredentials are the shapes of the real credentials cproxy stands in
+// for, by the prefix their issuers give them: Anthropic's API keys and
+// OAuth tokens, GitHub's tokens (classic, OAuth, app, refresh and
+// fine-grained), npm's.
+var realCredentials = []struct{ prefix, what string }{
+	{"sk-ant-", "Anthropic key"},
+	{"ghp_", "GitHub token"},
+	{"gho_", "GitHub token"},
+	{"ghu_", "GitHub token"},
+	{"ghs_", "GitHub token"},
+	{"ghr_", "GitHub token"},
+	{"github_pat_", "GitHub token"},
+	{"npm_", "npm token"},
+}
+
+// notAToken refuses raw, sent as the sandbox token but not one. A real
+// credential's shape is named, with its prefix alone: it must not be in
+// the sandbox at all, and nothing more of it is repeated.
+func notAToken(raw string) error {
+	for _, c := range realCredentials {
+		if strings.HasPrefix(raw, c.prefix) {
+			return Refuse(ErrUnauthorized, "the credential sent as the sandbox token looks like a real %s (%s…), which must not be in the sandbox: remove it from the sandbox's environment and send the sandbox token from the harness", c.what, c.prefix)
+		}
+	}
+	return Refuse(ErrUnauthorized, "malformed sandbox token: get a new one from the harness")
 }
 
 // admit authenticates r for a route and records the session on its audit
@@ -106,7 +133,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	}
 	tok, err := tokens.Parse(raw)
 	if err != nil {
-		return nil, Refuse(ErrUnauthorized, "malformed sandbox token: get a new one from the harness")
+		return nil, notAToken(raw)
 	}
 	rec, found, err := s.liveRecord(r.Context(), tok.Hash())
 	if err != nil {

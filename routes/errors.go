@@ -27,6 +27,11 @@ var (
 	ErrTooManyRequests = errors.New("too many requests")
 	// ErrBodyTimeout is a request body that did not arrive in time.
 	ErrBodyTimeout = errors.New("request body timeout")
+	// ErrTwoCredentials is a request that carries two different
+	// credentials (Authorization and X-Api-Key), an ErrUnauthorized: a
+	// route whose client is known to send a second one words the fix
+	// (the model route: Claude Code's ANTHROPIC_API_KEY).
+	ErrTwoCredentials = fmt.Errorf("two different credentials: %w", ErrUnauthorized)
 )
 
 // refusal is an error with a message meant for the client. The message must

@@ -208,7 +208,7 @@ func TestAuthentication(t *testing.T) {
 		{"none", nil, "no sandbox token"},
 		{"bad checksum", bearer(bad), "malformed"},
 		{"unknown", bearer(fake.Reveal()), "unknown sandbox token"},
-		{"real credential is not a token", bearer(canaryKey), "malformed"},
+		{"real credential is not a token", bearer(canaryKey), "looks like a real Anthropic key (sk-ant-…), which must not be in the sandbox"},
 		{"two different tokens", map[string]string{"Authorization": "Bearer " + tok, "X-Api-Key": other}, "two different"},
 		{"unsupported scheme", map[string]string{"Authorization": "Digest " + tok}, "unsupported"},
 	}
@@ -221,6 +221,9 @@ func TestAuthentication(t *testing.T) {
 			}
 			if strings.Contains(r.body, tok) || strings.Contains(r.body, "cpx_") {
 				t.Fatal("the error echoes a token")
+			}
+			if strings.Contains(r.body, canaryKey[:len("sk-ant-")+1]) {
+				t.Fatal("the error echoes the real key past its prefix")
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"github.com/cproxy/cproxy/routes"
 	"net/http"
 	"net/url"
@@ -74,8 +75,16 @@ func (m *modelRoute) Name() string   { return "model" }
 func (m *modelRoute) Prefix() string { return "/v1/" }
 func (m *modelRoute) Close()         { m.fwd.Close() }
 func (m *modelRoute) WriteError(w http.ResponseWriter, err error) int {
+	if errors.Is(err, routes.ErrTwoCredentials) {
+		err = twoCredentials
+	}
 	return writeAnthropicError(w, err)
 }
+
+// twoCredentials is the core's refusal of two credentials in one request
+// as the model route words it: the second is Claude Code's
+// ANTHROPIC_API_KEY, sent as x-api-key next to the sandbox token.
+var twoCredentials = routes.Refuse(routes.ErrTwoCredentials, "two different credentials in one request: Claude Code sends ANTHROPIC_API_KEY and the sandbox token together; unset ANTHROPIC_API_KEY in the sandbox")
 
 // Sources is the Anthropic credential's source, when it has one.
 func (m *modelRoute) Sources() []routes.Source { return m.fwd.Sources("upstream.anthropic.credential") }
