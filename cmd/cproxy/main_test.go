@@ -806,21 +806,27 @@ func cmdNPMTime(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetPublishTime(args[0], args[1], t))
 }
 
-// npmdeps NAME VERSION DEP=RANGE...: make NAME@VERSION on the fake
-// registry depend on each DEP (a package name) at RANGE.
+// npmdeps [-member MEMBER] NAME VERSION DEP=SPEC...: make NAME@VERSION on
+// the fake registry depend on each DEP (a package name) at SPEC (a range, or
+// a URL, git, …), in its dependencies or in MEMBER (optionalDependencies,
+// peerDependencies).
 func cmdNPMDeps(ts *testscript.TestScript, neg bool, args []string) {
+	member := "dependencies"
+	if len(args) > 1 && args[0] == "-member" {
+		member, args = args[1], args[2:]
+	}
 	if neg || len(args) < 3 {
-		ts.Fatalf("usage: npmdeps NAME VERSION DEP=RANGE...")
+		ts.Fatalf("usage: npmdeps [-member MEMBER] NAME VERSION DEP=SPEC...")
 	}
 	deps := map[string]string{}
 	for _, a := range args[2:] {
 		dep, rng, ok := strings.Cut(a, "=")
 		if !ok {
-			ts.Fatalf("npmdeps: %q is not DEP=RANGE", a)
+			ts.Fatalf("npmdeps: %q is not DEP=SPEC", a)
 		}
 		deps[dep] = rng
 	}
-	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetDependencies(args[0], args[1], deps))
+	ts.Check(ts.Value("npm").(*fakes.NPMRegistry).SetDependencyMember(args[0], args[1], member, deps))
 }
 
 // npmadvisory NAME RANGE SEVERITY TITLE: the fake registry's audit

@@ -84,7 +84,9 @@ type npmPackage struct {
 }
 
 type npmVersion struct {
-	deps      map[string]string // dependencies: name -> range
+	// deps are the version's dependencies by member (dependencies,
+	// optionalDependencies, peerDependencies): name -> spec.
+	deps      map[string]map[string]string
 	tarball   []byte
 	shasum    string
 	integrity string
@@ -142,6 +144,13 @@ func (g *NPMRegistry) AddAdvisory(name, vulnerable, severity, title string) {
 // SetDependencies makes name@version depend on deps (name -> semver
 // range), in its packument and in its tarball's package.json.
 func (g *NPMRegistry) SetDependencies(name, version string, deps map[string]string) error {
+	return g.SetDependencyMember(name, version, "dependencies", deps)
+}
+
+// SetDependencyMember sets the member (dependencies, optionalDependencies,
+// peerDependencies, …) of name@version to deps (name -> spec, any spec: a
+// range, a URL, git), in its packument and in its tarball's package.json.
+func (g *NPMRegistry) SetDependencyMember(name, version, member string, deps map[string]string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.pkgs[name]
@@ -149,7 +158,10 @@ func (g *NPMRegistry) SetDependencies(name, version string, deps map[string]stri
 		return fmt.Errorf("no package %s@%s", name, version)
 	}
 	pv := p.versions[version]
-	pv.deps = deps
+	if pv.deps == nil {
+		pv.deps = map[string]map[string]string{}
+	}
+	pv.deps[member] = deps
 	return pv.pack(name, version)
 }
 
@@ -286,13 +298,15 @@ func NPMTarball(name, version string) ([]byte, error) {
 	return npmTarball(name, version, nil)
 }
 
-func npmTarball(name, version string, deps map[string]string) ([]byte, error) {
+func npmTarball(name, version string, deps map[string]map[string]string) ([]byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
 	manifest := map[string]any{"name": name, "version": version, "main": "index.js"}
-	if len(deps) > 0 {
-		manifest["dependencies"] = deps
+	for member, d := range deps {
+		if len(d) > 0 {
+			manifest[member] = d
+		}
 	}
 	pj, _ := json.MarshalIndent(manifest, "", "  ")
 	files := []struct {
@@ -429,8 +443,10 @@ func (g *NPMRegistry) packument(name string, p *npmPackage, abbreviated bool) []
 			"version": v,
 			"dist":    map[string]string{"tarball": url, "shasum": pv.shasum, "integrity": pv.integrity},
 		}
-		if len(pv.deps) > 0 {
-			doc["dependencies"] = pv.deps
+		for member, d := range pv.deps {
+			if len(d) > 0 {
+				doc[member] = d
+			}
 		}
 		if !abbreviated {
 			doc["main"] = "index.js"

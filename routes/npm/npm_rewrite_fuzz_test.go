@@ -33,6 +33,7 @@ func FuzzRewritePackument(f *testing.F) {
 	f.Add([]byte(`{"versions":{"1.1.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-1.1.0.tgz","shasum":1}}},"time":[]}`), false)
 	f.Add([]byte(`{"versions":null,"dist-tags":{"latest":1}}`), true)
 	f.Add([]byte(` {"a":[1.5e+3,-0,true,false,null,{"b":"\"\\\/\b\f\n\r\t\u00e9"}],"versions":{},"ver\u0073ions":{}} `), false)
+	f.Add([]byte(`{"versions":{"1.0.0":{"dependencies":{"a":"^1.0.0","b":"npm:@s/b@2"},"dist":{"tarball":"https://registry.example/is-x/-/is-x-1.0.0.tgz"}},"2.0.0":{"optionalDependencies":{"c":"git+https://evil.example/c.git"},"dist":{"tarball":"https://registry.example/is-x/-/is-x-2.0.0.tgz"}},"2.1.0":{"peerDependencies":["github:u/r"],"dist":{"tarball":"https://registry.example/is-x/-/is-x-2.1.0.tgz"}}},"dist-tags":{"latest":"2.1.0","next":"2.0.0"}}`), false)
 	f.Add([]byte(`{"versions":{"0.9.0":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-0.9.0.tgz"}},"1.1.0-rc.1":{"dist":{"tarball":"https://registry.example/is-x/-/is-x-1.1.0-rc.1.tgz"}},"1.0.0":{"dist":{"tarball":"https://evil.example/is-x/-/is-x-1.0.0.tgz"}}},"dist-tags":{"latest":"1.0.0","beta":"1.1.0-rc.1"},"time":{"0.9.0":"2019-01-01T00:00:00Z","1.1.0-rc.1":"2019-01-01T00:00:00Z"}}`), true)
 	base, _ := url.Parse("https://registry.example/")
 	pol := routetest.MustPolicy(f, npmVersionPolicy)
@@ -183,11 +184,16 @@ func oraclePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) 
 			return nil, bad()
 		}
 	}
-	removed := map[string]bool{}
+	removed, foreign := map[string]bool{}, map[string]bool{}
 	for ver, vraw := range versions {
 		var vdoc map[string]json.RawMessage
 		if err := json.Unmarshal(vraw, &vdoc); err != nil {
 			return nil, bad()
+		}
+		if _, _, ok := foreignDependency(vdoc, map[string]bool{}); ok {
+			removed[ver], foreign[ver] = true, true
+			delete(versions, ver)
+			continue
 		}
 		var dist map[string]json.RawMessage
 		var tarball string
@@ -243,7 +249,7 @@ func oraclePackument(raw []byte, base *url.URL, rw *npmRewrite) ([]byte, error) 
 				var s string
 				if json.Unmarshal(v, &s) == nil && removed[s] {
 					delete(tags, tag)
-					latestDenied = latestDenied || tag == "latest" && denied[s]
+					latestDenied = latestDenied || tag == "latest" && (denied[s] || foreign[s])
 				}
 			}
 			if latestDenied {

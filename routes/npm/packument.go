@@ -182,6 +182,8 @@ type packumentStream struct {
 	held      int             // bytes held below, against maxPackument
 	removed   map[string]bool // versions dropped, for dist-tags
 	denied    map[string]bool // versions the policy dropped, for time
+	foreign   map[string]bool // versions dropped for a dependency off the registry
+	specs     map[string]bool // registrySpec's answers, by dependency spec
 	best      *semver.Version // the highest release kept
 	bestName  string
 	distTags  []byte // raw; nil: none
@@ -204,6 +206,8 @@ func newPackumentStream(r io.Reader, base *url.URL, rw *npmRewrite) *packumentSt
 		needTime: rw.profile != nil && rw.profile.NPM.MinReleaseAge.Duration > 0,
 		removed:  map[string]bool{},
 		denied:   map[string]bool{},
+		foreign:  map[string]bool{},
+		specs:    map[string]bool{},
 	}
 	p.dec = newPackumentDecoder(r, p.room)
 	return p
@@ -548,6 +552,8 @@ func (p *packumentStream) versions(rawKey []byte) error {
 		}
 		manifest, keep, err := p.rewriteVersion(raw)
 		switch {
+		case err == errForeignDependency:
+			p.removed[ver], p.foreign[ver] = true, true
 		case err != nil:
 			return err
 		case !keep:
@@ -573,11 +579,17 @@ func (p *packumentStream) versions(rawKey []byte) error {
 }
 
 // rewriteVersion points one version's tarball at cproxy; keep is false for
-// a version whose tarball is elsewhere (or that has none).
+// a version whose tarball is elsewhere (or that has none). A version that
+// npm would install with a dependency from elsewhere than the registry (a
+// URL, git, a file: foreignDependency) is errForeignDependency: npm would
+// fetch it past cproxy's policy, so cproxy does not show it the way.
 func (p *packumentStream) rewriteVersion(raw []byte) (manifest []byte, keep bool, err error) {
 	var vdoc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &vdoc); err != nil {
 		return nil, false, p.malformed()
+	}
+	if _, _, ok := foreignDependency(vdoc, p.specs); ok {
+		return nil, false, errForeignDependency
 	}
 	var dist map[string]json.RawMessage
 	var tarball string
@@ -593,17 +605,19 @@ func (p *packumentStream) rewriteVersion(raw []byte) (manifest []byte, keep bool
 	return mustJSON(vdoc), true, nil
 }
 
+// errForeignDependency is rewriteVersion's answer for a version that has a
+// dependency from elsewhere than the registry: the version is dropped.
+var errForeignDependency = errors.New("a dependency from elsewhere than the registry")
+
 // writeVersion decides a rewritten version against the policy and writes it
 // if it stays.
 func (p *packumentStream) writeVersion(rawKey []byte, ver string, manifest []byte) error {
-	if pr := p.rw.profile; pr != nil {
-		if !pr.NPMVersion(p.rw.req.name, ver, publishedAt(p.times, ver), p.rw.now).Allow {
-			p.denied[ver], p.removed[ver] = true, true
-			return nil
-		}
-		if v, err := semver.StrictNewVersion(ver); err == nil && v.Prerelease() == "" && (p.best == nil || v.GreaterThan(p.best)) {
-			p.best, p.bestName = v, ver
-		}
+	if pr := p.rw.profile; pr != nil && !pr.NPMVersion(p.rw.req.name, ver, publishedAt(p.times, ver), p.rw.now).Allow {
+		p.denied[ver], p.removed[ver] = true, true
+		return nil
+	}
+	if v, err := semver.StrictNewVersion(ver); err == nil && v.Prerelease() == "" && (p.best == nil || v.GreaterThan(p.best)) {
+		p.best, p.bestName = v, ver
 	}
 	if p.versionsN > 0 {
 		if err := p.out.writeByte(','); err != nil {
@@ -641,8 +655,9 @@ func (p *packumentStream) writePending() error {
 }
 
 // writeDistTags writes dist-tags without the tags naming a removed version;
-// a latest the policy removed moves to the highest release left, so
-// "npm install pkg" gets the newest allowed one.
+// a latest the policy removed, or removed for a dependency from elsewhere,
+// moves to the highest release left, so "npm install pkg" gets the newest
+// allowed one.
 func (p *packumentStream) writeDistTags() error {
 	out := p.distTags
 	if tags := objectMembers(out); len(p.removed) > 0 && tags != nil {
@@ -651,7 +666,7 @@ func (p *packumentStream) writeDistTags() error {
 			var s string
 			if json.Unmarshal(v, &s) == nil && p.removed[s] {
 				delete(tags, tag)
-				latestDenied = latestDenied || tag == "latest" && p.denied[s]
+				latestDenied = latestDenied || tag == "latest" && (p.denied[s] || p.foreign[s])
 			}
 		}
 		if latestDenied && p.bestName != "" {
