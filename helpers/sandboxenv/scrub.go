@@ -252,7 +252,7 @@ const execBasePrefix = "LC_"
 // (LooksLikeCredential; a test holds it). docs/cli.md says why each.
 var execClaude = []string{
 	// Claude Code is in a sandbox on purpose: it lets
-	// --dangerously-skip-permissions run as root, as in the seed ADR's VM.
+	// --dangerously-skip-permissions run as root, as a harness running it in a VM needs.
 	"IS_SANDBOX", "CLAUDE_CODE_BUBBLEWRAP",
 	// Which models and effort it asks for; cproxy's policy still decides.
 	"ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",

@@ -52,7 +52,8 @@ type TokenCreated struct {
 // listing, revocation and pruning, health, readiness, and Prometheus
 // metrics. cproxy serve serves it on the admin listener.
 // It must only ever be reachable by the harness; it has no authentication
-// of its own, like the cookbook's contract, because a password on a port
+// of its own, like the token contract of Hatchet's credential proxy
+// cookbook, because a password on a port
 // the sandboxes can reach would be one leak away from useless.
 func Handler(srv *routes.Server) http.Handler {
 	s := &server{Server: srv}
