@@ -19,13 +19,21 @@ var configKeys = policy.ConfigKeys
 // with only profile and sandbox keys is a policy. Anything else, an empty file
 // included, is a problem, since it cannot be meant as either.
 func Check(file string) policy.Problems {
+	probs, _ := CheckWarnings(file)
+	return probs
+}
+
+// CheckWarnings is Check, and for a valid config its Warnings too, each
+// placed where the file sets its key: what the config lets serve run with
+// that puts the tokens or the credentials at risk.
+func CheckWarnings(file string) (probs, warnings policy.Problems) {
 	data, err := policy.ReadFile(file)
 	if err != nil {
-		return policy.Problems{{File: file, Message: policy.ReadProblem(err)}}
+		return policy.Problems{{File: file, Message: policy.ReadProblem(err)}}, nil
 	}
 	f, probs := policy.ParseFile(file, data)
 	if probs != nil {
-		return probs
+		return probs, nil
 	}
 	isConfig, isPolicy := false, false
 	for _, k := range f.Keys() {
@@ -34,7 +42,10 @@ func Check(file string) policy.Problems {
 	}
 	switch {
 	case isConfig:
-		_, probs = loadConfig(file, data, policy.ReadFile)
+		var c *Config
+		if c, probs = loadConfig(file, data, policy.ReadFile); c != nil {
+			warnings = c.WarningProblems()
+		}
 	case isPolicy:
 		if _, err := policy.ParsePolicy(file, data); err != nil {
 			errors.As(err, &probs)
@@ -51,5 +62,5 @@ func Check(file string) policy.Problems {
 		probs = f.Problems()
 		probs.Sort()
 	}
-	return probs
+	return probs, warnings
 }

@@ -148,8 +148,8 @@ func TestGitHubError(t *testing.T) {
 		{policy.Problem{Message: "listen.proxy is empty"},
 			`::error::listen.proxy is empty`},
 	} {
-		if got := githubError(tt.p); got != tt.want {
-			t.Errorf("githubError(%+v)\n got %s\nwant %s", tt.p, got, tt.want)
+		if got := githubCommand("error", tt.p); got != tt.want {
+			t.Errorf("githubCommand(error, %+v)\n got %s\nwant %s", tt.p, got, tt.want)
 		}
 	}
 }

@@ -61,9 +61,19 @@ Examples:
 					return fail("flags go before the file names: cproxy policy check --format json policy.toml", "%q after a file name is not read as a flag", arg)
 				}
 			}
-			var all policy.Problems
+			var all, warnings policy.Problems
 			for _, path := range c.Args().Slice() {
-				all = append(all, config.Check(path)...)
+				probs, warns := config.CheckWarnings(path)
+				all, warnings = append(all, probs...), append(warnings, warns...)
+			}
+			// Warnings do not fail the check: diagnostics on stderr, or
+			// for GitHub Actions ::warning commands beside the errors.
+			for _, w := range warnings {
+				if format == "github" {
+					fmt.Fprintln(c.App.Writer, githubCommand("warning", w))
+				} else {
+					fmt.Fprintln(c.App.ErrWriter, "cproxy: warning: "+w.String())
+				}
 			}
 			if format == "json" {
 				type problem struct {
@@ -83,7 +93,7 @@ Examples:
 				for _, p := range all {
 					line := p.String()
 					if format == "github" {
-						line = githubError(p)
+						line = githubCommand("error", p)
 					}
 					fmt.Fprintln(c.App.Writer, line)
 				}
@@ -96,21 +106,21 @@ Examples:
 	}
 }
 
-// githubError is a problem as a GitHub Actions workflow command, which the
-// run's log shows as an error and the pull request as an annotation on the
-// line. Escaped as actions/toolkit does: %, CR and LF in the message, and
-// also , and : in the properties.
-func githubError(p policy.Problem) string {
+// githubCommand is a problem as a GitHub Actions workflow command, kind
+// "error" or "warning", which the run's log shows as such and the pull
+// request as an annotation on the line. Escaped as actions/toolkit does:
+// %, CR and LF in the message, and also , and : in the properties.
+func githubCommand(kind string, p policy.Problem) string {
 	data := strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A")
 	prop := strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C")
 	if p.File == "" {
-		return "::error::" + data.Replace(p.Message)
+		return "::" + kind + "::" + data.Replace(p.Message)
 	}
 	props := "file=" + prop.Replace(p.File)
 	if p.Line > 0 {
 		props += fmt.Sprintf(",line=%d,col=%d", p.Line, p.Col)
 	}
-	return "::error " + props + "::" + data.Replace(p.Message)
+	return "::" + kind + " " + props + "::" + data.Replace(p.Message)
 }
 
 const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete]] | --package NAME[@VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"

@@ -262,6 +262,9 @@ func credentialError(cfg *config.Config, key, source string, err error) error {
 func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) error {
 	setCPUs(cfg.Runtime.CPUs)
 	log, auditLog := newLoggers(cfg.Log, stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w.Key+" "+w.Message, w.Key, w.Value)
+	}
 	loader := &secrets.Loader{Keyring: keyringConfig(cfg, term.IsTerminal(int(os.Stdin.Fd())), stderr)}
 	upstreams, err := loadCredentials(cfg, loader, log)
 	if err != nil {
