@@ -30,8 +30,11 @@
 // an older copy of this package.
 //
 // The admin API has no authentication: only the harness may reach it, never
-// a sandbox. A token is the sandbox's only secret; [Secret] keeps it out of
-// logs and error messages until the harness calls Reveal to hand it over.
+// a sandbox. On cproxy's own host, the surest is a Unix socket that only
+// cproxy's user may connect to (listen.admin = "unix:PATH"), which [New]
+// dials for a "unix:PATH" URL. A token is the sandbox's only secret;
+// [Secret] keeps it out of logs and error messages until the harness calls
+// Reveal to hand it over.
 package client
 
 import (

@@ -40,7 +40,7 @@ const revokeTimeout = 10 * time.Second
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("go-harness", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", "http://127.0.0.1:9001", "cproxy's admin API `URL`")
+	admin := fs.String("admin", "http://127.0.0.1:9001", "cproxy's admin API `URL`, or unix:PATH for its Unix socket")
 	proxyURL := fs.String("proxy-url", "", "cproxy's proxy `URL` as the sandbox reaches it (required)")
 	sandbox := fs.String("sandbox", "", "sandbox `ID` (required)")
 	profile := fs.String("profile", "", "policy `PROFILE` for the token (default: the policy's sandbox rules)")
