@@ -22,6 +22,21 @@ func fishCredential() string {
 	return "^" + gitParameters + "$|" + credentialSuffix + "$|(^|_)(" + strings.Join(credentialWords, "|") + ")(_|$)|" + strings.Join(parts, "|")
 }
 
+// fishNotShown matches a byte the message about names fish cannot erase
+// does not show as it is (see shownChars).
+func fishNotShown() string {
+	var b strings.Builder
+	b.WriteString("[^")
+	for _, c := range []byte(shownChars) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
 // fishNPMOwned is npmOwned for the names a fish variable can have.
 const fishNPMOwned = "^npm_config_(registry|userconfig|_auth)|^yarn_npm_|^yarn_unsafe_http_whitelist$"
 
@@ -46,10 +61,20 @@ func (e Env) Fish(g GitConfigs) (string, error) {
 	}
 	// Erased from the global scope only: erasing a universal variable
 	// would change the user's fish for good. One that is still exported
-	// then (a universal one) is shadowed by an unexported global.
-	fmt.Fprintf(&b, "for cproxy_n in (set --names -x)\n"+
+	// then (a universal one) is shadowed by an unexported global. One
+	// whose name fish cannot erase (MY-TOKEN, which fish passes on to the
+	// commands it starts) is named on standard error, as the sh output's
+	// awk names it.
+	fmt.Fprintf(&b, "set -l cproxy_bad\nfor cproxy_n in (set --names -x)\n"+
 		"\tif string match -qri %s -- $cproxy_n\n"+
+		"\t\tif not string match -qr '^[A-Za-z_][A-Za-z0-9_]*$' -- $cproxy_n\n\t\t\tset -a cproxy_bad $cproxy_n\n\t\t\tcontinue\n\t\tend\n"+
 		"\t\tset -e -g $cproxy_n\n\t\tset -qx $cproxy_n; and set -g -u $cproxy_n\n\tend\nend\n", fishQuote(match))
+	fmt.Fprintf(&b, "if set -q cproxy_bad[1]\n\tset -l cproxy_s\n\tfor cproxy_n in $cproxy_bad[1..%d]\n"+
+		"\t\tset -l cproxy_t (string sub -l 64 -- $cproxy_n | string replace -ra %s '?')\n"+
+		"\t\ttest (string length -- $cproxy_n) -gt 64; and set cproxy_t $cproxy_t...\n\t\tset -a cproxy_s $cproxy_t\n\tend\n"+
+		"\tset -l cproxy_more ''\n\ttest (count $cproxy_bad) -gt %d; and set cproxy_more ' and '(math (count $cproxy_bad) - %d)' more'\n"+
+		"\techo %s(string join ', ' -- $cproxy_s)$cproxy_more%s >&2\n\techo %s >&2\nend\n",
+		maxUnsetNamed, fishQuote(fishNotShown()), maxUnsetNamed, maxUnsetNamed, fishQuote(unsetMessage[0]), fishQuote(unsetMessage[1]), fishQuote(unsetMessage[2]))
 	// The inherited git settings that carry a credential become inert,
 	// their numbering kept, as in Scrub.
 	fmt.Fprintf(&b, "if string match -qr '^[0-9]{1,9}$' -- \"$GIT_CONFIG_COUNT\"\n"+

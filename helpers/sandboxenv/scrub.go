@@ -208,7 +208,11 @@ func (e Env) UnsetShell() string {
 // scrubAwk is the awk program of UnsetShell: for each exported variable
 // with a name the shell can unset, `unset NAME;` when Scrub would drop it,
 // and, for each inherited git setting that carries a credential, the two
-// exports that make it inert. It prints nothing but names it checked.
+// exports that make it inert. It prints nothing but names it checked. A
+// variable Scrub would drop whose name no shell can unset (MY-TOKEN,
+// npm_config_//host/:_authToken: bash and zsh pass such names on to the
+// commands they start, dash drops them) is named on awk's standard error,
+// the shell's, with unsetMessage: the credential stays.
 func scrubAwk(npm bool) string {
 	var cred []string
 	for _, p := range credentialParts {
@@ -229,12 +233,37 @@ func scrubAwk(npm bool) string {
 		`return a && (!sl || a < sl) && index(substr(r, 1, a), ":") } `)
 	b.WriteString(`function gitcred(k, v) { k = toupper(k); v = toupper(v); ` +
 		`return k~/(EXTRAHEADER|HELPER)$/ || k~/TOKEN|SECRET|PASSWORD|AUTHORIZATION|BEARER/ || v~/TOKEN|SECRET|PASSWORD|AUTHORIZATION|BEARER/ || haspw(k) || haspw(v) } `)
-	b.WriteString(`BEGIN { for (k in ENVIRON) if (ident(k) && (cred(toupper(k)) || npmowned(toupper(k)))) print "unset " k ";"; `)
+	// shown is a name as the message shows it: printable ASCII, at most 64
+	// bytes. report sorts the names it cannot unset and names at most 20.
+	fmt.Fprintf(&b, `function shown(k, i, c, s) { s = ""; for (i = 1; i <= length(k) && i <= 64; i++) { c = substr(k, i, 1); s = s (index(%q, c) ? c : "?") } `+
+		`return length(k) > 64 ? s "..." : s } `, shownChars)
+	fmt.Fprintf(&b, `function report(n, i, j, t, s) { for (i = 2; i <= n; i++) { t = bad[i]; for (j = i - 1; j >= 1 && bad[j] "" > t ""; j--) bad[j + 1] = bad[j]; bad[j + 1] = t } `+
+		`s = shown(bad[1]); for (i = 2; i <= n && i <= %d; i++) s = s ", " shown(bad[i]); if (n > %d) s = s " and " (n - %d) " more"; `+
+		`printf "%%s\n", %q s %q > "/dev/stderr"; printf "%%s\n", %q > "/dev/stderr" } `,
+		maxUnsetNamed, maxUnsetNamed, maxUnsetNamed, unsetMessage[0], unsetMessage[1], unsetMessage[2])
+	b.WriteString(`BEGIN { nbad = 0; for (k in ENVIRON) if (cred(toupper(k)) || npmowned(toupper(k))) { if (ident(k)) print "unset " k ";"; else bad[++nbad] = k } `)
+	b.WriteString(`if (nbad) report(nbad); `)
 	fmt.Fprintf(&b, `n = ENVIRON["GIT_CONFIG_COUNT"]; if (n!~/^[0-9]+$/) n = 0; n = n + 0; if (n > %d) n = %d; `, maxScrubbedGitEntries, maxScrubbedGitEntries)
 	fmt.Fprintf(&b, `for (i = 0; i < n; i++) if (gitcred(ENVIRON["GIT_CONFIG_KEY_" i], ENVIRON["GIT_CONFIG_VALUE_" i])) `+
 		`print "export GIT_CONFIG_KEY_" i "=%s GIT_CONFIG_VALUE_" i "=;" }`, gitScrubbedKey)
 	return b.String()
 }
+
+// unsetMessage is what the sh and fish outputs print on standard error
+// about the variables that look like credentials but have names no shell
+// can unset: the first line around their names, then a hint.
+var unsetMessage = [3]string{
+	"cproxy: cannot unset ",
+	": no shell can unset a variable of such a name, so every command this shell starts inherits what looks like a credential",
+	"cproxy: hint: start the sandbox's commands with cproxy exec, which passes none of these, or remove them from the environment this shell was started with",
+}
+
+// maxUnsetNamed bounds the names the message about them gives.
+const maxUnsetNamed = 20
+
+// shownChars are the bytes of a name the message shows as they are; any
+// other is shown as ?, so that a name cannot write to the terminal.
+const shownChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.:/@%+=,~^#!$&*()[]{}<>;|' "
 
 // execBase are the variables cproxy exec passes from its own environment
 // whatever --pass says: what a command needs to find programs, its home,

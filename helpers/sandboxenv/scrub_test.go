@@ -255,3 +255,71 @@ func TestExecClaudeNoCredentials(t *testing.T) {
 		t.Errorf("ExecClaude() = %q", got)
 	}
 }
+
+// unsettable are variables that look like credentials under names no shell
+// can unset: bash and zsh pass them on to the commands they start, dash
+// drops them. Beside them, one that looks like none.
+var unsettable = map[string]string{
+	"MY-TOKEN":        "tok_real",
+	"a.b_SECRET":      "s3cret",
+	"c\x1b[31m_TOKEN": "tok_escape",
+	"npm_config_//registry.npmjs.org/:_authToken": "npm_real",
+	"KEEP-ME": "kept",
+}
+
+// unsetMessageFor is the message of the sh and fish outputs about names,
+// as they show them.
+func unsetMessageFor(names ...string) string {
+	return unsetMessage[0] + strings.Join(names, ", ") + unsetMessage[1] + "\n" + unsetMessage[2] + "\n"
+}
+
+// TestUnsetShellNamesWhatItCannotUnset evaluates the sh output, both forms,
+// in bash, dash and zsh, after an environment holding credentials under
+// names no shell can unset: each that a command still inherits after eval
+// is named on standard error, as the message shows it (a control character
+// as ?), and nothing else; the eval still succeeds, and the names a shell
+// can unset are gone.
+func TestUnsetShellNamesWhatItCannotUnset(t *testing.T) {
+	e, _, err := Build(Options{ProxyURL: "http://h:1", Token: "cpx_t", NoGit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.Shell()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := e.UnsetShell() + s
+	dir := globFolder(t, script)
+	environ := merge(unsettable, map[string]string{"HOME": dir, "GITHUB_PAT": "github_pat_real"})
+	// The shells that pass such names on must be named here, so that the
+	// test cannot pass by finding none left.
+	passesOn := map[string]bool{"bash": true, "dash": false, "zsh": true}
+	for _, sh := range evalShells {
+		t.Run(sh, func(t *testing.T) {
+			path := shellPath(t, sh)
+			for form, code := range evalForms {
+				got, status, stderr := evalEnv(t, path, code, dir, script, environOf(environ))
+				var left []string
+				for name := range unsettable {
+					if _, ok := got[name]; ok && LooksLikeCredential(name) {
+						left = append(left, strings.ReplaceAll(name, "\x1b", "?"))
+					}
+				}
+				slices.Sort(left)
+				want := ""
+				if len(left) > 0 {
+					want = unsetMessageFor(left...)
+				}
+				if status != 0 || stderr != want {
+					t.Errorf("%s: status %d, stderr %q; want 0, %q", form, status, stderr, want)
+				}
+				if passesOn[sh] != (len(left) == 4) {
+					t.Errorf("%s: %s left %q", form, sh, left)
+				}
+				if _, ok := got["GITHUB_PAT"]; ok {
+					t.Errorf("%s: GITHUB_PAT is left", form)
+				}
+			}
+		})
+	}
+}

@@ -56,7 +56,7 @@ func shellPath(t *testing.T, sh string) string {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but %s is not installed (.ci/run installs it)", sh)
 		}
-		t.Skipf("%s is not installed", sh)
+		t.Skipf("%s is not installed: install the %s package to run this test (under CI=true it fails)", sh, sh)
 	}
 	return path
 }
