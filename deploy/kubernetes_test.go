@@ -447,7 +447,7 @@ func resolvePort(t *testing.T, c corev1.Container, p intstr.IntOrString) int32 {
 }
 
 // checkNetworkPolicies checks the rules of Hatchet's credential proxy
-// cookbook (docs.hatchet.run/cookbooks/agent-sandbox-credentials): sandbox pods
+// cookbook "Credentials for Sandboxed Agents" (in Hatchet's documentation): sandbox pods
 // reach cproxy's proxy port and nothing else; only the harness reaches the
 // admin port; cproxy itself reaches DNS and HTTPS outside private ranges.
 func checkNetworkPolicies(t *testing.T, np networkingv1.NetworkPolicy, sandbox []networkingv1.NetworkPolicy, podLabels labels.Set) {
