@@ -1,9 +1,10 @@
 // Command testprogress reads `go test -json` on standard input and prints
 // what plain `go test` would (each package's closing line, and the output
-// of a test that failed or skipped nothing else), plus a progress line now
-// and then while a long package runs, so a suite that takes minutes is
+// of a test that failed), plus a line every minute naming the packages
+// still running and how far they are, so a suite that takes minutes is
 // never silent for long. At the end it names the slowest tests. It exits 1
-// if any package or test failed, or if the input ended early.
+// if a package or test failed, a package did not build, or the input
+// ended before a package did.
 //
 //	go test -json ./... | go run ./internal/testprogress
 package main
@@ -19,16 +20,14 @@ import (
 	"time"
 )
 
-// progressEvery is how long a package may run before a progress line says
-// how far it is.
-const progressEvery = 45 * time.Second
+// progressEvery is how often a line says which packages are still running.
+const progressEvery = time.Minute
 
 // slowest is how many of the slowest top-level tests the summary names.
 const slowest = 12
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
-	Time    time.Time
 	Action  string
 	Package string
 	Test    string
@@ -42,29 +41,64 @@ type timing struct {
 }
 
 func main() {
-	os.Exit(run(os.Stdin, os.Stdout, time.Now))
+	lines := make(chan string)
+	errc := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		errc <- sc.Err()
+		close(lines)
+	}()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	code := run(lines, tick.C, os.Stdout, time.Now)
+	if err := <-errc; err != nil {
+		fmt.Printf("test: reading go test's output: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
-func run(in io.Reader, out io.Writer, now func() time.Time) int {
+// run reads go test's events from lines until it is closed, and writes a
+// progress line at each tick.
+func run(lines <-chan string, tick <-chan time.Time, out io.Writer, now func() time.Time) int {
 	// A test's output is kept until it ends: shown if it failed, dropped
 	// if it passed, as plain go test does.
 	held := map[string][]string{}
 	var (
-		failed   bool
-		ended    = map[string]bool{}
-		started  = map[string]time.Time{}
-		passed   = map[string]int{}
-		lastLine = map[string]time.Time{}
-		times    []timing
+		failed  bool
+		running = map[string]time.Time{} // package → when it started
+		done    = map[string]int{}       // package → tests and subtests ended
+		times   []timing
 	)
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
+	for {
+		var line string
+		select {
+		case <-tick:
+			var names []string
+			for pkg := range running {
+				names = append(names, pkg)
+			}
+			slices.Sort(names)
+			for _, pkg := range names {
+				fmt.Fprintf(out, "test: still running %s after %s, %d tests done\n",
+					shortPkg(pkg), now().Sub(running[pkg]).Round(time.Second), done[pkg])
+			}
+			continue
+		case l, ok := <-lines:
+			if !ok {
+				return finish(out, failed, running, times)
+			}
+			line = l
+		}
 		var e event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			// Not an event: go test's own error (a build failure),
-			// printed as it came.
-			fmt.Fprintln(out, sc.Text())
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.Action == "" {
+			// Not an event: go test's own words (a bad flag, a
+			// package that cannot be found), printed as they came.
+			fmt.Fprintln(out, line)
 			continue
 		}
 		key := e.Package + " " + e.Test
@@ -75,12 +109,11 @@ func run(in io.Reader, out io.Writer, now func() time.Time) int {
 		case "build-fail":
 			failed = true
 		case "start":
-			t := now()
-			started[e.Package], lastLine[e.Package] = t, t
+			running[e.Package] = now()
 		case "output":
 			if e.Test == "" {
-				// The package's own lines: "ok", "FAIL", "PASS",
-				// a panic outside any test, coverage.
+				// The package's own lines: "ok", "FAIL", a panic
+				// outside any test.
 				if t := strings.TrimSpace(e.Output); t != "PASS" && t != "FAIL" && !strings.HasPrefix(t, "=== ") {
 					fmt.Fprint(out, e.Output)
 				}
@@ -91,10 +124,8 @@ func run(in io.Reader, out io.Writer, now func() time.Time) int {
 			}
 		case "pass", "skip", "fail":
 			if e.Test == "" {
-				ended[e.Package] = true
-				if e.Action == "fail" {
-					failed = true
-				}
+				delete(running, e.Package)
+				failed = failed || e.Action == "fail"
 				continue
 			}
 			if e.Action == "fail" {
@@ -102,26 +133,20 @@ func run(in io.Reader, out io.Writer, now func() time.Time) int {
 				fmt.Fprint(out, strings.Join(held[key], ""))
 			}
 			delete(held, key)
+			done[e.Package]++
 			if !strings.Contains(e.Test, "/") {
-				passed[e.Package]++
 				times = append(times, timing{shortPkg(e.Package) + " " + e.Test, e.Elapsed})
-				if t := now(); t.Sub(lastLine[e.Package]) >= progressEvery {
-					lastLine[e.Package] = t
-					fmt.Fprintf(out, "test: %s: %d tests done in %s, still running\n",
-						shortPkg(e.Package), passed[e.Package], t.Sub(started[e.Package]).Round(time.Second))
-				}
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		fmt.Fprintf(out, "test: reading go test's output: %v\n", err)
-		return 1
-	}
-	for pkg := range started {
-		if !ended[pkg] {
-			fmt.Fprintf(out, "test: %s: go test stopped before the package ended\n", shortPkg(pkg))
-			failed = true
-		}
+}
+
+// finish reports what the end of the input leaves: packages it cut short,
+// and the slowest tests.
+func finish(out io.Writer, failed bool, running map[string]time.Time, times []timing) int {
+	for pkg := range running {
+		fmt.Fprintf(out, "test: %s: go test stopped before the package ended\n", shortPkg(pkg))
+		failed = true
 	}
 	slices.SortFunc(times, func(a, b timing) int {
 		switch {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,6 +14,8 @@ const stream = `{"Action":"start","Package":"m/a"}
 {"Action":"output","Package":"m/a","Test":"TestQuick","Output":"=== RUN   TestQuick\n"}
 {"Action":"output","Package":"m/a","Test":"TestQuick","Output":"    a_test.go:9: passing chatter\n"}
 {"Action":"pass","Package":"m/a","Test":"TestQuick","Elapsed":0.01}
+{"Action":"pass","Package":"m/a","Test":"TestSlow/sub","Elapsed":61.4}
+TICK
 {"Action":"pass","Package":"m/a","Test":"TestSlow","Elapsed":61.5}
 {"Action":"output","Package":"m/a","Output":"PASS\n"}
 {"Action":"output","Package":"m/a","Output":"ok  \tm/a\t61.6s\n"}
@@ -29,17 +32,39 @@ const stream = `{"Action":"start","Package":"m/a"}
 {"ImportPath":"m/c","Action":"build-fail"}
 `
 
-func TestRun(t *testing.T) {
+// feed runs run on text's lines, a line "TICK" standing for a tick of the
+// progress clock, the clock moving on a minute with each line.
+func feed(text string) (int, string) {
+	lines, tick := make(chan string), make(chan time.Time)
+	var clock atomic.Int64 // minutes
+	now := func() time.Time { return time.Unix(clock.Load()*60, 0) }
 	var out strings.Builder
-	clock := time.Unix(0, 0)
-	now := func() time.Time { clock = clock.Add(30 * time.Second); return clock }
-	if code := run(strings.NewReader(stream), &out, now); code != 1 {
+	code := make(chan int)
+	go func() { code <- run(lines, tick, &out, now) }()
+	for _, l := range strings.SplitAfter(text, "\n") {
+		if l = strings.TrimSuffix(l, "\n"); l == "" {
+			continue
+		}
+		clock.Add(1)
+		if l == "TICK" {
+			tick <- now()
+		} else {
+			lines <- l
+		}
+	}
+	close(lines)
+	c := <-code
+	return c, out.String()
+}
+
+func TestRun(t *testing.T) {
+	code, got := feed(stream)
+	if code != 1 {
 		t.Errorf("exit code %d, want 1 for a failed test", code)
 	}
-	got := out.String()
 	for _, want := range []string{
+		"test: still running m/a after 6m0s, 2 tests done\n",
 		"ok  \tm/a\t61.6s\n",
-		"test: m/a: 2 tests done in 1m0s, still running\n",
 		"    b_test.go:7: got 1, want 2\n--- FAIL: TestBroken (0.00s)\n",
 		"FAIL\tm/b\t0.1s\n",
 		"c.go:3:1: syntax error\n",
@@ -49,31 +74,39 @@ func TestRun(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "passing chatter") {
-		t.Errorf("a passing test's output was printed:\n%s", got)
+	for _, unwanted := range []string{"passing chatter", "=== RUN", "TestSlow/sub"} {
+		if strings.Contains(got, unwanted) {
+			t.Errorf("output has %q:\n%s", unwanted, got)
+		}
 	}
 }
 
 func TestRunPassing(t *testing.T) {
-	in := `{"Action":"start","Package":"m/a"}
+	code, got := feed(`{"Action":"start","Package":"m/a"}
 {"Action":"pass","Package":"m/a","Test":"TestOne","Elapsed":1}
 {"Action":"pass","Package":"m/a","Elapsed":1}
-`
-	var out strings.Builder
-	if code := run(strings.NewReader(in), &out, time.Now); code != 0 {
-		t.Errorf("exit code %d, want 0:\n%s", code, out.String())
+`)
+	if code != 0 {
+		t.Errorf("exit code %d, want 0:\n%s", code, got)
 	}
 }
 
 func TestRunCutShort(t *testing.T) {
-	in := `{"Action":"start","Package":"m/a"}
+	code, got := feed(`{"Action":"start","Package":"m/a"}
 {"Action":"pass","Package":"m/a","Test":"TestOne","Elapsed":1}
-`
-	var out strings.Builder
-	if code := run(strings.NewReader(in), &out, time.Now); code != 1 {
+`)
+	if code != 1 {
 		t.Errorf("exit code %d, want 1 when go test stopped mid-package", code)
 	}
-	if !strings.Contains(out.String(), "test: m/a: go test stopped before the package ended") {
-		t.Errorf("no word of the cut:\n%s", out.String())
+	if !strings.Contains(got, "test: m/a: go test stopped before the package ended") {
+		t.Errorf("no word of the cut:\n%s", got)
 	}
+}
+
+func TestRunGoTestError(t *testing.T) {
+	code, got := feed("go: unknown flag -frob\n")
+	if !strings.Contains(got, "go: unknown flag -frob\n") {
+		t.Errorf("go test's own error was not printed:\n%s", got)
+	}
+	_ = code // the exit status of go test itself decides, in .ci/test
 }
