@@ -1,6 +1,6 @@
 // Command testprogress reads `go test -json` on standard input and prints
 // what plain `go test` would (each package's closing line, and the output
-// of a test that failed), plus a line every minute naming the packages
+// of a test that failed), the reason of each test that skipped, plus a line every minute naming the packages
 // still running and how far they are, so a suite that takes minutes is
 // never silent for long. At the end it names the slowest tests. It exits 1
 // if a package or test failed, a package did not build, or the input
@@ -128,9 +128,15 @@ func run(lines <-chan string, tick <-chan time.Time, out io.Writer, now func() t
 				failed = failed || e.Action == "fail"
 				continue
 			}
-			if e.Action == "fail" {
+			switch e.Action {
+			case "fail":
 				failed = true
 				fmt.Fprint(out, strings.Join(held[key], ""))
+			case "skip":
+				// Plain go test says nothing of a skip; a test that
+				// skips for want of a client says which, and that
+				// is worth a line.
+				fmt.Fprintf(out, "test: skipped %s %s: %s\n", shortPkg(e.Package), e.Test, skipReason(held[key]))
 			}
 			delete(held, key)
 			done[e.Package]++
@@ -167,6 +173,19 @@ func finish(out io.Writer, failed bool, running map[string]time.Time, times []ti
 		return 1
 	}
 	return 0
+}
+
+// skipReason is the last line a skipped test wrote before go test's own
+// "--- SKIP" line: the reason it gave t.Skip.
+func skipReason(output []string) string {
+	lines := strings.Split(strings.Join(output, ""), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l != "" && !strings.HasPrefix(l, "--- SKIP") {
+			return l
+		}
+	}
+	return "no reason given"
 }
 
 // shortPkg is pkg under the module's path: cmd/cproxy for

@@ -17,6 +17,9 @@ const stream = `{"Action":"start","Package":"m/a"}
 {"Action":"pass","Package":"m/a","Test":"TestSlow/sub","Elapsed":61.4}
 TICK
 {"Action":"pass","Package":"m/a","Test":"TestSlow","Elapsed":61.5}
+{"Action":"output","Package":"m/a","Test":"TestFish","Output":"    fish_test.go:12: fish is not installed (apt-get install fish)\n"}
+{"Action":"output","Package":"m/a","Test":"TestFish","Output":"--- SKIP: TestFish (0.00s)\n"}
+{"Action":"skip","Package":"m/a","Test":"TestFish","Elapsed":0}
 {"Action":"output","Package":"m/a","Output":"PASS\n"}
 {"Action":"output","Package":"m/a","Output":"ok  \tm/a\t61.6s\n"}
 {"Action":"pass","Package":"m/a","Elapsed":61.6}
@@ -64,6 +67,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, want := range []string{
 		"test: still running m/a after 6m0s, 2 tests done\n",
+		"test: skipped m/a TestFish: fish_test.go:12: fish is not installed (apt-get install fish)\n",
 		"ok  \tm/a\t61.6s\n",
 		"    b_test.go:7: got 1, want 2\n--- FAIL: TestBroken (0.00s)\n",
 		"FAIL\tm/b\t0.1s\n",
