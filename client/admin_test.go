@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
@@ -14,6 +15,14 @@ import (
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/tokens"
+)
+
+// What the admin API of startCproxy says it serves (GET /healthz), as a
+// cproxy serve on that config would: the listener's own address is its
+// admin.
+const (
+	testConfig = "/etc/cproxy/cproxy.toml"
+	testProxy  = "127.0.0.1:8080"
 )
 
 // startCproxy serves cproxy's real admin handler, over a bbolt store in a
@@ -62,7 +71,7 @@ func startCproxyOn(unix bool) (string, *tokens.BoltStore, func()) {
 			Headers: []relay.Header{{Name: "X-Mod-Token", Value: "mod_token"}},
 		}}, "", nil, nil),
 	})
-	ts := httptest.NewUnstartedServer(admin.Handler(srv))
+	ts := httptest.NewUnstartedServer(nil)
 	adminURL := ""
 	if unix {
 		sock := filepath.Join(dir, "admin.sock")
@@ -73,6 +82,7 @@ func startCproxyOn(unix bool) (string, *tokens.BoltStore, func()) {
 		ts.Listener.Close()
 		ts.Listener, adminURL = ln, "unix:"+sock
 	}
+	ts.Config.Handler = admin.Handler(srv, client.Serving{Config: testConfig, Admin: ts.Listener.Addr().String(), Proxy: testProxy, PID: os.Getpid()})
 	ts.Start()
 	if !unix {
 		adminURL = ts.URL

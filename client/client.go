@@ -14,6 +14,8 @@
 //     "bind", "socket", "values"}.
 //   - DELETE /tokens?sandbox=ID answers 204, also when there is nothing to
 //     revoke.
+//   - DELETE /tokens/ID answers 204, also for a token revoked already, and
+//     404 for an id no token has.
 //   - GET /tokens[?sandbox=ID][&state=S][&limit=N][&cursor=C] answers 200
 //     and {"tokens": [{"id", "sandbox", "profile", "created_at",
 //     "expires_at", "revoked_at", "source", "bind", "state", "budget",
@@ -21,7 +23,8 @@
 //     of the next page in "next" (absent on the last).
 //   - POST /tokens/prune[?dry_run=1][&older_than=D] answers 200 and
 //     {"dry_run", "before", "count", "tokens"}.
-//   - GET /healthz answers 200.
+//   - GET /healthz answers 200 and {"status", "config", "admin", "proxy",
+//     "pid"}.
 //   - GET /readyz answers 200 when cproxy can serve, else 503 with
 //     {"error": "cproxy: not ready: …"}.
 //   - Every refusal is a 4xx or 5xx with {"error": "cproxy: …"}.
@@ -296,6 +299,18 @@ func (c *Client) Revoke(ctx context.Context, sandbox string) error {
 	return c.do(ctx, http.MethodDelete, "/tokens", url.Values{"sandbox": {sandbox}}, nil, http.StatusNoContent, nil)
 }
 
+// RevokeToken revokes the one token whose id is id (DELETE /tokens/ID),
+// such as a token that leaked; the sandbox's other tokens keep working. The
+// revocation is on disk before it returns, and the token's next request is
+// refused. Revoking a token revoked already is not an error. An id no token
+// has (never minted, or pruned) is an *Error with StatusCode 404.
+func (c *Client) RevokeToken(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("cproxy client: no token id: pass the id POST /tokens or GET /tokens gave, such as tok_0faa47dd634b")
+	}
+	return c.do(ctx, http.MethodDelete, "/tokens/"+url.PathEscape(id), nil, nil, http.StatusNoContent, nil)
+}
+
 // MaxListLimit is the most tokens a page of ListPage may ask for.
 const MaxListLimit = 1000
 
@@ -414,6 +429,36 @@ func (c *Client) Prune(ctx context.Context, opts PruneOptions) (Pruned, error) {
 // check cproxy's store or its upstreams.
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil, http.StatusOK, nil)
+}
+
+// EmbeddedConfig is Serving.Config for a cproxy serve started without a
+// config file, on its embedded defaults.
+const EmbeddedConfig = "embedded default"
+
+// Serving is what a cproxy serve says of itself (GET /healthz): which
+// config it serves and where it listens, so that a caller can tell one
+// cproxy serve from another on the same machine. Every field is empty (or
+// zero) from a cproxy that does not say.
+type Serving struct {
+	// Config is the absolute path of the config file cproxy serve was
+	// started with, or EmbeddedConfig.
+	Config string `json:"config,omitempty"`
+	// Admin and Proxy are the addresses its admin and proxy listeners
+	// listen on, as bound (the port picked for port 0): HOST:PORT, or
+	// unix:PATH for a Unix socket. A flag of cproxy serve may have moved
+	// them from the config's.
+	Admin string `json:"admin,omitempty"`
+	Proxy string `json:"proxy,omitempty"`
+	// PID is its process id.
+	PID int `json:"pid,omitempty"`
+}
+
+// Serving asks the cproxy at the admin URL what it serves (GET /healthz):
+// like Health, it checks that the admin API answers, and no more.
+func (c *Client) Serving(ctx context.Context) (Serving, error) {
+	var out Serving
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, http.StatusOK, &out)
+	return out, err
 }
 
 // Ready checks that cproxy can serve requests (GET /readyz): its token

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -336,6 +337,58 @@ func TestHealth(t *testing.T) {
 	c := newClient(t)
 	if err := c.Health(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Serving says which config and listeners the cproxy that answered has.
+func TestServing(t *testing.T) {
+	adminURL, stop := startCproxy()
+	defer stop()
+	c, err := client.New(adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Serving(context.Background())
+	want := client.Serving{Config: testConfig, Admin: strings.TrimPrefix(adminURL, "http://"), Proxy: testProxy, PID: os.Getpid()}
+	if err != nil || got != want {
+		t.Errorf("Serving = %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// RevokeToken revokes one token and no other, again without an error; an
+// id no token has is a 404.
+func TestRevokeToken(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	leaked, err := c.CreateToken(ctx, "conv-4", client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sibling, err := c.CreateToken(ctx, "conv-4", client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RevokeToken(ctx, leaked.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RevokeToken(ctx, leaked.ID); err != nil {
+		t.Fatalf("revoking it again: %v", err)
+	}
+	infos, err := c.List(ctx, "conv-4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		want := map[string]string{leaked.ID: client.StateRevoked, sibling.ID: client.StateLive}[in.ID]
+		if in.State != want {
+			t.Errorf("%s is %s, want %s", in.ID, in.State, want)
+		}
+	}
+	apiError(t, c.RevokeToken(ctx, "tok_000000000000"), 404, "no token has the id tok_000000000000")
+	apiError(t, c.RevokeToken(ctx, "conv-4"), 400, `invalid token id "conv-4"`)
+	apiError(t, c.RevokeToken(ctx, "tok_/../x"), 400, "only plain paths")
+	if err := c.RevokeToken(ctx, ""); err == nil || !strings.Contains(err.Error(), "no token id") {
+		t.Errorf("RevokeToken(\"\") = %v", err)
 	}
 }
 

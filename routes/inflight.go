@@ -260,6 +260,33 @@ func (s *Server) EndSandbox(sandbox string) {
 	}
 }
 
+// EndToken ends the requests in flight of the token whose id is id,
+// revoked: through this replica's admin API, or another's, when the store
+// tells of it (tokens.PostgresCache.OnRevokeToken). The sandbox's other
+// tokens' requests go on.
+func (s *Server) EndToken(id string) {
+	if cut := s.flights.endTokenID(id); cut > 0 {
+		s.log.Info("requests in flight cut by a revocation", "token_id", id, "count", cut)
+	}
+}
+
+// endTokenID ends every request of the token whose id is id with its
+// revocation, and returns how many it ended.
+func (in *inflight) endTokenID(id string) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	n := 0
+	for _, set := range in.bySandbox {
+		for f := range set {
+			if f.tokenID == id {
+				f.end(revokedError(id))
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // endSandbox ends every request of sandbox's tokens with their revocation,
 // and returns how many it ended.
 func (in *inflight) endSandbox(sandbox string) int {

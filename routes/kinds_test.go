@@ -1,6 +1,9 @@
 package routes_test
 
 import (
+	"net/http"
+
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/model"
@@ -11,5 +14,5 @@ import (
 // import them.
 func init() {
 	routes.TestKinds = append([]routes.Kind{model.Kind}, routes.TestKinds...)
-	routes.TestAdmin = admin.Handler
+	routes.TestAdmin = func(srv *routes.Server) http.Handler { return admin.Handler(srv, client.Serving{}) }
 }

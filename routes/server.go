@@ -246,7 +246,7 @@ func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
 func (s *Server) Policy() *policy.Policy { return s.pol.Load() }
 
 // What the admin API (routes/admin) reads of a Server, beside Policy,
-// EndSandbox, Prune, Retention and Readiness. The admin API is a client of
+// EndSandbox, EndToken, Prune, Retention and Readiness. The admin API is a client of
 // the Server like any other: it reaches nothing else of it.
 
 // Store is Options.Store: the admin API mints, lists, revokes and prunes

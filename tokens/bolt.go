@@ -372,12 +372,7 @@ func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.T
 				if !r.RevokedAt.IsZero() {
 					continue
 				}
-				r.RevokedAt = at
-				nv, err := json.Marshal(r)
-				if err != nil {
-					return err
-				}
-				if err := toks.Put(h, nv); err != nil {
+				if err := markRevoked(toks, h, &r, at); err != nil {
 					return err
 				}
 				revoked = append(revoked, Hash(h))
@@ -389,20 +384,75 @@ func (s *BoltStore) RevokeSandbox(ctx context.Context, sandbox string, at time.T
 			}
 			return nil
 		})
-		// Whatever happened to the transaction, forget what it may have
-		// changed: the next look-up of these tokens reads the file.
-		s.mu.Lock()
-		s.gen++
-		for _, h := range revoked {
-			delete(s.cache, h)
-		}
-		s.mu.Unlock()
+		s.forget(revoked)
 		if err != nil {
 			return 0, fmt.Errorf("revoke tokens of sandbox %s: %w", sandbox, err)
 		}
 		n += len(revoked)
 	}
 	return n, nil
+}
+
+// RevokeToken revokes the tokens whose hash starts with id's six bytes, in one transaction: the tokens bucket is
+// in hash order, so they are found with one seek.
+func (s *BoltStore) RevokeToken(ctx context.Context, id string, at time.Time) ([]Record, error) {
+	first, _, err := checkRevokeToken(ctx, id, at)
+	if err != nil {
+		return nil, err
+	}
+	prefix := first[:6]
+	var recs []Record
+	var revoked []Hash
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		recs, revoked = recs[:0], revoked[:0]
+		toks := tx.Bucket(bucketTokens)
+		c := toks.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var r Record
+			if err := decodeRecord(v, &r); err != nil {
+				return err
+			}
+			if r.RevokedAt.IsZero() {
+				if err := markRevoked(toks, k, &r, at.UTC()); err != nil {
+					return err
+				}
+				revoked = append(revoked, Hash(k))
+			}
+			recs = append(recs, r)
+		}
+		return nil
+	})
+	s.forget(revoked)
+	if err != nil {
+		return nil, fmt.Errorf("revoke token %s: %w", id, err)
+	}
+	if len(recs) == 0 {
+		return nil, ErrNotFound
+	}
+	return recs, nil
+}
+
+// markRevoked writes r, revoked at at, under the key h of the tokens bucket.
+func markRevoked(toks *bolt.Bucket, h []byte, r *Record, at time.Time) error {
+	r.RevokedAt = at
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return toks.Put(h, v)
+}
+
+// forget drops the records of hs from the cache after a revocation's
+// transaction, whatever happened to it (it may have committed): the next
+// look-up of these tokens reads the file, and one that read it before
+// does not cache what it read.
+func (s *BoltStore) forget(hs []Hash) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	for _, h := range hs {
+		delete(s.cache, h)
+	}
 }
 
 // List reads the page with a bbolt cursor from where q.After points: over the tokens bucket, or over the

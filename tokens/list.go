@@ -82,17 +82,32 @@ func listFrom(ctx context.Context, q ListQuery) ([]byte, error) {
 	case q.After == "":
 		return nil, nil
 	}
-	hexPart, ok := strings.CutPrefix(q.After, "tok_")
-	prefix, err := hex.DecodeString(hexPart)
-	if !ok || err != nil || len(hexPart) != idHexLen || strings.ToLower(hexPart) != hexPart {
+	_, after, ok := idRange(q.After)
+	if !ok {
 		return nil, fmt.Errorf("list tokens: %w", ErrBadCursor)
 	}
-	var after Hash
-	copy(after[:], prefix)
-	for i := len(prefix); i < len(after); i++ {
-		after[i] = 0xff
-	}
 	return after[:], nil
+}
+
+// ValidID reports whether id is a token's ID as Hash.ID writes it: "tok_" and 12 lower-case hex digits.
+func ValidID(id string) bool {
+	_, _, ok := idRange(id)
+	return ok
+}
+
+// idRange returns the least and the greatest hash whose ID is id, or false if id is not one Hash.ID writes.
+func idRange(id string) (first, last Hash, ok bool) {
+	hexPart, ok := strings.CutPrefix(id, "tok_")
+	prefix, err := hex.DecodeString(hexPart)
+	if !ok || err != nil || len(hexPart) != idHexLen || strings.ToLower(hexPart) != hexPart {
+		return Hash{}, Hash{}, false
+	}
+	copy(first[:], prefix)
+	copy(last[:], prefix)
+	for i := len(prefix); i < len(last); i++ {
+		last[i] = 0xff
+	}
+	return first, last, true
 }
 
 // fillPage reads records from next, which yields those matching the query in ID order and false after the

@@ -31,7 +31,8 @@ const (
 // request for a known token makes no database round trip. Every other call goes straight to the database.
 //
 // Another replica's revocation reaches the cache as a notification on RevokedChannel, which a dedicated
-// connection LISTENs to: it drops every record of that sandbox. Until the notification arrives (the commit's
+// connection LISTENs to: it drops every record of that sandbox (and, on RevokedTokenChannel, the record of that
+// token). Until the notification arrives (the commit's
 // delivery to this replica, a millisecond or so on a nearby database) this replica may still serve the revoked
 // sandbox's tokens; that window is the price of the saved round trip, and it makes PostgresCache the one Store
 // that does not hold a revocation from the very next request, which is why it is opt-in (store.lookup_cache). A
@@ -56,13 +57,19 @@ type PostgresCache struct {
 	stop context.CancelFunc
 	done chan struct{}
 
-	onRevoke atomic.Pointer[func(sandbox string)] // OnRevoke's
+	onRevoke      atomic.Pointer[func(sandbox string)] // OnRevoke's
+	onRevokeToken atomic.Pointer[func(id string)]      // OnRevokeToken's
 }
 
 // OnRevoke has f called with the sandbox of each revocation notification
 // that arrives, after the sandbox's records are dropped: how a replica ends
 // its requests in flight of a sandbox another replica revoked.
 func (c *PostgresCache) OnRevoke(f func(sandbox string)) { c.onRevoke.Store(&f) }
+
+// OnRevokeToken has f called with the token id of each notification of one
+// token's revocation, after its record is dropped: how a replica ends the
+// requests in flight of a token another replica revoked.
+func (c *PostgresCache) OnRevokeToken(f func(id string)) { c.onRevokeToken.Store(&f) }
 
 type cached struct {
 	r     Record
@@ -130,6 +137,13 @@ func (c *PostgresCache) RevokeSandbox(ctx context.Context, sandbox string, at ti
 	return n, err
 }
 
+// RevokeToken revokes in the database and then drops the token's record here at once, as RevokeSandbox does.
+func (c *PostgresCache) RevokeToken(ctx context.Context, id string, at time.Time) ([]Record, error) {
+	recs, err := c.Store.RevokeToken(ctx, id, at)
+	c.dropID(id)
+	return recs, err
+}
+
 // CountStates counts in the database, in one query, as PostgresStore does.
 func (c *PostgresCache) CountStates(ctx context.Context, now time.Time) (map[State]int, error) {
 	return c.pg.CountStates(ctx, now)
@@ -144,11 +158,21 @@ func (c *PostgresCache) Close() error {
 
 // drop forgets every record of sandbox.
 func (c *PostgresCache) drop(sandbox string) {
+	c.forget(func(r Record) bool { return r.Sandbox == sandbox })
+}
+
+// dropID forgets the record of the token whose ID is id.
+func (c *PostgresCache) dropID(id string) {
+	c.forget(func(r Record) bool { return r.ID == id })
+}
+
+// forget drops every record for which match is true.
+func (c *PostgresCache) forget(match func(Record) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
 	for h, e := range c.entries {
-		if e.r.Sandbox == sandbox {
+		if match(e.r) {
 			delete(c.entries, h)
 		}
 	}
@@ -164,7 +188,7 @@ func (c *PostgresCache) setListening(up bool) {
 	c.entries = make(map[Hash]cached)
 }
 
-// listen opens the dedicated connection and LISTENs on RevokedChannel.
+// listen opens the dedicated connection and LISTENs on RevokedChannel and RevokedTokenChannel.
 func (c *PostgresCache) listen(ctx context.Context) (*pgx.Conn, error) {
 	cfg := c.pg.pool.Config().ConnConfig
 	// So that an operator can tell it apart in pg_stat_activity.
@@ -173,7 +197,7 @@ func (c *PostgresCache) listen(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, c.pg.wrap("token store listener "+c.pg.where, err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+RevokedChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+RevokedChannel+"; LISTEN "+RevokedTokenChannel); err != nil {
 		closeConn(conn)
 		return nil, c.pg.wrap("token store listener "+c.pg.where, err)
 	}
@@ -222,13 +246,19 @@ func (c *PostgresCache) run(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
-// serve drops the records of each revoked sandbox as its notification arrives, until conn fails or ctx ends.
+// serve drops the records of each revoked sandbox or token as its notification arrives, until conn fails or ctx
+// ends.
 func (c *PostgresCache) serve(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		wait, cancel := context.WithTimeout(ctx, listenHeartbeat)
 		n, err := conn.WaitForNotification(wait)
 		cancel()
 		switch {
+		case err == nil && n.Channel == RevokedTokenChannel:
+			c.dropID(n.Payload)
+			if f := c.onRevokeToken.Load(); f != nil {
+				(*f)(n.Payload)
+			}
 		case err == nil:
 			c.drop(n.Payload)
 			if f := c.onRevoke.Load(); f != nil {

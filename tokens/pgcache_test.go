@@ -150,6 +150,51 @@ func TestPostgresCacheRevocationNotified(t *testing.T) {
 	}
 }
 
+// One token's revocation through another store reaches the cache on its
+// own channel: the token's entry goes, and OnRevokeToken is told its id;
+// its sandbox's other token stays cached, and OnRevoke is not called.
+func TestPostgresCacheTokenRevocationNotified(t *testing.T) {
+	dsn := NewTestDatabase(t)
+	c, _ := openCache(t, dsn, time.Hour)
+	other := openPG(t, dsn)
+	told := make(chan string, 1)
+	c.OnRevokeToken(func(id string) { told <- id })
+	c.OnRevoke(func(sandbox string) { t.Errorf("OnRevoke(%q) for one token's revocation", sandbox) })
+	h, kept := issue(t, c, "conv-1", t0), issue(t, c, "conv-1", t0)
+	for _, h := range []Hash{h, kept} {
+		if _, err := c.Lookup(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setProfile(t, c, kept, "changed") // to tell whether kept stayed cached
+
+	if _, err := other.RevokeToken(ctx, h.ID(), t0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-told:
+		if id != h.ID() {
+			t.Errorf("OnRevokeToken(%q), want %q", id, h.ID())
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the revocation through another store was not told within 2s")
+	}
+	if r, err := c.Lookup(ctx, h); err != nil || r.RevokedAt.IsZero() {
+		t.Errorf("after the notification: %+v, %v; want revoked", r, err)
+	}
+	if got := profileOf(t, c, kept); got != "" {
+		t.Errorf("the sandbox's other entry was dropped too (profile %q)", got)
+	}
+
+	// Through the cache itself: dropped before it returns.
+	if _, err := c.RevokeToken(ctx, kept.ID(), t0); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Lookup(ctx, kept); err != nil || r.RevokedAt.IsZero() {
+		t.Errorf("right after RevokeToken through the cache: %+v, %v; want revoked", r, err)
+	}
+}
+
 // The listening connection killed: the cache is bypassed until it is back,
 // stays empty while the database refuses it, and starts again empty. The
 // log says so, without the password.

@@ -34,6 +34,10 @@ const (
 	// payload, in the revoking transaction (so only a committed revocation is announced). PostgresCache listens
 	// to it; so may operators' tools.
 	RevokedChannel = "cproxy_revoked"
+	// RevokedTokenChannel is the NOTIFY channel RevokeToken announces each revocation of one token on, with the
+	// token's id as the payload, in the revoking transaction. It is a channel of its own so that RevokedChannel's
+	// payload stays a sandbox id, for the listeners that read it so.
+	RevokedTokenChannel = "cproxy_revoked_token"
 
 	// pgConnectTimeout bounds a connection attempt when the DSN sets no connect_timeout, so an unreachable
 	// database fails a request (503) instead of holding it until the operating system gives up.
@@ -293,6 +297,41 @@ func (s *PostgresStore) RevokeSandbox(ctx context.Context, sandbox string, at ti
 		return 0, s.wrap("revoke tokens of sandbox "+sandbox, err)
 	}
 	return n, nil
+}
+
+// RevokeToken revokes the rows whose hash lies in the range of id's (the primary key finds them) and announces it,
+// in one transaction. coalesce keeps an earlier revocation's time.
+func (s *PostgresStore) RevokeToken(ctx context.Context, id string, at time.Time) ([]Record, error) {
+	first, last, err := checkRevokeToken(ctx, id, at)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := call(ctx, func(ctx context.Context) ([]Record, error) {
+		var recs []Record
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "UPDATE tokens SET revoked_at = coalesce(revoked_at, $3) WHERE hash BETWEEN $1 AND $2 RETURNING "+recordColumns,
+				first[:], last[:], at.UTC())
+			if err != nil {
+				return err
+			}
+			if recs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Record, error) { return scanRecord(row) }); err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				return nil
+			}
+			_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", RevokedTokenChannel, id)
+			return err
+		})
+		return recs, err
+	})
+	if err != nil {
+		return nil, s.wrap("revoke token "+id, err)
+	}
+	if len(recs) == 0 {
+		return nil, ErrNotFound
+	}
+	return recs, nil
 }
 
 // List reads the page by keyset on the primary key (hash > where q.After points, ORDER BY hash), or on the

@@ -93,6 +93,11 @@ type Store interface {
 	// RevokeSandbox marks every live token of sandbox revoked at at and returns how many it marked. The change is
 	// durable before it returns, so the harness can rely on it once the admin call answers.
 	RevokeSandbox(ctx context.Context, sandbox string, at time.Time) (int, error)
+	// RevokeToken marks the token whose ID is id revoked at at, unless it already is, and returns its record as
+	// it is then: an already revoked token keeps its first RevokedAt. It returns ErrNotFound when no token has
+	// that ID (never minted, or pruned). Should two tokens share the ID (their hashes' first six bytes), both are
+	// revoked and returned. The change is durable before it returns, as RevokeSandbox's is.
+	RevokeToken(ctx context.Context, id string, at time.Time) ([]Record, error)
 	// List returns one page of the records q asks for, in ID order (see ListQuery), reading no more of the
 	// store than it must to fill the page. An After that is not an ID is refused with ErrBadCursor. Walk
 	// calls it for every page.
@@ -176,4 +181,20 @@ func checkRevoke(ctx context.Context, sandbox string, at time.Time) error {
 		return errors.New("revoke tokens: zero revocation time")
 	}
 	return nil
+}
+
+// checkRevokeToken refuses a RevokeToken that every store would refuse: a done context, an id that no token can
+// have, or a zero time.
+func checkRevokeToken(ctx context.Context, id string, at time.Time) (first, last Hash, err error) {
+	if err := ctx.Err(); err != nil {
+		return Hash{}, Hash{}, err
+	}
+	first, last, ok := idRange(id)
+	if !ok {
+		return Hash{}, Hash{}, errors.New("revoke token: invalid token id")
+	}
+	if at.IsZero() {
+		return Hash{}, Hash{}, errors.New("revoke token: zero revocation time")
+	}
+	return first, last, nil
 }

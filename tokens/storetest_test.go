@@ -310,6 +310,74 @@ func TestStoreRevokeSandbox(t *testing.T) {
 	})
 }
 
+// RevokeToken revokes the one token, durably, at once even in a store that
+// caches its look-ups, and leaves the sandbox's other tokens live; again,
+// it keeps the first time; an id no token has is ErrNotFound.
+func TestStoreRevokeToken(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, reopen func(Store) Store) {
+		leaked, sibling := issue(t, s, "conv-a", t0), issue(t, s, "conv-a", t0)
+		for _, h := range []Hash{leaked, sibling} {
+			if _, err := s.Lookup(ctx, h); err != nil { // a cached store has them in memory now
+				t.Fatal(err)
+			}
+		}
+		at := t0.Add(time.Minute)
+		recs, err := s.RevokeToken(ctx, leaked.ID(), at)
+		if err != nil || len(recs) != 1 || recs[0].ID != leaked.ID() || recs[0].Sandbox != "conv-a" || !recs[0].RevokedAt.Equal(at) {
+			t.Fatalf("RevokeToken = %+v, %v; want the one record, revoked at %v", recs, err, at)
+		}
+		if r, err := s.Lookup(ctx, leaked); err != nil || !errors.Is(r.Check(t0), ErrRevoked) {
+			t.Errorf("revoked token: %+v, %v; want revoked", r, err)
+		}
+		if r, err := s.Lookup(ctx, sibling); err != nil || r.Check(t0) != nil {
+			t.Errorf("the sandbox's other token: %+v, %v; want live", r, err)
+		}
+		// Again: the same record, with the first time.
+		recs, err = s.RevokeToken(ctx, leaked.ID(), at.Add(time.Hour))
+		if err != nil || len(recs) != 1 || !recs[0].RevokedAt.Equal(at) {
+			t.Errorf("second RevokeToken = %+v, %v; want the record revoked at %v", recs, err, at)
+		}
+		if _, err := s.RevokeToken(ctx, "tok_000000000000", at); !errors.Is(err, ErrNotFound) {
+			t.Errorf("RevokeToken of an id no token has: %v, want ErrNotFound", err)
+		}
+		for _, id := range []string{"", "tok_", "tok_0FAA47DD634B", "tok_0faa47dd634", "0faa47dd634b", "tok_0faa47dd634bb"} {
+			if _, err := s.RevokeToken(ctx, id, at); err == nil || errors.Is(err, ErrNotFound) {
+				t.Errorf("RevokeToken(%q) = %v; want it refused as no id", id, err)
+			}
+		}
+		if _, err := s.RevokeToken(ctx, sibling.ID(), time.Time{}); err == nil {
+			t.Error("RevokeToken accepted a zero time, which would revoke nothing")
+		}
+		// Durable: the store opened again holds it.
+		s = reopen(s)
+		if r, err := s.Lookup(ctx, leaked); err != nil || !r.RevokedAt.Equal(at) {
+			t.Errorf("after reopening, revoked token: %+v, %v", r, err)
+		}
+		if r, err := s.Lookup(ctx, sibling); err != nil || !r.RevokedAt.IsZero() {
+			t.Errorf("after reopening, the other token: %+v, %v; want live", r, err)
+		}
+	})
+}
+
+// Tokens whose IDs are one are revoked together: an id names them both.
+func TestStoreRevokeTokenSharedID(t *testing.T) {
+	eachStore(t, func(t *testing.T, s Store, _ func(Store) Store) {
+		a, b, other := Hash{0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 1}, Hash{0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 2}, Hash{0x10, 0x20, 0x30, 0x40, 0x50, 0x61}
+		for _, h := range []Hash{a, b, other} {
+			if err := s.Create(ctx, h, Record{Sandbox: "conv-1", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs, err := s.RevokeToken(ctx, a.ID(), t0)
+		if err != nil || len(recs) != 2 {
+			t.Fatalf("RevokeToken = %+v, %v; want both tokens of the id", recs, err)
+		}
+		if r, _ := s.Lookup(ctx, other); !r.RevokedAt.IsZero() {
+			t.Error("RevokeToken revoked a token of the next id")
+		}
+	})
+}
+
 // listAll walks every record of s.
 func listAll(ctx context.Context, s Store) ([]Record, error) {
 	var recs []Record

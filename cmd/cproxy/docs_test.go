@@ -525,7 +525,6 @@ func cmdDocInit(ts *testscript.TestScript, docs map[string]*docFile, repo string
 		{"XDG_STATE_HOME", filepath.Join(ts.Getenv("HOME"), ".local", "state")},
 		{"CPROXY_PROXY_ADDR", "127.0.0.1:" + ports["8080"]},
 		{"CPROXY_ADMIN_ADDR", "127.0.0.1:" + ports["9001"]},
-		{"CPROXY_ADMIN_URL", "http://127.0.0.1:" + ports["9001"]},
 		{"CPROXY_URL", "http://127.0.0.1:" + ports["8080"]},
 		{"CPROXY_DOC_FAKES", "1"},
 		// A user's git knows who they are.
@@ -1009,6 +1008,20 @@ func goEnv(ts *testscript.TestScript, name string) string {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// docListenerAddr is what the CLI reaches, in the examples, for the default
+// listener addresses (as in a config that names none): where
+// CPROXY_PROXY_ADDR and CPROXY_ADMIN_ADDR moved the examples' cproxy serve,
+// as each address the examples name is moved to a port of its own.
+func docListenerAddr(addr string) string {
+	switch addr {
+	case "127.0.0.1:8080":
+		return os.Getenv("CPROXY_PROXY_ADDR")
+	case "127.0.0.1:9001":
+		return os.Getenv("CPROXY_ADMIN_ADDR")
+	}
+	return addr
+}
 
 // docFakes is adjustServeConfig in the docs' examples (CPROXY_DOC_FAKES=1):
 // the upstreams of any config an example serves on become the script's

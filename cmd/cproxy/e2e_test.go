@@ -25,6 +25,7 @@ import (
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
 	"github.com/cproxy/cproxy/routes/admin"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // served is one running `cproxy serve`.
@@ -163,6 +164,24 @@ func (s *served) revoke(sandbox string) {
 		s.t.Fatalf("DELETE /tokens: %v %v", err, resp)
 	}
 	resp.Body.Close()
+}
+
+// revokeToken revokes tok alone, through DELETE /tokens/ID, and returns
+// its id.
+func (s *served) revokeToken(tok string) string {
+	s.t.Helper()
+	parsed, err := tokens.Parse(tok)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	id := parsed.Hash().ID()
+	req, _ := http.NewRequest("DELETE", s.admin+"/tokens/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 204 {
+		s.t.Fatalf("DELETE /tokens/%s: %v %v", id, err, resp)
+	}
+	resp.Body.Close()
+	return id
 }
 
 func sdkClient(base string, auth option.RequestOption) *anthropic.Client {

@@ -37,7 +37,7 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "bind", Usage: "bind a minted token to a channel: socket (valid only on the sandbox's own socket in listen.sandbox_sockets)"},
 		valuesFlag(),
 		budgetFlag(),
-		&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
+		cmdline(&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}}),
 		&cli.StringFlag{Name: "claude-auth", Value: sandboxenv.ClaudeAuthToken, Usage: "how Claude Code gets the token: auth-token (ANTHROPIC_AUTH_TOKEN) or oauth (CLAUDE_CODE_OAUTH_TOKEN, for a subscription upstream)"},
 		&cli.StringFlag{Name: "claude-config-dir", Usage: "set CLAUDE_CONFIG_DIR to `DIR` (inside the sandbox)"},
 		&cli.BoolFlag{Name: "git", Value: true, Usage: "send GitHub remotes through cproxy with GIT_CONFIG_* settings (--git=false leaves git alone)"},
@@ -197,29 +197,29 @@ func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 	return env, git, nil
 }
 
-// sandboxProxyURL is cproxy's URL as the sandbox reaches it: --proxy-url
-// (or CPROXY_URL), else listen.public_url or the proxy listener from
-// --config; checked to be a plain http(s) URL.
+// sandboxProxyURL is cproxy's URL as the sandbox reaches it: --proxy-url,
+// else listen.public_url or the proxy listener from --config, else
+// CPROXY_URL, else CPROXY_CONFIG's, as newAdminClient orders the admin
+// URL's, so that the token and the URL come from one cproxy; checked to
+// be a plain http(s) URL.
 func sandboxProxyURL(c *cli.Context) (string, error) {
-	proxyURL := c.String("proxy-url")
-	if proxyURL == "" {
-		if path := c.String("config"); path != "" {
-			cfg, err := loadConfig(path)
+	proxyURL := c.String("proxy-url") // CPROXY_URL, unless given
+	if path := c.String("config"); !given(c, "proxy-url") && path != "" && (given(c, "config") || proxyURL == "") {
+		cfg, err := loadConfig(path)
+		if err != nil {
+			return "", err
+		}
+		proxyURL = cfg.Listen.PublicURL
+		if proxyURL == "" {
+			addr, _, err := listening(cfg)
 			if err != nil {
 				return "", err
 			}
-			proxyURL = cfg.Listen.PublicURL
-			if proxyURL == "" {
-				addr, _, err := listening(cfg)
-				if err != nil {
-					return "", err
-				}
-				if strings.HasPrefix(addr, config.UnixPrefix) {
-					return "", fail("pass --proxy-url, the address a bridge in the sandbox listens on (see docs/harness.md), or set listen.public_url",
-						"the proxy listener is a Unix socket (%s): sandboxes reach it through a bridge", addr)
-				}
-				proxyURL = "http://" + addr
+			if strings.HasPrefix(addr, config.UnixPrefix) {
+				return "", fail("pass --proxy-url, the address a bridge in the sandbox listens on (see docs/harness.md), or set listen.public_url",
+					"the proxy listener is a Unix socket (%s): sandboxes reach it through a bridge", addr)
 			}
+			proxyURL = "http://" + addr
 		}
 	}
 	if proxyURL == "" {
@@ -246,7 +246,7 @@ Examples:
    cproxy npmrc --proxy-url http://10.20.30.4:8080 > image/etc/cproxy/npmrc
    cproxy npmrc --config /etc/cproxy/cproxy.toml`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}},
+			cmdline(&cli.StringFlag{Name: "proxy-url", Usage: "cproxy's `URL` as the sandbox reaches it (default: listen.public_url from --config)", EnvVars: []string{"CPROXY_URL"}}),
 			configFlag(),
 		},
 		Action: func(c *cli.Context) error {

@@ -471,6 +471,30 @@ func TestStreamsCutOnRevocation(t *testing.T) {
 	waitLog(t, s, "requests in flight cut by a revocation")
 }
 
+// One token's revocation (DELETE /tokens/ID) cuts that token's stream at
+// once; the stream of its sandbox's other token runs on.
+func TestStreamCutOnTokenRevocation(t *testing.T) {
+	t.Parallel()
+	relay := newHeldStreams(t)
+	s, _, _, _ := inflightServe(t, inflightPolicy, relay.URL)
+	leaked, sibling := s.mint("conv-1"), s.mint("conv-1")
+	get, _ := http.NewRequest("GET", s.proxy+"/mod/stream", nil)
+	cut := openStream(t, get, leaked)
+	readEvent(t, cut)
+	get, _ = http.NewRequest("GET", s.proxy+"/mod/stream", nil)
+	other := openStream(t, get, sibling)
+	readEvent(t, other)
+
+	id := s.revokeToken(leaked)
+	wantCut(t, "the revoked token's stream", cut)
+	relay.waitOpen(t, 1)
+	relay.next <- struct{}{}
+	if ev := readEvent(t, other); !strings.Contains(ev, "data: 2") {
+		t.Fatalf("the sandbox's other token's stream: %q", ev)
+	}
+	waitLog(t, s, `msg="requests in flight cut by a revocation" token_id=`+id+" count=1")
+}
+
 // A token's expiry cuts its streams.
 func TestStreamCutAtExpiry(t *testing.T) {
 	t.Parallel()

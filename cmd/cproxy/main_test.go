@@ -66,6 +66,7 @@ func TestMain(m *testing.M) {
 			policyPollInterval = testPolicyPollInterval
 			if os.Getenv("CPROXY_DOC_FAKES") == "1" {
 				adjustServeConfig = docFakes
+				docListener = docListenerAddr
 			}
 			os.Exit(run(os.Args, os.Stdout, os.Stderr))
 		},
@@ -230,7 +231,8 @@ func cmdFakeAnswers(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
-// ADMIN to its listeners' URLs, PROXY_ADDR to the proxy's host:port and SERVE_PID to its process id.
+// ADMIN to its listeners' URLs, PROXY_ADDR and ADMIN_ADDR to their
+// host:port and SERVE_PID to its process id.
 // A proxy on a Unix socket sets PROXY_SOCKET to its path instead of PROXY;
 // an admin listener on one sets ADMIN to unix:PATH, as --admin takes it,
 // and ADMIN_SOCKET to its path, for http -unix.
@@ -256,6 +258,7 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Setenv("PROXY", "http://"+ready.Proxy)
 			ts.Setenv("PROXY_ADDR", ready.Proxy)
 			ts.Setenv("ADMIN", "http://"+ready.Admin)
+			ts.Setenv("ADMIN_ADDR", ready.Admin)
 			if sock, ok := strings.CutPrefix(ready.Admin, "unix:"); ok {
 				ts.Setenv("ADMIN", ready.Admin)
 				ts.Setenv("ADMIN_SOCKET", sock)

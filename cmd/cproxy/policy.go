@@ -169,7 +169,7 @@ Examples:
 			// two flags together are a mistake.
 			if o.policyFile = c.String("policy"); o.policyFile == "" {
 				o.configFile = c.String("config")
-			} else if slices.Contains(c.LocalFlagNames(), "config") {
+			} else if given(c, "config") {
 				return fail(explainUsage, "use --config or --policy, not both")
 			}
 			// The budget left comes from a running cproxy, when one is

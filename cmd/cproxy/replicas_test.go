@@ -238,6 +238,45 @@ func TestReplicasShareRevocationCached(t *testing.T) {
 	checkNoPassword(t, dsn, a, b, c)
 }
 
+// One token revoked by its id through C (DELETE /tokens/ID), on replicas
+// without and with the look-up cache: that token is refused on A and B
+// (at once without the cache, within the notification's delivery with
+// it), and its sandbox's other token, cached too, still works there.
+func TestReplicasShareTokenRevocation(t *testing.T) {
+	for _, mode := range []struct{ name, storeKeys string }{{"no cache", ""}, {"cache", "lookup_cache = \"1m\"\n"}} {
+		storeKeys := mode.storeKeys
+		t.Run(mode.name, func(t *testing.T) {
+			dsn := pgTestDatabase(t)
+			t.Setenv("CPROXY_PG_DSN", dsn)
+			fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+			t.Cleanup(fake.Close)
+			a, b, c := startReplicaWith(t, fake.URL, storeKeys, ""), startReplicaWith(t, fake.URL, storeKeys, ""), startReplicaWith(t, fake.URL, storeKeys, "")
+			leaked, sibling := a.mint("conv-shared"), a.mint("conv-shared")
+			for _, r := range []*served{a, b, a, b} { // the second round from the caches, if any
+				for _, tok := range []string{leaked, sibling} {
+					if got := status(t, r, tok); got != 200 {
+						t.Fatalf("token minted on A, used through %s: %d, want 200", r.proxy, got)
+					}
+				}
+			}
+			c.revokeToken(leaked)
+			revoked := time.Now()
+			for _, r := range []*served{a, b} {
+				for status(t, r, leaked) != 401 {
+					if storeKeys == "" || time.Since(revoked) > 2*time.Second {
+						t.Fatalf("the revoked token still served through %s %v after C answered", r.proxy, time.Since(revoked))
+					}
+				}
+				if got := status(t, r, sibling); got != 200 {
+					t.Errorf("the sandbox's other token through %s: %d, want 200", r.proxy, got)
+				}
+			}
+			t.Logf("revoked on A and B %v after C answered", time.Since(revoked).Round(time.Microsecond))
+			checkNoPassword(t, dsn, a, b, c)
+		})
+	}
+}
+
 // pgListeners counts the replicas' revocation listeners on dsn's database.
 func pgListeners(t *testing.T, dsn string) int {
 	t.Helper()

@@ -25,6 +25,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
@@ -46,7 +47,7 @@ const (
 )
 
 func configFlag() cli.Flag {
-	return &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config `FILE` (TOML)", EnvVars: []string{"CPROXY_CONFIG"}}
+	return cmdline(&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "config `FILE` (TOML)", EnvVars: []string{"CPROXY_CONFIG"}})
 }
 
 func serveCommand() *cli.Command {
@@ -334,6 +335,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		// Another replica's revocation ends this one's requests in flight
 		// as soon as its notification arrives.
 		cache.OnRevoke(srv.EndSandbox)
+		cache.OnRevokeToken(srv.EndToken)
 	}
 	policies := newPolicyReloader(cfg, srv, store, log)
 	polling, stopPolling := context.WithCancel(context.Background())
@@ -343,7 +345,8 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		return fail("", "%s", cfg.ProblemAt("listen.sandbox_sockets", "%v", err))
 	}
 	servers := []*http.Server{newServer(), newServer()}
-	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), admin.Handler(srv)
+	serving := client.Serving{Config: configIdentity(cfg.Path), Admin: adminAddr, Proxy: proxyAddr, PID: os.Getpid()}
+	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), admin.Handler(srv, serving)
 	listeners := []net.Listener{srv.LimitConnections(proxyLn), adminLn}
 	stoppers := []shutdowner{servers[0], servers[1]}
 	if sockets != nil {

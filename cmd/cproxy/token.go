@@ -68,17 +68,20 @@ Examples:
 			},
 			{
 				Name:  "revoke",
-				Usage: "revoke every token of a sandbox",
-				Description: `Exits 0 once the revocation is on disk, also when the sandbox had no live token.
+				Usage: "revoke every token of a sandbox, or one token by its id",
+				Description: `With --sandbox, revokes every token of the sandbox; with --id, that one token (one that
+leaked, say), and the sandbox's other tokens keep working. Exits 0 once the revocation is on disk:
+also when the sandbox had no live token, or the token was revoked already. An id no token has is an
+error.
 
 Examples:
 
    cproxy token revoke --sandbox conv-42
+   cproxy token revoke --id tok_0faa47dd634b
    cproxy token revoke --config /etc/cproxy/cproxy.toml --sandbox conv-42`,
-				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag()},
-				Action: adminAction(true, func(c *cli.Context, admin *adminClient, sandbox string) error {
-					return admin.failed(admin.Revoke(c.Context, sandbox))
-				}),
+				Flags: []cli.Flag{adminFlag(), configFlag(), sandboxFlag(),
+					&cli.StringFlag{Name: "id", Usage: "revoke only the token with this `ID` (tok_…, as token list shows it)"}},
+				Action: adminAction(false, revokeTokens, revokeArgs),
 			},
 			{
 				Name:  "list",
@@ -174,10 +177,40 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// adminAction checks the arguments common to the token subcommands, then
-// runs fn with an admin API client and the --sandbox id ("" when optional
-// and not given).
-func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClient, sandbox string) error) cli.ActionFunc {
+// revokeTokens is token revoke: every token of --sandbox, or the one of
+// --id (revokeArgs checked them).
+func revokeTokens(c *cli.Context, admin *adminClient, sandbox string) error {
+	if id := c.String("id"); id != "" {
+		return admin.failed(admin.RevokeToken(c.Context, id))
+	}
+	return admin.failed(admin.Revoke(c.Context, sandbox))
+}
+
+// revokeArgs checks token revoke's --sandbox and --id: one or the other,
+// and an id that is one.
+func revokeArgs(c *cli.Context, sandbox string) error {
+	const either = "pass --sandbox ID to revoke every token of a sandbox, or --id TOKEN_ID to revoke one token"
+	id := c.String("id")
+	switch {
+	case sandbox != "" && id != "":
+		return fail(either, "--sandbox and --id cannot be combined")
+	case sandbox == "" && !c.IsSet("id"):
+		return fail(either, "no sandbox or token id")
+	case c.IsSet("id") && !tokens.ValidID(id):
+		if tok, err := tokens.Parse(id); err == nil {
+			// Never echoed: it is the credential. Its id is no secret.
+			return fail("cproxy token revoke --id "+tok.Hash().ID(), "--id takes a token's id, not the token")
+		}
+		shown, _ := tokens.Withhold(id, "[token-withheld]")
+		return fail("an id is tok_ and 12 lower-case hex digits, as cproxy token list shows it", "invalid token id %q", shown)
+	}
+	return nil
+}
+
+// adminAction checks the arguments common to the token subcommands, and
+// those checks check, then runs fn with an admin API client and the
+// --sandbox id ("" when optional and not given).
+func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClient, sandbox string) error, checks ...func(c *cli.Context, sandbox string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		if err := noArgs(c); err != nil {
 			return err
@@ -185,6 +218,11 @@ func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClien
 		sandbox, err := sandboxArg(c, sandboxRequired)
 		if err != nil {
 			return err
+		}
+		for _, check := range checks {
+			if err := check(c, sandbox); err != nil {
+				return err
+			}
 		}
 		admin, err := newAdminClient(c)
 		if err != nil {

@@ -2,8 +2,8 @@
 // handler the harness calls, on the admin listener, to mint, list, revoke
 // and prune tokens and to probe health, readiness and metrics. It reaches
 // a routes.Server only through the Server's exported API (Store, Policy,
-// EndSandbox, Prune, Readiness, Metrics and the like); the core does not
-// import it.
+// EndSandbox, EndToken, Prune, Readiness, Metrics and the like); the core
+// does not import it.
 //
 // It is part of cproxy's implementation, not an API for other programs:
 // the harness's API is the HTTP one, which Go programs call with package
@@ -50,20 +50,27 @@ type TokenCreated struct {
 
 // Handler serves the admin API of srv (docs/admin-api.md): token creation,
 // listing, revocation and pruning, health, readiness, and Prometheus
-// metrics. cproxy serve serves it on the admin listener.
+// metrics. cproxy serve serves it on the admin listener, and GET /healthz
+// says what serving names: the config and the listeners of that serve, so
+// that a client can tell which of several it reached.
 // It must only ever be reachable by the harness; it has no authentication
 // of its own, like the token contract of Hatchet's credential proxy
 // cookbook, because a password on a port
 // the sandboxes can reach would be one leak away from useless.
-func Handler(srv *routes.Server) http.Handler {
+func Handler(srv *routes.Server, serving client.Serving) http.Handler {
 	s := &server{Server: srv}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /tokens", s.createToken)
 	mux.HandleFunc("DELETE /tokens", s.revokeTokens)
+	mux.HandleFunc("DELETE /tokens/{id}", s.revokeToken)
 	mux.HandleFunc("GET /tokens", s.listTokens)
 	mux.HandleFunc("POST /tokens/prune", s.pruneTokens)
+	health := struct {
+		Status string `json:"status"`
+		client.Serving
+	}{"ok", serving}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		writeJSON(w, http.StatusOK, health)
 	})
 	mux.HandleFunc("GET /readyz", s.ready)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
@@ -72,10 +79,9 @@ func Handler(srv *routes.Server) http.Handler {
 			adminError(w, http.StatusBadRequest, "only plain paths are served")
 			return
 		}
-		h, pattern := mux.Handler(r)
-		if allow := adminMethods[r.URL.Path]; pattern == "" && allow != "" {
-			w.Header().Set("Allow", allow)
-			adminError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
+		_, pattern := mux.Handler(r)
+		if allow := allowedMethods(r.URL.Path); pattern == "" && allow != "" {
+			methodNotAllowed(w, r, allow)
 			return
 		}
 		if pattern == "" {
@@ -84,7 +90,9 @@ func Handler(srv *routes.Server) http.Handler {
 			adminError(w, http.StatusNotFound, fmt.Sprintf("no such admin endpoint: %s %s (see docs/admin-api.md)", r.Method, r.URL.Path))
 			return
 		}
-		h.ServeHTTP(w, r)
+		// ServeHTTP, not the handler Handler returned: it sets the
+		// request's path values (DELETE /tokens/{id}).
+		mux.ServeHTTP(w, r)
 	})
 }
 
@@ -98,6 +106,25 @@ type server struct {
 // Allow header.
 var adminMethods = map[string]string{
 	"/tokens": "GET, POST, DELETE", "/tokens/prune": "POST", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
+}
+
+// methodNotAllowed answers 405 with the methods path takes.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	adminError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s is not allowed (allowed: %s)", r.Method, r.URL.Path, allow))
+}
+
+// allowedMethods are the methods the admin endpoint at path answers: those
+// of adminMethods, and DELETE for one token's path, /tokens/ID. "": no
+// endpoint is there.
+func allowedMethods(path string) string {
+	if allow, ok := adminMethods[path]; ok {
+		return allow
+	}
+	if id, ok := strings.CutPrefix(path, "/tokens/"); ok && id != "" && !strings.Contains(id, "/") {
+		return "DELETE"
+	}
+	return ""
 }
 
 func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
@@ -315,6 +342,49 @@ func (s *server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 	s.Metrics().DeleteBudget(sandbox)
 	if s.Sockets() != nil {
 		s.Sockets().Remove(sandbox)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// revokeToken serves DELETE /tokens/ID: it revokes that one token, for one
+// that leaked, and leaves the sandbox's other tokens live. An id no token
+// has (never minted, or pruned) is 404; a token already revoked is 204
+// again, keeping its first revocation's time, as a repeated DELETE /tokens
+// is harmless.
+func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if allow := adminMethods[r.URL.Path]; allow != "" {
+		// DELETE /tokens/prune: an endpoint of its own, not a token.
+		methodNotAllowed(w, r, allow)
+		return
+	}
+	if _, ok := adminQuery(w, r); !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !tokens.ValidID(id) {
+		adminError(w, http.StatusBadRequest, fmt.Sprintf("invalid token id %q: an id is tok_ and 12 lower-case hex digits, as POST /tokens and GET /tokens give it", routes.Clip(id, 64)))
+		return
+	}
+	at := s.Now().UTC()
+	recs, err := s.Store().RevokeToken(r.Context(), id, at)
+	// Its requests in flight end now, even if the store failed, as for a
+	// sandbox's revocation.
+	s.EndToken(id)
+	switch {
+	case errors.Is(err, tokens.ErrNotFound):
+		adminError(w, http.StatusNotFound, fmt.Sprintf("no token has the id %s: it was never minted here, or was pruned (GET /tokens lists the tokens there are)", id))
+		return
+	case err != nil:
+		s.Log().Error("revoking a token failed", "token_id", id, "err", err)
+		adminError(w, http.StatusServiceUnavailable, "the token store failed; the revocation may not have been recorded: retry")
+		return
+	}
+	for _, rec := range recs {
+		if rec.RevokedAt.Equal(at) {
+			s.Log().Info("token revoked", "sandbox", rec.Sandbox, "token_id", rec.ID)
+		} else {
+			s.Log().Info("token revoked already", "sandbox", rec.Sandbox, "token_id", rec.ID, "revoked_at", rec.RevokedAt)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/model"
@@ -203,6 +205,13 @@ func (s *failingStore) RevokeSandbox(ctx context.Context, sandbox string, at tim
 	return s.Store.RevokeSandbox(ctx, sandbox, at)
 }
 
+func (s *failingStore) RevokeToken(ctx context.Context, id string, at time.Time) ([]tokens.Record, error) {
+	if s.fail.Load() {
+		return nil, errDiskFull
+	}
+	return s.Store.RevokeToken(ctx, id, at)
+}
+
 // A store whose writes fail (a full disk) must fail closed: no token
 // handed out that is not stored, and a revocation that may not have been
 // recorded reported as a failure the harness sees and retries.
@@ -259,5 +268,99 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if code, _, b := call(t, e, "GET", "/metrics?name[]=go_info", ""); code != 400 || !strings.Contains(b, `unknown parameter \"name[]\" (this endpoint takes no query parameters)`) {
 		t.Fatalf("GET /metrics?name[]=: %d %s", code, b)
+	}
+}
+
+// DELETE /tokens/ID revokes that one token, for one that leaked: its very
+// next request is refused, the sandbox's other token keeps working. Again
+// is 204 too; an id no token has is 404, one that is no id 400, both in
+// JSON; a failing store is 503, and the retry revokes it.
+func TestRevokeOneToken(t *testing.T) {
+	var st *failingStore
+	e := newEnv(t, func(o *routetest.Options) {
+		st = &failingStore{Store: o.Store}
+		o.Store = st
+	})
+	_, leaked, _ := mint(t, e, "sandbox=conv-1")
+	_, sibling, _ := mint(t, e, "sandbox=conv-1")
+	for _, tok := range []admin.TokenCreated{leaked, sibling} {
+		if r := modelRequest(e, tok.Value); r.Status != 200 {
+			t.Fatalf("before the revocation: %d %s", r.Status, r.Body)
+		}
+	}
+
+	st.fail.Store(true)
+	if code, _, b := call(t, e, "DELETE", "/tokens/"+leaked.ID, ""); code != http.StatusServiceUnavailable || !strings.Contains(b, "may not have been recorded: retry") {
+		t.Fatalf("revoke on a failing store: %d %s", code, b)
+	}
+	st.fail.Store(false)
+
+	code, _, b := call(t, e, "DELETE", "/tokens/"+leaked.ID, "")
+	if code != http.StatusNoContent || b != "" {
+		t.Fatalf("DELETE /tokens/%s: %d %q, want 204 and no body", leaked.ID, code, b)
+	}
+	if r := modelRequest(e, leaked.Value); r.Status != 401 || !strings.Contains(r.Body, "sandbox token "+leaked.ID+" was revoked") {
+		t.Errorf("the revoked token's next request: %d %s", r.Status, r.Body)
+	}
+	if r := modelRequest(e, sibling.Value); r.Status != 200 {
+		t.Errorf("the sandbox's other token: %d %s, want 200", r.Status, r.Body)
+	}
+	_, _, list := call(t, e, "GET", "/tokens?sandbox=conv-1", "")
+	var page struct{ Tokens []struct{ ID, State string } }
+	json.Unmarshal([]byte(list), &page)
+	for _, tok := range page.Tokens {
+		want := map[string]string{leaked.ID: "revoked", sibling.ID: "live"}[tok.ID]
+		if tok.State != want {
+			t.Errorf("GET /tokens: %s is %s, want %s", tok.ID, tok.State, want)
+		}
+	}
+	if !strings.Contains(e.Logs.String(), `"msg":"token revoked","sandbox":"conv-1","token_id":"`+leaked.ID+`"`) {
+		t.Errorf("no log line for the revocation:\n%s", e.Logs)
+	}
+
+	// Again: harmless.
+	if code, _, b := call(t, e, "DELETE", "/tokens/"+leaked.ID, ""); code != http.StatusNoContent {
+		t.Errorf("DELETE again: %d %s, want 204", code, b)
+	}
+	if !strings.Contains(e.Logs.String(), `"msg":"token revoked already"`) {
+		t.Errorf("no log line for the repeated revocation:\n%s", e.Logs)
+	}
+
+	for _, c := range []struct {
+		method, path string
+		code         int
+		allow, msg   string
+	}{
+		{"DELETE", "/tokens/tok_000000000000", 404, "", `{"error":"cproxy: no token has the id tok_000000000000: it was never minted here, or was pruned (GET /tokens lists the tokens there are)"}`},
+		{"DELETE", "/tokens/tok_0FAA47DD634B", 400, "", `{"error":"cproxy: invalid token id \"tok_0FAA47DD634B\": an id is tok_ and 12 lower-case hex digits, as POST /tokens and GET /tokens give it"}`},
+		{"DELETE", "/tokens/conv-1", 400, "", `invalid token id \"conv-1\"`},
+		{"DELETE", "/tokens/" + sibling.ID + "?sandbox=conv-1", 400, "", `unknown parameter \"sandbox\" (this endpoint takes no query parameters)`},
+		{"GET", "/tokens/" + sibling.ID, 405, "DELETE", "GET /tokens/" + sibling.ID + " is not allowed (allowed: DELETE)"},
+		{"DELETE", "/tokens/prune", 405, "POST", "DELETE /tokens/prune is not allowed (allowed: POST)"},
+		{"DELETE", "/tokens/" + sibling.ID + "/x", 404, "", "no such admin endpoint"},
+	} {
+		code, allow, b := call(t, e, c.method, c.path, "")
+		if code != c.code || allow != c.allow || !strings.Contains(b, c.msg) {
+			t.Errorf("%s %s: %d (Allow %q) %s; want %d (Allow %q) %s", c.method, c.path, code, allow, b, c.code, c.allow, c.msg)
+		}
+	}
+	if r := modelRequest(e, sibling.Value); r.Status != 200 {
+		t.Errorf("the sandbox's other token, after all that: %d %s", r.Status, r.Body)
+	}
+}
+
+// GET /healthz names the config and the listeners of the serve it answers
+// for, as cproxy serve gives them to the handler.
+func TestHealthzServing(t *testing.T) {
+	e := newEnv(t)
+	serving := client.Serving{Config: "/etc/cproxy/cproxy.toml", Admin: "127.0.0.1:19001", Proxy: "127.0.0.1:18080", PID: 4242}
+	rec := httptest.NewRecorder()
+	admin.Handler(e.Server, serving).ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	want := `{"status":"ok","config":"/etc/cproxy/cproxy.toml","admin":"127.0.0.1:19001","proxy":"127.0.0.1:18080","pid":4242}` + "\n"
+	if rec.Code != 200 || rec.Body.String() != want {
+		t.Errorf("GET /healthz: %d %s, want 200 %s", rec.Code, rec.Body, want)
+	}
+	if code, _, b := call(t, e, "GET", "/healthz", ""); code != 200 || b != `{"status":"ok"}`+"\n" {
+		t.Errorf("GET /healthz of a handler told nothing: %d %s", code, b)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/admin"
@@ -105,7 +106,7 @@ func TestReadyz(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	rec := httptest.NewRecorder()
-	admin.Handler(e.Server).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil).WithContext(gone))
+	admin.Handler(e.Server, client.Serving{}).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil).WithContext(gone))
 	if n := strings.Count(e.Logs.String(), `"msg":"not ready: GET /readyz answers 503"`); n != 1 || rec.Body.Len() != 0 {
 		t.Errorf("a probe cut short: %d log lines, answered %d %q", n, rec.Code, rec.Body)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/admin"
@@ -83,7 +84,7 @@ func FuzzModelRoute(f *testing.F) {
 	})
 	f.Cleanup(srv.Close)
 	minted := httptest.NewRecorder()
-	admin.Handler(srv).ServeHTTP(minted, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))
+	admin.Handler(srv, client.Serving{}).ServeHTTP(minted, httptest.NewRequest("POST", "/tokens?sandbox=conv-1", nil))
 	var created admin.TokenCreated
 	if err := json.Unmarshal(minted.Body.Bytes(), &created); err != nil || created.Value == "" {
 		f.Fatalf("minting a token: %d %q", minted.Code, minted.Body)

@@ -100,7 +100,7 @@ func New(t *testing.T, opts ...Option) *Env {
 	srv := routes.New(o.build())
 	e := &Env{t: t, Server: srv, Logs: logs, canaries: append([]string{CanaryKey, CanaryOAuth}, o.Canaries...)}
 	e.Proxy = httptest.NewServer(srv.ProxyHandler())
-	e.Admin = httptest.NewServer(admin.Handler(srv))
+	e.Admin = httptest.NewServer(admin.Handler(srv, client.Serving{}))
 	t.Cleanup(func() {
 		e.Proxy.Close()
 		e.Admin.Close()
