@@ -23,7 +23,8 @@ func tokenCommand() *cli.Command {
 		Name:  "token",
 		Usage: "create, revoke, list and prune sandbox tokens through the admin API",
 		Description: `Each subcommand calls the admin API of a running cproxy serve: --admin URL, else listen.admin
-of --config, else http://127.0.0.1:9001.
+of --config, else $CPROXY_ADMIN_URL, else listen.admin of $CPROXY_CONFIG, else http://127.0.0.1:9001.
+Through a config, it first checks that the cproxy serve there serves that config.
 
 Examples:
 
