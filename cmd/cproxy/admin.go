@@ -159,7 +159,7 @@ func newAdminClient(c *cli.Context) (*adminClient, error) {
 		}
 	}
 	if env != "" && from != "CPROXY_ADMIN_URL" && strings.TrimRight(env, "/") != strings.TrimRight(base, "/") {
-		fmt.Fprintf(c.App.ErrWriter, "cproxy: using admin %s from %s (CPROXY_ADMIN_URL=%s ignored)\n", base, from, env)
+		fmt.Fprintf(c.App.ErrWriter, "cproxy: using admin %s from %s (CPROXY_ADMIN_URL=%s ignored)\n", shownURL(base), from, shownURL(env))
 	}
 	var opts []client.Option
 	if cfg != nil {
@@ -248,7 +248,7 @@ func (s *serveChecker) check(ctx context.Context) error {
 	hint := fmt.Sprintf("point --admin at the admin listener of %s: e.g. --admin http://127.0.0.1:19001 if it was started with --admin-addr 127.0.0.1:19001 (its \"cproxy listening\" log line says admin=)", serve)
 	switch {
 	case got.Config == "":
-		fmt.Fprintf(s.stderr, "cproxy: the admin API at %s does not say which config it serves (an older cproxy): not checked that it is %s\n", s.base, serve)
+		fmt.Fprintf(s.stderr, "cproxy: the admin API at %s does not say which config it serves (an older cproxy): not checked that it is %s\n", shownURL(s.base), serve)
 		return nil
 	case !sameConfig(got.Config, want):
 		what := "the embedded default config"
@@ -256,13 +256,22 @@ func (s *serveChecker) check(ctx context.Context) error {
 			what = got.Config
 		}
 		return &wrongServe{fail(hint, "the admin API at %s (from %s) is a cproxy serve of %s%s, not of %s: nothing done",
-			s.base, s.from, what, pidOf(got), want)}
+			shownURL(s.base), s.from, what, pidOf(got), want)}
 	case got.Admin != "" && !sameListener(listenAdmin, got.Admin):
 		return &wrongServe{fail(fmt.Sprintf("pass --admin http://%s, the admin listener it was moved to", got.Admin),
 			"the admin API at %s (from %s) is a cproxy serve of %s%s, but it listens on %s, not on %s, the file's listen.admin: nothing done",
-			s.base, s.from, want, pidOf(got), got.Admin, listenAdmin)}
+			shownURL(s.base), s.from, want, pidOf(got), got.Admin, listenAdmin)}
 	}
 	return nil
+}
+
+// shownURL is an admin URL as a message may show it: a password in it, for
+// a proxy in front of the admin API, is left out.
+func shownURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
 }
 
 // pidOf words the process id a cproxy serve gave: " (pid 1234)", or "".
