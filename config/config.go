@@ -424,6 +424,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	f.Decode(c, configHint)
 	c.refuseUnknownUpstreams(f)
 	c.impliedAuth(f)
+	c.impliedCredential(f)
 	c.Path = file
 	c.file = f
 	c.expandPaths(f)
@@ -448,7 +449,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	}
 	creds := []*string{&c.Store.DSN}
 	for _, k := range UpstreamKinds {
-		creds = append(creds, &c.Upstream[k.Name].Credential)
+		creds = append(creds, &c.Upstream[k.Name].Credential, &c.Upstream[k.Name].PrivateKey)
 	}
 	for _, cred := range creds {
 		if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {

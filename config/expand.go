@@ -39,7 +39,8 @@ func (c *Config) expandPaths(f *policy.File) {
 		{policy.KeyOf("keyring", "file_dir"), &c.Keyring.FileDir, ""},
 	}
 	for _, k := range UpstreamKinds {
-		paths = append(paths, pathKey{policy.KeyOf("upstream", k.Name, "credential"), &c.Upstream[k.Name].Credential, "file:"})
+		paths = append(paths, pathKey{policy.KeyOf("upstream", k.Name, "credential"), &c.Upstream[k.Name].Credential, "file:"},
+			pathKey{policy.KeyOf("upstream", k.Name, "private_key"), &c.Upstream[k.Name].PrivateKey, "file:"})
 	}
 	for _, v := range paths {
 		if f.Sets(v.key.String()) {

@@ -29,7 +29,27 @@ type Upstream struct {
 	// HeaderTimeout is how long to wait for the upstream's response headers
 	// before answering 504. Default: its kind's HeaderTimeout.
 	HeaderTimeout Duration `toml:"header_timeout"`
+
+	// AppID is a GitHub App's id (its settings page's "App ID"): cproxy
+	// then mints an installation token per sandbox, repository and access
+	// with the App's private key instead of sending Credential, which must
+	// be left out. Zero: no App. Only for a kind whose AppAPI is set.
+	AppID int64 `toml:"app_id"`
+	// PrivateKey says where the App's private key (PEM) comes from, as
+	// Credential does ("env:NAME", "file:PATH", "keyring:NAME"). Required
+	// with AppID.
+	PrivateKey string `toml:"private_key"`
+	// InstallationID is the App's installation whose tokens are minted.
+	// Required with AppID.
+	InstallationID int64 `toml:"installation_id"`
+	// APIURL is the REST API the tokens are minted at. Default: its kind's
+	// AppAPI (https://api.github.com; https://HOST/api/v3 for GitHub
+	// Enterprise Server).
+	APIURL string `toml:"api_url"`
 }
+
+// App reports whether u is a GitHub App's (app_id is set).
+func (u *Upstream) App() bool { return u.AppID != 0 }
 
 // Auth modes, for an upstream whose kind has Auths.
 const (
@@ -57,6 +77,9 @@ type UpstreamKind struct {
 	// Missing is serve's start-up warning when the default credential is
 	// not set.
 	Missing string
+	// AppAPI is api_url's default for a kind that takes a GitHub App
+	// (app_id); "" for a kind that takes none, which refuses the App keys.
+	AppAPI string
 }
 
 // UpstreamKinds are the upstreams cproxy knows, one per route that forwards
@@ -72,6 +95,7 @@ var UpstreamKinds = []UpstreamKind{
 	{
 		Name: "github", Prefix: "/github/", URL: "https://github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: 2 * time.Minute,
 		Missing: "no GitHub credential: git requests will be refused until it is set",
+		AppAPI:  "https://api.github.com",
 	},
 	{
 		Name: "npm", Prefix: "/npm/", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
@@ -83,7 +107,7 @@ var UpstreamKinds = []UpstreamKind{
 func defaultUpstreams() map[string]*Upstream {
 	ups := make(map[string]*Upstream, len(UpstreamKinds))
 	for _, k := range UpstreamKinds {
-		u := &Upstream{URL: k.URL, Credential: k.Credential, HeaderTimeout: Duration{k.HeaderTimeout}}
+		u := &Upstream{URL: k.URL, Credential: k.Credential, HeaderTimeout: Duration{k.HeaderTimeout}, APIURL: k.AppAPI}
 		if len(k.Auths) > 0 {
 			u.Auth = k.Auths[0]
 		}
@@ -151,7 +175,66 @@ func (c *Config) validateUpstreams(f *policy.File) {
 			f.AtValue(auth, `%s: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use %q, or leave auth out: claude-code implies it)`, auth, u.Auth, AuthOAuth)
 		}
 		checkPositive(f, key.Dot("header_timeout"), u.HeaderTimeout, shortDuration(k.HeaderTimeout))
+		c.validateApp(f, k)
 	}
+}
+
+// appKeys are the keys of a GitHub App in an [upstream.NAME].
+var appKeys = []string{"app_id", "private_key", "installation_id", "api_url"}
+
+// impliedCredential applies the rule that a GitHub App replaces the
+// credential: with app_id set, the kind's default credential (a token from
+// the environment) is not loaded.
+func (c *Config) impliedCredential(f *policy.File) {
+	for _, k := range UpstreamKinds {
+		if u := c.Upstream[k.Name]; u.App() && !f.Sets("upstream."+k.Name+".credential") {
+			u.Credential = ""
+		}
+	}
+}
+
+// validateApp checks an upstream's GitHub App keys: only for a kind that
+// takes an App; app_id, private_key and installation_id together; never
+// with a credential. It reads the values alone, not which keys the file
+// sets: Validate checks a config changed after loading.
+func (c *Config) validateApp(f *policy.File, k UpstreamKind) {
+	u, key := c.Upstream[k.Name], policy.KeyOf("upstream", k.Name)
+	given := map[string]bool{"app_id": u.AppID != 0, "private_key": u.PrivateKey != "", "installation_id": u.InstallationID != 0, "api_url": u.APIURL != k.AppAPI}
+	if k.AppAPI == "" {
+		for _, name := range appKeys {
+			if given[name] {
+				f.AtKey(key.Dot(name), "%s: %s takes no GitHub App (%s is for %s): remove it", key.Dot(name), key, name,
+					orList(upstreamNames(func(k UpstreamKind) bool { return k.AppAPI != "" }), false))
+			}
+		}
+		return
+	}
+	if !u.App() {
+		for _, name := range appKeys[1:] {
+			if given[name] {
+				f.AtKey(key.Dot(name), "%s: needs %s, the GitHub App's id (the App ID on its settings page): set it, or remove %s to send credential", key.Dot(name), key.Dot("app_id"), name)
+			}
+		}
+		return
+	}
+	if u.AppID < 0 {
+		f.AtValue(key.Dot("app_id"), "%s: %d is not a GitHub App id (the App ID on the App's settings page, a positive number)", key.Dot("app_id"), u.AppID)
+	}
+	if u.Credential != "" {
+		f.AtValue(key.Dot("credential"), "%s: cannot be combined with %s: a GitHub App mints its own tokens; remove credential to use the App, or remove app_id, private_key and installation_id to send the token", key.Dot("credential"), key.Dot("app_id"))
+	}
+	if u.PrivateKey == "" {
+		f.AtKey(key.Dot("app_id"), "%s: needs %s, where the App's private key (PEM) comes from (e.g. %q)", key.Dot("app_id"), key.Dot("private_key"), "file:/etc/cproxy/github-app.pem")
+	} else {
+		checkCredential(f, key.Dot("private_key"), u.PrivateKey, false, false)
+	}
+	switch {
+	case u.InstallationID == 0:
+		f.AtKey(key.Dot("app_id"), "%s: needs %s, the id of the App's installation on the account whose repositories the sandboxes use (the number at the end of the installation's settings URL)", key.Dot("app_id"), key.Dot("installation_id"))
+	case u.InstallationID < 0:
+		f.AtValue(key.Dot("installation_id"), "%s: %d is not an installation id (a positive number: the end of the installation's settings URL)", key.Dot("installation_id"), u.InstallationID)
+	}
+	checkURL(f, key.Dot("api_url"), u.APIURL, k.AppAPI)
 }
 
 // orList words items as `a, b or c`, each quoted if quote is set.

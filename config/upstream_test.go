@@ -88,3 +88,54 @@ func TestUpstreamAuthOnlyWhereItMeansSomething(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// A GitHub App's keys: the App replaces the default credential; a
+// credential beside it, a missing key, and App keys on an upstream that
+// takes no App are each refused where the file sets them, with the fix.
+func TestGitHubApp(t *testing.T) {
+	c, probs := loadConfig("/etc/cproxy/cproxy.toml", []byte(`[upstream.github]
+app_id = 12345
+private_key = "file:app.pem"
+installation_id = 678
+`), policy.ReadFile)
+	if len(probs) > 0 {
+		t.Fatal(probs)
+	}
+	u := c.Upstream["github"]
+	if u.Credential != "" || u.AppID != 12345 || u.InstallationID != 678 || u.PrivateKey != "file:/etc/cproxy/app.pem" || u.APIURL != "https://api.github.com" {
+		t.Errorf("got %+v", *u)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{`[upstream.github]
+credential = "env:GITHUB_TOKEN"
+app_id = 1
+private_key = "env:KEY"
+installation_id = 2
+`, `cproxy.toml:2:14: upstream.github.credential: cannot be combined with upstream.github.app_id: a GitHub App mints its own tokens; remove credential to use the App, or remove app_id, private_key and installation_id to send the token`},
+		{`[upstream.github]
+app_id = 1
+`, `cproxy.toml:2:1: upstream.github.app_id: needs upstream.github.installation_id, the id of the App's installation on the account whose repositories the sandboxes use (the number at the end of the installation's settings URL)
+cproxy.toml:2:1: upstream.github.app_id: needs upstream.github.private_key, where the App's private key (PEM) comes from (e.g. "file:/etc/cproxy/github-app.pem")`},
+		{`[upstream.github]
+private_key = "env:KEY"
+installation_id = 2
+`, `cproxy.toml:2:1: upstream.github.private_key: needs upstream.github.app_id, the GitHub App's id (the App ID on its settings page): set it, or remove private_key to send credential
+cproxy.toml:3:1: upstream.github.installation_id: needs upstream.github.app_id, the GitHub App's id (the App ID on its settings page): set it, or remove installation_id to send credential`},
+		{`[upstream.github]
+app_id = 1
+private_key = "KEY"
+installation_id = -3
+api_url = "api.github.com"
+`, `cproxy.toml:3:15: upstream.github.private_key: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the secret itself)
+cproxy.toml:4:19: upstream.github.installation_id: -3 is not an installation id (a positive number: the end of the installation's settings URL)
+cproxy.toml:5:11: upstream.github.api_url: `},
+		{`[upstream.npm]
+app_id = 1
+`, `cproxy.toml:2:1: upstream.npm.app_id: upstream.npm takes no GitHub App (app_id is for upstream.github): remove it`},
+	} {
+		_, probs := loadConfig("cproxy.toml", []byte(tc.src), policy.ReadFile)
+		if got := probs.Error(); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s\ngot:\n%s\nwant:\n%s", tc.src, got, tc.want)
+		}
+	}
+}

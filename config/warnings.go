@@ -36,7 +36,10 @@ func (c *Config) Warnings() []Warning {
 	}
 	for _, k := range UpstreamKinds {
 		u := c.Upstream[k.Name]
-		ws = appendPlainHTTP(ws, "upstream."+k.Name+".url", u.URL, u.Credential != "")
+		ws = appendPlainHTTP(ws, "upstream."+k.Name+".url", u.URL, u.Credential != "" || u.App())
+		if u.App() {
+			ws = appendPlainHTTP(ws, "upstream."+k.Name+".api_url", u.APIURL, true)
+		}
 	}
 	for _, name := range sortedKeys(c.Relays) {
 		r, secret := c.Relays[name], false

@@ -25,6 +25,11 @@ type Target struct {
 	Query string
 	// RawPath, when set, is path's encoded form (npm's "@scope%2fname").
 	RawPath string
+	// Credential, when not zero, is this request's upstream credential,
+	// sent in place of the upstream's own (a GitHub App installation token
+	// minted for the request's repository and access). Zero: the
+	// upstream's credential, read once by Forward.
+	Credential secrets.Secret
 	// cred is the upstream credential for this request, read once by
 	// forward; zero means none.
 	cred secrets.Secret
@@ -482,11 +487,14 @@ func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
 		a.fail(writeErr, Refuse(ErrForbidden, "the %s route asked no policy question for this request, so cproxy does not send it; do not retry", a.route))
 		return
 	}
-	cred, err := f.credential()
-	if err != nil {
-		// The message names the reason and the fix, never the value.
-		a.fail(writeErr, Refuse(ErrUnavailable, "%v", err))
-		return
+	cred := t.Credential
+	if cred.IsZero() {
+		var err error
+		if cred, err = f.credential(); err != nil {
+			// The message names the reason and the fix, never the value.
+			a.fail(writeErr, Refuse(ErrUnavailable, "%v", err))
+			return
+		}
 	}
 	t.cred = cred
 	c := &outbound{t: t, f: f, a: a, r: r, writeErr: writeErr}

@@ -253,8 +253,14 @@ func (s *Server) sweepFlights(stop <-chan struct{}, done chan<- struct{}) {
 
 // EndSandbox ends the requests in flight of sandbox's tokens, revoked:
 // through this replica's admin API, or through another replica's, when the
-// store tells of it (tokens.PostgresCache.OnRevoke).
+// store tells of it (tokens.PostgresCache.OnRevoke). Each route that keeps
+// something per sandbox (Ender) drops it.
 func (s *Server) EndSandbox(sandbox string) {
+	for _, rt := range s.routes {
+		if e, ok := rt.(Ender); ok {
+			e.EndSandbox(sandbox)
+		}
+	}
 	if cut := s.flights.endSandbox(sandbox); cut > 0 {
 		s.log.Info("requests in flight cut by a revocation", "sandbox", sandbox, "count", cut)
 	}

@@ -41,6 +41,15 @@ type Sourced interface {
 	Sources() []Source
 }
 
+// Ender is a Route that keeps something per sandbox (an upstream
+// credential minted for it, as the github route's GitHub App installation
+// tokens): the Server calls EndSandbox when the sandbox's tokens are
+// revoked, through this replica's admin API or another's, and the route
+// drops what it kept for it, so the sandbox's next life starts afresh.
+type Ender interface {
+	EndSandbox(sandbox string)
+}
+
 // Source is a credential source, with the config key that names it.
 type Source struct {
 	Name string // "upstream.anthropic.credential"

@@ -50,10 +50,31 @@ type Upstream struct {
 	Auth string
 	// HeaderTimeout bounds the wait for response headers; zero means none.
 	HeaderTimeout time.Duration
+	// App, when not nil, is a GitHub App whose installation tokens the
+	// route mints for each request (routes/github), in place of Credential
+	// and Live, which are then unset. Nil: no App.
+	App *App
+}
+
+// App is a GitHub App as the config gives it ([upstream.github]'s app_id,
+// private_key, installation_id and api_url).
+type App struct {
+	// ID is the App's id (the JWT's iss).
+	ID int64
+	// Installation is the id of the App's installation whose tokens are
+	// minted.
+	Installation int64
+	// API is GitHub's REST API base URL (https://api.github.com, or
+	// https://HOST/api/v3 for GitHub Enterprise Server).
+	API *url.URL
+	// Key holds the App's private key, PEM-encoded; SIGHUP rereads it.
+	Key *secrets.Live
 }
 
 // Configured reports whether up has a credential to send.
-func (up Upstream) Configured() bool { return up.Live != nil || !up.Credential.IsZero() }
+func (up Upstream) Configured() bool {
+	return up.Live != nil || !up.Credential.IsZero() || up.App != nil
+}
 
 // Options configure a Server. Store and Policy are required; a Server with
 // no Routes refuses every request.

@@ -120,7 +120,7 @@ func newTestLive(t *testing.T, s Source, c *clock) (*Live, *bytes.Buffer) {
 	t.Helper()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	l, err := new(Loader).live("anthropic", s, log, c.now)
+	l, err := new(Loader).live("anthropic", s, log, c.now, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ const (
 type Live struct {
 	name   string // the upstream, as log lines name it
 	source Source
+	lines  bool // the credential may span lines (LiveKey)
 	loader *Loader
 	log    *slog.Logger
 	now    func() time.Time
@@ -60,14 +61,20 @@ type held struct {
 // Load's, except that an expired claude-code token is no error: it is
 // held, logged, and refused to requests until Claude Code refreshes it.
 func (l *Loader) Live(name string, s Source, log *slog.Logger) (*Live, error) {
-	return l.live(name, s, log, time.Now)
+	return l.live(name, s, log, time.Now, false)
 }
 
-func (l *Loader) live(name string, s Source, log *slog.Logger, now func() time.Time) (*Live, error) {
+// LiveKey is Live for a private key (a GitHub App's, PEM): a file: source
+// may hold more than one line.
+func (l *Loader) LiveKey(name string, s Source, log *slog.Logger) (*Live, error) {
+	return l.live(name, s, log, time.Now, true)
+}
+
+func (l *Loader) live(name string, s Source, log *slog.Logger, now func() time.Time, lines bool) (*Live, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	lv := &Live{name: name, source: s, loader: l, log: log, now: now}
+	lv := &Live{name: name, source: s, loader: l, log: log, now: now, lines: lines}
 	if s == "claude-code" {
 		// Watch rereads the login when the file changes; without one
 		// (no home folder), read says why.
@@ -138,7 +145,7 @@ func (e *expiredError) Unwrap() error { return ErrExpired }
 // with its error; a nil held means nothing usable was read.
 func (l *Live) read() (*held, error) {
 	if l.source != "claude-code" {
-		s, err := l.loader.Load(l.source)
+		s, err := l.loader.load(l.source, l.lines)
 		if err != nil {
 			return nil, err
 		}

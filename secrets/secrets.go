@@ -78,7 +78,11 @@ type Loader struct {
 
 // Load reads the credential s names. An empty source loads the zero Secret.
 // Errors name the source (never the value) and say how to fix it.
-func (l *Loader) Load(s Source) (Secret, error) {
+func (l *Loader) Load(s Source) (Secret, error) { return l.load(s, false) }
+
+// load is Load; lines lets a file: source hold more than one line (a PEM
+// key), which a token never does.
+func (l *Loader) load(s Source, lines bool) (Secret, error) {
 	kind, arg, _ := strings.Cut(string(s), ":")
 	switch kind {
 	case "":
@@ -90,7 +94,7 @@ func (l *Loader) Load(s Source) (Secret, error) {
 		}
 		return Secret{v: v}, nil
 	case "file":
-		return loadFile(arg)
+		return loadFile(arg, lines)
 	case "keyring":
 		return l.loadKeyring(arg)
 	case "claude-code":
@@ -153,7 +157,7 @@ func (l *Loader) listed(name string) error {
 	return nil
 }
 
-func loadFile(path string) (Secret, error) {
+func loadFile(path string, lines bool) (Secret, error) {
 	// Opened without blocking: a FIFO's open waits for a writer, and SIGHUP
 	// rereads credentials on the signal loop. Its kind is checked below.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -186,7 +190,7 @@ func loadFile(path string) (Secret, error) {
 	if v == "" {
 		return Secret{}, fmt.Errorf("file:%s: %w: the file is empty", path, ErrUnset)
 	}
-	if strings.ContainsAny(v, "\r\n") {
+	if !lines && strings.ContainsAny(v, "\r\n") {
 		return Secret{}, fmt.Errorf("file:%s: holds more than one line; a credential file holds the credential alone", path)
 	}
 	return Secret{v: v}, nil

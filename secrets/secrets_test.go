@@ -91,3 +91,24 @@ func TestUnknownSources(t *testing.T) {
 		}
 	}
 }
+
+// A private key's file may hold its PEM's lines (LiveKey); a token's may
+// not.
+func TestKeyFileLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.pem")
+	pemText := "-----BEGIN RSA PRIVATE KEY-----\nAAAA\nBBBB\n-----END RSA PRIVATE KEY-----\n"
+	if err := os.WriteFile(path, []byte(pemText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := new(Loader)
+	if _, err := l.Live("github", Source("file:"+path), nil); err == nil || !strings.Contains(err.Error(), "more than one line") {
+		t.Errorf("a token's file of several lines: %v", err)
+	}
+	lv, err := l.LiveKey("github.app", Source("file:"+path), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := lv.Current(); got.Reveal() != strings.TrimSpace(pemText) {
+		t.Errorf("got %q", got.Reveal())
+	}
+}

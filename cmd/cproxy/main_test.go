@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -105,7 +106,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Values["anthropic"] = fake
 			env.Values["anthropicgate"] = new(*fakes.Gate) // holdheaders' gate, for http -leave held
 			// The git server needs git; scripts that use it skip without.
-			fakeGitHub := ""
+			fakeGitHub, fakeGitHubAPI, appKeyFile := "", "", ""
 			if _, err := exec.LookPath("git"); err == nil {
 				gs, err := fakes.NewGitServer(env.WorkDir, fakes.GitServerOptions{Token: canaryGitHub})
 				if err != nil {
@@ -115,6 +116,22 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				env.Values["github"] = gs
 				env.Values["githubseen"] = new(int)
 				fakeGitHub = gs.URL
+				// A GitHub App whose tokens gs takes, each for one
+				// repository of acme: its key is made per test process,
+				// never committed.
+				key, keyPEM, err := testAppKey()
+				if err != nil {
+					return err
+				}
+				app := fakes.NewGitHubApp(fakes.GitHubAppOptions{AppID: testAppID, Key: key, Installation: testAppInstallation, Account: "acme", Git: gs})
+				env.Defer(app.Close)
+				env.Values["githubapp"] = app
+				env.Values["githubappseen"] = new(int)
+				fakeGitHubAPI = app.URL
+				appKeyFile = filepath.Join(env.WorkDir, "github-app.pem")
+				if err := os.WriteFile(appKeyFile, keyPEM, 0o600); err != nil {
+					return err
+				}
 			}
 			relay := fakes.NewEcho()
 			env.Defer(relay.Close)
@@ -139,11 +156,17 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"CANARY_OAUTH_2": canaryOAuth2,
 				"FAKE_GITHUB":    fakeGitHub,
 				"CANARY_GITHUB":  canaryGitHub,
-				"FAKE_NPM":       npmReg.URL,
-				"CANARY_NPM":     canaryNPM,
-				"FAKE_RELAY":     relay.URL,
-				"CANARY_HUB":     canaryHub,
-				"CANARY_MOD":     canaryMod,
+				// The fake GitHub App's API, its id, installation and
+				// private key file, for github_app*.txt.
+				"FAKE_GITHUB_API":         fakeGitHubAPI,
+				"GITHUB_APP_ID":           strconv.Itoa(testAppID),
+				"GITHUB_APP_INSTALLATION": strconv.Itoa(testAppInstallation),
+				"GITHUB_APP_KEY":          appKeyFile,
+				"FAKE_NPM":                npmReg.URL,
+				"CANARY_NPM":              canaryNPM,
+				"FAKE_RELAY":              relay.URL,
+				"CANARY_HUB":              canaryHub,
+				"CANARY_MOD":              canaryMod,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -199,6 +222,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"gitcommit":     cmdGitCommit,
 			"gitrequests":   cmdGitRequests,
 			"gitmoved":      cmdGitMoved,
+			"appmints":      cmdAppMints,
 			"randfile":      cmdRandFile,
 			"npmpkg":        cmdNPMPkg,
 			"npmdeps":       cmdNPMDeps,
@@ -416,7 +440,17 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	for _, c := range []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod} {
+	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod}
+	// The GitHub App's private key (a line of its PEM), and every token
+	// the fake App minted.
+	if app, ok := ts.Value("githubapp").(*fakes.GitHubApp); ok {
+		_, keyPEM, _ := testAppKey()
+		canaries = append(canaries, strings.Split(string(keyPEM), "\n")[2])
+		for _, m := range app.Mints() {
+			canaries = append(canaries, m.Token)
+		}
+	}
+	for _, c := range canaries {
 		for _, form := range []string{c, base64.StdEncoding.EncodeToString([]byte(c)), url.QueryEscape(c), c[len(c)-24:]} {
 			if strings.Contains(s, form) {
 				ts.Fatalf("%s holds a canary credential", where)
@@ -693,6 +727,46 @@ func cmdGitMoved(ts *testscript.TestScript, neg bool, args []string) {
 		return
 	}
 	gitServer(ts).Rename(args[0], args[1])
+}
+
+// The fake GitHub App of every script: its id and installation, and its
+// key, made once per test process.
+const (
+	testAppID           = 424242
+	testAppInstallation = 777
+)
+
+var testAppKey = func() func() (*rsa.PrivateKey, []byte, error) {
+	var once sync.Once
+	var key *rsa.PrivateKey
+	var pemText []byte
+	var err error
+	return func() (*rsa.PrivateKey, []byte, error) {
+		once.Do(func() { key, pemText, err = fakes.NewAppKey() })
+		return key, pemText, err
+	}
+}()
+
+// appmints: print the installation tokens the fake GitHub App minted since
+// the last appmints, one line each: the repositories and permissions asked
+// for ("repositories=app contents=read"). Never the token.
+func cmdAppMints(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: appmints")
+	}
+	app, ok := ts.Value("githubapp").(*fakes.GitHubApp)
+	if !ok {
+		ts.Fatalf("no fake GitHub App: git is not installed (guard the script with [!git] skip)")
+	}
+	seen := ts.Value("githubappseen").(*int)
+	mints := app.Mints()
+	for _, line := range fakes.MintLines(mints[*seen:]) {
+		fmt.Fprintln(ts.Stdout(), line)
+	}
+	*seen = len(mints)
+	for _, why := range app.Refused() {
+		ts.Logf("the fake GitHub App refused a request: %s", why)
+	}
 }
 
 // gitref OWNER/NAME REF: print the object id REF names on the fake GitHub;

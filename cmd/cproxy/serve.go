@@ -32,6 +32,7 @@ import (
 	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
+	"github.com/cproxy/cproxy/routes/github"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -217,6 +218,9 @@ func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, 
 		return routes.Upstream{}, fail("", "upstream.%s.url: %v", name, err)
 	}
 	up := routes.Upstream{URL: u, Auth: c.Auth, HeaderTimeout: c.HeaderTimeout.Duration}
+	if c.App() {
+		return loadApp(cfg, loader, log, name, up)
+	}
 	source := c.Credential
 	if source == "" {
 		return up, nil
@@ -234,6 +238,30 @@ func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, 
 		up.Missing = fmt.Sprintf("the operator must set %s (or %s in the config) and restart cproxy", strings.TrimPrefix(source, "env:"), key)
 		log.Warn(k.Missing, "source", source, "err", err)
 	}
+	return up, nil
+}
+
+// loadApp loads a GitHub App's private key (upstream.NAME.private_key)
+// for up, which then mints its credentials (routes.App): the key must load
+// and be one cproxy can sign with.
+func loadApp(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, name string, up routes.Upstream) (routes.Upstream, error) {
+	c, key := cfg.Upstream[name], "upstream."+name+".private_key"
+	api, err := url.Parse(c.APIURL)
+	if err != nil {
+		return routes.Upstream{}, fail("", "upstream.%s.api_url: %v", name, err)
+	}
+	live, err := loader.LiveKey(name+".app", secrets.Source(c.PrivateKey), log)
+	if err != nil {
+		return routes.Upstream{}, credentialError(cfg, key, c.PrivateKey, err)
+	}
+	pem, err := live.Current()
+	if err == nil {
+		err = github.CheckPrivateKey(pem)
+	}
+	if err != nil {
+		return routes.Upstream{}, credentialError(cfg, key, c.PrivateKey, err)
+	}
+	up.App = &routes.App{ID: c.AppID, Installation: c.InstallationID, API: api, Key: live}
 	return up, nil
 }
 
@@ -279,6 +307,8 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	for _, k := range config.UpstreamKinds {
 		if up := upstreams[k.Name]; up.Live != nil {
 			creds = append(creds, up.Live)
+		} else if up.App != nil {
+			creds = append(creds, up.App.Key)
 		}
 	}
 	creds = append(creds, relayCreds...)

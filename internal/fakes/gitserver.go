@@ -59,6 +59,9 @@ type GitServer struct {
 
 	mu       sync.Mutex
 	requests []GitRequest
+	// scoped are the tokens that reach one repository each, as a GitHub
+	// App installation token does (AddScopedToken).
+	scoped map[string]tokenScope
 	// moved maps a repository (owner/name, lower case) to the base URL
 	// its requests are redirected to, as github.com redirects a renamed
 	// repository.
@@ -129,6 +132,53 @@ func (g *GitServer) Close() {
 	g.serving.Wait()
 }
 
+// tokenScope is what a scoped token reaches: one repository (owner/name,
+// lower case), and pushes only with write.
+type tokenScope struct {
+	repo  string
+	write bool
+}
+
+// AddScopedToken makes the server accept token, besides its own, for the
+// repository ownerName alone, and for pushes only if write is set: as
+// github.com takes a GitHub App installation token narrowed to one
+// repository and to contents read or write. For another repository it
+// answers 404, as GitHub does for a repository a token cannot see; for a
+// push with a read token, 403.
+func (g *GitServer) AddScopedToken(token, ownerName string, write bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.scoped == nil {
+		g.scoped = map[string]tokenScope{}
+	}
+	g.scoped[token] = tokenScope{strings.ToLower(ownerName), write}
+}
+
+// scopedRefusal is how the server answers a request with a scoped token:
+// 0 to serve it, 401 for a token it does not know, 404 or 403 for one that
+// does not reach the repository or may not push.
+func (g *GitServer) scopedRefusal(r *http.Request) int {
+	user, pass, ok := r.BasicAuth()
+	if !ok || user != "x-access-token" {
+		return http.StatusUnauthorized
+	}
+	g.mu.Lock()
+	sc, ok := g.scoped[pass]
+	g.mu.Unlock()
+	if !ok {
+		return http.StatusUnauthorized
+	}
+	parts := strings.SplitN(r.URL.Path, "/", 4)
+	if len(parts) != 4 || strings.ToLower(parts[1]+"/"+strings.TrimSuffix(parts[2], ".git")) != sc.repo {
+		return http.StatusNotFound
+	}
+	push := parts[3] == "git-receive-pack" || r.URL.Query().Get("service") == "git-receive-pack"
+	if push && !sc.write {
+		return http.StatusForbidden
+	}
+	return 0
+}
+
 // Requests returns every request received so far, in order.
 func (g *GitServer) Requests() []GitRequest {
 	g.mu.Lock()
@@ -184,12 +234,22 @@ func (g *GitServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+g.token))
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
-		// github.com's answer to a git request without valid credentials.
-		w.Header().Set("WWW-Authenticate", `Basic realm="GitHub"`)
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(http.StatusUnauthorized)
-		io.WriteString(w, "Invalid username or token. Password authentication is not supported for Git operations.\n")
-		return
+		switch g.scopedRefusal(r) {
+		case 0:
+		case http.StatusNotFound:
+			http.Error(w, "Repository not found.", http.StatusNotFound)
+			return
+		case http.StatusForbidden:
+			http.Error(w, "Permission to "+strings.TrimPrefix(r.URL.Path, "/")+" denied to cproxy-test[bot].", http.StatusForbidden)
+			return
+		default:
+			// github.com's answer to a git request without valid credentials.
+			w.Header().Set("WWW-Authenticate", `Basic realm="GitHub"`)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, "Invalid username or token. Password authentication is not supported for Git operations.\n")
+			return
+		}
 	}
 	// github.com takes chunked request bodies (git streams a push over
 	// http.postBuffer that way); net/http/cgi refuses them. Without a

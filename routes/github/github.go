@@ -124,12 +124,32 @@ var Kind = routes.Kind{Name: "github", Prefix: "/github/", Upstream: "github", N
 
 // gitHubRoute forwards git's clones, fetches and pushes of the
 // repositories a sandbox's policy allows to GitHub.
-type gitHubRoute struct{ fwd *routes.Forwarder }
+type gitHubRoute struct {
+	fwd *routes.Forwarder
+	// app mints the installation tokens of a GitHub App, one per
+	// sandbox, repository and access; nil: the upstream's credential (a
+	// token) is sent.
+	app *appTokens
+}
 
 func newGitHubRoute(env routes.Env) routes.Route {
-	g := &gitHubRoute{fwd: env.NewForwarder("github", "/github/", setGitHubCredential, gitHubResponse)}
+	check := gitHubResponse
+	if env.Upstream.App != nil {
+		check = gitHubAppResponse
+	}
+	g := &gitHubRoute{fwd: env.NewForwarder("github", "/github/", setGitHubCredential, check)}
+	if env.Upstream.App != nil {
+		g.app = newAppTokens(env.Upstream.App, env.Now, env.Log)
+	}
 	g.fwd.CheckRedirects(gitHubMoved)
 	return g
+}
+
+// EndSandbox drops the App tokens minted for sandbox (routes.Ender).
+func (g *gitHubRoute) EndSandbox(sandbox string) {
+	if g.app != nil {
+		g.app.EndSandbox(sandbox)
+	}
 }
 
 func (g *gitHubRoute) Name() string                                    { return "github" }
@@ -137,8 +157,14 @@ func (g *gitHubRoute) Prefix() string                                  { return 
 func (g *gitHubRoute) Close()                                          { g.fwd.Close() }
 func (g *gitHubRoute) WriteError(w http.ResponseWriter, err error) int { return writeGitError(w, err) }
 
-// Sources is the GitHub credential's source, when it has one.
-func (g *gitHubRoute) Sources() []routes.Source { return g.fwd.Sources("upstream.github.credential") }
+// Sources is the GitHub credential's source, when it has one, or the
+// GitHub App's private key's.
+func (g *gitHubRoute) Sources() []routes.Source {
+	if g.app != nil {
+		return []routes.Source{{Name: "upstream.github.private_key", Live: g.app.app.Key}}
+	}
+	return g.fwd.Sources("upstream.github.credential")
+}
 
 func (gr *gitHubRoute) Serve(a *routes.Call) {
 	r := a.Request()
@@ -182,13 +208,29 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 		}
 		a.AskAgain(func(prof *policy.Profile) (string, error) { return decidePushAgain(prof, sandbox, g, cmds) })
 	}
+	t := g.target()
+	if gr.app != nil {
+		// Minted once the policy allows the request, and after a push's
+		// commands are checked: the token reaches this repository alone,
+		// with write access only for a push.
+		access := accessRead
+		if g.push() {
+			access = accessWrite
+		}
+		cred, err := gr.app.token(r.Context(), sandbox, g.owner, g.name, access)
+		if err != nil {
+			a.Fail(err)
+			return
+		}
+		t.Credential = cred
+	}
 	if !g.advertise {
 		// The body streams to the upstream while its answer may already be
 		// streaming back; without full duplex net/http closes the request
 		// body at the first response write and the rest of a pack is lost.
 		_ = http.NewResponseController(a.ResponseWriter()).EnableFullDuplex()
 	}
-	gr.fwd.Forward(a, r, g.target())
+	gr.fwd.Forward(a, r, t)
 }
 
 // decideRepo asks prof whether sandbox may fetch from (or push to) g's
@@ -630,6 +672,14 @@ func gitHubMoved(in *http.Request, path, query string) error {
 		return routes.Refuse(routes.ErrUpstream, "github route: repository %s has moved to %s (the upstream answered a redirect); use %s in the remote's URL, if the sandbox's policy allows it; do not retry", from.repo(), to.repo(), to.repo())
 	}
 	return nil
+}
+
+// gitHubAppResponse is gitHubResponse for a GitHub App's tokens.
+func gitHubAppResponse(resp *http.Response) error {
+	if resp.StatusCode != http.StatusUnauthorized {
+		return nil
+	}
+	return routes.Refuse(routes.ErrUpstream, "the upstream %s refused the GitHub App's installation token; the operator must check that upstream.github.api_url is the API of the GitHub at upstream.github.url", resp.Request.URL.Host)
 }
 
 // gitHubResponse turns the upstream refusing cproxy's own credential into a

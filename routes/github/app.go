@@ -1,0 +1,275 @@
+package github
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+// How App tokens are minted and kept. GitHub takes a JWT whose iat is at
+// most a minute off and whose exp is at most 10 minutes after it; iat is
+// set a minute in the past for clock skew. An installation token lives an
+// hour; it is used until tokenMargin before it expires, so that a clone
+// that starts with it does not outlive it.
+const (
+	jwtSkew      = 60 * time.Second
+	jwtLifetime  = 9 * time.Minute
+	tokenMargin  = 5 * time.Minute
+	mintTimeout  = 30 * time.Second
+	maxMintReply = 1 << 20
+	apiVersion   = "2022-11-28"
+)
+
+// Access levels of an installation token's contents permission.
+const (
+	accessRead  = "read"
+	accessWrite = "write"
+)
+
+// CheckPrivateKey reports whether key is a GitHub App private key cproxy can
+// sign with (a PEM RSA key), for serve to refuse a wrong one at start-up.
+// The error never holds the key.
+func CheckPrivateKey(key secrets.Secret) error {
+	if _, err := jwt.ParseRSAPrivateKeyFromPEM([]byte(key.Reveal())); err != nil {
+		return errors.New("not a PEM-encoded RSA private key (the .pem file GitHub gives when you generate the App's private key)")
+	}
+	return nil
+}
+
+// scope is what one installation token is minted for: one sandbox, one
+// repository, one access level. A sandbox's tokens are never shared with
+// another, and a token reaches only the repository it was minted for.
+type scope struct {
+	sandbox string
+	gen     uint64 // the sandbox's generation (appTokens.ended)
+	repo    string // owner/name, lower case
+	access  string // accessRead or accessWrite
+}
+
+func (s scope) key() string {
+	return s.sandbox + "\x00" + strconv.FormatUint(s.gen, 10) + "\x00" + s.repo + "\x00" + s.access
+}
+
+// minted is an installation token and when it stops being used.
+type minted struct {
+	token secrets.Secret
+	until time.Time // expires_at less tokenMargin
+}
+
+// appTokens mints GitHub App installation tokens narrowed to one
+// repository and one access level, and keeps each for its sandbox and
+// scope until shortly before it expires. Tokens are held in memory only.
+type appTokens struct {
+	app    *routes.App
+	now    func() time.Time
+	log    *slog.Logger
+	client *http.Client
+	flight singleflight.Group
+
+	mu     sync.Mutex
+	tokens map[scope]minted
+	// ended counts each sandbox's revocations: a mint that started before
+	// one is not kept, and never shared with a mint after it.
+	ended map[string]uint64
+}
+
+func newAppTokens(app *routes.App, now func() time.Time, log *slog.Logger) *appTokens {
+	return &appTokens{
+		app: app, now: now, log: log,
+		client: &http.Client{
+			// Never through an environment proxy, and never following a
+			// redirect with the App's JWT.
+			Transport:     &http.Transport{Proxy: nil, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 15 * time.Second},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			Timeout:       mintTimeout,
+		},
+		tokens: map[scope]minted{},
+		ended:  map[string]uint64{},
+	}
+}
+
+// EndSandbox drops every token minted for sandbox.
+func (a *appTokens) EndSandbox(sandbox string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s := range a.tokens {
+		if s.sandbox == sandbox {
+			delete(a.tokens, s)
+		}
+	}
+	a.ended[sandbox]++
+}
+
+// token returns an installation token for sandbox to reach owner/name with
+// access: the one kept for that scope, or a new one. Concurrent requests
+// for one scope share one mint. An error is a refusal naming what failed
+// and the fix, never the key, the JWT or a token.
+func (a *appTokens) token(ctx context.Context, sandbox, owner, name, access string) (secrets.Secret, error) {
+	a.mu.Lock()
+	s := scope{sandbox: sandbox, gen: a.ended[sandbox], repo: strings.ToLower(owner + "/" + name), access: access}
+	m, ok := a.tokens[s]
+	a.mu.Unlock()
+	if ok && a.now().Before(m.until) {
+		return m.token, nil
+	}
+	ch := a.flight.DoChan(s.key(), func() (any, error) {
+		// One client going away does not fail the others waiting.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mintTimeout)
+		defer cancel()
+		m, err := a.mint(ctx, owner, name, access)
+		if err != nil {
+			return minted{}, err
+		}
+		a.keep(s, m)
+		a.log.Info("github app token minted", "sandbox", sandbox, "repo", s.repo, "access", access, "until", m.until.UTC().Format(time.RFC3339))
+		return m, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return secrets.Secret{}, res.Err
+		}
+		return res.Val.(minted).token, nil
+	case <-ctx.Done():
+		return secrets.Secret{}, routes.Refuse(routes.ErrUpstream, "github route: the request ended while cproxy waited for a GitHub App token")
+	}
+}
+
+// keep stores m for s, unless s's sandbox ended since, and drops the
+// tokens past their use.
+func (a *appTokens) keep(s scope, m minted) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	for k, v := range a.tokens {
+		if !now.Before(v.until) {
+			delete(a.tokens, k)
+		}
+	}
+	if a.ended[s.sandbox] == s.gen && now.Before(m.until) {
+		a.tokens[s] = m
+	}
+}
+
+// held is how many tokens are kept, for tests.
+func (a *appTokens) held() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.tokens)
+}
+
+// mintRequest is the body of POST /app/installations/ID/access_tokens.
+type mintRequest struct {
+	Repositories []string          `json:"repositories"`
+	Permissions  map[string]string `json:"permissions"`
+}
+
+// mintReply is what GitHub answers a mint with (201), and its error shape.
+type mintReply struct {
+	Token        string    `json:"token"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Repositories []struct {
+		FullName string `json:"full_name"`
+	} `json:"repositories"`
+	Message string `json:"message"`
+}
+
+// mint asks GitHub for a token of the App's installation that reaches
+// owner/name alone, with contents access and nothing else (GitHub adds
+// metadata: read to every token).
+func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minted, error) {
+	repo := owner + "/" + name
+	fail := func(format string, args ...any) (minted, error) {
+		return minted{}, routes.Refuse(routes.ErrUpstream, "github route: cproxy could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
+	}
+	key, err := a.app.Key.Current()
+	if err != nil {
+		return minted{}, routes.Refuse(routes.ErrUnavailable, "github route: the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
+	}
+	jwtText, err := a.appJWT(key)
+	if err != nil {
+		return fail("%v; the operator must fix upstream.github.private_key", err)
+	}
+	body, _ := json.Marshal(mintRequest{Repositories: []string{name}, Permissions: map[string]string{"contents": access}})
+	u := *a.app.API
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/app/installations/" + strconv.FormatInt(a.app.Installation, 10) + "/access_tokens"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return fail("%v", err)
+	}
+	req.Header.Set("Accept", "application/vnd.github+json")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Api-Version", apiVersion)
+	req.Header.Set("User-Agent", "cproxy")
+	req.Header.Set("Authorization", "Bearer "+jwtText)
+	resp, err := a.client.Do(req)
+	if err != nil {
+		a.log.Warn("github app token request failed", "api", a.app.API.Host, "err", errors.Unwrap(err))
+		return fail("the GitHub API at %s could not be reached; try again later", a.app.API.Host)
+	}
+	defer resp.Body.Close()
+	var reply mintReply
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxMintReply))
+	decodeErr := json.Unmarshal(data, &reply)
+	said := ""
+	if reply.Message != "" {
+		said = fmt.Sprintf(" (%q)", routes.Clip(oneLine(reply.Message), 200))
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized:
+		return fail("GitHub refused the App's JWT with 401%s; the operator must check upstream.github.app_id and private_key, and this machine's clock", said)
+	case resp.StatusCode == http.StatusNotFound:
+		return fail("GitHub answered 404%s: the operator must check upstream.github.installation_id (%d) and api_url", said, a.app.Installation)
+	case resp.StatusCode == http.StatusUnprocessableEntity || resp.StatusCode == http.StatusForbidden:
+		return fail("GitHub answered %d%s: the App's installation %d may lack the repository or contents %s permission; the operator must install the App on %s and grant it Contents: read and write", resp.StatusCode, said, a.app.Installation, access, repo)
+	case resp.StatusCode != http.StatusCreated:
+		return fail("GitHub answered %d%s; try again later", resp.StatusCode, said)
+	case decodeErr != nil || reply.Token == "" || reply.ExpiresAt.IsZero():
+		return fail("GitHub's answer has no token and expires_at")
+	}
+	// A fixed installation belongs to one account: a token for another
+	// account's repository of the same name is never used.
+	if len(reply.Repositories) != 1 || !strings.EqualFold(reply.Repositories[0].FullName, repo) {
+		got := ""
+		if len(reply.Repositories) == 1 {
+			got = routes.Clip(reply.Repositories[0].FullName, 140)
+		}
+		return fail("the App's installation %d gave a token for %q, not for %s: it is installed on another account; the operator must point upstream.github.installation_id at the installation on %s", a.app.Installation, got, repo, owner)
+	}
+	return minted{token: secrets.New(reply.Token), until: reply.ExpiresAt.Add(-tokenMargin)}, nil
+}
+
+// appJWT is the App's JWT, signed with key: RS256, iss the App's id, iat a
+// minute ago, exp nine minutes from now.
+func (a *appTokens) appJWT(key secrets.Secret) (string, error) {
+	rsaKey, err := jwt.ParseRSAPrivateKeyFromPEM([]byte(key.Reveal()))
+	if err != nil {
+		return "", errors.New("the GitHub App's private key is not a PEM-encoded RSA private key")
+	}
+	now := a.now()
+	claims := jwt.RegisteredClaims{
+		Issuer:    strconv.FormatInt(a.app.ID, 10),
+		IssuedAt:  jwt.NewNumericDate(now.Add(-jwtSkew)),
+		ExpiresAt: jwt.NewNumericDate(now.Add(jwtLifetime)),
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodRS256, claims).SignedString(rsaKey)
+	if err != nil {
+		return "", errors.New("signing the App's JWT failed")
+	}
+	return s, nil
+}
