@@ -449,10 +449,3 @@ func sandboxArg(c *cli.Context, required bool) (string, error) {
 	}
 	return id, nil
 }
-
-func noArgs(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return fail(fmt.Sprintf("see cproxy %s --help", c.Command.FullName()), "unexpected argument %q", c.Args().First())
-	}
-	return nil
-}

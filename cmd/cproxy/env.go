@@ -66,9 +66,6 @@ Examples:
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "sh", Usage: "sh (export statements, safe under eval quoted or not), fish (for | source), json, or env (NAME=value lines)"},
 		),
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			format := c.String("format")
 			if err := checkFormat(format, envFormats); err != nil {
 				return err
@@ -250,9 +247,6 @@ Examples:
 			configFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			proxyURL, err := sandboxProxyURL(c)
 			if err != nil {
 				return err

@@ -22,9 +22,6 @@ func manCommand() *cli.Command {
 			"   cproxy man | man -l -\n" +
 			"   cproxy man > ~/.local/share/man/man1/cproxy.1",
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			page, err := manPage()
 			if err != nil {
 				return err

@@ -153,9 +153,6 @@ Examples:
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			sandbox, err := sandboxArg(c, true)
 			if err != nil {
 				return err

@@ -213,9 +213,6 @@ func revokeArgs(c *cli.Context, sandbox string) error {
 // --sandbox id ("" when optional and not given).
 func adminAction(sandboxRequired bool, fn func(c *cli.Context, admin *adminClient, sandbox string) error, checks ...func(c *cli.Context, sandbox string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if err := noArgs(c); err != nil {
-			return err
-		}
 		sandbox, err := sandboxArg(c, sandboxRequired)
 		if err != nil {
 			return err

@@ -55,9 +55,6 @@ Examples:
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text or json"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			format := c.String("format")
 			if err := checkFormat(format, textOrJSON); err != nil {
 				return err

@@ -83,9 +83,6 @@ func versionCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
 			b := readBuildInfo()
 			if c.Bool("json") {
 				return printJSON(c, b)
