@@ -36,6 +36,9 @@ type GitHubAppOptions struct {
 	// TTL is how long a token lives (expires_at); zero means an hour, as
 	// GitHub's do.
 	TTL time.Duration
+	// Now is the clock JWTs are checked and tokens dated by; nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // AppMint is one mint the App endpoint answered with a token.
@@ -78,6 +81,9 @@ func NewAppKey() (*rsa.PrivateKey, []byte, error) {
 func NewGitHubApp(o GitHubAppOptions) *GitHubApp {
 	if o.TTL == 0 {
 		o.TTL = time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	a := &GitHubApp{o: o}
 	a.srv = httptest.NewServer(http.HandlerFunc(a.serve))
@@ -171,7 +177,7 @@ func (a *GitHubApp) serve(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 	json.NewEncoder(w).Encode(map[string]any{
 		"token":        token,
-		"expires_at":   time.Now().Add(a.o.TTL).UTC().Format(time.RFC3339),
+		"expires_at":   a.o.Now().Add(a.o.TTL).UTC().Format(time.RFC3339),
 		"permissions":  req.Permissions,
 		"repositories": repos,
 	})
@@ -185,7 +191,7 @@ func (a *GitHubApp) checkJWT(auth string) string {
 	}
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(text, &claims, func(*jwt.Token) (any, error) { return &a.o.Key.PublicKey, nil },
-		jwt.WithValidMethods([]string{"RS256"}), jwt.WithIssuedAt(), jwt.WithExpirationRequired(), jwt.WithIssuer(strconv.FormatInt(a.o.AppID, 10)))
+		jwt.WithValidMethods([]string{"RS256"}), jwt.WithIssuedAt(), jwt.WithTimeFunc(a.o.Now), jwt.WithExpirationRequired(), jwt.WithIssuer(strconv.FormatInt(a.o.AppID, 10)))
 	if err != nil {
 		return "fake: JWT refused: " + err.Error()
 	}
@@ -195,7 +201,7 @@ func (a *GitHubApp) checkJWT(auth string) string {
 	if life := claims.ExpiresAt.Sub(claims.IssuedAt.Time); life > 10*time.Minute {
 		return fmt.Sprintf("'Expiration time' claim ('exp') is too far in the future (%s after iat)", life)
 	}
-	if claims.IssuedAt.After(time.Now().Add(time.Minute)) {
+	if claims.IssuedAt.After(a.o.Now().Add(time.Minute)) {
 		return "'Issued at' claim ('iat') must be an Integer representing a time in the past"
 	}
 	return ""

@@ -146,7 +146,7 @@ func (a *appTokens) token(ctx context.Context, sandbox, owner, name, access stri
 		}
 		return res.Val.(minted).token, nil
 	case <-ctx.Done():
-		return secrets.Secret{}, routes.Refuse(routes.ErrUpstream, "github route: the request ended while cproxy waited for a GitHub App token")
+		return secrets.Secret{}, routes.Refuse(routes.ErrUpstream, "the request ended while cproxy waited for a GitHub App token")
 	}
 }
 
@@ -195,11 +195,11 @@ type mintReply struct {
 func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minted, error) {
 	repo := owner + "/" + name
 	fail := func(format string, args ...any) (minted, error) {
-		return minted{}, routes.Refuse(routes.ErrUpstream, "github route: cproxy could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
+		return minted{}, routes.Refuse(routes.ErrUpstream, "could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
 	}
 	key, err := a.app.Key.Current()
 	if err != nil {
-		return minted{}, routes.Refuse(routes.ErrUnavailable, "github route: the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
+		return minted{}, routes.Refuse(routes.ErrUnavailable, "the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
 	}
 	jwtText, err := a.appJWT(key)
 	if err != nil {
