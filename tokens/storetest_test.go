@@ -85,7 +85,7 @@ func openTestPostgres(t *testing.T) (*PostgresStore, func(Store) Store) {
 func testPostgresDSN(t testing.TB) string {
 	dsn := os.Getenv("CPROXY_TEST_PG_DSN")
 	if dsn == "" && os.Getenv("CI") == "true" {
-		t.Fatal("CI=true but CPROXY_TEST_PG_DSN is not set: run the tests through .ci/postgres (as .ci/run does)")
+		t.Fatal("CI=true but CPROXY_TEST_PG_DSN is not set: install PostgreSQL (apt-get install postgresql) and run bash .ci/test, which starts a throwaway server")
 	}
 	return dsn
 }
@@ -96,7 +96,7 @@ func NewTestDatabase(t testing.TB) string {
 	t.Helper()
 	dsn := testPostgresDSN(t)
 	if dsn == "" {
-		t.Skip("CPROXY_TEST_PG_DSN is not set")
+		t.Skip("no PostgreSQL server (CPROXY_TEST_PG_DSN is not set): install PostgreSQL (apt-get install postgresql), and bash .ci/test starts one")
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -486,7 +486,7 @@ func condition(cond string) (bool, error) {
 	case "tsc":
 		found, install = os.Getenv("CPROXY_TEST_TSC") != "", ".ci/test installs typescript and sets CPROXY_TEST_TSC"
 	case "pg":
-		found, install = os.Getenv("CPROXY_TEST_PG_DSN") != "", "run the tests through .ci/postgres, which starts a PostgreSQL server and sets CPROXY_TEST_PG_DSN"
+		found, install = os.Getenv("CPROXY_TEST_PG_DSN") != "", "install PostgreSQL (apt-get install postgresql) and run bash .ci/test, which starts a throwaway server and sets CPROXY_TEST_PG_DSN"
 	case "root":
 		if uid := os.Geteuid(); uid != 0 && os.Getenv("CI") == "true" {
 			return false, fmt.Errorf("the tests run as uid %d: CI runs them as root", uid)

@@ -39,9 +39,9 @@ func pgTestDatabase(t *testing.T) string {
 	dsn := os.Getenv("CPROXY_TEST_PG_DSN")
 	if dsn == "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but CPROXY_TEST_PG_DSN is not set: run the tests through .ci/postgres (as .ci/run does)")
+			t.Fatal("CI=true but CPROXY_TEST_PG_DSN is not set: install PostgreSQL (apt-get install postgresql) and run bash .ci/test, which starts a throwaway server")
 		}
-		t.Skip("CPROXY_TEST_PG_DSN is not set")
+		t.Skip("no PostgreSQL server (CPROXY_TEST_PG_DSN is not set): install PostgreSQL (apt-get install postgresql), and bash .ci/test starts one")
 	}
 	var id [6]byte
 	rand.Read(id[:])
@@ -428,7 +428,7 @@ func needPgCtl(t *testing.T) {
 	t.Helper()
 	if os.Getenv("CPROXY_TEST_PG_CTL") == "" || os.Getenv("CPROXY_TEST_PG_DATA") == "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true but CPROXY_TEST_PG_CTL or CPROXY_TEST_PG_DATA is not set: run the tests through .ci/postgres (as .ci/run does)")
+			t.Fatal("CI=true but CPROXY_TEST_PG_CTL or CPROXY_TEST_PG_DATA is not set: install PostgreSQL (apt-get install postgresql) and run bash .ci/test, which starts a throwaway server")
 		}
 		t.Skip("CPROXY_TEST_PG_CTL is not set: the test cannot restart the PostgreSQL server")
 	}
