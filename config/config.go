@@ -85,7 +85,28 @@ type Listen struct {
 	// exist and not be writable by others. Relative to the config file's
 	// directory; LoadConfig stores it resolved. Empty: no per-sandbox sockets.
 	SandboxSockets string `toml:"sandbox_sockets"`
+	// ProxyTLS, if set, is a second proxy listener, host:port, that serves
+	// the same routes as Proxy over TLS (1.2 or later), for clients that
+	// speak only HTTPS to a host that is not their usual one; Proxy keeps
+	// serving plain HTTP. Port 0 picks a free port. Empty: no TLS listener.
+	ProxyTLS string `toml:"proxy_tls"`
+	// TLSCert and TLSKey are credential sources ("file:PATH",
+	// "keyring:NAME", "env:NAME") of ProxyTLS's certificate chain and its
+	// private key, PEM; set both or neither. Neither: cproxy's local CA in
+	// CADir signs a certificate for the names in listen.public_url, the
+	// listener's address and localhost.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// CADir is the folder of cproxy's local certificate authority (created
+	// with mode 0700 when ProxyTLS is set and TLSCert is not). Default
+	// $XDG_STATE_HOME/cproxy/ca, or $HOME/.local/state/cproxy/ca. Relative
+	// to the config file's directory; LoadConfig stores it resolved.
+	CADir string `toml:"ca_dir"`
 }
+
+// LocalCA reports whether the TLS proxy listener's certificate comes from
+// cproxy's local CA in CADir: TLS asked for and no certificate given.
+func (l Listen) LocalCA() bool { return l.ProxyTLS != "" && l.TLSCert == "" }
 
 // UnixPrefix marks a listen.proxy or listen.admin that is a Unix socket
 // path.
@@ -341,8 +362,8 @@ func (Duration) TOMLWant() string { return `a duration string like "30s"` }
 func Default() *Config {
 	return &Config{
 		PolicySettle: Duration{2 * time.Second},
-		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}, BodyTimeout: Duration{time.Minute}},
-		Store:        Store{Kind: StoreBolt, Path: defaultStorePath(), Retention: Duration{DefaultRetention}},
+		Listen:       Listen{Proxy: "127.0.0.1:8080", Admin: "127.0.0.1:9001", Drain: Duration{30 * time.Second}, BodyTimeout: Duration{time.Minute}, CADir: defaultStatePath("ca")},
+		Store:        Store{Kind: StoreBolt, Path: defaultStatePath("cproxy.db"), Retention: Duration{DefaultRetention}},
 		Upstream:     defaultUpstreams(),
 		Log:          Log{Format: "text", Level: "info"},
 		Keyring:      Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
@@ -351,13 +372,14 @@ func Default() *Config {
 	}
 }
 
-// defaultStorePath follows the XDG base directory spec; "" when neither variable helps.
-func defaultStorePath() string {
+// defaultStatePath is name in cproxy's state folder, following the XDG base
+// directory spec; "" when neither variable helps.
+func defaultStatePath(name string) string {
 	if dir := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(dir) {
-		return filepath.Join(dir, "cproxy", "cproxy.db")
+		return filepath.Join(dir, "cproxy", name)
 	}
 	if home := os.Getenv("HOME"); filepath.IsAbs(home) {
-		return filepath.Join(home, ".local", "state", "cproxy", "cproxy.db")
+		return filepath.Join(home, ".local", "state", "cproxy", name)
 	}
 	return ""
 }
@@ -440,6 +462,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 		c.Listen.Admin = UnixPrefix + resolve(dir, sock)
 	}
 	c.Store.Path = resolve(dir, c.Store.Path)
+	c.Listen.CADir = resolve(dir, c.Listen.CADir)
 	c.Keyring.FileDir = resolve(dir, c.Keyring.FileDir)
 	if a := c.Log.Audit; a != "" && a != AuditStdout {
 		c.Log.Audit = resolve(dir, a)
@@ -447,7 +470,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 			checkAuditFile(f, c.Log.Audit)
 		}
 	}
-	creds := []*string{&c.Store.DSN}
+	creds := []*string{&c.Store.DSN, &c.Listen.TLSCert, &c.Listen.TLSKey}
 	for _, k := range UpstreamKinds {
 		creds = append(creds, &c.Upstream[k.Name].Credential, &c.Upstream[k.Name].PrivateKey)
 	}
@@ -515,6 +538,7 @@ func (c *Config) validate(f *policy.File) {
 	if c.Listen.PublicURL != "" {
 		checkURL(f, policy.KeyOf("listen", "public_url"), c.Listen.PublicURL, "http://10.20.30.4:8080")
 	}
+	c.Listen.validateTLS(f)
 	checkPositive(f, policy.KeyOf("listen", "drain"), c.Listen.Drain, "30s")
 	checkPositive(f, policy.KeyOf("listen", "body_timeout"), c.Listen.BodyTimeout, "60s")
 	checkPositive(f, policy.KeyOf("policy_settle"), c.PolicySettle, "2s")
@@ -546,6 +570,38 @@ func (c *Config) validate(f *policy.File) {
 		f.AtValue(policy.KeyOf("log", "audit"), `log.audit: "stderr" is not a destination: leave log.audit out to keep the audit lines with the diagnostic log on standard error, or use "stdout" or a file path (e.g. "audit.jsonl")`)
 	case !auditPathOK(a):
 		f.AtValue(policy.KeyOf("log", "audit"), `log.audit: %q is not a file path (e.g. "/var/log/cproxy/audit.jsonl")`, a)
+	}
+}
+
+// validateTLS checks the TLS proxy listener's keys.
+func (l Listen) validateTLS(f *policy.File) {
+	key := func(name string) policy.Key { return policy.KeyOf("listen", name) }
+	if l.ProxyTLS == "" {
+		for _, k := range []struct{ name, value string }{{"tls_cert", l.TLSCert}, {"tls_key", l.TLSKey}} {
+			if k.value != "" {
+				f.AtValue(key(k.name), `listen.%s: only with listen.proxy_tls, the TLS listener it is for (e.g. proxy_tls = "127.0.0.1:8443")`, k.name)
+			}
+		}
+		return
+	}
+	if strings.HasPrefix(l.ProxyTLS, UnixPrefix) {
+		f.AtValue(key("proxy_tls"), `listen.proxy_tls: a TLS listener is host:port, not a Unix socket (a socket needs no TLS: use listen.proxy = %q)`, l.ProxyTLS)
+		return
+	}
+	checkHostPort(f, key("proxy_tls"), l.ProxyTLS)
+	if !strings.HasSuffix(l.ProxyTLS, ":0") && (l.ProxyTLS == l.Proxy || l.ProxyTLS == l.Admin) {
+		f.AtValue(key("proxy_tls"), "listen.proxy_tls: same address as listen.proxy or listen.admin (pick another port, e.g. \"127.0.0.1:8443\")")
+	}
+	for _, k := range []struct{ name, value string }{{"tls_cert", l.TLSCert}, {"tls_key", l.TLSKey}} {
+		checkCredential(f, key(k.name), k.value, false, false)
+	}
+	switch {
+	case l.TLSCert != "" && l.TLSKey == "":
+		f.AtValue(key("tls_cert"), `listen.tls_key: listen.tls_cert needs its private key's source too (e.g. "file:/etc/cproxy/tls/key.pem"), or leave both out for cproxy's local CA`)
+	case l.TLSCert == "" && l.TLSKey != "":
+		f.AtValue(key("tls_key"), `listen.tls_cert: listen.tls_key needs the certificate's source too (e.g. "file:/etc/cproxy/tls/cert.pem"), or leave both out for cproxy's local CA`)
+	case l.LocalCA() && l.CADir == "":
+		f.AtValue(key("ca_dir"), "listen.ca_dir: no default without $XDG_STATE_HOME or $HOME (set listen.ca_dir, or listen.tls_cert and listen.tls_key)")
 	}
 }
 

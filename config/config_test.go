@@ -231,6 +231,36 @@ listen.proxy = "unix:/run/cproxy/` + strings.Repeat("p", 90) + `.sock"
 			`cproxy.toml:2:16: listen.proxy: "/run/cproxy/` + strings.Repeat("p", 90) + `.sock" is 107 bytes, too long for a Unix socket path: at most 103 bytes (as much as sun_path holds on every platform); use a shorter path, e.g. "unix:/run/cproxy/proxy.sock"`,
 		}},
 
+		{"tls keys without the TLS listener", `[listen]
+tls_cert = "file:cert.pem"
+tls_key = "file:key.pem"
+`, []string{
+			`cproxy.toml:2:12: listen.tls_cert: only with listen.proxy_tls, the TLS listener it is for (e.g. proxy_tls = "127.0.0.1:8443")`,
+			`cproxy.toml:3:11: listen.tls_key: only with listen.proxy_tls, the TLS listener it is for (e.g. proxy_tls = "127.0.0.1:8443")`,
+		}},
+
+		{"tls listener problems", `[listen]
+proxy = "127.0.0.1:8080"
+proxy_tls = "127.0.0.1:8080"
+tls_cert = "-----BEGIN CERTIFICATE-----"
+`, []string{
+			`cproxy.toml:3:13: listen.proxy_tls: same address as listen.proxy or listen.admin (pick another port, e.g. "127.0.0.1:8443")`,
+			`cproxy.toml:4:12: listen.tls_cert: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the secret itself)`,
+			`cproxy.toml:4:12: listen.tls_key: listen.tls_cert needs its private key's source too (e.g. "file:/etc/cproxy/tls/key.pem"), or leave both out for cproxy's local CA`,
+		}},
+
+		{"tls listener on a socket", `[listen]
+proxy_tls = "unix:/run/cproxy/tls.sock"
+`, []string{
+			`cproxy.toml:2:13: listen.proxy_tls: a TLS listener is host:port, not a Unix socket (a socket needs no TLS: use listen.proxy = "unix:/run/cproxy/tls.sock")`,
+		}},
+
+		{"tls key without cert", `listen.proxy_tls = "127.0.0.1:0"
+listen.tls_key = "keyring:tls-key"
+`, []string{
+			`cproxy.toml:2:18: listen.tls_cert: listen.tls_key needs the certificate's source too (e.g. "file:/etc/cproxy/tls/cert.pem"), or leave both out for cproxy's local CA`,
+		}},
+
 		{"wrong types", `[listen]
 admin = 9001
 drain = 30
@@ -359,7 +389,7 @@ credentials = "env:X"
 [[sandbox]]
 `, []string{
 			`cproxy.toml:1:1: unknown key "polcy" (did you mean "policy"?)`,
-			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, body_timeout, drain, proxy, public_url, ready_file, sandbox_sockets)`,
+			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, body_timeout, ca_dir, drain, proxy, proxy_tls, public_url, ready_file, sandbox_sockets, tls_cert, tls_key)`,
 			`cproxy.toml:5:1: unknown key "credentials" in [upstream.anthropic] (did you mean "credential"?)`,
 			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known upstreams: anthropic, github, npm; for another service, add a [relay.gitlab] table)`,
 			`cproxy.toml:7:3: unknown key "sandbox" (profiles and [[sandbox]] rules go in the policy file that policy = "…" names)`,

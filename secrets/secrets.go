@@ -8,6 +8,7 @@
 package secrets
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -155,6 +156,23 @@ func (l *Loader) listed(name string) error {
 		return fmt.Errorf("keyring:%s: %w in %s: run cproxy secret set %s", name, ErrNotFound, l.ring, name)
 	}
 	return nil
+}
+
+// LoadPEM reads a PEM document s names, such as a TLS private key: a
+// file: holds it as it is, line breaks and all (mode 0600, as every
+// credential file); an env: or keyring: source, which holds one line,
+// holds the whole file base64-encoded (base64 -w0 key.pem). Errors never
+// quote the value.
+func (l *Loader) LoadPEM(s Source) (Secret, error) {
+	v, err := l.load(s, true)
+	if err != nil || strings.HasPrefix(v.v, "-----BEGIN ") {
+		return v, err
+	}
+	b, err := base64.StdEncoding.DecodeString(v.v)
+	if err != nil || !strings.Contains(string(b), "-----BEGIN ") {
+		return Secret{}, fmt.Errorf("%s: neither a PEM document nor one base64-encoded (store the file as base64 -w0 FILE prints it)", s)
+	}
+	return Secret{v: string(b)}, nil
 }
 
 func loadFile(path string, lines bool) (Secret, error) {

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,5 +111,38 @@ func TestKeyFileLines(t *testing.T) {
 	}
 	if got, _ := lv.Current(); got.Reveal() != strings.TrimSpace(pemText) {
 		t.Errorf("got %q", got.Reveal())
+	}
+}
+
+func TestPEMSource(t *testing.T) {
+	const doc = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIC" + canary + "\n-----END EC PRIVATE KEY-----"
+	path := filepath.Join(t.TempDir(), "key.pem")
+	if err := os.WriteFile(path, []byte(doc+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := new(Loader)
+	// A file holds the document as it is; Load, for one-line credentials,
+	// refuses it.
+	if s, err := l.LoadPEM(Source("file:" + path)); err != nil || s.Reveal() != doc {
+		t.Errorf("LoadPEM(file:) = %q, %v; want the document", s.Reveal(), err)
+	}
+	if _, err := l.Load(Source("file:" + path)); err == nil {
+		t.Error("Load took a file of several lines")
+	}
+	// A file others may read is refused, as for every credential.
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LoadPEM(Source("file:" + path)); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("LoadPEM took a key file of mode 0644: %v", err)
+	}
+	// env: (and keyring:) hold it base64-encoded, on one line.
+	t.Setenv("CPROXY_TEST_PEM", base64.StdEncoding.EncodeToString([]byte(doc)))
+	if s, err := l.LoadPEM("env:CPROXY_TEST_PEM"); err != nil || s.Reveal() != doc {
+		t.Errorf("LoadPEM(env: base64) = %q, %v; want the document", s.Reveal(), err)
+	}
+	t.Setenv("CPROXY_TEST_PEM", canary)
+	if _, err := l.LoadPEM("env:CPROXY_TEST_PEM"); err == nil || strings.Contains(err.Error(), canary) {
+		t.Errorf("LoadPEM(env: not PEM) = %v; want an error without the value", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -257,6 +259,8 @@ func cmdFakeAnswers(ts *testscript.TestScript, neg bool, args []string) {
 // waitready FILE: wait for cproxy serve's ready file, then set PROXY and
 // ADMIN to its listeners' URLs, PROXY_ADDR and ADMIN_ADDR to their
 // host:port and SERVE_PID to its process id.
+// A TLS proxy listener sets PROXY_TLS to its https URL and PROXY_TLS_ADDR
+// to its host:port.
 // A proxy on a Unix socket sets PROXY_SOCKET to its path instead of PROXY;
 // an admin listener on one sets ADMIN to unix:PATH, as --admin takes it,
 // and ADMIN_SOCKET to its path, for http -unix.
@@ -271,6 +275,7 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 		if err == nil {
 			var ready struct {
 				Proxy, Admin string
+				ProxyTLS     string `json:"proxy_tls"`
 				PID          int
 			}
 			if err := json.Unmarshal(b, &ready); err != nil {
@@ -287,6 +292,10 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 				ts.Setenv("ADMIN", ready.Admin)
 				ts.Setenv("ADMIN_SOCKET", sock)
 			}
+			if ready.ProxyTLS != "" {
+				ts.Setenv("PROXY_TLS", "https://"+ready.ProxyTLS)
+				ts.Setenv("PROXY_TLS_ADDR", ready.ProxyTLS)
+			}
 			ts.Setenv("SERVE_PID", strconv.Itoa(ready.PID))
 			return
 		}
@@ -297,9 +306,10 @@ func cmdWaitReady(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// http [-H 'Name: value']... [-d BODY | -f FILE] [-from ADDR | -unix PATH]
-// METHOD URL: send one request, from the local address ADDR or over the
-// Unix socket PATH if given; stdout gets "HTTP <status>", the response
+// http [-H 'Name: value']... [-d BODY | -f FILE] [-from ADDR | -unix PATH |
+// -cacert FILE] METHOD URL: send one request, from the local address ADDR
+// or over the Unix socket PATH if given, or to an https URL whose
+// certificate the CA certificates in FILE sign; stdout gets "HTTP <status>", the response
 // headers cproxy or the upstream set that a test asserts on, a blank line
 // and the body. Every response is checked for the canary credentials.
 func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
@@ -330,6 +340,14 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 			transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return (&net.Dialer{}).DialContext(ctx, "unix", path)
 			}}
+		case "-cacert":
+			// An https URL, the server's certificate checked against the
+			// PEM certificates in the file alone.
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM([]byte(ts.ReadFile(args[1]))) {
+				ts.Fatalf("http -cacert: no PEM certificate in %s", args[1])
+			}
+			transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
 		case "-H":
 			headers = append(headers, args[1])
 		case "-d":
@@ -342,7 +360,7 @@ func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 		args = args[2:]
 	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: http [-H 'Name: value'] [-d BODY | -f FILE] [-from ADDR | -unix PATH] [-leave held] METHOD URL")
+		ts.Fatalf("usage: http [-H 'Name: value'] [-d BODY | -f FILE] [-from ADDR | -unix PATH | -cacert FILE] [-leave held] METHOD URL")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -430,12 +448,33 @@ func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // nosecrets [FILE...]: fail if the last command's stdout or stderr, or the
-// named files, hold a canary credential (raw, base64 or URL-encoded).
+// named files, hold a canary credential (raw, base64 or URL-encoded), or,
+// when $SECRET_FILE names a file (such as the local CA's key), any of its
+// lines of 16 characters or more.
 func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
-	checkNoSecrets(ts, "stdout", ts.ReadFile("stdout"))
-	checkNoSecrets(ts, "stderr", ts.ReadFile("stderr"))
+	var secretLines []string
+	if f := ts.Getenv("SECRET_FILE"); f != "" {
+		for line := range strings.Lines(ts.ReadFile(f)) {
+			if line = strings.TrimSpace(line); len(line) >= 16 && !strings.HasPrefix(line, "-----") {
+				secretLines = append(secretLines, line)
+			}
+		}
+		if len(secretLines) == 0 {
+			ts.Fatalf("nosecrets: $SECRET_FILE %s has no line to look for", f)
+		}
+	}
+	check := func(where, s string) {
+		checkNoSecrets(ts, where, s)
+		for _, line := range secretLines {
+			if strings.Contains(s, line) {
+				ts.Fatalf("%s holds a line of %s", where, ts.Getenv("SECRET_FILE"))
+			}
+		}
+	}
+	check("stdout", ts.ReadFile("stdout"))
+	check("stderr", ts.ReadFile("stderr"))
 	for _, f := range args {
-		checkNoSecrets(ts, f, ts.ReadFile(f))
+		check(f, ts.ReadFile(f))
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +67,7 @@ Examples:
 		Flags: []cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "proxy-addr", Usage: "proxy listener `HOST:PORT`, or unix:PATH (listen.proxy)", EnvVars: []string{"CPROXY_PROXY_ADDR"}},
+			&cli.StringFlag{Name: "proxy-tls-addr", Usage: "TLS proxy listener `HOST:PORT`, beside the plain one (listen.proxy_tls)", EnvVars: []string{"CPROXY_PROXY_TLS_ADDR"}},
 			&cli.StringFlag{Name: "admin-addr", Usage: "admin listener `HOST:PORT`, or unix:PATH (listen.admin)", EnvVars: []string{"CPROXY_ADMIN_ADDR"}},
 			&cli.StringFlag{Name: "public-url", Usage: "cproxy's `URL` as the sandboxes see it (listen.public_url)", EnvVars: []string{"CPROXY_PUBLIC_URL"}},
 			&cli.StringFlag{Name: "ready-file", Usage: "write the listening addresses to `FILE` once both listen (listen.ready_file)", EnvVars: []string{"CPROXY_READY_FILE"}},
@@ -131,6 +133,7 @@ func applyServeFlags(c *cli.Context, cfg *config.Config) error {
 		}
 	}
 	set("proxy-addr", &cfg.Listen.Proxy)
+	set("proxy-tls-addr", &cfg.Listen.ProxyTLS)
 	set("admin-addr", &cfg.Listen.Admin)
 	set("public-url", &cfg.Listen.PublicURL)
 	set("ready-file", &cfg.Listen.ReadyFile)
@@ -348,13 +351,20 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		return err
 	}
 	defer proxyLn.Close()
+	tlsLn, tlsAddr, tlsConfig, err := listenProxyTLS(cfg, loader, log)
+	if err != nil {
+		return err
+	}
+	if tlsLn != nil {
+		defer tlsLn.Close()
+	}
 	adminLn, adminAddr, err := listenAdmin(cfg)
 	if err != nil {
 		return err
 	}
 	defer adminLn.Close()
 
-	public := tarballBase(cfg, proxyLn.Addr())
+	public := tarballBase(cfg, proxyLn.Addr(), tlsLn != nil)
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
 		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
@@ -379,6 +389,15 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), admin.Handler(srv, serving)
 	listeners := []net.Listener{srv.LimitConnections(proxyLn), adminLn}
 	stoppers := []shutdowner{servers[0], servers[1]}
+	if tlsLn != nil {
+		// The same routes over TLS, its connections counted with the
+		// plain listener's.
+		hs := newServer()
+		hs.Handler, hs.ErrorLog = servers[0].Handler, tlsErrorLog(log)
+		servers = append(servers, hs)
+		listeners = append(listeners, tls.NewListener(srv.LimitConnections(tlsLn), tlsConfig))
+		stoppers = append(stoppers, hs)
+	}
 	if sockets != nil {
 		stoppers = append(stoppers, sockets)
 	}
@@ -391,10 +410,10 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	for i, hs := range servers {
 		go func() { served <- hs.Serve(listeners[i]) }()
 	}
-	log.Info("cproxy listening", "proxy", proxyAddr, "admin", adminAddr,
+	log.Info("cproxy listening", "proxy", proxyAddr, "proxy_tls", tlsAddr, "admin", adminAddr,
 		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg), "cpus", runtime.GOMAXPROCS(0))
 	if cfg.Listen.ReadyFile != "" {
-		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, Admin: adminAddr, SandboxSockets: sockets.Dir()}); err != nil {
+		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, ProxyTLS: tlsAddr, Admin: adminAddr, SandboxSockets: sockets.Dir()}); err != nil {
 			return fail("", "ready file: %v", err)
 		}
 		defer os.Remove(cfg.Listen.ReadyFile)
@@ -662,13 +681,14 @@ func publicURL(cfg *config.Config, proxy net.Addr) string {
 
 // tarballBase is the URL rewritten packuments point their tarballs at:
 // listen.public_url, or the proxy address when it is one a sandbox can
-// dial. For a wildcard address (0.0.0.0, [::]) it is "", and the npm route
-// uses the Host each request came with: the address that sandbox reached.
-func tarballBase(cfg *config.Config, proxy net.Addr) string {
+// dial. For a wildcard address (0.0.0.0, [::]), or with a TLS listener
+// beside the plain one, it is "", and the npm route uses the scheme and
+// Host each request came with: the listener that sandbox reached.
+func tarballBase(cfg *config.Config, proxy net.Addr, withTLS bool) string {
 	if cfg.Listen.PublicURL != "" {
 		return cfg.Listen.PublicURL
 	}
-	if a, ok := proxy.(*net.TCPAddr); !ok || a.IP.IsUnspecified() {
+	if a, ok := proxy.(*net.TCPAddr); !ok || a.IP.IsUnspecified() || withTLS {
 		return ""
 	}
 	return "http://" + proxy.String()
@@ -677,7 +697,9 @@ func tarballBase(cfg *config.Config, proxy net.Addr) string {
 // readyInfo is the ready file's content.
 type readyInfo struct {
 	Proxy string `json:"proxy"` // host:port, or unix:PATH
-	Admin string `json:"admin"`
+	// ProxyTLS is the TLS proxy listener's host:port, when there is one.
+	ProxyTLS string `json:"proxy_tls,omitempty"`
+	Admin    string `json:"admin"`
 	// SandboxSockets is listen.sandbox_sockets, where DIR/SANDBOX.sock are.
 	SandboxSockets string `json:"sandbox_sockets,omitempty"`
 	PID            int    `json:"pid"`

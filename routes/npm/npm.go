@@ -324,6 +324,9 @@ func (s *route) Serve(a *routes.Call) {
 		public := strings.TrimSuffix(s.publicURL, "/")
 		if public == "" {
 			public = "http://" + r.Host
+			if r.TLS != nil {
+				public = "https://" + r.Host
+			}
 		}
 		// cproxy must read what it rewrites: gzip or nothing.
 		r.Header = r.Header.Clone()
