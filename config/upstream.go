@@ -40,7 +40,8 @@ type Upstream struct {
 	// with AppID.
 	PrivateKey string `toml:"private_key"`
 	// InstallationID is the App's installation whose tokens are minted.
-	// Required with AppID.
+	// Zero: each repository's, looked up per owner (GET
+	// /repos/OWNER/NAME/installation).
 	InstallationID int64 `toml:"installation_id"`
 	// APIURL is the REST API the tokens are minted at. Default: its kind's
 	// AppAPI (https://api.github.com; https://HOST/api/v3 for GitHub
@@ -194,8 +195,8 @@ func (c *Config) impliedCredential(f *policy.File) {
 }
 
 // validateApp checks an upstream's GitHub App keys: only for a kind that
-// takes an App; app_id, private_key and installation_id together; never
-// with a credential. It reads the values alone, not which keys the file
+// takes an App; app_id with private_key, installation_id only with them;
+// never with a credential. It reads the values alone, not which keys the file
 // sets: Validate checks a config changed after loading.
 func (c *Config) validateApp(f *policy.File, k UpstreamKind) {
 	u, key := c.Upstream[k.Name], policy.KeyOf("upstream", k.Name)
@@ -228,11 +229,8 @@ func (c *Config) validateApp(f *policy.File, k UpstreamKind) {
 	} else {
 		checkCredential(f, key.Dot("private_key"), u.PrivateKey, false, false)
 	}
-	switch {
-	case u.InstallationID == 0:
-		f.AtKey(key.Dot("app_id"), "%s: needs %s, the id of the App's installation on the account whose repositories the sandboxes use (the number at the end of the installation's settings URL)", key.Dot("app_id"), key.Dot("installation_id"))
-	case u.InstallationID < 0:
-		f.AtValue(key.Dot("installation_id"), "%s: %d is not an installation id (a positive number: the end of the installation's settings URL)", key.Dot("installation_id"), u.InstallationID)
+	if u.InstallationID < 0 {
+		f.AtValue(key.Dot("installation_id"), "%s: %d is not an installation id (a positive number: the end of the installation's settings URL; leave it out to look it up per repository owner)", key.Dot("installation_id"), u.InstallationID)
 	}
 	checkURL(f, key.Dot("api_url"), u.APIURL, k.AppAPI)
 }

@@ -114,8 +114,7 @@ installation_id = 2
 `, `cproxy.toml:2:14: upstream.github.credential: cannot be combined with upstream.github.app_id: a GitHub App mints its own tokens; remove credential to use the App, or remove app_id, private_key and installation_id to send the token`},
 		{`[upstream.github]
 app_id = 1
-`, `cproxy.toml:2:1: upstream.github.app_id: needs upstream.github.installation_id, the id of the App's installation on the account whose repositories the sandboxes use (the number at the end of the installation's settings URL)
-cproxy.toml:2:1: upstream.github.app_id: needs upstream.github.private_key, where the App's private key (PEM) comes from (e.g. "file:/etc/cproxy/github-app.pem")`},
+`, `cproxy.toml:2:1: upstream.github.app_id: needs upstream.github.private_key, where the App's private key (PEM) comes from (e.g. "file:/etc/cproxy/github-app.pem")`},
 		{`[upstream.github]
 private_key = "env:KEY"
 installation_id = 2
@@ -127,7 +126,7 @@ private_key = "KEY"
 installation_id = -3
 api_url = "api.github.com"
 `, `cproxy.toml:3:15: upstream.github.private_key: not a credential source (use "env:NAME", "file:PATH" or "keyring:NAME"; never the secret itself)
-cproxy.toml:4:19: upstream.github.installation_id: -3 is not an installation id (a positive number: the end of the installation's settings URL)
+cproxy.toml:4:19: upstream.github.installation_id: -3 is not an installation id (a positive number: the end of the installation's settings URL; leave it out to look it up per repository owner)
 cproxy.toml:5:11: upstream.github.api_url: `},
 		{`[upstream.npm]
 app_id = 1

@@ -50,7 +50,8 @@ type AppMint struct {
 
 // GitHubApp is a stand-in for GitHub's REST API endpoint that mints App
 // installation tokens, POST /app/installations/ID/access_tokens, on a
-// loopback port. It checks the JWT as GitHub does (RS256 signed with the
+// loopback port, and GET /repos/OWNER/NAME/installation, which finds the
+// installation of a repository. It checks the JWT as GitHub does (RS256 signed with the
 // App's key, iss the App's id, iat and exp present, exp at most ten
 // minutes after iat and not past), records each mint, and hands each token
 // to Git, narrowed to the one repository and contents access asked for.
@@ -64,6 +65,7 @@ type GitHubApp struct {
 
 	mu      sync.Mutex
 	mints   []AppMint
+	lookups int
 	refused []string // why each refused request was refused
 }
 
@@ -118,12 +120,17 @@ func (a *GitHubApp) refuse(w http.ResponseWriter, status int, why string) {
 }
 
 func (a *GitHubApp) serve(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/app/installations/"+strconv.FormatInt(a.o.Installation, 10)+"/access_tokens" {
+	lookup := r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/repos/") && strings.HasSuffix(r.URL.Path, "/installation")
+	if !lookup && (r.Method != http.MethodPost || r.URL.Path != "/app/installations/"+strconv.FormatInt(a.o.Installation, 10)+"/access_tokens") {
 		a.refuse(w, http.StatusNotFound, "Not Found")
 		return
 	}
 	if why := a.checkJWT(r.Header.Get("Authorization")); why != "" {
 		a.refuse(w, http.StatusUnauthorized, why)
+		return
+	}
+	if lookup {
+		a.lookup(w, strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/repos/"), "/installation"))
 		return
 	}
 	var req struct {
@@ -181,6 +188,28 @@ func (a *GitHubApp) serve(w http.ResponseWriter, r *http.Request) {
 		"permissions":  req.Permissions,
 		"repositories": repos,
 	})
+}
+
+// lookup answers GET /repos/OWNER/NAME/installation: the installation, for
+// a repository of its account that Git holds.
+func (a *GitHubApp) lookup(w http.ResponseWriter, ownerName string) {
+	owner, _, _ := strings.Cut(ownerName, "/")
+	if !strings.EqualFold(owner, a.o.Account) || a.o.Git.Ref(ownerName, "HEAD") == "" {
+		a.refuse(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	a.mu.Lock()
+	a.lookups++
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	json.NewEncoder(w).Encode(map[string]any{"id": a.o.Installation, "account": map[string]string{"login": a.o.Account}})
+}
+
+// Lookups counts the installation look-ups answered.
+func (a *GitHubApp) Lookups() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lookups
 }
 
 // checkJWT says why auth is not a valid JWT of the App, or "".

@@ -86,6 +86,9 @@ type appTokens struct {
 	// ended counts each sandbox's revocations: a mint that started before
 	// one is not kept, and never shared with a mint after it.
 	ended map[string]uint64
+	// installs are the installation ids looked up, by owner (lower case),
+	// without upstream.github.installation_id.
+	installs map[string]int64
 }
 
 func newAppTokens(app *routes.App, now func() time.Time, log *slog.Logger) *appTokens {
@@ -98,8 +101,9 @@ func newAppTokens(app *routes.App, now func() time.Time, log *slog.Logger) *appT
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 			Timeout:       mintTimeout,
 		},
-		tokens: map[scope]minted{},
-		ended:  map[string]uint64{},
+		tokens:   map[scope]minted{},
+		ended:    map[string]uint64{},
+		installs: map[string]int64{},
 	}
 }
 
@@ -113,6 +117,17 @@ func (a *appTokens) EndSandbox(sandbox string) {
 		}
 	}
 	a.ended[sandbox]++
+}
+
+// forget drops token, which GitHub refused, wherever it is kept.
+func (a *appTokens) forget(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for s, m := range a.tokens {
+		if m.token.Reveal() == token {
+			delete(a.tokens, s)
+		}
+	}
 }
 
 // token returns an installation token for sandbox to reach owner/name with
@@ -179,14 +194,107 @@ type mintRequest struct {
 	Permissions  map[string]string `json:"permissions"`
 }
 
-// mintReply is what GitHub answers a mint with (201), and its error shape.
+// mintReply is what GitHub answers a mint with (201).
 type mintReply struct {
 	Token        string    `json:"token"`
 	ExpiresAt    time.Time `json:"expires_at"`
 	Repositories []struct {
 		FullName string `json:"full_name"`
 	} `json:"repositories"`
-	Message string `json:"message"`
+}
+
+// apiReply is one answer of GitHub's REST API: its status, its body
+// decoded into the caller's value (decodeErr says whether that worked), and
+// its message (GitHub's error text), quoted for a refusal.
+type apiReply struct {
+	status    int
+	decodeErr error
+	said      string
+}
+
+// call sends method path (under api_url) to GitHub's API with the App's
+// JWT and body as JSON (nil: none), and decodes the answer into out. An
+// error is a refusal, worded by fail.
+func (a *appTokens) call(ctx context.Context, method, path string, body, out any, fail func(string, ...any) error) (apiReply, error) {
+	key, err := a.app.Key.Current()
+	if err != nil {
+		return apiReply{}, routes.Refuse(routes.ErrUnavailable, "the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
+	}
+	jwtText, err := a.appJWT(key)
+	if err != nil {
+		return apiReply{}, fail("%v; the operator must fix upstream.github.private_key", err)
+	}
+	var sent io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		sent = bytes.NewReader(b)
+	}
+	u := *a.app.API
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), sent)
+	if err != nil {
+		return apiReply{}, fail("%v", err)
+	}
+	req.Header.Set("Accept", "application/vnd.github+json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("X-GitHub-Api-Version", apiVersion)
+	req.Header.Set("User-Agent", "cproxy")
+	req.Header.Set("Authorization", "Bearer "+jwtText)
+	resp, err := a.client.Do(req)
+	if err != nil {
+		a.log.Warn("github app request failed", "api", a.app.API.Host, "err", errors.Unwrap(err))
+		return apiReply{}, fail("the GitHub API at %s could not be reached; try again later", a.app.API.Host)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxMintReply))
+	var msg struct {
+		Message string `json:"message"`
+	}
+	json.Unmarshal(data, &msg)
+	r := apiReply{status: resp.StatusCode, decodeErr: json.Unmarshal(data, out)}
+	if msg.Message != "" {
+		r.said = fmt.Sprintf(" (%q)", routes.Clip(oneLine(msg.Message), 200))
+	}
+	if r.status == http.StatusUnauthorized {
+		return r, fail("GitHub refused the App's JWT with 401%s; the operator must check upstream.github.app_id and private_key, and this machine's clock", r.said)
+	}
+	return r, nil
+}
+
+// installation is the id of the App's installation whose tokens reach
+// owner/name: upstream.github.installation_id, or, without it, the one
+// GitHub names for the repository (GET /repos/OWNER/NAME/installation),
+// kept per owner.
+func (a *appTokens) installation(ctx context.Context, owner, name string, fail func(string, ...any) error) (int64, error) {
+	if a.app.Installation != 0 {
+		return a.app.Installation, nil
+	}
+	a.mu.Lock()
+	id, ok := a.installs[strings.ToLower(owner)]
+	a.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	var reply struct {
+		ID int64 `json:"id"`
+	}
+	r, err := a.call(ctx, http.MethodGet, "/repos/"+owner+"/"+name+"/installation", nil, &reply, fail)
+	switch {
+	case err != nil:
+		return 0, err
+	case r.status == http.StatusNotFound:
+		return 0, fail("the GitHub App is not installed on %s with access to it (GitHub answered 404%s): the operator must install the App on %s", owner, r.said, owner)
+	case r.status != http.StatusOK:
+		return 0, fail("GitHub answered %d%s to the App's installation look-up; try again later", r.status, r.said)
+	case r.decodeErr != nil || reply.ID <= 0:
+		return 0, fail("GitHub's answer to the App's installation look-up has no id")
+	}
+	a.mu.Lock()
+	a.installs[strings.ToLower(owner)] = reply.ID
+	a.mu.Unlock()
+	return reply.ID, nil
 }
 
 // mint asks GitHub for a token of the App's installation that reaches
@@ -194,62 +302,43 @@ type mintReply struct {
 // metadata: read to every token).
 func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minted, error) {
 	repo := owner + "/" + name
-	fail := func(format string, args ...any) (minted, error) {
-		return minted{}, routes.Refuse(routes.ErrUpstream, "could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
+	fail := func(format string, args ...any) error {
+		return routes.Refuse(routes.ErrUpstream, "could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
 	}
-	key, err := a.app.Key.Current()
+	id, err := a.installation(ctx, owner, name, fail)
 	if err != nil {
-		return minted{}, routes.Refuse(routes.ErrUnavailable, "the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
+		return minted{}, err
 	}
-	jwtText, err := a.appJWT(key)
-	if err != nil {
-		return fail("%v; the operator must fix upstream.github.private_key", err)
-	}
-	body, _ := json.Marshal(mintRequest{Repositories: []string{name}, Permissions: map[string]string{"contents": access}})
-	u := *a.app.API
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/app/installations/" + strconv.FormatInt(a.app.Installation, 10) + "/access_tokens"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return fail("%v", err)
-	}
-	req.Header.Set("Accept", "application/vnd.github+json")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Api-Version", apiVersion)
-	req.Header.Set("User-Agent", "cproxy")
-	req.Header.Set("Authorization", "Bearer "+jwtText)
-	resp, err := a.client.Do(req)
-	if err != nil {
-		a.log.Warn("github app token request failed", "api", a.app.API.Host, "err", errors.Unwrap(err))
-		return fail("the GitHub API at %s could not be reached; try again later", a.app.API.Host)
-	}
-	defer resp.Body.Close()
 	var reply mintReply
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxMintReply))
-	decodeErr := json.Unmarshal(data, &reply)
-	said := ""
-	if reply.Message != "" {
-		said = fmt.Sprintf(" (%q)", routes.Clip(oneLine(reply.Message), 200))
+	r, err := a.call(ctx, http.MethodPost, "/app/installations/"+strconv.FormatInt(id, 10)+"/access_tokens",
+		mintRequest{Repositories: []string{name}, Permissions: map[string]string{"contents": access}}, &reply, fail)
+	if err != nil {
+		return minted{}, err
 	}
 	switch {
-	case resp.StatusCode == http.StatusUnauthorized:
-		return fail("GitHub refused the App's JWT with 401%s; the operator must check upstream.github.app_id and private_key, and this machine's clock", said)
-	case resp.StatusCode == http.StatusNotFound:
-		return fail("GitHub answered 404%s: the operator must check upstream.github.installation_id (%d) and api_url", said, a.app.Installation)
-	case resp.StatusCode == http.StatusUnprocessableEntity || resp.StatusCode == http.StatusForbidden:
-		return fail("GitHub answered %d%s: the App's installation %d may lack the repository or contents %s permission; the operator must install the App on %s and grant it Contents: read and write", resp.StatusCode, said, a.app.Installation, access, repo)
-	case resp.StatusCode != http.StatusCreated:
-		return fail("GitHub answered %d%s; try again later", resp.StatusCode, said)
-	case decodeErr != nil || reply.Token == "" || reply.ExpiresAt.IsZero():
-		return fail("GitHub's answer has no token and expires_at")
+	case r.status == http.StatusNotFound:
+		if a.app.Installation == 0 {
+			// Uninstalled since it was looked up: look it up again next time.
+			a.mu.Lock()
+			delete(a.installs, strings.ToLower(owner))
+			a.mu.Unlock()
+		}
+		return minted{}, fail("GitHub answered 404%s for installation %d: the operator must check upstream.github.installation_id and api_url", r.said, id)
+	case r.status == http.StatusUnprocessableEntity || r.status == http.StatusForbidden:
+		return minted{}, fail("GitHub answered %d%s: the App's installation %d may lack the repository or contents %s permission; the operator must install the App on %s and grant it Contents: read and write", r.status, r.said, id, access, repo)
+	case r.status != http.StatusCreated:
+		return minted{}, fail("GitHub answered %d%s; try again later", r.status, r.said)
+	case r.decodeErr != nil || reply.Token == "" || reply.ExpiresAt.IsZero():
+		return minted{}, fail("GitHub's answer has no token and expires_at")
 	}
-	// A fixed installation belongs to one account: a token for another
+	// An installation belongs to one account: a token for another
 	// account's repository of the same name is never used.
 	if len(reply.Repositories) != 1 || !strings.EqualFold(reply.Repositories[0].FullName, repo) {
 		got := ""
 		if len(reply.Repositories) == 1 {
 			got = routes.Clip(reply.Repositories[0].FullName, 140)
 		}
-		return fail("the App's installation %d gave a token for %q, not for %s: it is installed on another account; the operator must point upstream.github.installation_id at the installation on %s", a.app.Installation, got, repo, owner)
+		return minted{}, fail("the App's installation %d gave a token for %q, not for %s: it is installed on another account; the operator must point upstream.github.installation_id at the installation on %s, or leave it out to look the installation up per owner", id, got, repo, owner)
 	}
 	return minted{token: secrets.New(reply.Token), until: reply.ExpiresAt.Add(-tokenMargin)}, nil
 }

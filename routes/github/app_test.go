@@ -164,7 +164,7 @@ func TestAppTokenMintFails(t *testing.T) {
 		repo, want string
 	}{
 		{"acme/missing", "cproxy: could not get a GitHub App token for acme/missing: GitHub answered 422 (\"There is at least one repository that does not exist or is not accessible to the parent installation.\"): the App's installation 5 may lack the repository or contents read permission; the operator must install the App on acme/missing and grant it Contents: read and write"},
-		{"other/app", "cproxy: could not get a GitHub App token for other/app: the App's installation 5 gave a token for \"acme/app\", not for other/app: it is installed on another account; the operator must point upstream.github.installation_id at the installation on other"},
+		{"other/app", "cproxy: could not get a GitHub App token for other/app: the App's installation 5 gave a token for \"acme/app\", not for other/app: it is installed on another account; the operator must point upstream.github.installation_id at the installation on other, or leave it out to look the installation up per owner"},
 	} {
 		owner, name, _ := strings.Cut(tc.repo, "/")
 		_, err := f.tokens.token(context.Background(), "conv-1", owner, name, accessRead)
@@ -215,5 +215,46 @@ func TestAppTokenNarrowedByGitHub(t *testing.T) {
 		if resp.StatusCode != tc.status {
 			t.Errorf("%s: %d, want %d", tc.path, resp.StatusCode, tc.status)
 		}
+	}
+}
+
+// GitHub refusing a kept token (401 from git) drops it: the next request
+// mints another.
+func TestAppTokenRefusedByGitHub(t *testing.T) {
+	f := newAppFixture(t, "acme/app")
+	first := f.token(t, "conv-1", "acme/app", accessRead)
+	req, _ := http.NewRequest(http.MethodGet, f.git.URL+"/acme/app.git/info/refs?service=git-upload-pack", nil)
+	req.SetBasicAuth("x-access-token", first.Reveal())
+	err := f.tokens.checkResponse(&http.Response{StatusCode: http.StatusUnauthorized, Request: req})
+	if status, _ := routes.Status(err); status != http.StatusBadGateway {
+		t.Errorf("a 401 from git: %v", err)
+	}
+	if got := f.token(t, "conv-1", "acme/app", accessRead); got == first {
+		t.Error("a token GitHub refused was sent again")
+	}
+	if n := len(f.app.Mints()); n != 2 {
+		t.Errorf("mints: %d, want 2", n)
+	}
+}
+
+// Without installation_id, the installation is looked up once per owner
+// (GET /repos/OWNER/NAME/installation); an owner the App is not installed
+// on is refused with the fix.
+func TestAppTokenInstallationLookup(t *testing.T) {
+	f := newAppFixture(t, "acme/app", "acme/lib")
+	f.tokens.app.Installation = 0
+	f.token(t, "conv-1", "acme/app", accessRead)
+	f.token(t, "conv-1", "Acme/lib", accessWrite)
+	if n := f.app.Lookups(); n != 1 {
+		t.Errorf("look-ups: %d, want 1", n)
+	}
+	want := []string{"repositories=app contents=read", "repositories=lib contents=write"}
+	if got := fakes.MintLines(f.app.Mints()); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("mints: %q", got)
+	}
+	_, err := f.tokens.token(context.Background(), "conv-1", "other", "app", accessRead)
+	wantErr := `cproxy: could not get a GitHub App token for other/app: the GitHub App is not installed on other with access to it (GitHub answered 404 ("Not Found")): the operator must install the App on other`
+	if routes.Message(err) != wantErr {
+		t.Errorf("another owner: %v", err)
 	}
 }

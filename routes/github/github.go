@@ -133,14 +133,13 @@ type gitHubRoute struct {
 }
 
 func newGitHubRoute(env routes.Env) routes.Route {
+	g := &gitHubRoute{}
 	check := gitHubResponse
 	if env.Upstream.App != nil {
-		check = gitHubAppResponse
-	}
-	g := &gitHubRoute{fwd: env.NewForwarder("github", "/github/", setGitHubCredential, check)}
-	if env.Upstream.App != nil {
 		g.app = newAppTokens(env.Upstream.App, env.Now, env.Log)
+		check = g.app.checkResponse
 	}
+	g.fwd = env.NewForwarder("github", "/github/", setGitHubCredential, check)
 	g.fwd.CheckRedirects(gitHubMoved)
 	return g
 }
@@ -674,10 +673,15 @@ func gitHubMoved(in *http.Request, path, query string) error {
 	return nil
 }
 
-// gitHubAppResponse is gitHubResponse for a GitHub App's tokens.
-func gitHubAppResponse(resp *http.Response) error {
+// checkResponse is gitHubResponse for a GitHub App's tokens: GitHub
+// refusing one (the App uninstalled, the token revoked) drops it, so the
+// next request mints another instead of sending it again until it expires.
+func (a *appTokens) checkResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusUnauthorized {
 		return nil
+	}
+	if _, token, ok := resp.Request.BasicAuth(); ok {
+		a.forget(token)
 	}
 	return routes.Refuse(routes.ErrUpstream, "the upstream %s refused the GitHub App's installation token; the operator must check that upstream.github.api_url is the API of the GitHub at upstream.github.url", resp.Request.URL.Host)
 }
