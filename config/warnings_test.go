@@ -38,6 +38,12 @@ prefix = "/gw/"
 url = "http://gw.internal/"
 methods = ["GET"]
 paths = ["**"]`, []string{"upstream.anthropic.url=http://10.0.0.5:8000", "upstream.npm.url=HTTP://registry.internal/", "relay.gw.url=http://gw.internal/"}},
+		{"a GitHub App's API over http across the network", `[upstream.github]
+app_id = 1
+private_key = "env:KEY"
+api_url = "http://ghe.internal/api/v3"`, []string{"upstream.github.api_url=http://ghe.internal/api/v3"}},
+		{"api_url unused without an App", `[upstream.npm]
+url = "https://registry.npmjs.org"`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
