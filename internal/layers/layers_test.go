@@ -48,6 +48,7 @@ var mayImport = map[string][]string{
 	"internal/testutil":     {},
 	"internal/testprogress": {},
 	"internal/watch":        {},
+	"internal/localca":      {},
 	"internal/layers":       {},
 }
 
