@@ -410,8 +410,12 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	for i, hs := range servers {
 		go func() { served <- hs.Serve(listeners[i]) }()
 	}
-	log.Info("cproxy listening", "proxy", proxyAddr, "proxy_tls", tlsAddr, "admin", adminAddr,
-		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg), "cpus", runtime.GOMAXPROCS(0))
+	addrs := []any{"proxy", proxyAddr}
+	if tlsAddr != "" {
+		addrs = append(addrs, "proxy_tls", tlsAddr)
+	}
+	log.Info("cproxy listening", append(addrs, "admin", adminAddr,
+		"public_url", publicURL(cfg, proxyLn.Addr()), "store", storeName, "policy", policySource(cfg), "cpus", runtime.GOMAXPROCS(0))...)
 	if cfg.Listen.ReadyFile != "" {
 		if err := writeReadyFile(cfg.Listen.ReadyFile, readyInfo{Proxy: proxyAddr, ProxyTLS: tlsAddr, Admin: adminAddr, SandboxSockets: sockets.Dir()}); err != nil {
 			return fail("", "ready file: %v", err)
