@@ -796,7 +796,9 @@ func (r *docRun) startServe(ts *testscript.TestScript, where string, b docBlock)
 	ts.Check(cmd.Start())
 	r.serve, r.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { cmd.Wait(); close(done) }(r.done)
-	deadline := time.After(60 * time.Second)
+	// As long as any block may take: a serve block can build cproxy first
+	// (README's ./install.sh && cproxy serve), minutes on a fresh machine.
+	deadline := time.After(docBlockTimeout)
 	for {
 		if _, err := os.Stat(ready); err == nil {
 			// Hidden set-up can signal it (kill -HUP "$DOC_SERVE_PID"), as a
@@ -812,7 +814,7 @@ func (r *docRun) startServe(ts *testscript.TestScript, where string, b docBlock)
 			out, _ := os.ReadFile(r.log)
 			ts.Fatalf("%s: cproxy serve exited before it was ready:\n%s", where, out)
 		case <-deadline:
-			ts.Fatalf("%s: cproxy serve not ready after 60s", where)
+			ts.Fatalf("%s: cproxy serve not ready after %v", where, docBlockTimeout)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
