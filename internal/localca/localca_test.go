@@ -102,3 +102,30 @@ func TestLeafRenewedBeforeExpiry(t *testing.T) {
 		t.Errorf("the renewed leaf does not verify after the first one expired: %v", err)
 	}
 }
+
+// Several cproxy processes starting at once on one folder end up with one
+// CA between them.
+func TestCreatedOnceByConcurrentStarts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	pems := make(chan []byte, 8)
+	for range cap(pems) {
+		go func() {
+			ca, err := LoadOrCreate(dir, time.Now())
+			if err != nil {
+				t.Error(err)
+				pems <- nil
+				return
+			}
+			pems <- ca.CertPEM()
+		}()
+	}
+	first := <-pems
+	for range cap(pems) - 1 {
+		if p := <-pems; !bytes.Equal(p, first) {
+			t.Fatal("concurrent starts made more than one CA")
+		}
+	}
+	if first == nil {
+		t.Fatal("no CA")
+	}
+}
