@@ -584,13 +584,13 @@ func (l Listen) validateTLS(f *policy.File) {
 		}
 		return
 	}
-	if strings.HasPrefix(l.ProxyTLS, UnixPrefix) {
+	switch {
+	case strings.HasPrefix(l.ProxyTLS, UnixPrefix):
 		f.AtValue(key("proxy_tls"), `listen.proxy_tls: a TLS listener is host:port, not a Unix socket (a socket needs no TLS: use listen.proxy = %q)`, l.ProxyTLS)
-		return
-	}
-	checkHostPort(f, key("proxy_tls"), l.ProxyTLS)
-	if !strings.HasSuffix(l.ProxyTLS, ":0") && (l.ProxyTLS == l.Proxy || l.ProxyTLS == l.Admin) {
+	case !strings.HasSuffix(l.ProxyTLS, ":0") && (l.ProxyTLS == l.Proxy || l.ProxyTLS == l.Admin):
 		f.AtValue(key("proxy_tls"), "listen.proxy_tls: same address as listen.proxy or listen.admin (pick another port, e.g. \"127.0.0.1:8443\")")
+	default:
+		checkHostPort(f, key("proxy_tls"), l.ProxyTLS)
 	}
 	for _, k := range []struct{ name, value string }{{"tls_cert", l.TLSCert}, {"tls_key", l.TLSKey}} {
 		checkCredential(f, key(k.name), k.value, false, false)
