@@ -38,6 +38,9 @@ var mayImport = map[string][]string{
 	"routes/builtin":       {"routes", "routes/..."},
 	"routes/routetest":     {"routes", "routes/admin", "routes/relay", "client", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
 	"routes/internal/...":  routePackage,
+	// The GraphQL analysis of the GitHub API route: a library of the
+	// route's, standard library and gqlparser only.
+	"routes/githubapi/gqlpolicy": {},
 
 	"cmd/...":            {"..."},
 	"internal/bench/...": {"..."},
