@@ -38,10 +38,16 @@ var (
 	ErrRefused = errors.New("graphql request refused")
 )
 
+// The kinds of Operation: subscriptions are refused.
+const (
+	KindQuery    = "query"
+	KindMutation = "mutation"
+)
+
 // Operation is what one request of the body reaches: the operation GitHub
 // would run, seen through aliases, fragments and variables.
 type Operation struct {
-	// Kind is "query" or "mutation".
+	// Kind is KindQuery or KindMutation.
 	Kind string
 	// Name is the operation's name as sent, "" for an anonymous one. It is
 	// for logs: nothing should be decided on it.

@@ -29,7 +29,7 @@
 // For the operation GitHub would run (the only one, or the one operationName
 // names), an Operation holds:
 //
-//   - Kind: "query" or "mutation".
+//   - Kind: KindQuery or KindMutation.
 //   - Repos: every repository(owner:, name:) field at any depth, with its
 //     arguments literal or variables, once each.
 //   - Nodes: every ID a node(id:) or nodes(ids:) field at any depth looks
@@ -45,7 +45,10 @@
 //   - Mutations: for a mutation, each top-level field in order, a name
 //     repeated as often as it runs, with its input argument, variables
 //     replaced by their values (the route checks repositoryId, baseRefName,
-//     headRefName, pullRequestId).
+//     headRefName, pullRequestId). Nodes holds only what follows GitHub's
+//     naming of IDs: a mutation that names its target otherwise (the
+//     repositoryNameWithOwner of createCommitOnBranch's branch) is checked
+//     by its Input, for each mutation the route allows.
 //
 // Names are field names, never aliases, and text is as sent (the letters'
 // case of an owner too). Values are strings, bools, nil, json.Number,

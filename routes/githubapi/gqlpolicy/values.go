@@ -3,7 +3,6 @@ package gqlpolicy
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/vektah/gqlparser/v2/ast"
@@ -94,7 +93,7 @@ func coerce(v any, t *ast.Type) (any, error) {
 		if !ok {
 			return nil, bad
 		}
-		if i, err := strconv.ParseInt(n.String(), 10, 32); err != nil || i < math.MinInt32 {
+		if _, err := strconv.ParseInt(n.String(), 10, 32); err != nil {
 			return nil, bad
 		}
 	case "Float":
