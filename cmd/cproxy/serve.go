@@ -351,12 +351,14 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		return err
 	}
 	defer proxyLn.Close()
-	tlsLn, tlsAddr, tlsConfig, err := listenProxyTLS(cfg, loader, log)
+	proxyTLS, err := listenProxyTLS(cfg, loader, log)
 	if err != nil {
 		return err
 	}
-	if tlsLn != nil {
-		defer tlsLn.Close()
+	tlsAddr := ""
+	if proxyTLS != nil {
+		defer proxyTLS.ln.Close()
+		tlsAddr = proxyTLS.addr
 	}
 	adminLn, adminAddr, err := listenAdmin(cfg)
 	if err != nil {
@@ -364,7 +366,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	}
 	defer adminLn.Close()
 
-	public := tarballBase(cfg, proxyLn.Addr(), tlsLn != nil)
+	public := tarballBase(cfg, proxyLn.Addr(), proxyTLS != nil)
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
 		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
@@ -389,13 +391,13 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), admin.Handler(srv, serving)
 	listeners := []net.Listener{srv.LimitConnections(proxyLn), adminLn}
 	stoppers := []shutdowner{servers[0], servers[1]}
-	if tlsLn != nil {
+	if proxyTLS != nil {
 		// The same routes over TLS, its connections counted with the
 		// plain listener's.
 		hs := newServer()
 		hs.Handler, hs.ErrorLog = servers[0].Handler, tlsErrorLog(log)
 		servers = append(servers, hs)
-		listeners = append(listeners, tls.NewListener(srv.LimitConnections(tlsLn), tlsConfig))
+		listeners = append(listeners, tls.NewListener(srv.LimitConnections(proxyTLS.ln), proxyTLS.config))
 		stoppers = append(stoppers, hs)
 	}
 	if sockets != nil {
@@ -433,6 +435,9 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 			if sig == syscall.SIGHUP {
 				policies.sighup()
 				reloadCredentials(creds)
+				if proxyTLS != nil && proxyTLS.Reload != nil {
+					proxyTLS.Reload()
+				}
 				auditFile.Reopen()
 				continue
 			}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cproxy/cproxy/config"
@@ -16,41 +17,63 @@ import (
 	"github.com/cproxy/cproxy/secrets"
 )
 
+// proxyTLS is the TLS proxy listener: plain TCP, and the tls.Config serve
+// wraps it in after counting its connections. Reload (nil with the local
+// CA, whose certificates renew themselves) rereads listen.tls_cert and
+// listen.tls_key, on SIGHUP.
+type proxyTLS struct {
+	ln     net.Listener
+	addr   string
+	config *tls.Config
+	Reload func()
+}
+
 // listenProxyTLS opens the TLS proxy listener listen.proxy_tls, or returns
-// a nil listener when none is configured. Its certificate is
-// listen.tls_cert's and listen.tls_key's, or one the local CA in
-// listen.ca_dir signs (creating the CA the first time). The listener it
-// returns is plain TCP; tlsConfig is what serve wraps it in, after
-// counting its connections.
-func listenProxyTLS(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) (ln net.Listener, addr string, tlsConfig *tls.Config, err error) {
+// nil when none is configured. Its certificate is listen.tls_cert's and
+// listen.tls_key's, or one the local CA in listen.ca_dir signs (creating
+// the CA the first time).
+func listenProxyTLS(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) (*proxyTLS, error) {
 	l := cfg.Listen
 	if l.ProxyTLS == "" {
-		return nil, "", nil, nil
+		return nil, nil
 	}
-	tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	p := &proxyTLS{}
+	var err error
+	p.config = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
 	var ca *localca.CA
 	if l.LocalCA() {
 		if ca, err = localca.LoadOrCreate(l.CADir, time.Now()); err != nil {
-			return nil, "", nil, fail("point listen.ca_dir at a folder of cproxy's own, or remove the broken CA there to have a new one made (sandboxes must then trust the new one: cproxy ca prints it)",
+			return nil, fail("point listen.ca_dir at a folder of cproxy's own, or remove the broken CA there to have a new one made (sandboxes must then trust the new one: cproxy ca prints it)",
 				"%s", cfg.ProblemAt("listen.ca_dir", "local CA: %v", err))
 		}
 	} else {
 		cert, err := loadKeyPair(cfg, loader)
 		if err != nil {
-			return nil, "", nil, err
+			return nil, err
 		}
-		tlsConfig.Certificates = []tls.Certificate{cert}
+		var current atomic.Pointer[tls.Certificate]
+		current.Store(&cert)
+		p.config.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return current.Load(), nil }
+		p.Reload = func() {
+			cert, err := loadKeyPair(cfg, loader)
+			if err != nil {
+				log.Error("TLS certificate reload failed; the previous certificate stays in force", "err", err)
+				return
+			}
+			current.Store(&cert)
+			log.Info("TLS certificate reloaded", "tls_cert", l.TLSCert, "not_after", cert.Leaf.NotAfter)
+		}
 	}
-	ln, err = net.Listen("tcp", l.ProxyTLS)
-	if err != nil {
-		return nil, "", nil, fail("choose a free address with --proxy-tls-addr or listen.proxy_tls (port 0 picks one)", "TLS proxy listener: %v", err)
+	if p.ln, err = net.Listen("tcp", l.ProxyTLS); err != nil {
+		return nil, fail("choose a free address with --proxy-tls-addr or listen.proxy_tls (port 0 picks one)", "TLS proxy listener: %v", err)
 	}
+	p.addr = p.ln.Addr().String()
 	if ca != nil {
-		names := certNames(cfg, ln.Addr())
-		tlsConfig.GetCertificate = (&localca.Issuer{CA: ca, Names: names}).Certificate
+		names := certNames(cfg, p.ln.Addr())
+		p.config.GetCertificate = (&localca.Issuer{CA: ca, Names: names}).Certificate
 		log.Info("TLS proxy listener: certificates from the local CA", "ca", ca.String(), "ca_dir", l.CADir, "names", strings.Join(names, ","))
 	}
-	return ln, ln.Addr().String(), tlsConfig, nil
+	return p, nil
 }
 
 // loadKeyPair loads listen.tls_cert and listen.tls_key from their sources.

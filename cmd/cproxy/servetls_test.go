@@ -21,12 +21,13 @@ func TestProxyTLSListener(t *testing.T) {
 	cfg.Listen.ProxyTLS = "127.0.0.1:0"
 	cfg.Listen.PublicURL = "https://cproxy.internal:8443"
 	cfg.Listen.CADir = filepath.Join(t.TempDir(), "ca")
-	ln, addr, tlsConfig, err := listenProxyTLS(cfg, new(secrets.Loader), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := listenProxyTLS(cfg, new(secrets.Loader), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr := p.addr
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
-	go hs.Serve(tls.NewListener(ln, tlsConfig))
+	go hs.Serve(tls.NewListener(p.ln, p.config))
 	t.Cleanup(func() { hs.Close() })
 
 	ca, err := localca.Load(cfg.Listen.CADir)
