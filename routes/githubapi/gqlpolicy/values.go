@@ -48,7 +48,7 @@ func checkVariables(op *ast.OperationDefinition, sent map[string]any) (map[strin
 func coerce(v any, t *ast.Type) (any, error) {
 	if v == nil {
 		if t.NonNull {
-			return nil, fmt.Errorf("null for the non-null type %s", clip(t.String()))
+			return nil, fmt.Errorf("null does not fit the non-null type %s", clip(t.String()))
 		}
 		return nil, nil
 	}
@@ -71,7 +71,7 @@ func coerce(v any, t *ast.Type) (any, error) {
 		}
 		return out, nil
 	}
-	bad := fmt.Errorf("a %s is not a %s", jsonKind(v), clip(t.NamedType))
+	bad := fmt.Errorf("a %s does not fit the type %s", jsonKind(v), clip(t.NamedType))
 	switch t.NamedType {
 	case "String":
 		if _, ok := v.(string); !ok {
