@@ -51,7 +51,10 @@
 //     by its Input, for each mutation the route allows.
 //
 // Names are field names, never aliases, and text is as sent (the letters'
-// case of an owner too). Values are strings, bools, nil, json.Number,
+// case of an owner too). GitHub's repository field follows a renamed or
+// transferred repository unless followRenames: false is given; that
+// argument is not read here, so a route that must not follow renames checks
+// the answer or the argument itself. Values are strings, bools, nil, json.Number,
 // []any and map[string]any, whether written inline or sent as variables.
 //
 // # What is seen through
@@ -81,8 +84,10 @@
 //
 // # What is refused
 //
-// Every error wraps ErrInvalid, ErrTooLarge or ErrRefused and says why in
-// words the route can send back (prefixed "cproxy: " in GitHub's errors[]):
+// Every error wraps ErrInvalid, ErrTooLarge or ErrRefused (for a route, a
+// 400, a 413 and a 403) and says why in words the route can send back,
+// prefixed "cproxy: ", in GitHub's errors[]. The words hold only the
+// client's own text (a name, a parse error's token), each clipped to 80 bytes:
 //
 //   - ErrInvalid, a body that cannot be read as GitHub would: not JSON, not
 //     UTF-8, a key that is not query, variables or operationName (keys match
