@@ -99,6 +99,10 @@ var UpstreamKinds = []UpstreamKind{
 		AppAPI:  "https://api.github.com",
 	},
 	{
+		Name: "githubapi", Prefix: "/api/", URL: "https://api.github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: 2 * time.Minute,
+		Missing: "no GitHub API credential: GitHub API requests will be refused until it is set",
+	},
+	{
 		Name: "npm", Prefix: "/npm/", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
 		Missing: "no npm credential: npm requests will be refused until it is set",
 	},

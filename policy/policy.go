@@ -83,6 +83,15 @@ type RepoRule struct {
 	Tags bool `toml:"tags"`
 	// Delete lets a push delete refs matching Refs. Push only; default false.
 	Delete bool `toml:"delete"`
+	// API is what the sandbox may do through GitHub's REST API on the
+	// repositories Repo matches: names of APIPermissions ("read",
+	// "pulls:create", …). Empty: nothing (the API route refuses every
+	// request for them).
+	API []string `toml:"api"`
+	// PRBases are the branch-name globs ("main", "release/*") a pull request
+	// opened through the API may target. Only with "pulls:create" in API,
+	// which without them opens none. Empty: no base.
+	PRBases []string `toml:"pr_bases"`
 }
 
 // SandboxRule assigns a profile to sandboxes whose id matches a glob.
@@ -553,9 +562,10 @@ func checkRepoRule(d *decoder, p path, i int, rules []RepoRule) {
 	default:
 		d.atValue(ep.key("access"), `%s.access: %q is not an access level (use "read" or "push")`, p, r.Access)
 	}
+	checkAPI(d, ep, r)
 
 	for j := range i {
-		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && q.Tags == r.Tags && q.Delete == r.Delete {
+		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) {
 			line, _ := d.ix.find(p.elem(j, false), false)
 			d.atValue(ep, "%s: entry for %q is the same as the one on line %d (remove one)", p, r.Repo, line)
 			break

@@ -37,8 +37,9 @@ type Session struct {
 // has them all removed before the real credential is set.
 var credentialHeaders = []string{"Authorization", "X-Api-Key", "Proxy-Authorization", "Cookie"}
 
-// presentedToken takes the sandbox token from Authorization (Bearer, or the
-// password of Basic, which git sends) or X-Api-Key. Two different tokens in
+// presentedToken takes the sandbox token from Authorization (Bearer, token,
+// which gh and Octokit send, or the password of Basic, which git sends) or
+// X-Api-Key. Two different tokens in
 // one request are refused: which one counts would be a guess.
 func presentedToken(r *http.Request) (string, error) {
 	found := make([]string, 0, 2) // at most one of each header
@@ -50,7 +51,7 @@ func presentedToken(r *http.Request) (string, error) {
 		scheme, rest, _ := strings.Cut(authz[0], " ")
 		rest = strings.TrimSpace(rest)
 		switch {
-		case strings.EqualFold(scheme, "Bearer"):
+		case strings.EqualFold(scheme, "Bearer"), strings.EqualFold(scheme, "token"):
 			found = append(found, rest)
 		case strings.EqualFold(scheme, "Basic"):
 			raw, err := base64.StdEncoding.DecodeString(rest)

@@ -139,6 +139,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Defer(relay.Close)
 			env.Values["relay"] = relay
 			env.Values["relayseen"] = new(int)
+			rest := fakes.NewGitHubREST(fakes.GitHubRESTOptions{Token: canaryGitHub, Repos: []string{"acme/app", "acme/other"}})
+			env.Defer(rest.Close)
+			env.Values["githubrest"] = rest
+			env.Values["githubrestseen"] = new(int)
 			npmReg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: true})
 			env.Defer(npmReg.Close)
 			env.Values["npm"] = npmReg
@@ -164,11 +168,13 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"GITHUB_APP_ID":           strconv.Itoa(testAppID),
 				"GITHUB_APP_INSTALLATION": strconv.Itoa(testAppInstallation),
 				"GITHUB_APP_KEY":          appKeyFile,
-				"FAKE_NPM":                npmReg.URL,
-				"CANARY_NPM":              canaryNPM,
-				"FAKE_RELAY":              relay.URL,
-				"CANARY_HUB":              canaryHub,
-				"CANARY_MOD":              canaryMod,
+				// The fake GitHub REST API, for github_api*.txt.
+				"FAKE_GITHUBAPI": rest.URL,
+				"FAKE_NPM":       npmReg.URL,
+				"CANARY_NPM":     canaryNPM,
+				"FAKE_RELAY":     relay.URL,
+				"CANARY_HUB":     canaryHub,
+				"CANARY_MOD":     canaryMod,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -234,6 +240,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmforeign":    cmdNPMForeign,
 			"npmtime":       cmdNPMTime,
 			"npmrequests":   cmdNPMRequests,
+			"apirequests":   cmdAPIRequests,
 			"npmhostile":    cmdNPMHostile,
 			"unixbridge":    cmdUnixBridge,
 			"gobuild":       gobuild,
@@ -427,13 +434,7 @@ func cmdUpstream(ts *testscript.TestScript, neg bool, args []string) {
 	fake := ts.Value("anthropic").(*fakes.Anthropic)
 	out := ts.Stdout() // even with no request: stdout is then empty, not the last command's
 	for _, r := range fake.Requests() {
-		for k, vs := range r.Header {
-			for _, v := range vs {
-				if strings.Contains(v, "cpx_") {
-					ts.Fatalf("the upstream received a sandbox token in %s", k)
-				}
-			}
-		}
+		noSandboxToken(ts, "the upstream", r.Header)
 		line := r.Method + " " + r.Path
 		if r.RawQuery != "" {
 			line += "?" + r.RawQuery
@@ -508,7 +509,7 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("CLAUDE", path)
 }
 
-// condition answers [claude], [git], [npm], [pnpm], [yarn], [tsc], [tmux],
+// condition answers [claude], [git], [npm], [gh], [pnpm], [yarn], [tsc], [tmux],
 // [dash], [zsh] and [fish]: whether that client or shell is installed,
 // [pg]: whether a PostgreSQL server is there (CPROXY_TEST_PG_DSN), and
 // [root]: whether the tests run as root, as CI does. In CI a missing one is
@@ -531,7 +532,7 @@ func condition(cond string) (bool, error) {
 			return false, fmt.Errorf("the tests run as uid %d: CI runs them as root", uid)
 		}
 		return os.Geteuid() == 0, nil
-	case "git", "npm", "tmux", "dash", "zsh", "fish":
+	case "git", "npm", "gh", "tmux", "dash", "zsh", "fish":
 		_, err := exec.LookPath(cond)
 		found, install = err == nil, installHint(cond)
 	default:
@@ -969,13 +970,7 @@ func cmdRelayRequests(ts *testscript.TestScript, neg bool, args []string) {
 	name := map[string]string{"": "none", "Bearer " + canaryHub: "hub", canaryMod: "mod"}
 	w := ts.Stdout()
 	for _, r := range reqs[*seen:] {
-		for k, vs := range r.Header {
-			for _, v := range vs {
-				if strings.Contains(v, "cpx_") {
-					ts.Fatalf("the relay upstream received a sandbox token in %s", k)
-				}
-			}
-		}
+		noSandboxToken(ts, "the relay upstream", r.Header)
 		label := func(h string) string {
 			if n, ok := name[r.Header.Get(h)]; ok {
 				return n
@@ -1065,13 +1060,7 @@ func cmdNPMRequests(ts *testscript.TestScript, neg bool, args []string) {
 	reqs := reg.Requests()
 	var lines []string
 	for _, r := range reqs[*seen:] {
-		for k, vs := range r.Header {
-			for _, v := range vs {
-				if strings.Contains(v, "cpx_") {
-					ts.Fatalf("the npm registry received a sandbox token in %s", k)
-				}
-			}
-		}
+		noSandboxToken(ts, "the npm registry", r.Header)
 		line := r.Method + " " + r.Path
 		switch a := r.Header.Get("Authorization"); a {
 		case "Bearer " + canaryNPM:
@@ -1091,6 +1080,44 @@ func cmdNPMRequests(ts *testscript.TestScript, neg bool, args []string) {
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
+}
+
+// noSandboxToken fails the script if h, a header who received, carries a
+// sandbox token.
+func noSandboxToken(ts *testscript.TestScript, who string, h http.Header) {
+	for k, vs := range h {
+		for _, v := range vs {
+			if strings.Contains(v, "cpx_") {
+				ts.Fatalf("%s received a sandbox token in %s", who, k)
+			}
+		}
+	}
+}
+
+// apirequests: print the requests the fake GitHub REST API received since
+// the last apirequests, one "METHOD PATH[?QUERY] auth=real|none|other" a
+// line, in order; it fails the script if one carried a sandbox token.
+func cmdAPIRequests(ts *testscript.TestScript, neg bool, args []string) {
+	seen := ts.Value("githubrestseen").(*int)
+	reqs := ts.Value("githubrest").(*fakes.GitHubREST).Requests()
+	w := ts.Stdout()
+	for _, r := range reqs[*seen:] {
+		noSandboxToken(ts, "the GitHub API", r.Header)
+		line := r.Method + " " + r.Path
+		if r.Query != "" {
+			line += "?" + r.Query
+		}
+		switch a := r.Header.Get("Authorization"); a {
+		case "Bearer " + canaryGitHub:
+			line += " auth=real"
+		case "":
+			line += " auth=none"
+		default:
+			line += " auth=other"
+		}
+		fmt.Fprintln(w, line)
+	}
+	*seen = len(reqs)
 }
 
 // unixbridge VAR SOCKET: listen on a free loopback port and forward each

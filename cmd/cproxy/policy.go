@@ -123,25 +123,29 @@ func githubCommand(kind string, p policy.Problem) string {
 	return "::" + kind + " " + props + "::" + data.Replace(p.Message)
 }
 
-const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete]] | --package NAME[@VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
+const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
 
 func policyExplainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
 		ArgsUsage: " ",
-		Description: `One question per run: --model, --repo (with --push REF), --package or --relay.
+		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package or --relay.
 
 Examples:
 
    cproxy policy explain --config cproxy.toml --sandbox conv-42 --repo acme/app --push refs/heads/main
-   cproxy policy explain --policy policy.toml --sandbox ci-1 --package react@19.1.0`,
+   cproxy policy explain --policy policy.toml --sandbox ci-1 --package react@19.1.0
+   cproxy policy explain --config cproxy.toml --sandbox conv-42 --repo acme/app --api pulls:create --head agent/x --base main`,
 		Flags: []cli.Flag{
 			sandboxFlag(),
 			&cli.StringFlag{Name: "model", Usage: "ask about model `ID`"},
 			&cli.StringFlag{Name: "repo", Usage: "ask about fetching from GitHub repository `OWNER/NAME`"},
 			&cli.StringFlag{Name: "push", Usage: "with --repo: ask about a push updating `REF` (a full ref name, refs/heads/…)"},
 			&cli.BoolFlag{Name: "delete", Usage: "with --push: the push deletes REF"},
+			&cli.StringFlag{Name: "api", Usage: "with --repo: ask about a GitHub API request needing `PERMISSION` (read, pulls:create, …)"},
+			&cli.StringFlag{Name: "head", Usage: "with --api pulls:create: the pull request's head `BRANCH`"},
+			&cli.StringFlag{Name: "base", Usage: "with --api pulls:create: the pull request's base `BRANCH`"},
 			&cli.StringFlag{Name: "package", Usage: "ask about npm package `NAME[@VERSION]`"},
 			&cli.StringFlag{Name: "relay", Usage: "ask about the config's relay `NAME`"},
 			&cli.StringFlag{Name: "method", Usage: "with --relay: the request's HTTP `METHOD`"},
@@ -160,6 +164,7 @@ Examples:
 			o := explainOptions{
 				sandbox: sandbox, profile: c.String("profile"), format: c.String("format"),
 				model: c.String("model"), repo: c.String("repo"), push: c.String("push"), del: c.Bool("delete"),
+				api: c.String("api"), head: c.String("head"), base: c.String("base"),
 				pkg: c.String("package"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
 			}
 			// CPROXY_CONFIG in the environment gives way to --policy; the
@@ -201,6 +206,8 @@ type explainOptions struct {
 	model        string
 	repo, push   string
 	del          bool
+	api          string
+	head, base   string
 	pkg          string
 	relay        string
 	method, path string
@@ -385,6 +392,14 @@ func (o explainOptions) checkQuestion() error {
 		return fail(explainUsage, "ask one question: --model, --repo, --package or --relay")
 	case o.push != "" && o.repo == "":
 		return fail(explainUsage, "--push goes with --repo")
+	case o.api != "" && (o.repo == "" || o.push != ""):
+		return fail(explainUsage, "--api goes with --repo, without --push")
+	case o.api != "" && !slices.Contains(policy.APIPermissions, o.api):
+		return fail("use one of: "+strings.Join(policy.APIPermissions, ", "), "--api %q is not an API permission", o.api)
+	case (o.head != "" || o.base != "") && o.api != policy.APIPullsCreate:
+		return fail(explainUsage, "--head and --base go with --api pulls:create")
+	case (o.head == "") != (o.base == ""):
+		return fail(explainUsage, "give --head and --base together")
 	case o.del && o.push == "":
 		return fail(explainUsage, "--delete goes with --push REF")
 	case o.push != "" && !strings.HasPrefix(o.push, "refs/"):
@@ -408,6 +423,8 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 	switch {
 	case o.model != "":
 		a = pr.AskModel(o.model)
+	case o.api != "":
+		a = pr.AskAPI(policy.APIQuestion{Repo: o.repo, Permission: o.api, Head: o.head, Base: o.base})
 	case o.repo != "" && o.push == "":
 		a = pr.AskFetch(o.repo)
 	case o.repo != "":

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/github"
+	"github.com/cproxy/cproxy/routes/githubapi"
 	"github.com/cproxy/cproxy/routes/model"
 	"github.com/cproxy/cproxy/routes/npm"
 	"github.com/cproxy/cproxy/routes/relay"
@@ -24,6 +25,7 @@ type Table []routes.Kind
 var Kinds = Table{
 	model.Kind,
 	github.Kind,
+	githubapi.Kind,
 	npm.Kind,
 }
 

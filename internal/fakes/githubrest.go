@@ -1,0 +1,191 @@
+package fakes
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// GitHubRESTOptions configure a fake GitHub REST API.
+type GitHubRESTOptions struct {
+	// Token, if set, is the only token the API accepts (as Authorization:
+	// Bearer or token); every request without it gets GitHub's 401.
+	Token string
+	// Repos are the repositories it has, "owner/name", each with a main
+	// branch.
+	Repos []string
+}
+
+// GitHubRESTRequest is one request the API received.
+type GitHubRESTRequest struct {
+	Method string
+	Path   string // as sent, still percent-encoded
+	Query  string
+	Header http.Header
+	Body   []byte
+}
+
+// GitHubREST is GitHub's REST API on loopback, at the root of its URL as
+// api.github.com serves it, for the requests cproxy's githubapi route
+// forwards: a repository, its pull requests and issues, and comments.
+// Its answers have the fields of GitHub's (docs.github.com/rest) that
+// clients read; anything else is GitHub's 404.
+type GitHubREST struct {
+	URL  string
+	opts GitHubRESTOptions
+	srv  *httptest.Server
+
+	mu    sync.Mutex
+	reqs  []GitHubRESTRequest
+	pulls map[string][]map[string]any // by repository, lower-case
+	next  int
+}
+
+// NewGitHubREST starts a fake GitHub REST API; Close stops it.
+func NewGitHubREST(o GitHubRESTOptions) *GitHubREST {
+	g := &GitHubREST{opts: o, pulls: map[string][]map[string]any{}, next: 1}
+	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
+	g.URL = g.srv.URL
+	return g
+}
+
+// Close stops the API.
+func (g *GitHubREST) Close() { g.srv.Close() }
+
+// Requests returns what the API received, in order.
+func (g *GitHubREST) Requests() []GitHubRESTRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]GitHubRESTRequest(nil), g.reqs...)
+}
+
+func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	g.mu.Lock()
+	g.reqs = append(g.reqs, GitHubRESTRequest{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	g.mu.Unlock()
+	if t := g.opts.Token; t != "" && r.Header.Get("Authorization") != "Bearer "+t && r.Header.Get("Authorization") != "token "+t {
+		gitHubRESTError(w, http.StatusUnauthorized, "Bad credentials")
+		return
+	}
+	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if len(segs) < 3 || segs[0] != "repos" || !g.has(segs[1]+"/"+segs[2]) {
+		gitHubRESTError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	owner, name, tail := segs[1], segs[2], strings.Join(segs[3:], "/")
+	repo := strings.ToLower(owner + "/" + name)
+	switch {
+	case r.Method == http.MethodGet && tail == "":
+		g.json(w, http.StatusOK, g.repository(owner, name))
+	case r.Method == http.MethodGet && tail == "pulls":
+		g.mu.Lock()
+		list := append([]map[string]any{}, g.pulls[repo]...)
+		g.mu.Unlock()
+		g.json(w, http.StatusOK, list)
+	case r.Method == http.MethodPost && tail == "pulls":
+		g.createPull(w, owner, name, body)
+	case r.Method == http.MethodGet && len(segs) == 5 && segs[3] == "pulls":
+		n, _ := strconv.Atoi(segs[4])
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, p := range g.pulls[repo] {
+			if p["number"] == n {
+				g.json(w, http.StatusOK, p)
+				return
+			}
+		}
+		gitHubRESTError(w, http.StatusNotFound, "Not Found")
+	case r.Method == http.MethodGet && tail == "issues":
+		g.json(w, http.StatusOK, []any{})
+	case r.Method == http.MethodPost && (tail == "issues" || len(segs) == 6 && segs[3] == "issues" && segs[5] == "comments"):
+		var in map[string]any
+		if json.Unmarshal(body, &in) != nil {
+			gitHubRESTError(w, http.StatusBadRequest, "Problems parsing JSON")
+			return
+		}
+		g.mu.Lock()
+		n := g.next
+		g.next++
+		g.mu.Unlock()
+		in["id"], in["number"] = n, n
+		g.json(w, http.StatusCreated, in)
+	default:
+		gitHubRESTError(w, http.StatusNotFound, "Not Found")
+	}
+}
+
+func (g *GitHubREST) has(repo string) bool {
+	for _, r := range g.opts.Repos {
+		if strings.EqualFold(r, repo) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *GitHubREST) repository(owner, name string) map[string]any {
+	return map[string]any{
+		"id": 1296269, "name": name, "full_name": owner + "/" + name, "private": true,
+		"owner":          map[string]any{"login": owner, "type": "Organization"},
+		"html_url":       "https://github.com/" + owner + "/" + name,
+		"url":            g.URL + "/repos/" + owner + "/" + name,
+		"default_branch": "main",
+	}
+}
+
+// createPull answers "create a pull request" as GitHub does: 201 with
+// the pull request, or 422 Validation Failed without head or base.
+func (g *GitHubREST) createPull(w http.ResponseWriter, owner, name string, body []byte) {
+	var in struct{ Title, Body, Head, Base string }
+	if json.Unmarshal(body, &in) != nil {
+		gitHubRESTError(w, http.StatusBadRequest, "Problems parsing JSON")
+		return
+	}
+	if in.Head == "" || in.Base == "" {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprintf(w, `{"message":"Validation Failed","errors":[{"resource":"PullRequest","field":"head","code":"missing_field"}],"documentation_url":"https://docs.github.com/rest/pulls/pulls#create-a-pull-request"}`)
+		return
+	}
+	head := in.Head
+	if _, b, ok := strings.Cut(head, ":"); ok {
+		head = b
+	}
+	g.mu.Lock()
+	n := g.next
+	g.next++
+	p := map[string]any{
+		"id": 1000 + n, "number": n, "state": "open", "title": in.Title, "body": in.Body, "draft": false,
+		"url":        g.URL + "/repos/" + owner + "/" + name + "/pulls/" + strconv.Itoa(n),
+		"html_url":   "https://github.com/" + owner + "/" + name + "/pull/" + strconv.Itoa(n),
+		"head":       map[string]any{"ref": head, "label": owner + ":" + head},
+		"base":       map[string]any{"ref": in.Base, "label": owner + ":" + in.Base},
+		"created_at": time.Now().UTC().Format(time.RFC3339),
+	}
+	repo := strings.ToLower(owner + "/" + name)
+	g.pulls[repo] = append(g.pulls[repo], p)
+	g.mu.Unlock()
+	g.json(w, http.StatusCreated, p)
+}
+
+func (g *GitHubREST) json(w http.ResponseWriter, code int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	w.Write(b)
+}
+
+// gitHubRESTError is GitHub's REST error body.
+func gitHubRESTError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	b, _ := json.Marshal(map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest"})
+	w.Write(b)
+}
