@@ -107,8 +107,8 @@ path = "cproxy.db"
 	}
 }
 
-// advServeAll starts serve with every route (model, github, npm and the
-// relay mod) in front of one recorder.
+// advServeAll starts serve with every route (model, github, githubapi, npm
+// and the relay mod) in front of one recorder.
 func advServeAll(t *testing.T) (*served, *advRecorder, string) {
 	rec := newAdvRecorder(t)
 	dir := t.TempDir()
@@ -125,6 +125,10 @@ credential = "file:github.key"
 url = "%[1]s/reg"
 credential = "file:npm.key"
 
+[upstream.githubapi]
+url = "%[1]s/ghapi"
+credential = "file:github.key"
+
 [relay.mod]
 prefix = "/mod/"
 url = "%[1]s/hub/"
@@ -136,7 +140,7 @@ Authorization = { credential = "file:hub.key", prefix = "Bearer " }
 `, rec.srv.URL), `
 [profile.default]
 models = ["claude-*"]
-repos = [{ repo = "acme/app", access = "read" }]
+repos = [{ repo = "acme/app", access = "read", api = ["read"] }]
 packages = ["left-pad", "@acme/*"]
 relays = ["mod"]
 `)
@@ -278,6 +282,8 @@ func TestAdversarialPaths(t *testing.T) {
 		{"GET", "/npm/left%2dpad", 200, "GET /reg/left-pad"},
 		{"GET", "/npm/@acme/pkg/-/pkg-2.0.0.tgz", 200, "GET /reg/@acme/pkg/-/pkg-2.0.0.tgz"},
 		{"GET", "/mod/events", 200, "GET /hub/events"},
+		{"GET", "/api/v3/repos/acme/app", 200, "GET /ghapi/repos/acme/app"},
+		{"GET", "/api/v3/repos/acme/app/pulls?state=open&per_page=5", 200, "GET /ghapi/repos/acme/app/pulls?per_page=5&state=open"},
 		{"GET", "/mod/ev%65nts", 200, "GET /hub/events"},
 		{"GET", "/mod/sessions/42/commands", 200, "GET /hub/sessions/42/commands"},
 		{"GET", "/mod/sessions/a%20b/commands", 200, "GET /hub/sessions/a%20b/commands"},
@@ -304,6 +310,9 @@ func TestAdversarialPaths(t *testing.T) {
 		{"GET", "/npm/left-pad/-/", "left-pad-1.3.0.tgz", ""},
 		{"GET", "/mod/", "events", ""},
 		{"GET", "/mod/sessions/", "42", "/commands"},
+		{"GET", "/api/v3/repos/", "acme", "/app/pulls"},
+		{"GET", "/api/v3/repos/acme/", "app", ""},
+		{"GET", "/api/", "v3", "/repos/acme/app"},
 	} {
 		rest, query, _ := strings.Cut(r.rest, "?")
 		for _, target := range advTricks(r.prefix, r.seg, rest) {

@@ -195,22 +195,15 @@ func decide(prof *policy.Profile, sandbox string, q policy.APIQuestion) (string,
 	return ans.Rule, routes.Refuse(routes.ErrForbidden, "GitHub API %q on repository %s is not allowed for sandbox %s (%s); do not retry", q.Permission, q.Repo, sandbox, step.Rule)
 }
 
-// pullBody is what GitHub's "create a pull request" takes.
-type pullBody struct {
-	Title               *string `json:"title"`
-	Body                *string `json:"body"`
-	Head                string  `json:"head"`
-	HeadRepo            *string `json:"head_repo"`
-	Base                string  `json:"base"`
-	Draft               *bool   `json:"draft"`
-	MaintainerCanModify *bool   `json:"maintainer_can_modify"`
-	Issue               *int64  `json:"issue"`
-}
+// pullKeys are the keys of GitHub's "create a pull request" body, as
+// GitHub reads them: exactly, in this case.
+var pullKeys = []string{"title", "body", "head", "head_repo", "base", "draft", "maintainer_can_modify", "issue"}
 
 // pullHeadBase reads a pull request's head and base branches from its
 // JSON body: a head of the form OWNER:BRANCH must name owner, the
 // repository's own (a fork's branch is not one the sandbox pushed), and a
-// body with another key, a key twice or head_repo is refused.
+// body with another key (in any other case too: encoding/json would match
+// "HEAD" to head, GitHub would not), a key twice or head_repo is refused.
 func pullHeadBase(body []byte, owner, sandbox string) (head, base string, err error) {
 	bad := func(format string, args ...any) (string, string, error) {
 		return "", "", routes.Refuse(routes.ErrForbidden, "the pull request is refused for sandbox %s: "+format+"; do not retry", append([]any{sandbox}, args...)...)
@@ -218,26 +211,31 @@ func pullHeadBase(body []byte, owner, sandbox string) (head, base string, err er
 	if err := uniqueKeys(body); err != nil {
 		return bad("its body %v", err)
 	}
-	var p pullBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil || dec.More() {
-		return bad("its body is not the JSON object GitHub takes (title, body, head, base, draft, maintainer_can_modify, issue)")
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return bad("its body is not a JSON object")
 	}
-	if p.HeadRepo != nil {
+	for k := range fields {
+		if !slices.Contains(pullKeys, k) {
+			return bad("its body has %q, not a key GitHub takes (%s)", routes.Clip(k, 64), strings.Join(pullKeys, ", "))
+		}
+	}
+	if _, ok := fields["head_repo"]; ok {
 		return bad("head_repo (a pull request from another repository) is not served")
 	}
-	head = p.Head
+	if json.Unmarshal(fields["head"], &head) != nil || json.Unmarshal(fields["base"], &base) != nil {
+		return bad("it needs head and base, each a branch name")
+	}
 	if o, branch, ok := strings.Cut(head, ":"); ok {
 		if !strings.EqualFold(o, owner) {
 			return bad("its head %q is in another owner's repository", routes.Clip(head, 128))
 		}
 		head = branch
 	}
-	if !branchName(head) || !branchName(p.Base) {
+	if !branchName(head) || !branchName(base) {
 		return bad("it needs head and base, each a branch name")
 	}
-	return head, p.Base, nil
+	return head, base, nil
 }
 
 // branchName reports whether s can be a branch name as git takes one.

@@ -1,0 +1,79 @@
+package githubapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// FuzzParse: whatever path and query come, parse never panics, and what it
+// accepts is a /repos/OWNER/REPO/… path of plain segments that one table
+// line matches, with only the forwarded query parameters.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"/api/v3/repos/acme/app", "/api/v3/repos/acme/app/pulls?state=open", "/api/v3/repos/acme/app/pulls/1/merge",
+		"/api/v3/user", "/api/v3/repos/acme/app/../other", "/api/v3/repos/acme//app", "/api/v3/repos/acme/app/contents/.github/workflows/x",
+		"/api/v3/repos/acme/app/pulls?q=1", "/api/v3/repos/acme/app.git",
+	} {
+		f.Add("GET", s)
+		f.Add("POST", s)
+	}
+	f.Fuzz(func(t *testing.T, method, target string) {
+		u, err := url.ParseRequestURI(target)
+		if err != nil || method == "" {
+			return
+		}
+		r := &http.Request{Method: method, URL: u}
+		q, err := parse(r, "conv-42")
+		if err != nil {
+			return
+		}
+		p := "/" + strings.Join(q.segs, "/")
+		if !strings.HasPrefix(p, "/repos/") || strings.Contains(p, "//") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") || strings.Contains(p, "/./") {
+			t.Fatalf("%s %q accepted as %q", method, target, p)
+		}
+		if i := match(method, q.segs); i < 0 || endpoints[i] != q.ep {
+			t.Fatalf("%s %q accepted without its endpoint", method, target)
+		}
+		for k := range q.query {
+			found := false
+			for _, a := range queryParams {
+				found = found || a == k
+			}
+			if !found {
+				t.Fatalf("%s %q forwards query parameter %q", method, target, k)
+			}
+		}
+	})
+}
+
+// FuzzPullHeadBase: a body pullHeadBase accepts has the head and base
+// encoding/json reads, as GitHub's JSON parser would.
+func FuzzPullHeadBase(f *testing.F) {
+	for _, s := range []string{
+		`{"title":"t","head":"agent/x","base":"main"}`, `{"head":"acme:agent/x","base":"main"}`,
+		`{"head":"agent/x","base":"prod","base":"main"}`, `{"head":"agent/x","Base":"prod","base":"main"}`,
+		`{"head":"agent/\u0078","base":"main"}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		head, base, err := pullHeadBase([]byte(body), "acme", "conv-42")
+		if err != nil {
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
+		}
+		h, _ := m["head"].(string)
+		if _, b, ok := strings.Cut(h, ":"); ok {
+			h = b
+		}
+		if h != head || m["base"] != base {
+			t.Fatalf("%q: read head %q base %q, encoding/json reads %q %v", body, head, base, h, m["base"])
+		}
+	})
+}
