@@ -9,6 +9,7 @@ import (
 func FuzzPresentedToken(f *testing.F) {
 	f.Add("Bearer cpx_x", "")
 	f.Add("Basic eDp5", "cpx_y")
+	f.Add("token cpx_z", "")
 	f.Add("", "")
 	f.Fuzz(func(t *testing.T, authz, key string) {
 		r, _ := http.NewRequest("GET", "/", nil)

@@ -231,7 +231,12 @@ func TestAuthentication(t *testing.T) {
 	if r := e.do("POST", "/v1/messages", basic, hello); r.status != 200 {
 		t.Errorf("Basic password: got %d %s", r.status, r.body)
 	}
-	if n := len(e.fake.Requests()); n != 1 {
+	// gh and Octokit send "token", GitHub's older scheme.
+	ghStyle := map[string]string{"Authorization": "token " + tok, "Anthropic-Version": "2023-06-01"}
+	if r := e.do("POST", "/v1/messages", ghStyle, hello); r.status != 200 {
+		t.Errorf("token scheme: got %d %s", r.status, r.body)
+	}
+	if n := len(e.fake.Requests()); n != 2 {
 		t.Errorf("upstream got %d requests; refused ones must not reach it", n)
 	}
 }
