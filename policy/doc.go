@@ -9,7 +9,7 @@
 // DefaultPolicy applies: every model, no repository, no package.
 //
 // Each route's question is one method of Profile (AskModel, AskFetch, AskPush,
-// AskNPM, AskNPMSearch, AskNPMAudit, AskRelay) whose Answer lists the rules it
+// AskAPI, AskNPM, AskNPMSearch, AskNPMAudit, AskRelay) whose Answer lists the rules it
 // looked at in the route's order and what each decided: the route acts on it, its
 // re-check before forwarding asks it again, and `cproxy policy explain` prints it.
 //
@@ -24,7 +24,7 @@
 //	[profile.web]
 //	models = ["claude-sonnet-*", "claude-haiku-*"]
 //	repos = [
-//	  { repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"] },
+//	  { repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], api = ["read", "pulls:create"], pr_bases = ["main"] },
 //	  { repo = "acme/app", access = "push", refs = ["refs/tags/v*"], tags = true },
 //	  { repo = "acme/*-docs", access = "read" },
 //	]
@@ -44,6 +44,14 @@
 // "every ref" (including the default branch). Creating, moving or deleting a tag
 // also needs tags = true, and deleting any ref needs delete = true. Force pushes are
 // not told apart from other updates.
+//
+// A rule's api lists what the sandbox may do through GitHub's REST API on its
+// repositories (APIPermissions: read, pulls:create, pulls:request-reviewers,
+// issues:create, issues:comment); without it, nothing. A pull request (pulls:create)
+// must come from a head branch a push rule's refs allow, as refs/heads/BRANCH, into
+// a base branch matching a pr_bases glob of a rule whose api lists pulls:create.
+// pr_bases goes only with pulls:create. What the API route refuses whatever the
+// policy says (merging, approvals, settings) is the route's, not the policy's.
 //
 // A sandbox's profile is the one named when its token was created; else the profile
 // of the first [[sandbox]] rule whose match glob matches its id; else "default".
