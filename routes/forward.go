@@ -173,6 +173,24 @@ func (f *Forwarder) Sources(name string) []Source {
 // Upstream is the forwarder's upstream.
 func (f *Forwarder) Upstream() Upstream { return f.up }
 
+// CredentialRefused is the first check of an upstream's answer for a
+// route that sends cproxy's own credential: a 401 is the operator's
+// problem, not the sandbox's, and becomes a 502 that names the key to fix,
+// upstream.NAME.credential (passed through, a client would take it for its
+// sandbox token's fault and ask for another). what names the credential in
+// the words ("GitHub", "npm"). It is nil for any other answer.
+func CredentialRefused(resp *http.Response, name, what string) error {
+	if resp.StatusCode != http.StatusUnauthorized {
+		return nil
+	}
+	if resp.Request.Header.Get("Authorization") == "" {
+		// No credential is configured (anonymous access), and the
+		// upstream wants one here.
+		return Refuse(ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.%s.credential", resp.Request.URL.Host, name)
+	}
+	return Refuse(ErrUpstream, "the upstream %s refused cproxy's %s credential; the operator must fix upstream.%s.credential", resp.Request.URL.Host, what, name)
+}
+
 // NewForwarder builds the reverse proxy for up. setCredential runs after
 // every client credential header has been deleted, with the request's
 // credential (zero when the upstream has none). checkResponse, if not

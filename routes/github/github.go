@@ -690,13 +690,5 @@ func (a *appTokens) checkResponse(resp *http.Response) error {
 // 502 for the operator: passed through, git would take the 401 for the
 // sandbox token's fault and ask its credential helper again.
 func gitHubResponse(resp *http.Response) error {
-	if resp.StatusCode != http.StatusUnauthorized {
-		return nil
-	}
-	if resp.Request.Header.Get("Authorization") == "" {
-		// No credential is configured (anonymous access), and this
-		// repository needs one.
-		return routes.Refuse(routes.ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.github.credential", resp.Request.URL.Host)
-	}
-	return routes.Refuse(routes.ErrUpstream, "the upstream %s refused cproxy's GitHub credential; the operator must fix upstream.github.credential", resp.Request.URL.Host)
+	return routes.CredentialRefused(resp, "github", "GitHub")
 }

@@ -339,11 +339,5 @@ func setCredential(h http.Header, cred secrets.Secret) {
 // for the operator: passed through, the client would take the 401 for the
 // sandbox token's fault.
 func checkResponse(resp *http.Response) error {
-	if resp.StatusCode != http.StatusUnauthorized {
-		return nil
-	}
-	if resp.Request.Header.Get("Authorization") == "" {
-		return routes.Refuse(routes.ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.githubapi.credential", resp.Request.URL.Host)
-	}
-	return routes.Refuse(routes.ErrUpstream, "the upstream %s refused cproxy's GitHub API credential; the operator must fix upstream.githubapi.credential", resp.Request.URL.Host)
+	return routes.CredentialRefused(resp, "githubapi", "GitHub API")
 }

@@ -616,11 +616,8 @@ func setNPMCredential(h http.Header, cred secrets.Secret) {
 // own token is the operator's problem (502), and a packument is rewritten.
 func npmResponse(base *url.URL) func(*http.Response) error {
 	return func(resp *http.Response) error {
-		if resp.StatusCode == http.StatusUnauthorized {
-			if resp.Request.Header.Get("Authorization") == "" {
-				return routes.Refuse(routes.ErrUpstream, "the upstream %s asks for a credential and cproxy has none for it; the operator must set upstream.npm.credential", resp.Request.URL.Host)
-			}
-			return routes.Refuse(routes.ErrUpstream, "the upstream %s refused cproxy's npm credential; the operator must fix upstream.npm.credential", resp.Request.URL.Host)
+		if err := routes.CredentialRefused(resp, "npm", "npm"); err != nil {
+			return err
 		}
 		n, _ := resp.Request.Context().Value(npmRequestKey{}).(npmRequest)
 		if n.kind != npmPackument && n.kind != npmTarball {
