@@ -35,7 +35,9 @@ type GitHubRESTRequest struct {
 // api.github.com serves it, for the requests cproxy's githubapi route
 // forwards: a repository, its pull requests and issues, and comments.
 // Its answers have the fields of GitHub's (docs.github.com/rest) that
-// clients read; anything else is GitHub's 404.
+// clients read; anything else is GitHub's 404. POST /graphql is GitHub's
+// GraphQL API for the queries gh pr view and gh pr list send
+// (githubgraphql.go), over the same pull requests.
 type GitHubREST struct {
 	URL  string
 	opts GitHubRESTOptions
@@ -72,6 +74,10 @@ func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	if t := g.opts.Token; t != "" && r.Header.Get("Authorization") != "Bearer "+t && r.Header.Get("Authorization") != "token "+t {
 		gitHubRESTError(w, http.StatusUnauthorized, "Bad credentials")
+		return
+	}
+	if r.URL.Path == "/graphql" && r.Method == http.MethodPost {
+		g.graphql(w, body)
 		return
 	}
 	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")

@@ -41,6 +41,8 @@ var mayImport = map[string][]string{
 	// The GraphQL analysis of the GitHub API route: a library of the
 	// route's, standard library and gqlparser only.
 	"routes/githubapi/gqlpolicy": {},
+	// The GitHub API route, a route that decides GraphQL with it.
+	"routes/githubapi": append([]string{"routes/githubapi/gqlpolicy"}, routePackage...),
 
 	"cmd/...":            {"..."},
 	"internal/bench/...": {"..."},

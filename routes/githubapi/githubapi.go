@@ -1,8 +1,9 @@
 // Package githubapi is cproxy's GitHub API route: GitHub's REST API under
 // /api/v3/ (the path gh and Octokit use for a GitHub Enterprise host), for
 // the requests a sandbox's policy allows on its repositories, forwarded
-// with the real credential. GraphQL (/api/graphql) is refused until its
-// analyzer is served.
+// with the real credential; and GitHub's GraphQL API (/api/graphql) for the
+// queries of those repositories gh pr view and gh pr list send, decided with
+// gqlpolicy (graphql.go).
 package githubapi
 
 import (
@@ -86,7 +87,7 @@ func (g *route) Serve(a *routes.Call) {
 		return
 	}
 	if r.URL.Path == graphql {
-		a.FailWith(writeGraphQLError, routes.Refuse(routes.ErrForbidden, "GitHub's GraphQL API (/api/graphql) is not served yet for sandbox %s: use the REST API (gh api repos/OWNER/REPO/…); gh pr create and other gh commands that need GraphQL do not work through cproxy yet", sandbox))
+		g.serveGraphQL(a, r, sandbox)
 		return
 	}
 	q, err := parse(r, sandbox)
@@ -152,7 +153,7 @@ func parse(r *http.Request, sandbox string) (request, error) {
 		}
 	}
 	if segs[0] != "repos" || len(segs) < 3 {
-		return request{}, routes.Refuse(routes.ErrForbidden, "%s %s is refused for sandbox %s: it is outside any repository; cproxy serves only the API of the repositories the sandbox's policy allows (/repos/OWNER/REPO/…), never the user, organizations, search or GraphQL; do not retry", r.Method, routes.Clip(p, 128), sandbox)
+		return request{}, routes.Refuse(routes.ErrForbidden, "%s %s is refused for sandbox %s: it is outside any repository; cproxy serves only the API of the repositories the sandbox's policy allows (/repos/OWNER/REPO/…), never the user, organizations or search; do not retry", r.Method, routes.Clip(p, 128), sandbox)
 	}
 	if !ownerRE.MatchString(segs[1]) || !repoRE.MatchString(segs[2]) || strings.HasSuffix(strings.ToLower(segs[2]), ".git") {
 		return request{}, routes.Refuse(routes.ErrForbidden, "%q is not a GitHub repository (OWNER/REPO): refused for sandbox %s; do not retry", routes.Clip(segs[1]+"/"+segs[2], 128), sandbox)

@@ -87,7 +87,7 @@ func TestRefusedInGitHubShape(t *testing.T) {
 		{"POST", "/api/v3/repos/acme/app/pulls", `{"head":"agent/x","base":"main"`, 403, `its body is not JSON`},
 		{"GET", "/api/v3", "", 403, `is not GitHub's API`},
 		{"GET", "/api/", "", 403, `is not GitHub's API`},
-		{"POST", "/api/graphql", `{"query":"{viewer{login}}"}`, 403, `{"errors":[{"message":"cproxy: GitHub's GraphQL API (/api/graphql) is not served yet for sandbox conv-42`},
+		{"POST", "/api/graphql", `{"query":"{viewer{login}}"}`, 403, `{"errors":[{"message":"cproxy: the GraphQL request is refused for sandbox conv-42: the top-level field viewer is not served`},
 		{"GET", "/api/v3/repos/acme/app", "", 401, `{"message":"cproxy: no sandbox token`},
 	} {
 		hdr := h
