@@ -9,7 +9,9 @@ import (
 
 // TestGitHubREST: the fake API answers as GitHub's REST API does: the
 // token checked, a repository, a pull request created and listed, 422
-// without head or base, 404 for what it does not have.
+// without head or base, 404 for what it does not have; GraphQL's
+// repository and pull requests, through aliases, variables and fragments,
+// with GitHub's errors for what it does not have or know.
 func TestGitHubREST(t *testing.T) {
 	g := NewGitHubREST(GitHubRESTOptions{Token: "github_pat_fake", Repos: []string{"acme/app"}})
 	defer g.Close()
@@ -42,12 +44,19 @@ func TestGitHubREST(t *testing.T) {
 		{"POST", "/repos/acme/app/pulls", "Bearer github_pat_fake", `{"title":"t"}`, 422, `"message":"Validation Failed"`},
 		{"GET", "/repos/acme/other", "Bearer github_pat_fake", "", 404, `"message":"Not Found"`},
 		{"GET", "/user", "Bearer github_pat_fake", "", 404, `"message":"Not Found"`},
+		{"POST", "/graphql", "", `{"query":"{repository(owner:\"acme\",name:\"app\"){id}}"}`, 401, `"Bad credentials"`},
+		{"POST", "/graphql", "Bearer github_pat_fake", `{"query":"{repository(owner:\"acme\",name:\"app\"){pullRequest(number:1){number headRefName}}}"}`, 200, `{"data":{"repository":{"pullRequest":{"headRefName":"agent/x","number":1}}}}`},
+		{"POST", "/graphql", "Bearer github_pat_fake", `{"query":"query Q($n: Int!, $s: [PullRequestState!] = OPEN) {repository(owner:\"acme\",name:\"app\"){pr: pullRequest(number:$n){title ...on PullRequest{state} ...on Issue{closed}} pullRequests(states:$s){totalCount}}}","variables":{"n":1}}`, 200, `{"data":{"repository":{"pr":{"state":"OPEN","title":"t"},"pullRequests":{"totalCount":1}}}}`},
+		{"POST", "/graphql", "Bearer github_pat_fake", `{"query":"{repository(owner:\"acme\",name:\"app\"){pullRequest(number:9){number}}}"}`, 200, `"message":"Could not resolve to a PullRequest with the number of 9."`},
+		{"POST", "/graphql", "Bearer github_pat_fake", `{"query":"{repository(owner:\"acme\",name:\"app\"){forks{totalCount}}}"}`, 200, `"message":"Field 'forks' doesn't exist on type 'Repository'"`},
+		{"POST", "/graphql", "Bearer github_pat_fake", `{"query":"{repository(owner:\"acme\",name:\"other\"){id}}"}`, 200, `{"data":{"repository":null},"errors":[{"message":"Could not resolve to a Repository with the name 'acme/other'.","path":["repository"],"type":"NOT_FOUND"}]}`},
+		{"POST", "/graphql", "Bearer github_pat_fake", `{"query":"mutation{mergePullRequest(input:{}){clientMutationId}}"}`, 200, `"errors":`},
 	} {
 		if status, body := do(c.method, c.path, c.auth, c.body); status != c.status || !strings.Contains(body, c.want) {
 			t.Errorf("%s %s: %d %s, want %d with %s", c.method, c.path, status, body, c.status, c.want)
 		}
 	}
-	if n := len(g.Requests()); n != 10 {
-		t.Errorf("recorded %d requests, want 10", n)
+	if n := len(g.Requests()); n != 17 {
+		t.Errorf("recorded %d requests, want 17", n)
 	}
 }
