@@ -66,6 +66,7 @@ func (g *GitHubREST) gqlRepository(args map[string]any) (any, error) {
 	owner, _ := args["owner"].(string)
 	name, _ := args["name"].(string)
 	if !g.has(owner + "/" + name) {
+		//lint:ignore ST1005 GitHub's own words, as gh prints them
 		return nil, fmt.Errorf("Could not resolve to a Repository with the name '%s/%s'.", owner, name)
 	}
 	g.mu.Lock()
@@ -86,6 +87,7 @@ func (g *GitHubREST) gqlRepository(args map[string]any) (any, error) {
 					return p, nil
 				}
 			}
+			//lint:ignore ST1005 GitHub's own words, as gh prints them
 			return nil, fmt.Errorf("Could not resolve to a PullRequest with the number of %s.", n)
 		}),
 		"pullRequests": map[string]any{
