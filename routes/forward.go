@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -292,25 +293,36 @@ func (f *Forwarder) url(t *Target) url.URL {
 
 // RoundTrip sends a request of the route's own to the upstream, beside
 // the one it serves (npm's fetch of a packument, for a tarball's publish
-// time): method to t, with header, the upstream's credential set as on a
-// forwarded request, over the forwarder's connections. The upstream's
-// header_timeout bounds the whole exchange, until the answer's body is
-// closed. Nothing else of Forward applies: no checkResponse, no redirect
-// mapping, no audit. An error is a refusal (ErrUnavailable) when there is
-// no credential to send; any other is the transport's, which the route
-// words.
-func (f *Forwarder) RoundTrip(ctx context.Context, method string, t Target, header http.Header) (*http.Response, error) {
-	cred, err := f.credential()
-	if err != nil {
-		// The message names the reason and the fix, never the value.
-		return nil, Refuse(ErrUnavailable, "%v", err)
+// time; the githubapi route's look-up of the repository a GraphQL node ID
+// belongs to): method to t, with header and body (nil for none), over the
+// forwarder's connections. The core sets the credential as on a forwarded
+// request: t.Credential when not zero, else the upstream's own, through the
+// route's setCredential; the route never holds it, and no error RoundTrip
+// returns carries it. The upstream's header_timeout bounds the whole
+// exchange, until the answer's body is closed. Nothing else of Forward
+// applies: no checkResponse (the route checks the answer itself, starting
+// with CredentialRefused), no redirect mapping, no audit. An error is a
+// refusal (ErrUnavailable) when there is no credential to send; any other
+// is the transport's, which the route words.
+func (f *Forwarder) RoundTrip(ctx context.Context, method string, t Target, header http.Header, body []byte) (*http.Response, error) {
+	cred := t.Credential
+	if cred.IsZero() {
+		var err error
+		if cred, err = f.credential(); err != nil {
+			// The message names the reason and the fix, never the value.
+			return nil, Refuse(ErrUnavailable, "%v", err)
+		}
 	}
 	cancel := context.CancelFunc(func() {})
 	if f.up.HeaderTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, f.up.HeaderTimeout)
 	}
 	u := f.url(&t)
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -568,7 +568,7 @@ func (s *route) npmPublished(ctx context.Context, n npmRequest, version string) 
 	base := s.fwd.Upstream().URL
 	pn := npmRequest{kind: npmPackument, name: n.name}
 	header := http.Header{"Accept": {"application/json"}, "Accept-Encoding": {"gzip"}}
-	resp, err := s.fwd.RoundTrip(ctx, http.MethodGet, pn.target(), header)
+	resp, err := s.fwd.RoundTrip(ctx, http.MethodGet, pn.target(), header, nil)
 	if err != nil {
 		if routes.IsRefusal(err) {
 			return time.Time{}, err
