@@ -36,6 +36,7 @@ import (
 	"github.com/cproxy/cproxy/helpers/gitcred"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/internal/testutil"
+	"github.com/cproxy/cproxy/routes/githubapi/gqlpolicy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -143,6 +144,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Defer(rest.Close)
 			env.Values["githubrest"] = rest
 			env.Values["githubrestseen"] = new(int)
+			env.Values["githubmutationsseen"] = new(int)
 			npmReg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: true})
 			env.Defer(npmReg.Close)
 			env.Values["npm"] = npmReg
@@ -241,6 +243,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmtime":       cmdNPMTime,
 			"npmrequests":   cmdNPMRequests,
 			"apirequests":   cmdAPIRequests,
+			"apimutations":  cmdAPIMutations,
 			"npmhostile":    cmdNPMHostile,
 			"unixbridge":    cmdUnixBridge,
 			"gobuild":       gobuild,
@@ -1115,9 +1118,45 @@ func cmdAPIRequests(ts *testscript.TestScript, neg bool, args []string) {
 		default:
 			line += " auth=other"
 		}
+		if r.Path == "/graphql" {
+			line += graphQLSummary(r.Body)
+		}
 		fmt.Fprintln(w, line)
 	}
 	*seen = len(reqs)
+}
+
+// graphQLSummary is what a GraphQL body asks, for apirequests: " KIND
+// FIELD…" for each operation (query repository, mutation
+// createPullRequest), or " (unreadable)".
+func graphQLSummary(body []byte) string {
+	ops, err := gqlpolicy.Analyze(body)
+	if err != nil {
+		return " (unreadable)"
+	}
+	var s string
+	for _, op := range ops {
+		s += " " + op.Kind + " " + strings.Join(op.Fields, ",")
+	}
+	return s
+}
+
+// apimutations: print the GraphQL mutations the fake GitHub API ran since
+// the last apimutations, one "NAME INPUT" a line, the input as JSON with
+// its keys sorted.
+func cmdAPIMutations(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: apimutations")
+	}
+	seen := ts.Value("githubmutationsseen").(*int)
+	muts := ts.Value("githubrest").(*fakes.GitHubREST).GraphQLMutations()
+	w := ts.Stdout()
+	for _, m := range muts[*seen:] {
+		in, err := json.Marshal(m.Input)
+		ts.Check(err)
+		fmt.Fprintf(w, "%s %s\n", m.Name, in)
+	}
+	*seen = len(muts)
 }
 
 // unixbridge VAR SOCKET: listen on a free loopback port and forward each

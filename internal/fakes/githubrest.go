@@ -20,6 +20,10 @@ type GitHubRESTOptions struct {
 	// Repos are the repositories it has, "owner/name", each with a main
 	// branch.
 	Repos []string
+	// Parents are the repositories some of Repos were forked from, by the
+	// fork's "owner/name" in lower case; GraphQL's parent is null for the
+	// others.
+	Parents map[string]string
 }
 
 // GitHubRESTRequest is one request the API received.
@@ -47,6 +51,8 @@ type GitHubREST struct {
 	reqs  []GitHubRESTRequest
 	pulls map[string][]map[string]any // by repository, lower-case
 	next  int
+	// mutations are the GraphQL mutations run, in order.
+	mutations []GitHubMutation
 }
 
 // NewGitHubREST starts a fake GitHub REST API; Close stops it.
@@ -160,25 +166,31 @@ func (g *GitHubREST) createPull(w http.ResponseWriter, owner, name string, body 
 		fmt.Fprintf(w, `{"message":"Validation Failed","errors":[{"resource":"PullRequest","field":"head","code":"missing_field"}],"documentation_url":"https://docs.github.com/rest/pulls/pulls#create-a-pull-request"}`)
 		return
 	}
-	head := in.Head
+	p := g.addPull(owner, name, in.Title, in.Body, in.Head, in.Base, false)
+	g.json(w, http.StatusCreated, p)
+}
+
+// addPull records a pull request of owner/name and returns it, in the
+// REST API's shape.
+func (g *GitHubREST) addPull(owner, name, title, body, head, base string, draft bool) map[string]any {
 	if _, b, ok := strings.Cut(head, ":"); ok {
 		head = b
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	n := g.next
 	g.next++
 	p := map[string]any{
-		"id": 1000 + n, "number": n, "state": "open", "title": in.Title, "body": in.Body, "draft": false,
+		"id": 1000 + n, "number": n, "state": "open", "title": title, "body": body, "draft": draft,
 		"url":        g.URL + "/repos/" + owner + "/" + name + "/pulls/" + strconv.Itoa(n),
 		"html_url":   "https://github.com/" + owner + "/" + name + "/pull/" + strconv.Itoa(n),
 		"head":       map[string]any{"ref": head, "label": owner + ":" + head},
-		"base":       map[string]any{"ref": in.Base, "label": owner + ":" + in.Base},
+		"base":       map[string]any{"ref": base, "label": owner + ":" + base},
 		"created_at": time.Now().UTC().Format(time.RFC3339),
 	}
 	repo := strings.ToLower(owner + "/" + name)
 	g.pulls[repo] = append(g.pulls[repo], p)
-	g.mu.Unlock()
-	g.json(w, http.StatusCreated, p)
+	return p
 }
 
 func (g *GitHubREST) json(w http.ResponseWriter, code int, v any) {

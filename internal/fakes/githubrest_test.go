@@ -1,6 +1,8 @@
 package fakes
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -58,5 +60,58 @@ func TestGitHubREST(t *testing.T) {
 	}
 	if n := len(g.Requests()); n != 17 {
 		t.Errorf("recorded %d requests, want 17", n)
+	}
+}
+
+// TestGitHubGraphQLMutations: the fake GraphQL API runs createPullRequest
+// on a repository's node ID and records it, finds the pull request by
+// its branch and by its node ID, resolves node IDs in nodes(ids:) (null
+// for one it does not have), comments and merges, each mutation recorded.
+func TestGitHubGraphQLMutations(t *testing.T) {
+	g := NewGitHubREST(GitHubRESTOptions{Repos: []string{"acme/app"}, Parents: map[string]string{"acme/app": "up/app"}})
+	defer g.Close()
+	post := func(query string, vars map[string]any) string {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+		resp, err := http.Post(g.URL+"/graphql", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return string(out)
+	}
+	repoID, prID := GitHubNodeID("Repository", "acme/app", 0), GitHubNodeID("PullRequest", "acme/app", 1)
+	for _, c := range []struct {
+		query string
+		vars  map[string]any
+		want  string
+	}{
+		{`mutation($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { id number url } } }`,
+			map[string]any{"input": map[string]any{"repositoryId": repoID, "headRefName": "agent/x", "baseRefName": "main", "title": "t", "body": "b"}},
+			`{"data":{"createPullRequest":{"pullRequest":{"id":"` + prID + `","number":1,"url":"https://github.com/acme/app/pull/1"}}}}`},
+		{`mutation { createPullRequest(input: {repositoryId: "R_kgDOnope", headRefName: "a", baseRefName: "b"}) { pullRequest { id } } }`, nil,
+			`Could not resolve to a Repository with the global id of 'R_kgDOnope'`},
+		{`{ repository(owner: "acme", name: "app") { parent { nameWithOwner } pullRequests(headRefName: "agent/x", states: [OPEN]) { nodes { number title body } } other: pullRequests(headRefName: "agent/y") { totalCount } } }`, nil,
+			`{"data":{"repository":{"other":{"totalCount":0},"parent":{"nameWithOwner":"up/app"},"pullRequests":{"nodes":[{"body":"b","number":1,"title":"t"}]}}}}`},
+		{`query($ids: [ID!]!) { nodes(ids: $ids) { __typename ... on Repository { nameWithOwner } ... on PullRequest { repository { nameWithOwner } } } }`,
+			map[string]any{"ids": []string{repoID, prID, "PR_kwDOnope"}},
+			`{"data":{"nodes":[{"__typename":"Repository","nameWithOwner":"acme/app"},{"__typename":"PullRequest","repository":{"nameWithOwner":"acme/app"}},null]}}`},
+		{`mutation { addComment(input: {subjectId: "` + prID + `", body: "done"}) { commentEdge { node { url } } } }`, nil,
+			`"url":"https://github.com/acme/app/pull/1#issuecomment-2"`},
+		{`mutation { mergePullRequest(input: {pullRequestId: "` + prID + `"}) { pullRequest { state } } }`, nil,
+			`{"data":{"mergePullRequest":{"pullRequest":{"state":"MERGED"}}}}`},
+		{`mutation { deleteRef(input: {refId: "x"}) { clientMutationId } }`, nil, `Field 'deleteRef' doesn't exist on type 'Mutation'`},
+	} {
+		if got := post(c.query, c.vars); !strings.Contains(got, c.want) {
+			t.Errorf("%.60s: %s\nwant %s", c.query, got, c.want)
+		}
+	}
+	var names []string
+	for _, m := range g.GraphQLMutations() {
+		names = append(names, m.Name)
+	}
+	if strings.Join(names, " ") != "createPullRequest createPullRequest addComment mergePullRequest" {
+		t.Errorf("recorded mutations %v", names)
 	}
 }

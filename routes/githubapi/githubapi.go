@@ -49,12 +49,17 @@ var queryParams = []string{
 // [upstream.githubapi].
 var Kind = routes.Kind{Name: "githubapi", Prefix: prefix, Upstream: "githubapi", New: newRoute}
 
-type route struct{ fwd *routes.Forwarder }
+type route struct {
+	fwd *routes.Forwarder
+	// resolver looks up what GraphQL node IDs are, for mutations.
+	resolver *resolver
+}
 
 func newRoute(env routes.Env) routes.Route {
 	// Redirects map the upstream's base onto /api/v3: a renamed
 	// repository's /repositories/ID is then refused as not understood.
-	return &route{fwd: env.NewForwarder("githubapi", rest, setCredential, checkResponse)}
+	fwd := env.NewForwarder("githubapi", rest, setCredential, checkResponse)
+	return &route{fwd: fwd, resolver: newResolver(fwd, env.Now)}
 }
 
 func (g *route) Name() string                                    { return "githubapi" }

@@ -2,6 +2,7 @@ package githubapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -22,11 +23,12 @@ const maxGraphQLBody = 1 << 20
 // repository's lists; a path not here is refused (docs/github-api.md).
 var pullFields = []string{
 	"id", "url", "number", "title", "state", "body", "isDraft", "maintainerCanModify", "mergeable",
-	"additions", "deletions", "baseRefName", "headRefName", "isCrossRepository", "createdAt",
+	"additions", "deletions", "baseRefName", "headRefName", "headRefOid", "isCrossRepository", "createdAt",
+	"mergeStateStatus",
 	"author.login", "author.id", "author.name",
 	"headRepositoryOwner.id", "headRepositoryOwner.login", "headRepositoryOwner.name",
 	"headRepository.id", "headRepository.name",
-	"commits.totalCount",
+	"commits.totalCount", "commits.nodes.commit.oid",
 	"commits.nodes.commit.statusCheckRollup.contexts.nodes.context",
 	"commits.nodes.commit.statusCheckRollup.contexts.nodes.state",
 	"commits.nodes.commit.statusCheckRollup.contexts.nodes.targetUrl",
@@ -61,36 +63,57 @@ var pullFields = []string{
 	"reactionGroups.content", "reactionGroups.users.totalCount",
 }
 
-// readPaths is every path a query may read: the repository's own fields,
-// and a pull request's (pullFields) whether one is looked up by number or
-// listed; a path leading to an allowed one (repository.pullRequest) is
-// allowed too.
+// repoFields are the fields a query may read of a repository, its own
+// and, as gh's RepositoryInfo reads them, its parent's (a fork's): its
+// name, owner and settings, none of its lists.
+var repoFields = []string{
+	"id", "name", "nameWithOwner", "url", "isPrivate", "viewerPermission", "defaultBranchRef.name",
+	"owner.login", "owner.id", "description", "hasIssuesEnabled", "hasWikiEnabled",
+	"mergeCommitAllowed", "rebaseMergeAllowed", "squashMergeAllowed",
+}
+
+// readPaths is every path a query may read: the repository's own fields
+// and its parent's, and a pull request's (pullFields) whether one is looked
+// up by number or listed; a path leading to an allowed one
+// (repository.pullRequest) is allowed too.
 var readPaths = func() map[string]bool {
 	paths := []string{
-		"repository.id", "repository.name", "repository.nameWithOwner", "repository.url",
-		"repository.isPrivate", "repository.viewerPermission", "repository.defaultBranchRef.name",
-		"repository.owner.login", "repository.owner.id",
 		"repository.pullRequests.totalCount",
 		"repository.pullRequests.pageInfo.hasNextPage", "repository.pullRequests.pageInfo.endCursor",
 	}
-	for _, f := range pullFields {
-		paths = append(paths, "repository.pullRequest."+f, "repository.pullRequests.nodes."+f)
-	}
-	m := map[string]bool{}
-	for _, p := range paths {
-		for i := range p {
-			if p[i] == '.' {
-				m[p[:i]] = true
-			}
-		}
-		m[p] = true
-	}
-	return m
+	paths = append(paths, prefixed("repository.", repoFields)...)
+	paths = append(paths, prefixed("repository.parent.", repoFields)...)
+	paths = append(paths, prefixed("repository.pullRequest.", pullFields)...)
+	paths = append(paths, prefixed("repository.pullRequests.nodes.", pullFields)...)
+	return pathSet(paths)
 }()
 
-// serveGraphQL serves a POST to /api/graphql: its body is read (bounded),
-// analyzed, and forwarded when every operation is a query that reads only
-// readPaths of repositories the sandbox may read.
+// introspection are the top-level fields that read GitHub's schema, which
+// is public (gh pr merge asks which fields a PullRequest has): everything
+// under them reads the schema alone.
+var introspection = []string{"__type", "__schema"}
+
+// plan is what a GraphQL request reaches, once checked whatever the
+// policy: the repositories its queries read by name, those of them whose
+// parent a query reads, its mutations, and whether it asks the schema.
+type plan struct {
+	repos     []string
+	parentsOf []string
+	mutations []mutation
+	schema    bool
+}
+
+// gqlRefusal is the refusal of a GraphQL request, whatever the policy.
+func gqlRefusal(sandbox, format string, args ...any) error {
+	return routes.Refuse(routes.ErrForbidden, "the GraphQL request is refused for sandbox %s: "+format+"; do not retry", append([]any{sandbox}, args...)...)
+}
+
+// serveGraphQL serves a POST to /api/graphql: its body is read (bounded)
+// and analyzed; the node IDs its mutations name and the parents its
+// queries read are resolved through GitHub; it is forwarded when every
+// query reads only readPaths of repositories the sandbox may read and
+// every mutation is one of mutationRules the policy allows on the
+// repository its target belongs to.
 func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	fail := func(err error) { a.FailWith(writeGraphQLError, err) }
 	a.SetTarget("graphql")
@@ -115,13 +138,15 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 		fail(routes.Refuse(kind, "the GraphQL request is refused for sandbox %s: %v", sandbox, err))
 		return
 	}
-	repos, err := checkOperations(ops, sandbox)
+	p, err := checkOperations(ops, sandbox)
 	if err != nil {
 		fail(err)
 		return
 	}
-	a.SetTarget("graphql " + strings.Join(repos, " "))
-	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRepos(prof, sandbox, repos) }); err != nil {
+	a.SetTarget("graphql " + p.target())
+	// The repositories named are decided first: cproxy asks GitHub about
+	// nothing (a parent) of a repository the sandbox may not read.
+	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nil, nil) }); err != nil {
 		fail(err)
 		return
 	}
@@ -129,67 +154,244 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 		fail(routes.Refuse(routes.ErrUnavailable, "no GitHub API credential is configured: %s", up.Missing))
 		return
 	}
+	nodes, parents, err := g.resolve(a, p, sandbox)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if nodes != nil || parents != nil {
+		a.SetTarget("graphql " + p.resolvedTarget(nodes, parents))
+		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nodes, parents) }); err != nil {
+			fail(err)
+			return
+		}
+	}
 	// GitHub serves GraphQL at /graphql of the API's host (api.github.com)
 	// and at /api/graphql of an Enterprise host, whose REST API is the
 	// upstream's /api/v3: the path beside the REST API's root.
 	g.fwd.Forward(a, r, routes.Target{Path: "/graphql"})
 }
 
-// checkOperations refuses, whatever the policy, an operation that is not
-// a query, looks up a node, or reads a field outside readPaths, and
-// returns the repositories the queries read, each once, for the policy.
-func checkOperations(ops []gqlpolicy.Operation, sandbox string) ([]string, error) {
-	refuse := func(format string, args ...any) ([]string, error) {
-		return nil, routes.Refuse(routes.ErrForbidden, "the GraphQL request is refused for sandbox %s: "+format+"; do not retry", append([]any{sandbox}, args...)...)
+// resolve looks up the targets of p's mutations and the parents its
+// queries read; nil maps when there is nothing to look up.
+func (g *route) resolve(a *routes.Call, p plan, sandbox string) (map[string]node, map[string]string, error) {
+	var ids []string
+	for _, m := range p.mutations {
+		if !slices.Contains(ids, m.target) {
+			ids = append(ids, m.target)
+		}
 	}
-	var repos []string
+	if len(ids) > maxLookups {
+		return nil, nil, gqlRefusal(sandbox, "its mutations name %d node IDs, more than the %d cproxy looks up for one request: send fewer at once", len(ids), maxLookups)
+	}
+	ctx := a.Request().Context()
+	var nodes map[string]node
+	var parents map[string]string
+	var err error
+	if len(ids) > 0 {
+		if nodes, err = g.resolver.nodes(ctx, ids, sandbox); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(p.parentsOf) > 0 {
+		if parents, err = g.resolver.parents(ctx, p.parentsOf); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nodes, parents, nil
+}
+
+// checkOperations refuses, whatever the policy, a query that looks up a
+// node or reads a field outside readPaths, a mutation outside
+// mutationRules or past its rule, and returns what the request reaches.
+func checkOperations(ops []gqlpolicy.Operation, sandbox string) (plan, error) {
+	refuse := func(format string, args ...any) (plan, error) { return plan{}, gqlRefusal(sandbox, format, args...) }
+	var p plan
 	for _, op := range ops {
-		if op.Kind != gqlpolicy.KindQuery {
-			names := make([]string, len(op.Mutations))
-			for i, m := range op.Mutations {
-				names[i] = m.Name
+		if op.Kind == gqlpolicy.KindMutation {
+			for _, m := range op.Mutations {
+				mut, err := checkMutation(m, sandbox)
+				if err != nil {
+					return plan{}, err
+				}
+				p.mutations = append(p.mutations, mut)
 			}
-			return refuse("mutations (%s) are not served through cproxy yet; use the REST API (gh api repos/OWNER/REPO/…) for what the policy allows", routes.Clip(strings.Join(names, ", "), 128))
+			for _, path := range op.Paths {
+				if !mutationPaths[path] {
+					return refuse("the field %s of a mutation's answer is not one cproxy serves (docs/github-api.md lists them)", routes.Clip(path, 128))
+				}
+			}
+			continue
 		}
 		if len(op.Nodes) > 0 {
-			return refuse("node and nodes look-ups by ID are not served: the repository an ID belongs to cannot be told before GitHub answers; query repository(owner:, name:) instead")
+			return refuse("node and nodes look-ups by ID are not served in a query: query repository(owner:, name:) instead")
 		}
 		for _, f := range op.Fields {
-			if f != "repository" {
+			switch {
+			case slices.Contains(introspection, f):
+				p.schema = true
+			case f != "repository":
 				return refuse("the top-level field %s is not served: cproxy serves only repository(owner:, name:) of the repositories the policy allows", routes.Clip(f, 64))
 			}
 		}
-		for _, p := range op.Paths {
-			if !readPaths[p] {
-				return refuse("the field %s is not one cproxy serves (docs/github-api.md lists them)", routes.Clip(p, 128))
+		parent := false
+		for _, path := range op.Paths {
+			top, _, _ := strings.Cut(path, ".")
+			if slices.Contains(introspection, top) {
+				continue
 			}
+			if !readPaths[path] {
+				return refuse("the field %s is not one cproxy serves (docs/github-api.md lists them)", routes.Clip(path, 128))
+			}
+			parent = parent || path == "repository.parent"
 		}
 		for _, rp := range op.Repos {
-			if !ownerRE.MatchString(rp.Owner) || !repoRE.MatchString(rp.Name) || strings.HasSuffix(strings.ToLower(rp.Name), ".git") {
+			if !validRepo(rp.String()) {
 				return refuse("%q is not a GitHub repository (OWNER/REPO)", routes.Clip(rp.String(), 128))
 			}
-			if !slices.ContainsFunc(repos, func(s string) bool { return strings.EqualFold(s, rp.String()) }) {
-				repos = append(repos, rp.String())
+			p.repos = addRepo(p.repos, rp.String())
+			if parent {
+				p.parentsOf = addRepo(p.parentsOf, rp.String())
 			}
 		}
 	}
-	if len(repos) == 0 {
+	if len(p.repos) == 0 && len(p.mutations) == 0 && !p.schema {
 		return refuse("it reads no repository; cproxy serves queries of repository(owner:, name:) only")
 	}
-	return repos, nil
+	return p, nil
 }
 
-// decideRepos asks prof whether the sandbox may read every one of repos.
-func decideRepos(prof *policy.Profile, sandbox string, repos []string) (string, error) {
-	var rules []string
-	for _, repo := range repos {
-		rule, err := decide(prof, sandbox, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
-		if err != nil {
-			return rule, err
+// addRepo adds repo to list unless it holds it, in any letters' case.
+func addRepo(list []string, repo string) []string {
+	if slices.ContainsFunc(list, func(s string) bool { return strings.EqualFold(s, repo) }) {
+		return list
+	}
+	return append(list, repo)
+}
+
+// target is the plan for the audit line, before anything is resolved.
+func (p plan) target() string { return p.resolvedTarget(nil, nil) }
+
+// resolvedTarget names what the request reaches for the audit line: the
+// repositories read, each mutation with its target's repository once
+// resolved (the operator's log may name it; the sandbox's refusal does
+// not).
+func (p plan) resolvedTarget(nodes map[string]node, parents map[string]string) string {
+	parts := slices.Clone(p.repos)
+	for _, repo := range p.parentsOf {
+		if parent := parents[repo]; parent != "" {
+			parts = append(parts, "parent:"+parent)
 		}
+	}
+	for _, m := range p.mutations {
+		s := m.name + " " + m.target
+		if n, ok := nodes[m.target]; ok && n.repo != "" {
+			s += "=" + n.repo
+		}
+		if m.name == "createPullRequest" {
+			s += " " + m.head + "->" + m.base
+		}
+		parts = append(parts, s)
+	}
+	if p.schema {
+		parts = append(parts, "schema")
+	}
+	return strings.Join(parts, " ")
+}
+
+// decidePlan asks prof whether the sandbox may read every repository p's
+// queries name (and, once resolved, their parents), and make each of its
+// mutations on the repository its target belongs to. Before the look-ups
+// (nodes nil), only the repositories named are asked. A refusal about a
+// resolved target names its node ID, never its repository: the sandbox
+// does not learn what an ID it may not reach belongs to.
+func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]node, parents map[string]string) (string, error) {
+	var rules []string
+	add := func(rule string) {
 		if !slices.Contains(rules, rule) {
 			rules = append(rules, rule)
 		}
 	}
+	for _, repo := range p.repos {
+		rule, err := decide(prof, sandbox, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
+		if err != nil {
+			return rule, err
+		}
+		add(rule)
+	}
+	if p.schema && len(p.repos) == 0 && len(p.mutations) == 0 {
+		rule, err := decideSchema(prof, sandbox)
+		if err != nil {
+			return rule, err
+		}
+		add(rule)
+	}
+	for _, repo := range p.parentsOf {
+		parent, ok := parents[repo]
+		if !ok || parent == "" {
+			continue
+		}
+		ans := prof.AskAPI(policy.APIQuestion{Repo: parent, Permission: policy.APIRead})
+		if !ans.Allow {
+			step, _ := ans.Refusal()
+			return ans.Rule, gqlRefusal(sandbox, "%s is a fork, and the sandbox may not read the repository it was forked from (%s): leave parent out of the query", repo, step.Rule)
+		}
+		add(ans.Rule)
+	}
+	if nodes == nil {
+		if len(rules) == 0 {
+			// Only mutations, decided once their targets are resolved;
+			// until then, the question is whether the profile uses the
+			// API at all.
+			return decideSchema(prof, sandbox)
+		}
+		return strings.Join(rules, " "), nil
+	}
+	for _, m := range p.mutations {
+		rule, err := decideMutation(prof, sandbox, m, nodes[m.target])
+		if err != nil {
+			return rule, err
+		}
+		add(rule)
+	}
 	return strings.Join(rules, " "), nil
+}
+
+// decideMutation asks prof whether the sandbox may make m on n, what its
+// target resolved to.
+func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (string, error) {
+	if !slices.Contains(m.types, n.typ) {
+		what := "an object of another type"
+		if n.typ != "" {
+			what = "a " + n.typ
+		}
+		return "", gqlRefusal(sandbox, "the %s of %s, %q, is %s, not %s", m.key, m.name, routes.Clip(m.target, 64), what, strings.Join(m.types, " or "))
+	}
+	q := policy.APIQuestion{Repo: n.repo, Permission: m.perm, Head: m.head, Base: m.base}
+	ans := prof.AskAPI(q)
+	if !ans.Allow {
+		step, _ := ans.Refusal()
+		if step.Key == "api" {
+			return ans.Rule, gqlRefusal(sandbox, "the %s of %s, %q, is in a repository on which GitHub API %q is not allowed (%s)", m.key, m.name, routes.Clip(m.target, 64), m.perm, step.Rule)
+		}
+		return decide(prof, sandbox, q)
+	}
+	if owner, _, _ := strings.Cut(n.repo, "/"); m.headOwner != "" && !strings.EqualFold(m.headOwner, owner) {
+		return ans.Rule, gqlRefusal(sandbox, "the headRefName of createPullRequest, %q, is in another owner's repository", routes.Clip(m.headOwner+":"+m.head, 128))
+	}
+	return ans.Rule, nil
+}
+
+// decideSchema allows what reads no repository (GitHub's public schema; a
+// mutation before its target is known) to a profile that may read some
+// repository through the API: deny by default for a profile without one.
+func decideSchema(prof *policy.Profile, sandbox string) (string, error) {
+	if prof != nil {
+		for _, r := range prof.Repos {
+			if len(r.API) > 0 {
+				return fmt.Sprintf("profile.%s.repos[%q].api", prof.Name, r.Repo), nil
+			}
+		}
+	}
+	return "no repos entry with api", routes.Refuse(routes.ErrForbidden, "GitHub's GraphQL API is not allowed for sandbox %s: no repos entry of its policy has an api list; do not retry", sandbox)
 }

@@ -2,11 +2,15 @@ package githubapi
 
 import (
 	"encoding/json"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/routetest"
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // listPulls is the shape of the query gh 2.23 sends for gh pr list.
@@ -62,7 +66,7 @@ func TestGraphQLRefused(t *testing.T) {
 		{"POST", q(`{repository(owner:"acme",name:"app"){pullRequest(number:1){headRepository{issues(first:1){totalCount}}}}}`), 403, `the field repository.pullRequest.headRepository.issues is not one`},
 		{"POST", q(`{repository(owner:"acme",name:"app"){pullRequests(first:1){nodes{author{...on User{repositories(first:1){totalCount}}}}}}}`), 403, `repository.pullRequests.nodes.author.repositories is not one`},
 		{"POST", q(`{__typename}`), 403, `it reads no repository`},
-		{"POST", q(`mutation{mergePullRequest(input:{pullRequestId:"PR_1"}){clientMutationId}}`), 403, `mutations (mergePullRequest) are not served`},
+		{"POST", q(`mutation{mergePullRequest(input:{pullRequestId:"PR_1"}){clientMutationId}}`), 403, `the mutation mergePullRequest is refused: merging a pull request is never allowed through cproxy (a person merges)`},
 		{"POST", q(`subscription{x}`), 403, `graphql request refused`},
 		{"POST", q(`{repository(owner:"acme",name:"a/b"){id}}`), 403, `\"acme/a/b\" is not a GitHub repository`},
 		{"POST", `{"query":"{repository(owner:\"acme\",name:\"app\"){id}}","Query":"{viewer{login}}"}`, 400, `invalid graphql request`},
@@ -86,5 +90,159 @@ func TestGraphQLMissingCredential(t *testing.T) {
 	r := e.Do("POST", "/api/graphql", routetest.Bearer(e.Token("conv-42")), listPulls)
 	if r.Status != 503 || !strings.Contains(r.Body, `{"errors":[{"message":"cproxy: no GitHub API credential is configured: the operator must set GITHUB_TOKEN`) {
 		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+}
+
+// ghCreatePull is the mutation gh 2.23 sends for gh pr create, with its
+// input as variables.
+const ghCreatePull = "mutation PullRequestCreate($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { id url } } }"
+
+func gqlBody(t *testing.T, query string, vars map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func pullInput(repoID, head, base string) map[string]any {
+	return map[string]any{"input": map[string]any{"repositoryId": repoID, "headRefName": head, "baseRefName": base,
+		"title": "t", "body": "b", "draft": false, "maintainerCanModify": true}}
+}
+
+// TestGraphQLMutations: createPullRequest and addComment reach GitHub
+// once cproxy has resolved the node ID they name to a repository the
+// policy lets the sandbox open pull requests in (from a branch it may
+// push into a base in pr_bases) or comment on; the resolution is asked of
+// GitHub once and kept. What the policy refuses, what is never allowed
+// and what cannot be decided is refused in GraphQL's error shape, seen
+// through aliases, fragments, variables and batches, and GitHub runs none
+// of it.
+func TestGraphQLMutations(t *testing.T) {
+	e, fake := apiEnv(t, routes.Upstream{})
+	h := routetest.Bearer(e.Token("conv-42"))
+	app, docs := fakes.GitHubNodeID("Repository", "acme/app", 0), fakes.GitHubNodeID("Repository", "acme/docs", 0)
+	pr1 := fakes.GitHubNodeID("PullRequest", "acme/app", 1)
+
+	r := e.Do("POST", "/api/graphql", h, gqlBody(t, ghCreatePull, pullInput(app, "agent/x", "main")))
+	if r.Status != 200 || !strings.Contains(r.Body, `"url":"https://github.com/acme/app/pull/1"`) {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	r = e.Do("POST", "/api/graphql", h, gqlBody(t, `mutation($s: ID!) { c: addComment(input: {subjectId: $s, body: "done"}) { commentEdge { node { url } } } }`, map[string]any{"s": pr1}))
+	if r.Status != 200 || !strings.Contains(r.Body, `issuecomment`) {
+		t.Fatalf("comment: %d %s", r.Status, r.Body)
+	}
+	// The repository's ID is kept: a second pull request asks GitHub no
+	// look-up.
+	before := len(fake.Requests())
+	if r = e.Do("POST", "/api/graphql", h, gqlBody(t, ghCreatePull, pullInput(app, "agent/y", "main"))); r.Status != 200 {
+		t.Fatalf("second create: %d %s", r.Status, r.Body)
+	}
+	if n := len(fake.Requests()) - before; n != 1 {
+		t.Errorf("the second pull request took %d requests of GitHub, want 1 (no look-up)", n)
+	}
+
+	merge := `mutation { mergePullRequest(input: {pullRequestId: "` + pr1 + `"}) { clientMutationId } }`
+	for _, c := range []struct {
+		name, body string
+		status     int
+		want       string
+	}{
+		{"a head the sandbox may not push", gqlBody(t, ghCreatePull, pullInput(app, "main", "main")), 403,
+			`a pull request from branch main of acme/app is refused for sandbox conv-42: the sandbox may not push that branch`},
+		{"a base not in pr_bases", gqlBody(t, ghCreatePull, pullInput(app, "agent/x", "prod")), 403,
+			`a pull request into prod of acme/app is refused for sandbox conv-42: that base is not in the policy's pr_bases`},
+		{"the ID of a repository without pulls:create, not named", gqlBody(t, ghCreatePull, pullInput(docs, "agent/x", "main")), 403,
+			`the repositoryId of createPullRequest, \"` + docs + `\", is in a repository on which GitHub API \"pulls:create\" is not allowed (profile.default.repos[\"acme/docs\"]: api does not list \"pulls:create\")`},
+		{"an ID GitHub does not know", gqlBody(t, ghCreatePull, pullInput("R_kgDOnope", "agent/x", "main")), 403,
+			`the node ID \"R_kgDOnope\" is not one GitHub knows`},
+		{"a pull request's ID as the repositoryId", gqlBody(t, ghCreatePull, pullInput(pr1, "agent/x", "main")), 403,
+			`is a PullRequest, not Repository`},
+		{"a head in another owner's repository", gqlBody(t, ghCreatePull, pullInput(app, "evil:agent/x", "main")), 403,
+			`the headRefName of createPullRequest, \"evil:agent/x\", is in another owner's repository`},
+		{"a head repository of its own", gqlBody(t, `mutation { createPullRequest(input: {repositoryId: "`+app+`", headRepositoryId: "R_kgDOfork", headRefName: "agent/x", baseRefName: "main", title: "t"}) { pullRequest { id } } }`, nil), 403,
+			`a pull request from another repository (headRepositoryId) is not served`},
+		{"an input key not forwarded", gqlBody(t, `mutation { createPullRequest(input: {repositoryId: "`+app+`", headRefName: "agent/x", baseRefName: "main", title: "t", issueId: "I_1"}) { pullRequest { id } } }`, nil), 403,
+			`the input of createPullRequest has issueId, not a key cproxy forwards`},
+		{"an answer selected past the pull request", gqlBody(t, `mutation { createPullRequest(input: {repositoryId: "`+app+`", headRefName: "agent/x", baseRefName: "main", title: "t"}) { pullRequest { author { ... on User { repositories(first: 1) { totalCount } } } } } }`, nil), 403,
+			`the field createPullRequest.pullRequest.author.repositories of a mutation's answer is not one cproxy serves`},
+		{"mergePullRequest", gqlBody(t, merge, nil), 403,
+			`the mutation mergePullRequest is refused: merging a pull request is never allowed through cproxy (a person merges)`},
+		{"mergePullRequest behind an alias", gqlBody(t, `mutation { open: mergePullRequest(input: {pullRequestId: "`+pr1+`"}) { clientMutationId } }`, nil), 403,
+			`the mutation mergePullRequest is refused`},
+		{"mergePullRequest in a fragment beside an allowed mutation", gqlBody(t, `mutation M($i: CreatePullRequestInput!, $m: MergePullRequestInput!) { createPullRequest(input: $i) { pullRequest { id } } ...F } fragment F on Mutation { mergePullRequest(input: $m) { clientMutationId } }`,
+			map[string]any{"i": pullInput(app, "agent/x", "main")["input"], "m": map[string]any{"pullRequestId": pr1}}), 403,
+			`the mutation mergePullRequest is refused`},
+		{"enablePullRequestAutoMerge in an inline fragment under @skip", gqlBody(t, `mutation { ... @skip(if: true) { enablePullRequestAutoMerge(input: {pullRequestId: "`+pr1+`"}) { clientMutationId } } }`, nil), 403,
+			`the mutation enablePullRequestAutoMerge is refused: auto-merge merges without a person`},
+		{"a review", gqlBody(t, `mutation { addPullRequestReview(input: {pullRequestId: "`+pr1+`", event: APPROVE}) { clientMutationId } }`, nil), 403,
+			`the mutation addPullRequestReview is refused: reviews are never submitted through cproxy`},
+		{"updateRef", gqlBody(t, `mutation { updateRef(input: {refId: "REF_1", oid: "0000000000000000000000000000000000000000", force: true}) { clientMutationId } }`, nil), 403,
+			`the mutation updateRef is refused: branches and tags go through git`},
+		{"createCommitOnBranch", gqlBody(t, `mutation { createCommitOnBranch(input: {branch: {repositoryNameWithOwner: "acme/app", branchName: "main"}, expectedHeadOid: "0", message: {headline: "m"}}) { clientMutationId } }`, nil), 403,
+			`the mutation createCommitOnBranch is refused: commits go through git`},
+		{"a mutation not on the list", gqlBody(t, `mutation { closePullRequest(input: {pullRequestId: "`+pr1+`"}) { clientMutationId } }`, nil), 403,
+			`the mutation closePullRequest is not one cproxy serves (those served: addComment, createIssue, createPullRequest, requestReviews)`},
+		{"a mutation the policy does not allow", gqlBody(t, `mutation { createIssue(input: {repositoryId: "`+app+`", title: "t"}) { issue { url } } }`, nil), 403,
+			`the repositoryId of createIssue, \"` + app + `\", is in a repository on which GitHub API \"issues:create\" is not allowed`},
+		{"a comment on a repository", gqlBody(t, `mutation { addComment(input: {subjectId: "`+app+`", body: "x"}) { clientMutationId } }`, nil), 403,
+			`the subjectId of addComment, \"` + app + `\", is a Repository, not PullRequest or Issue`},
+		{"a batch with one bad operation", `[` + gqlBody(t, ghCreatePull, pullInput(app, "agent/x", "main")) + `,` + gqlBody(t, merge, nil) + `]`, 403,
+			`the mutation mergePullRequest is refused`},
+		{"a batch with a pull request into another repository", `[` + gqlBody(t, ghCreatePull, pullInput(app, "agent/x", "main")) + `,` + gqlBody(t, ghCreatePull, pullInput(docs, "agent/x", "main")) + `]`, 403,
+			`is in a repository on which GitHub API \"pulls:create\" is not allowed`},
+		{"a target that is not a string", gqlBody(t, `mutation { createPullRequest(input: {repositoryId: 7, headRefName: "agent/x", baseRefName: "main"}) { pullRequest { id } } }`, nil), 403,
+			`graphql request refused: the input's repositoryId is not a string`},
+	} {
+		r := e.Do("POST", "/api/graphql", h, c.body)
+		if r.Status != c.status || !strings.HasPrefix(r.Body, `{"errors":[{"message":"cproxy: `) || !strings.Contains(r.Body, c.want) {
+			t.Errorf("%s: %d %s\nwant %d with %s", c.name, r.Status, r.Body, c.status, c.want)
+		}
+	}
+	var ran []string
+	for _, m := range fake.GraphQLMutations() {
+		in, _ := json.Marshal(m.Input)
+		ran = append(ran, m.Name+" "+string(in))
+	}
+	want := []string{
+		`createPullRequest {"baseRefName":"main","body":"b","draft":false,"headRefName":"agent/x","maintainerCanModify":true,"repositoryId":"` + app + `","title":"t"}`,
+		`addComment {"body":"done","subjectId":"` + pr1 + `"}`,
+		`createPullRequest {"baseRefName":"main","body":"b","draft":false,"headRefName":"agent/y","maintainerCanModify":true,"repositoryId":"` + app + `","title":"t"}`,
+	}
+	if strings.Join(ran, "\n") != strings.Join(want, "\n") {
+		t.Errorf("GitHub ran\n%s\nwant\n%s", strings.Join(ran, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestGraphQLParent: gh's RepositoryInfo reads the repository's parent;
+// cproxy asks GitHub which repository that is, and serves the query when
+// there is none or the sandbox may read it.
+func TestGraphQLParent(t *testing.T) {
+	fake := fakes.NewGitHubREST(fakes.GitHubRESTOptions{Token: canaryGitHub, Repos: []string{"acme/app", "acme/docs"},
+		Parents: map[string]string{"acme/docs": "evil/upstream"}})
+	t.Cleanup(fake.Close)
+	up := routes.Upstream{Credential: secrets.New(canaryGitHub), HeaderTimeout: 10 * time.Second}
+	up.URL, _ = url.Parse(fake.URL)
+	e := routetest.New(t, routetest.Serve(Kind, up), routetest.WithPolicy(t, `[profile.default]
+repos = [{ repo = "acme/*", access = "read", api = ["read"] }]
+`), func(o *routetest.Options) { o.Canaries = append(o.Canaries, canaryGitHub) })
+	h := routetest.Bearer(e.Token("conv-42"))
+	info := `fragment repo on Repository { id name owner { login } hasIssuesEnabled description hasWikiEnabled viewerPermission defaultBranchRef { name } }
+query RepositoryInfo($owner: String!, $name: String!) { repository(owner: $owner, name: $name) { ...repo parent { ...repo } mergeCommitAllowed rebaseMergeAllowed squashMergeAllowed } }`
+	r := e.Do("POST", "/api/graphql", h, gqlBody(t, info, map[string]any{"owner": "acme", "name": "app"}))
+	if r.Status != 200 || !strings.Contains(r.Body, `"parent":null`) {
+		t.Fatalf("no parent: %d %s", r.Status, r.Body)
+	}
+	r = e.Do("POST", "/api/graphql", h, gqlBody(t, info, map[string]any{"owner": "acme", "name": "docs"}))
+	if r.Status != 403 || !strings.Contains(r.Body, `acme/docs is a fork, and the sandbox may not read the repository it was forked from`) || strings.Contains(r.Body, "evil") {
+		t.Fatalf("a parent not allowed: %d %s", r.Status, r.Body)
+	}
+	var got []string
+	for _, q := range fake.Requests() {
+		got = append(got, string(q.Body))
+	}
+	if len(got) != 3 || !strings.Contains(got[0], "parent { nameWithOwner }") || got[1] != gqlBody(t, info, map[string]any{"owner": "acme", "name": "app"}) || !strings.Contains(got[2], "parent { nameWithOwner }") {
+		t.Errorf("GitHub got %q", got)
 	}
 }
