@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cproxy/cproxy/routes/githubapi/gqlpolicy"
 )
 
 // FuzzParse: whatever path and query come, parse never panics, and what it
@@ -74,6 +77,67 @@ func FuzzPullHeadBase(f *testing.F) {
 		}
 		if h != head || m["base"] != base {
 			t.Fatalf("%q: read head %q base %q, encoding/json reads %q %v", body, head, base, h, m["base"])
+		}
+	})
+}
+
+// FuzzCheckOperations: whatever GraphQL document comes, the route's
+// decision never panics, and what it lets through to the policy is only
+// mutations it serves, each with a target ID to resolve and only the
+// input keys of its rule, and queries that read only readPaths, the
+// schema, of valid repositories.
+func FuzzCheckOperations(f *testing.F) {
+	for _, q := range []string{
+		ghCreatePull,
+		`mutation { a: createPullRequest(input: {repositoryId: "R_1", headRefName: "agent/x", baseRefName: "main"}) { pullRequest { id } } b: mergePullRequest(input: {pullRequestId: "PR_1"}) { clientMutationId } }`,
+		`mutation M { ...F } fragment F on Mutation { addComment(input: {subjectId: "PR_1", body: "x"}) { commentEdge { node { url } } } }`,
+		`{ repository(owner: "acme", name: "app") { parent { id name } pullRequest(number: 1) { title } } }`,
+		`{ __type(name: "PullRequest") { fields { name } } }`,
+		`mutation { createIssue(input: {repositoryId: "R_1", title: "t", labelIds: ["L_1"]}) { issue { url } } }`,
+	} {
+		b, _ := json.Marshal(map[string]any{"query": q, "variables": pullInput("R_1", "agent/x", "main")})
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ops, err := gqlpolicy.Analyze(body)
+		if err != nil {
+			return
+		}
+		p, err := checkOperations(ops, "conv-42")
+		if err != nil {
+			return
+		}
+		for _, m := range p.mutations {
+			rule, ok := mutationRules[m.name]
+			if !ok || neverMutations[m.name] != "" || m.target == "" || m.perm != rule.perm {
+				t.Fatalf("mutation %+v let through", m)
+			}
+		}
+		for _, op := range ops {
+			if op.Kind == gqlpolicy.KindMutation {
+				for _, m := range op.Mutations {
+					for k := range m.Input {
+						if !slices.Contains(mutationRules[m.Name].keys, k) {
+							t.Fatalf("%s let through with input key %q", m.Name, k)
+						}
+					}
+				}
+				continue
+			}
+			if len(op.Nodes) > 0 {
+				t.Fatalf("a query with node look-ups let through: %v", op.Nodes)
+			}
+			for _, path := range op.Paths {
+				top, _, _ := strings.Cut(path, ".")
+				if !readPaths[path] && !slices.Contains(introspection, top) {
+					t.Fatalf("a query reading %s let through", path)
+				}
+			}
+		}
+		for _, r := range p.repos {
+			if !validRepo(r) {
+				t.Fatalf("repository %q let through", r)
+			}
 		}
 	})
 }
