@@ -44,6 +44,9 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "git-auth", Value: sandboxenv.GitAuthHelper, Usage: "how git gets the token: helper (git-credential-cproxy, which must be on the sandbox's PATH) or header (an Authorization header in git's settings)"},
 		&cli.BoolFlag{Name: "npm", Value: true, Usage: "send npm to cproxy's npm route with npm_config_* variables (--npm=false leaves npm alone)"},
 		&cli.StringFlag{Name: "npmrc", Usage: "set NPM_CONFIG_USERCONFIG to `PATH` (inside the sandbox), a file `cproxy npmrc` printed: how npm gets the token with --format sh, as a shell cannot export npm's token variable"},
+		&cli.BoolFlag{Name: "gh", Value: true, Usage: "send gh to cproxy's GitHub API route with GH_HOST and GH_ENTERPRISE_TOKEN when the proxy URL is cproxy's TLS listener (https://HOST[:PORT], no path); --gh=false leaves gh alone"},
+		&cli.StringFlag{Name: "gh-repo", Usage: "set GH_REPO to `OWNER/REPO` on cproxy's host, the repository gh's commands act on outside a checkout"},
+		&cli.StringFlag{Name: "ssl-cert-file", Usage: "set SSL_CERT_FILE to `PATH` (inside the sandbox), the file cproxy ca printed, which gh (and Go, curl, OpenSSL) then trusts in place of the system's certificates"},
 		adminFlag(),
 		configFlag(),
 	}
@@ -162,6 +165,10 @@ func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 	if p := c.String("npmrc"); c.IsSet("npmrc") && (p == "" || strings.IndexByte(p, 0) >= 0) {
 		return nil, nil, fail("pass the path of the file cproxy npmrc printed, as the sandbox sees it", "invalid --npmrc %q", p)
 	}
+	gh, err := ghFlags(c, proxyURL)
+	if err != nil {
+		return nil, nil, err
+	}
 	if token == "" {
 		admin, err := newAdminClient(c)
 		if err != nil {
@@ -186,6 +193,9 @@ func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 		NoGit:           !c.Bool("git"),
 		NoNPM:           !c.Bool("npm"),
 		NPMUserConfig:   c.String("npmrc"),
+		GH:              gh,
+		GHRepo:          c.String("gh-repo"),
+		SSLCertFile:     c.String("ssl-cert-file"),
 		Subscription:    sub,
 	})
 	if err != nil {
@@ -274,4 +284,32 @@ func checkGitFlags(c *cli.Context) error {
 			"unknown --git-auth %q", auth)
 	}
 	return nil
+}
+
+// ghFlags validates --gh, --gh-repo and --ssl-cert-file, and says whether
+// gh is set up: by default only when the proxy URL is one gh can take
+// (sandboxenv.GHHost), as a plain http URL cannot be; asked for with --gh,
+// --gh-repo or --ssl-cert-file, a proxy URL gh cannot take is an error that
+// says why.
+func ghFlags(c *cli.Context, proxyURL string) (bool, error) {
+	asked := c.IsSet("gh-repo") || c.IsSet("ssl-cert-file")
+	if !c.Bool("gh") {
+		if asked {
+			return false, fail("--gh-repo and --ssl-cert-file set gh up; drop them or drop --gh=false", "--gh-repo and --ssl-cert-file cannot be combined with --gh=false")
+		}
+		return false, nil
+	}
+	if _, err := sandboxenv.GHHost(proxyURL); err != nil {
+		if asked || given(c, "gh") {
+			return false, fail("pass --proxy-url https://HOST:PORT, cproxy's TLS listener (listen.proxy_tls) as the sandbox reaches it (see docs/github-api.md)", "gh cannot be set up: %v", err)
+		}
+		return false, nil
+	}
+	if r := c.String("gh-repo"); c.IsSet("gh-repo") && !sandboxenv.ValidGHRepo(r) {
+		return false, fail("give the repository as OWNER/REPO, such as acme/app", "invalid --gh-repo %q", r)
+	}
+	if p := c.String("ssl-cert-file"); c.IsSet("ssl-cert-file") && (p == "" || strings.IndexByte(p, 0) >= 0) {
+		return false, fail("pass the path of the file cproxy ca printed, as the sandbox sees it", "invalid --ssl-cert-file %q", p)
+	}
+	return true, nil
 }

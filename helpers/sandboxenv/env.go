@@ -49,6 +49,13 @@ type Options struct {
 	NoGit           bool
 	NoNPM           bool   // leave npm's settings out
 	NPMUserConfig   string // set NPM_CONFIG_USERCONFIG to this file (see NPMRC)
+	// GH sets gh up (see sandboxGH): ProxyURL must then be one GHHost
+	// takes. GHRepo, OWNER/REPO, sets GH_REPO; SSLCertFile sets
+	// SSL_CERT_FILE, the CA file gh (and every Go, curl or OpenSSL
+	// program) trusts in place of the system's. Both need GH.
+	GH          bool
+	GHRepo      string
+	SSLCertFile string
 	// Subscription, with ClaudeAuthOAuth, tells Claude Code about the
 	// subscription behind cproxy's setup-token upstream.
 	Subscription ClaudeSubscription
@@ -135,6 +142,15 @@ func sandboxVars(o Options) (Env, error) {
 		e = append(e, npm...)
 	} else if o.NPMUserConfig != "" {
 		return nil, fmt.Errorf("an npm userconfig cannot be combined with leaving npm out")
+	}
+	if o.GH {
+		gh, err := sandboxGH(base, o.Token, o.GHRepo, o.SSLCertFile)
+		if err != nil {
+			return nil, err
+		}
+		e = append(e, gh...)
+	} else if o.GHRepo != "" || o.SSLCertFile != "" {
+		return nil, fmt.Errorf("gh's repository and CA file cannot be combined with leaving gh out")
 	}
 	return e, nil
 }
