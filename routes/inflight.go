@@ -214,9 +214,13 @@ const flightSweep = 2 * time.Second
 // sweepFlights ends the requests in flight whose token the store no longer
 // holds live (revoked through another replica), every flightSweep until
 // stop is closed. A token the store cannot look up is left running: the
-// next sweep tries again.
+// next sweep tries again. It reads the store itself, never a look-up cache
+// in front of it (tokens.Uncached): the cache learns of another replica's
+// revocation from a notification, and a lagging or stalled listener must
+// not stretch the sweep's bound.
 func (s *Server) sweepFlights(stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
+	store := tokens.Uncached(s.store)
 	t := time.NewTicker(flightSweep)
 	defer t.Stop()
 	for {
@@ -239,7 +243,7 @@ func (s *Server) sweepFlights(stop <-chan struct{}, done chan<- struct{}) {
 		s.flights.mu.Unlock()
 		for tok := range live {
 			ctx, cancel := context.WithTimeout(context.Background(), flightSweep)
-			rec, err := s.store.Lookup(ctx, tok.hash)
+			rec, err := store.Lookup(ctx, tok.hash)
 			cancel()
 			if err != nil {
 				continue

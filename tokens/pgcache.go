@@ -61,6 +61,26 @@ type PostgresCache struct {
 	onRevokeToken atomic.Pointer[func(id string)]      // OnRevokeToken's
 }
 
+// TestNotificationDelay holds each notification the listener receives for that long before it is handled: a
+// listener that lags or stalls while its connection looks healthy. Zero in cproxy; only the CLI's test binary
+// sets it (from CPROXY_TEST_NOTIFICATION_DELAY, before serve starts), to show that a replica whose listener
+// stalls still ends a revoked token's requests in flight within its sweep's bound.
+var TestNotificationDelay time.Duration
+
+// Uncached is the store under s's look-up cache, or s itself when it has none: for a reader that must see the
+// records as the database holds them now, whatever the cache and its listener know. The core's sweep of its
+// requests in flight reads through it, so that another replica's revocation ends them within the sweep's bound
+// even while this replica's notifications lag.
+func Uncached(s Store) Store {
+	if c, ok := s.(interface{ Uncached() Store }); ok {
+		return c.Uncached()
+	}
+	return s
+}
+
+// Uncached is the PostgresStore underneath, which reads the database on every call.
+func (c *PostgresCache) Uncached() Store { return c.pg }
+
 // OnRevoke has f called with the sandbox of each revocation notification
 // that arrives, after the sandbox's records are dropped: how a replica ends
 // its requests in flight of a sandbox another replica revoked.
@@ -253,6 +273,13 @@ func (c *PostgresCache) serve(ctx context.Context, conn *pgx.Conn) error {
 		wait, cancel := context.WithTimeout(ctx, listenHeartbeat)
 		n, err := conn.WaitForNotification(wait)
 		cancel()
+		if err == nil && TestNotificationDelay > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(TestNotificationDelay):
+			}
+		}
 		switch {
 		case err == nil && n.Channel == RevokedTokenChannel:
 			c.dropID(n.Payload)

@@ -72,6 +72,10 @@ func TestMain(m *testing.M) {
 				adjustServeConfig = docFakes
 				docListener = docListenerAddr
 			}
+			// A revocation listener that lags (replicas_inflight_test.go).
+			if d, err := time.ParseDuration(os.Getenv("CPROXY_TEST_NOTIFICATION_DELAY")); err == nil {
+				tokens.TestNotificationDelay = d
+			}
 			os.Exit(run(os.Args, os.Stdout, os.Stderr))
 		},
 		"git-credential-cproxy": func() {
