@@ -47,6 +47,9 @@ type Upstream struct {
 	// AppAPI (https://api.github.com; https://HOST/api/v3 for GitHub
 	// Enterprise Server).
 	APIURL string `toml:"api_url"`
+	// sharesApp, set by impliedCredential, says the upstream shares the
+	// GitHub App of its kind's AppFrom (SharesApp).
+	sharesApp bool
 }
 
 // App reports whether u is a GitHub App's (app_id is set).
@@ -81,6 +84,10 @@ type UpstreamKind struct {
 	// AppAPI is api_url's default for a kind that takes a GitHub App
 	// (app_id); "" for a kind that takes none, which refuses the App keys.
 	AppAPI string
+	// AppFrom names the kind whose GitHub App this one shares, when that
+	// kind has one and this one's credential is not set: its requests
+	// then carry that App's installation tokens. "": none.
+	AppFrom string
 }
 
 // UpstreamKinds are the upstreams cproxy knows, one per route that forwards
@@ -101,6 +108,7 @@ var UpstreamKinds = []UpstreamKind{
 	{
 		Name: "githubapi", Prefix: "/api/", URL: "https://api.github.com", Credential: "env:GITHUB_TOKEN", HeaderTimeout: 2 * time.Minute,
 		Missing: "no GitHub API credential: GitHub API requests will be refused until it is set",
+		AppFrom: "github",
 	},
 	{
 		Name: "npm", Prefix: "/npm/", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
@@ -189,13 +197,35 @@ var appKeys = []string{"app_id", "private_key", "installation_id", "api_url"}
 
 // impliedCredential applies the rule that a GitHub App replaces the
 // credential: with app_id set, the kind's default credential (a token from
-// the environment) is not loaded.
+// the environment) is not loaded; nor is that of a kind that shares the
+// App (AppFrom) and sets no credential of its own, which then shares it.
 func (c *Config) impliedCredential(f *policy.File) {
 	for _, k := range UpstreamKinds {
-		if u := c.Upstream[k.Name]; u.App() && !f.Sets("upstream."+k.Name+".credential") {
+		if f.Sets("upstream." + k.Name + ".credential") {
+			continue
+		}
+		u := c.Upstream[k.Name]
+		switch {
+		case u.App():
 			u.Credential = ""
+		case c.appFrom(k):
+			u.Credential, u.sharesApp = "", true
 		}
 	}
+}
+
+// SharesApp reports whether kind k's requests carry the installation
+// tokens of the GitHub App of the kind it names in AppFrom: that kind has
+// one, and k's credential is not set.
+func (c *Config) SharesApp(k UpstreamKind) bool {
+	u := c.Upstream[k.Name]
+	return u != nil && u.sharesApp && c.appFrom(k)
+}
+
+// appFrom reports whether the kind k's AppFrom names has a GitHub App.
+func (c *Config) appFrom(k UpstreamKind) bool {
+	from, ok := c.Upstream[k.AppFrom]
+	return k.AppFrom != "" && ok && from != nil && from.App()
 }
 
 // validateApp checks an upstream's GitHub App keys: only for a kind that

@@ -80,6 +80,11 @@ type Env struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// AppTokens mints the upstream's GitHub App installation tokens per
+	// sandbox and scope: set by Build when the upstream has an App
+	// (Upstream.App), shared by every route of that App; nil otherwise,
+	// when the upstream's credential is sent.
+	AppTokens *AppTokens
 }
 
 // Build builds the kind's route with env, or, when env's upstream has no
@@ -93,6 +98,10 @@ func (k Kind) Build(env Env) Route {
 	}
 	if env.Now == nil {
 		env.Now = time.Now
+	}
+	env.AppTokens = nil
+	if env.Upstream.App != nil {
+		env.AppTokens = env.Upstream.App.tokens(env.Now, env.Log)
 	}
 	return k.New(env)
 }

@@ -50,9 +50,9 @@ type Upstream struct {
 	Auth string
 	// HeaderTimeout bounds the wait for response headers; zero means none.
 	HeaderTimeout time.Duration
-	// App, when not nil, is a GitHub App whose installation tokens the
-	// route mints for each request (routes/github), in place of Credential
-	// and Live, which are then unset. Nil: no App.
+	// App, when not nil, is a GitHub App whose installation tokens are
+	// minted for each request (Env.AppTokens), in place of Credential and
+	// Live, which are then unset. Nil: no App.
 	App *App
 }
 
@@ -69,6 +69,16 @@ type App struct {
 	API *url.URL
 	// Key holds the App's private key, PEM-encoded; SIGHUP rereads it.
 	Key *secrets.Live
+
+	once   sync.Once
+	minter *AppTokens
+}
+
+// tokens is the App's one AppTokens, made on first use, so that the
+// routes of one App (git and the API) share its tokens and its cache.
+func (a *App) tokens(now func() time.Time, log *slog.Logger) *AppTokens {
+	a.once.Do(func() { a.minter = NewAppTokens(a, now, log) })
+	return a.minter
 }
 
 // Configured reports whether up has a credential to send.

@@ -112,6 +112,8 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Defer(fake.Close)
 			env.Values["anthropic"] = fake
 			env.Values["anthropicgate"] = new(*fakes.Gate) // holdheaders' gate, for http -leave held
+			rest := fakes.NewGitHubREST(fakes.GitHubRESTOptions{Token: canaryGitHub, Repos: []string{"acme/app", "acme/other"}})
+			env.Defer(rest.Close)
 			// The git server needs git; scripts that use it skip without.
 			fakeGitHub, fakeGitHubAPI, appKeyFile := "", "", ""
 			if _, err := exec.LookPath("git"); err == nil {
@@ -130,7 +132,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				if err != nil {
 					return err
 				}
-				app := fakes.NewGitHubApp(fakes.GitHubAppOptions{AppID: testAppID, Key: key, Installation: testAppInstallation, Account: "acme", Git: gs})
+				app := fakes.NewGitHubApp(fakes.GitHubAppOptions{AppID: testAppID, Key: key, Installation: testAppInstallation, Account: "acme", Git: gs, API: rest})
 				env.Defer(app.Close)
 				env.Values["githubapp"] = app
 				env.Values["githubappseen"] = new(int)
@@ -144,8 +146,6 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Defer(relay.Close)
 			env.Values["relay"] = relay
 			env.Values["relayseen"] = new(int)
-			rest := fakes.NewGitHubREST(fakes.GitHubRESTOptions{Token: canaryGitHub, Repos: []string{"acme/app", "acme/other"}})
-			env.Defer(rest.Close)
 			env.Values["githubrest"] = rest
 			env.Values["githubrestseen"] = new(int)
 			env.Values["githubmutationsseen"] = new(int)
@@ -807,8 +807,9 @@ func cmdAppMints(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	seen := ts.Value("githubappseen").(*int)
 	mints := app.Mints()
+	w := ts.Stdout() // empty, not the last command's, when nothing was minted
 	for _, line := range fakes.MintLines(mints[*seen:]) {
-		fmt.Fprintln(ts.Stdout(), line)
+		fmt.Fprintln(w, line)
 	}
 	*seen = len(mints)
 	for _, why := range app.Refused() {
@@ -1102,7 +1103,7 @@ func noSandboxToken(ts *testscript.TestScript, who string, h http.Header) {
 }
 
 // apirequests: print the requests the fake GitHub REST API received since
-// the last apirequests, one "METHOD PATH[?QUERY] auth=real|none|other" a
+// the last apirequests, one "METHOD PATH[?QUERY] auth=real|app|none|other" a
 // line, in order; it fails the script if one carried a sandbox token.
 func cmdAPIRequests(ts *testscript.TestScript, neg bool, args []string) {
 	seen := ts.Value("githubrestseen").(*int)
@@ -1117,6 +1118,8 @@ func cmdAPIRequests(ts *testscript.TestScript, neg bool, args []string) {
 		switch a := r.Header.Get("Authorization"); a {
 		case "Bearer " + canaryGitHub:
 			line += " auth=real"
+		case "Bearer " + appToken(ts, a):
+			line += " auth=app"
 		case "":
 			line += " auth=none"
 		default:
@@ -1128,6 +1131,20 @@ func cmdAPIRequests(ts *testscript.TestScript, neg bool, args []string) {
 		fmt.Fprintln(w, line)
 	}
 	*seen = len(reqs)
+}
+
+// appToken is the token of auth, an Authorization header's "Bearer
+// TOKEN", when the fake GitHub App minted it; else a value no header holds.
+func appToken(ts *testscript.TestScript, auth string) string {
+	t, ok := strings.CutPrefix(auth, "Bearer ")
+	if app, isApp := ts.Value("githubapp").(*fakes.GitHubApp); ok && isApp && t != "" {
+		for _, m := range app.Mints() {
+			if m.Token == t {
+				return t
+			}
+		}
+	}
+	return "\x00"
 }
 
 // graphQLSummary is what a GraphQL body asks, for apirequests: " KIND

@@ -33,7 +33,6 @@ import (
 	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
-	"github.com/cproxy/cproxy/routes/github"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -178,6 +177,15 @@ func loadCredentials(cfg *config.Config, loader *secrets.Loader, log *slog.Logge
 		}
 		ups[k.Name] = up
 	}
+	// After every kind: the App's one routes.App, so that its routes
+	// share its tokens.
+	for _, k := range config.UpstreamKinds {
+		if cfg.SharesApp(k) {
+			up := ups[k.Name]
+			up.App = ups[k.AppFrom].App
+			ups[k.Name] = up
+		}
+	}
 	return ups, nil
 }
 
@@ -259,7 +267,7 @@ func loadApp(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, name 
 	}
 	pem, err := live.Current()
 	if err == nil {
-		err = github.CheckPrivateKey(pem)
+		err = routes.CheckPrivateKey(pem)
 	}
 	if err != nil {
 		return routes.Upstream{}, credentialError(cfg, key, c.PrivateKey, err)

@@ -33,6 +33,9 @@ type GitHubAppOptions struct {
 	// Git is the git server that accepts the tokens it mints, each for
 	// its repository and access alone. Required.
 	Git *GitServer
+	// API, if set, is the REST API that accepts the tokens it mints, each
+	// for its repository alone.
+	API *GitHubREST
 	// TTL is how long a token lives (expires_at); zero means an hour, as
 	// GitHub's do.
 	TTL time.Duration
@@ -141,14 +144,17 @@ func (a *GitHubApp) serve(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, http.StatusBadRequest, "Problems parsing JSON")
 		return
 	}
-	// The fake's installation has exactly the contents permission (read
-	// and write) and every repository of its account that Git holds.
+	// The fake's installation has the contents permission (read and
+	// write), the API's permissions that cproxy asks for, and every
+	// repository of its account that Git holds.
 	write := false
 	for k, v := range req.Permissions {
 		switch {
 		case k == "contents" && (v == "read" || v == "write"):
 			write = v == "write"
 		case k == "metadata" && v == "read":
+		case (k == "pull_requests" || k == "issues") && (v == "read" || v == "write"):
+		case (k == "checks" || k == "statuses" || k == "actions") && v == "read":
 		default:
 			a.refuse(w, http.StatusUnprocessableEntity, "The permissions requested are not granted to this installation.")
 			return
@@ -176,6 +182,9 @@ func (a *GitHubApp) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, rp := range repos {
 		a.o.Git.AddScopedToken(token, rp.FullName, write)
+		if a.o.API != nil {
+			a.o.API.AddScopedToken(token, rp.FullName)
+		}
 	}
 	a.mu.Lock()
 	a.mints = append(a.mints, AppMint{Repositories: req.Repositories, Permissions: req.Permissions, Token: token})

@@ -53,6 +53,43 @@ type GitHubREST struct {
 	next  int
 	// mutations are the GraphQL mutations run, in order.
 	mutations []GitHubMutation
+	// scoped are the tokens it takes beside opts.Token, each for one
+	// repository (lower case), as a GitHub App's installation tokens.
+	scoped map[string]string
+}
+
+// AddScopedToken makes the API take token, as Authorization: Bearer or
+// token, for the repository repo ("owner/name") alone, as GitHub takes an
+// App installation token narrowed to it.
+func (g *GitHubREST) AddScopedToken(token, repo string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.scoped == nil {
+		g.scoped = map[string]string{}
+	}
+	g.scoped[token] = strings.ToLower(repo)
+}
+
+// authorized says whether r carries opts.Token, or a scoped token of the
+// repository its path names.
+func (g *GitHubREST) authorized(r *http.Request) bool {
+	t := g.opts.Token
+	if t == "" {
+		return true
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "Bearer "+t || auth == "token "+t {
+		return true
+	}
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		tok, _ = strings.CutPrefix(auth, "token ")
+	}
+	g.mu.Lock()
+	repo, ok := g.scoped[tok]
+	g.mu.Unlock()
+	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return ok && tok != "" && len(segs) >= 3 && segs[0] == "repos" && strings.ToLower(segs[1]+"/"+segs[2]) == repo
 }
 
 // NewGitHubREST starts a fake GitHub REST API; Close stops it.
@@ -78,7 +115,7 @@ func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.reqs = append(g.reqs, GitHubRESTRequest{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 	g.mu.Unlock()
-	if t := g.opts.Token; t != "" && r.Header.Get("Authorization") != "Bearer "+t && r.Header.Get("Authorization") != "token "+t {
+	if !g.authorized(r) {
 		gitHubRESTError(w, http.StatusUnauthorized, "Bad credentials")
 		return
 	}

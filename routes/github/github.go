@@ -127,17 +127,17 @@ var Kind = routes.Kind{Name: "github", Prefix: "/github/", Upstream: "github", N
 type gitHubRoute struct {
 	fwd *routes.Forwarder
 	// app mints the installation tokens of a GitHub App, one per
-	// sandbox, repository and access; nil: the upstream's credential (a
-	// token) is sent.
-	app *appTokens
+	// sandbox, repository and access (the core's, Env.AppTokens); nil:
+	// the upstream's credential (a token) is sent.
+	app *routes.AppTokens
 }
 
 func newGitHubRoute(env routes.Env) routes.Route {
 	g := &gitHubRoute{}
 	check := gitHubResponse
-	if env.Upstream.App != nil {
-		g.app = newAppTokens(env.Upstream.App, env.Now, env.Log)
-		check = g.app.checkResponse
+	if env.AppTokens != nil {
+		g.app = env.AppTokens
+		check = g.app.CheckResponse("upstream.github.api_url is the API of the GitHub at upstream.github.url", appToken)
 	}
 	g.fwd = env.NewForwarder("github", "/github/", setGitHubCredential, check)
 	g.fwd.CheckRedirects(gitHubMoved)
@@ -160,7 +160,7 @@ func (g *gitHubRoute) WriteError(w http.ResponseWriter, err error) int { return 
 // GitHub App's private key's.
 func (g *gitHubRoute) Sources() []routes.Source {
 	if g.app != nil {
-		return []routes.Source{{Name: "upstream.github.private_key", Live: g.app.app.Key}}
+		return []routes.Source{{Name: "upstream.github.private_key", Live: g.app.Key()}}
 	}
 	return g.fwd.Sources("upstream.github.credential")
 }
@@ -212,11 +212,11 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 		// Minted once the policy allows the request, and after a push's
 		// commands are checked: the token reaches this repository alone,
 		// with write access only for a push.
-		access := accessRead
+		access := "read"
 		if g.push() {
-			access = accessWrite
+			access = "write"
 		}
-		cred, err := gr.app.token(r.Context(), sandbox, g.owner, g.name, access)
+		cred, err := gr.app.Token(r.Context(), sandbox, routes.AppScope{Owner: g.owner, Name: g.name, Permissions: map[string]string{"contents": access}})
 		if err != nil {
 			a.Fail(err)
 			return
@@ -583,7 +583,7 @@ func writePushReport(w http.ResponseWriter, sb bool, cmds []*packp.Command, reas
 	e.EncodeString("unpack ok\n")
 	for i, c := range cmds {
 		// A reason is one line of printable text; ref names were checked.
-		e.EncodeString("ng " + c.Name.String() + " " + oneLine(reasons[i]) + "\n")
+		e.EncodeString("ng " + c.Name.String() + " " + routes.OneLine(reasons[i]) + "\n")
 	}
 	e.Flush()
 	h := w.Header()
@@ -600,15 +600,6 @@ func writePushReport(w http.ResponseWriter, sb bool, cmds []*packp.Command, reas
 	w.Write(out.Bytes())
 }
 
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
-}
-
 // gitAdvertisementError answers info/refs with a smart-HTTP advertisement
 // that holds only an error packet: git 2.39 prints it as
 // "fatal: remote error: MESSAGE". A 403 would show as "The requested URL
@@ -619,7 +610,7 @@ func gitAdvertisementError(service string) func(http.ResponseWriter, error) int 
 		e := pktline.NewEncoder(&b)
 		e.EncodeString("# service=" + service + "\n")
 		e.Flush()
-		e.EncodeString("ERR " + oneLine(routes.Message(err)) + "\n")
+		e.EncodeString("ERR " + routes.OneLine(routes.Message(err)) + "\n")
 		h := w.Header()
 		h.Set("Content-Type", "application/x-"+service+"-advertisement")
 		h.Set("Cache-Control", "no-cache, max-age=0, must-revalidate")
@@ -673,17 +664,11 @@ func gitHubMoved(in *http.Request, path, query string) error {
 	return nil
 }
 
-// checkResponse is gitHubResponse for a GitHub App's tokens: GitHub
-// refusing one (the App uninstalled, the token revoked) drops it, so the
-// next request mints another instead of sending it again until it expires.
-func (a *appTokens) checkResponse(resp *http.Response) error {
-	if resp.StatusCode != http.StatusUnauthorized {
-		return nil
-	}
-	if _, token, ok := resp.Request.BasicAuth(); ok {
-		a.forget(token)
-	}
-	return routes.Refuse(routes.ErrUpstream, "the upstream %s refused the GitHub App's installation token; the operator must check that upstream.github.api_url is the API of the GitHub at upstream.github.url", resp.Request.URL.Host)
+// appToken is the App token a forwarded request carries, as
+// setGitHubCredential set it, for AppTokens.CheckResponse.
+func appToken(r *http.Request) string {
+	_, token, _ := r.BasicAuth()
+	return token
 }
 
 // gitHubResponse turns the upstream refusing cproxy's own credential into a

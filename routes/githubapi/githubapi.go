@@ -53,13 +53,29 @@ type route struct {
 	fwd *routes.Forwarder
 	// resolver looks up what GraphQL node IDs are, for mutations.
 	resolver *resolver
+	// app mints the GitHub App installation tokens REST requests are sent
+	// with, one per sandbox, repository and permissions (the core's,
+	// Env.AppTokens, shared with the github route); nil: the upstream's
+	// credential (a token) is sent.
+	app *routes.AppTokens
 }
 
 func newRoute(env routes.Env) routes.Route {
+	check := checkResponse
+	if env.AppTokens != nil {
+		check = env.AppTokens.CheckResponse("upstream.github.api_url names the GitHub API at upstream.githubapi.url", bearerToken)
+	}
 	// Redirects map the upstream's base onto /api/v3: a renamed
 	// repository's /repositories/ID is then refused as not understood.
-	fwd := env.NewForwarder("githubapi", rest, setCredential, checkResponse)
-	return &route{fwd: fwd, resolver: newResolver(fwd, env.Now)}
+	fwd := env.NewForwarder("githubapi", rest, setCredential, check)
+	return &route{fwd: fwd, resolver: newResolver(fwd, env.Now), app: env.AppTokens}
+}
+
+// EndSandbox drops the App tokens minted for sandbox (routes.Ender).
+func (g *route) EndSandbox(sandbox string) {
+	if g.app != nil {
+		g.app.EndSandbox(sandbox)
+	}
 }
 
 func (g *route) Name() string                                    { return "githubapi" }
@@ -67,8 +83,14 @@ func (g *route) Prefix() string                                  { return prefix
 func (g *route) Close()                                          { g.fwd.Close() }
 func (g *route) WriteError(w http.ResponseWriter, err error) int { return writeRESTError(w, err) }
 
-// Sources is the API credential's source, when it has one.
-func (g *route) Sources() []routes.Source { return g.fwd.Sources("upstream.githubapi.credential") }
+// Sources is the API credential's source, when it has one, or the GitHub
+// App's private key's.
+func (g *route) Sources() []routes.Source {
+	if g.app != nil {
+		return []routes.Source{{Name: "upstream.github.private_key", Live: g.app.Key()}}
+	}
+	return g.fwd.Sources("upstream.githubapi.credential")
+}
 
 // request is a REST request as the route understood it.
 type request struct {
@@ -92,6 +114,13 @@ func (g *route) Serve(a *routes.Call) {
 		return
 	}
 	if r.URL.Path == graphql {
+		if g.app != nil {
+			// A GraphQL request can reach several repositories, and its
+			// node IDs are resolved with cproxy's own credential: not
+			// served with an App's tokens, each for one repository.
+			a.FailWith(writeGraphQLError, routes.Refuse(routes.ErrUnavailable, "GitHub's GraphQL API is not served with a GitHub App's tokens yet: the operator must set upstream.githubapi.credential to a token for it; REST requests (gh api repos/…) work"))
+			return
+		}
 		g.serveGraphQL(a, r, sandbox)
 		return
 	}
@@ -139,7 +168,23 @@ func (g *route) Serve(a *routes.Call) {
 			return
 		}
 	}
-	g.fwd.Forward(a, r, routes.Target{Path: "/" + strings.Join(q.segs, "/"), Query: q.query.Encode()})
+	t := routes.Target{Path: "/" + strings.Join(q.segs, "/"), Query: q.query.Encode()}
+	if g.app != nil {
+		// Minted once the policy allows the request: the token reaches
+		// this repository alone, with the one permission it needs.
+		perms := appPermissions(q.ep)
+		if perms == nil {
+			a.Fail(routes.Refuse(routes.ErrForbidden, "%s %s is refused for sandbox %s: cproxy knows no GitHub App permission for it; do not retry", q.method, routes.Clip(r.URL.Path, 128), sandbox))
+			return
+		}
+		cred, err := g.app.Token(r.Context(), sandbox, routes.AppScope{Owner: q.owner, Name: q.name, Permissions: perms})
+		if err != nil {
+			a.Fail(err)
+			return
+		}
+		t.Credential = cred
+	}
+	g.fwd.Forward(a, r, t)
 }
 
 // parse checks r's path and query and finds its endpoint: a request that

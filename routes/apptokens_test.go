@@ -1,4 +1,4 @@
-package github
+package routes
 
 import (
 	"context"
@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/internal/fakes"
-	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
 )
 
 // appFixture is appTokens against the fake App endpoint and git server,
 // on a clock the test moves.
 type appFixture struct {
-	tokens *appTokens
+	tokens *AppTokens
 	app    *fakes.GitHubApp
 	git    *fakes.GitServer
 	mu     sync.Mutex
@@ -61,7 +60,7 @@ func newAppFixture(t *testing.T, repos ...string) *appFixture {
 	f.app = fakes.NewGitHubApp(fakes.GitHubAppOptions{AppID: 99, Key: key, Installation: 5, Account: "acme", Git: gs, Now: f.clock})
 	t.Cleanup(f.app.Close)
 	api, _ := url.Parse(f.app.URL)
-	f.tokens = newAppTokens(&routes.App{ID: 99, Installation: 5, API: api, Key: keyLive(t, keyPEM)}, f.clock, slog.New(slog.DiscardHandler))
+	f.tokens = NewAppTokens(&App{ID: 99, Installation: 5, API: api, Key: keyLive(t, keyPEM)}, f.clock, slog.New(slog.DiscardHandler))
 	return f
 }
 
@@ -78,7 +77,7 @@ func keyLive(t *testing.T, keyPEM []byte) *secrets.Live {
 func (f *appFixture) token(t *testing.T, sandbox, repo, access string) secrets.Secret {
 	t.Helper()
 	owner, name, _ := strings.Cut(repo, "/")
-	tok, err := f.tokens.token(context.Background(), sandbox, owner, name, access)
+	tok, err := f.tokens.Token(context.Background(), sandbox, contentsScope(owner, name, access))
 	if err != nil {
 		t.Fatalf("token for %s %s %s: %v", sandbox, repo, access, err)
 	}
@@ -89,13 +88,13 @@ func (f *appFixture) token(t *testing.T, sandbox, repo, access string) secrets.S
 // expires, then minted again; each scope and each sandbox has its own.
 func TestAppTokenCache(t *testing.T) {
 	f := newAppFixture(t, "acme/app", "acme/lib")
-	first := f.token(t, "conv-1", "acme/app", accessRead)
-	if got := f.token(t, "conv-1", "Acme/App", accessRead); got != first {
+	first := f.token(t, "conv-1", "acme/app", "read")
+	if got := f.token(t, "conv-1", "Acme/App", "read"); got != first {
 		t.Error("a second request of the same scope minted again")
 	}
-	f.token(t, "conv-1", "acme/app", accessWrite)
-	f.token(t, "conv-1", "acme/lib", accessRead)
-	f.token(t, "conv-2", "acme/app", accessRead)
+	f.token(t, "conv-1", "acme/app", "write")
+	f.token(t, "conv-1", "acme/lib", "read")
+	f.token(t, "conv-2", "acme/app", "read")
 	want := []string{"repositories=app contents=read", "repositories=app contents=write", "repositories=lib contents=read", "repositories=app contents=read"}
 	if got := fakes.MintLines(f.app.Mints()); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("mints:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -103,12 +102,12 @@ func TestAppTokenCache(t *testing.T) {
 
 	// The fake's tokens live an hour: kept until 55 minutes.
 	f.advance(54*time.Minute + 59*time.Second)
-	if got := f.token(t, "conv-1", "acme/app", accessRead); got != first {
+	if got := f.token(t, "conv-1", "acme/app", "read"); got != first {
 		t.Error("minted again before the token's margin")
 	}
 	n := len(f.app.Mints())
 	f.advance(time.Second)
-	if got := f.token(t, "conv-1", "acme/app", accessRead); got == first {
+	if got := f.token(t, "conv-1", "acme/app", "read"); got == first {
 		t.Error("a token past its margin was used")
 	}
 	if len(f.app.Mints()) != n+1 {
@@ -123,13 +122,13 @@ func TestAppTokenCache(t *testing.T) {
 // Revoking a sandbox drops its tokens alone.
 func TestAppTokenEndSandbox(t *testing.T) {
 	f := newAppFixture(t, "acme/app")
-	one := f.token(t, "conv-1", "acme/app", accessRead)
-	two := f.token(t, "conv-2", "acme/app", accessRead)
+	one := f.token(t, "conv-1", "acme/app", "read")
+	two := f.token(t, "conv-2", "acme/app", "read")
 	f.tokens.EndSandbox("conv-1")
-	if got := f.token(t, "conv-1", "acme/app", accessRead); got == one {
+	if got := f.token(t, "conv-1", "acme/app", "read"); got == one {
 		t.Error("a revoked sandbox's token was used again")
 	}
-	if got := f.token(t, "conv-2", "acme/app", accessRead); got != two {
+	if got := f.token(t, "conv-2", "acme/app", "read"); got != two {
 		t.Error("another sandbox's token was dropped")
 	}
 	if n := len(f.app.Mints()); n != 3 {
@@ -143,7 +142,7 @@ func TestAppTokenSharedMint(t *testing.T) {
 	var wg sync.WaitGroup
 	got := make([]secrets.Secret, 8)
 	for i := range got {
-		wg.Go(func() { got[i] = f.token(t, "conv-1", "acme/app", accessWrite) })
+		wg.Go(func() { got[i] = f.token(t, "conv-1", "acme/app", "write") })
 	}
 	wg.Wait()
 	for _, tok := range got[1:] {
@@ -163,12 +162,12 @@ func TestAppTokenMintFails(t *testing.T) {
 	for _, tc := range []struct {
 		repo, want string
 	}{
-		{"acme/missing", "cproxy: could not get a GitHub App token for acme/missing: GitHub answered 422 (\"There is at least one repository that does not exist or is not accessible to the parent installation.\"): the App's installation 5 may lack the repository or contents read permission; the operator must install the App on acme/missing and grant it Contents: read and write"},
+		{"acme/missing", "cproxy: could not get a GitHub App token for acme/missing: GitHub answered 422 (\"There is at least one repository that does not exist or is not accessible to the parent installation.\"): the App's installation 5 may lack the repository or the permissions contents:read; the operator must install the App on acme/missing and grant it those permissions (docs/github-api.md)"},
 		{"other/app", "cproxy: could not get a GitHub App token for other/app: the App's installation 5 gave a token for \"acme/app\", not for other/app: it is installed on another account; the operator must point upstream.github.installation_id at the installation on other, or leave it out to look the installation up per owner"},
 	} {
 		owner, name, _ := strings.Cut(tc.repo, "/")
-		_, err := f.tokens.token(context.Background(), "conv-1", owner, name, accessRead)
-		if status, _ := routes.Status(err); err == nil || routes.Message(err) != tc.want || status != http.StatusBadGateway {
+		_, err := f.tokens.Token(context.Background(), "conv-1", contentsScope(owner, name, "read"))
+		if status, _ := Status(err); err == nil || Message(err) != tc.want || status != http.StatusBadGateway {
 			t.Errorf("%s: got %v (%d), want %s", tc.repo, err, status, tc.want)
 		}
 	}
@@ -178,11 +177,11 @@ func TestAppTokenMintFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.tokens.app.Key = keyLive(t, otherPEM)
-	_, err = f.tokens.token(context.Background(), "conv-1", "acme", "app", accessRead)
-	if err == nil || !strings.Contains(routes.Message(err), "GitHub refused the App's JWT with 401") {
+	_, err = f.tokens.Token(context.Background(), "conv-1", contentsScope("acme", "app", "read"))
+	if err == nil || !strings.Contains(Message(err), "GitHub refused the App's JWT with 401") {
 		t.Errorf("another key: %v", err)
 	}
-	if msg := routes.Message(err); strings.Contains(msg, "eyJ") || strings.Contains(msg, "PRIVATE KEY") {
+	if msg := Message(err); strings.Contains(msg, "eyJ") || strings.Contains(msg, "PRIVATE KEY") {
 		t.Errorf("the refusal holds the JWT or the key: %s", msg)
 	}
 }
@@ -192,8 +191,8 @@ func TestAppTokenMintFails(t *testing.T) {
 // cproxy's checks did not.
 func TestAppTokenNarrowedByGitHub(t *testing.T) {
 	f := newAppFixture(t, "acme/app", "acme/lib")
-	read := f.token(t, "conv-1", "acme/app", accessRead)
-	write := f.token(t, "conv-1", "acme/app", accessWrite)
+	read := f.token(t, "conv-1", "acme/app", "read")
+	write := f.token(t, "conv-1", "acme/app", "write")
 	for _, tc := range []struct {
 		tok    secrets.Secret
 		path   string
@@ -222,14 +221,14 @@ func TestAppTokenNarrowedByGitHub(t *testing.T) {
 // mints another.
 func TestAppTokenRefusedByGitHub(t *testing.T) {
 	f := newAppFixture(t, "acme/app")
-	first := f.token(t, "conv-1", "acme/app", accessRead)
+	first := f.token(t, "conv-1", "acme/app", "read")
 	req, _ := http.NewRequest(http.MethodGet, f.git.URL+"/acme/app.git/info/refs?service=git-upload-pack", nil)
 	req.SetBasicAuth("x-access-token", first.Reveal())
-	err := f.tokens.checkResponse(&http.Response{StatusCode: http.StatusUnauthorized, Request: req})
-	if status, _ := routes.Status(err); status != http.StatusBadGateway {
+	err := f.tokens.CheckResponse("upstream.github.api_url is the API of the GitHub at upstream.github.url", basicToken)(&http.Response{StatusCode: http.StatusUnauthorized, Request: req})
+	if status, _ := Status(err); status != http.StatusBadGateway {
 		t.Errorf("a 401 from git: %v", err)
 	}
-	if got := f.token(t, "conv-1", "acme/app", accessRead); got == first {
+	if got := f.token(t, "conv-1", "acme/app", "read"); got == first {
 		t.Error("a token GitHub refused was sent again")
 	}
 	if n := len(f.app.Mints()); n != 2 {
@@ -243,8 +242,8 @@ func TestAppTokenRefusedByGitHub(t *testing.T) {
 func TestAppTokenInstallationLookup(t *testing.T) {
 	f := newAppFixture(t, "acme/app", "acme/lib")
 	f.tokens.app.Installation = 0
-	f.token(t, "conv-1", "acme/app", accessRead)
-	f.token(t, "conv-1", "Acme/lib", accessWrite)
+	f.token(t, "conv-1", "acme/app", "read")
+	f.token(t, "conv-1", "Acme/lib", "write")
 	if n := f.app.Lookups(); n != 1 {
 		t.Errorf("look-ups: %d, want 1", n)
 	}
@@ -252,9 +251,25 @@ func TestAppTokenInstallationLookup(t *testing.T) {
 	if got := fakes.MintLines(f.app.Mints()); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("mints: %q", got)
 	}
-	_, err := f.tokens.token(context.Background(), "conv-1", "other", "app", accessRead)
+	_, err := f.tokens.Token(context.Background(), "conv-1", contentsScope("other", "app", "read"))
 	wantErr := `cproxy: could not get a GitHub App token for other/app: the GitHub App is not installed on other with access to it (GitHub answered 404 ("Not Found")): the operator must install the App on other`
-	if routes.Message(err) != wantErr {
+	if Message(err) != wantErr {
 		t.Errorf("another owner: %v", err)
 	}
+}
+
+// contentsScope is the scope the github route asks for a clone or a push.
+func contentsScope(owner, name, access string) AppScope {
+	return AppScope{Owner: owner, Name: name, Permissions: map[string]string{"contents": access}}
+}
+
+// canaryGitHub is the fake git server's own token, which an App token is
+// not.
+const canaryGitHub = "ghs_CANARYroutes0123456789abcdefghijklmn"
+
+// basicToken is the password of a request's Basic auth, where the github
+// route puts an App token.
+func basicToken(r *http.Request) string {
+	_, token, _ := r.BasicAuth()
+	return token
 }

@@ -1,4 +1,4 @@
-package github
+package routes
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
 )
 
@@ -35,12 +35,6 @@ const (
 	apiVersion   = "2022-11-28"
 )
 
-// Access levels of an installation token's contents permission.
-const (
-	accessRead  = "read"
-	accessWrite = "write"
-)
-
 // CheckPrivateKey reports whether key is a GitHub App private key cproxy can
 // sign with (a PEM RSA key), for serve to refuse a wrong one at start-up.
 // The error never holds the key.
@@ -51,18 +45,37 @@ func CheckPrivateKey(key secrets.Secret) error {
 	return nil
 }
 
+// AppScope is what a route asks an App token for: one repository and the
+// App permissions its request needs ({"contents": "read"} for a clone,
+// {"pull_requests": "write"} to open a pull request). GitHub adds
+// metadata: read to every token.
+type AppScope struct {
+	Owner, Name string
+	Permissions map[string]string
+}
+
+// perms is the scope's permissions in one stable string.
+func (sc AppScope) perms() string {
+	var p []string
+	for k, v := range sc.Permissions {
+		p = append(p, k+":"+v)
+	}
+	sort.Strings(p)
+	return strings.Join(p, ",")
+}
+
 // scope is what one installation token is minted for: one sandbox, one
-// repository, one access level. A sandbox's tokens are never shared with
-// another, and a token reaches only the repository it was minted for.
+// repository, one set of permissions. A sandbox's tokens are never shared
+// with another, and a token reaches only the repository it was minted for.
 type scope struct {
 	sandbox string
-	gen     uint64 // the sandbox's generation (appTokens.ended)
+	gen     uint64 // the sandbox's generation (AppTokens.ended)
 	repo    string // owner/name, lower case
-	access  string // accessRead or accessWrite
+	perms   string // AppScope.perms
 }
 
 func (s scope) key() string {
-	return s.sandbox + "\x00" + strconv.FormatUint(s.gen, 10) + "\x00" + s.repo + "\x00" + s.access
+	return s.sandbox + "\x00" + strconv.FormatUint(s.gen, 10) + "\x00" + s.repo + "\x00" + s.perms
 }
 
 // minted is an installation token and when it stops being used.
@@ -71,11 +84,14 @@ type minted struct {
 	until time.Time // expires_at less tokenMargin
 }
 
-// appTokens mints GitHub App installation tokens narrowed to one
-// repository and one access level, and keeps each for its sandbox and
-// scope until shortly before it expires. Tokens are held in memory only.
-type appTokens struct {
-	app    *routes.App
+// AppTokens mints GitHub App installation tokens narrowed to one
+// repository and the permissions a request needs, and keeps each for its
+// sandbox and scope until shortly before it expires. Tokens are held in
+// memory only. The core gives one to every route whose upstream has an App
+// (Env.AppTokens), shared by the routes of one App, so that no route mints
+// its own.
+type AppTokens struct {
+	app    *App
 	now    func() time.Time
 	log    *slog.Logger
 	client *http.Client
@@ -91,8 +107,8 @@ type appTokens struct {
 	installs map[string]int64
 }
 
-func newAppTokens(app *routes.App, now func() time.Time, log *slog.Logger) *appTokens {
-	return &appTokens{
+func NewAppTokens(app *App, now func() time.Time, log *slog.Logger) *AppTokens {
+	return &AppTokens{
 		app: app, now: now, log: log,
 		client: &http.Client{
 			// Never through an environment proxy, and never following a
@@ -108,7 +124,7 @@ func newAppTokens(app *routes.App, now func() time.Time, log *slog.Logger) *appT
 }
 
 // EndSandbox drops every token minted for sandbox.
-func (a *appTokens) EndSandbox(sandbox string) {
+func (a *AppTokens) EndSandbox(sandbox string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for s := range a.tokens {
@@ -119,8 +135,11 @@ func (a *appTokens) EndSandbox(sandbox string) {
 	a.ended[sandbox]++
 }
 
-// forget drops token, which GitHub refused, wherever it is kept.
-func (a *appTokens) forget(token string) {
+// Key is the App's private key's source, for a route's Sources.
+func (a *AppTokens) Key() *secrets.Live { return a.app.Key }
+
+// Forget drops token, which GitHub refused, wherever it is kept.
+func (a *AppTokens) Forget(token string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for s, m := range a.tokens {
@@ -130,13 +149,14 @@ func (a *appTokens) forget(token string) {
 	}
 }
 
-// token returns an installation token for sandbox to reach owner/name with
-// access: the one kept for that scope, or a new one. Concurrent requests
-// for one scope share one mint. An error is a refusal naming what failed
-// and the fix, never the key, the JWT or a token.
-func (a *appTokens) token(ctx context.Context, sandbox, owner, name, access string) (secrets.Secret, error) {
+// Token returns an installation token for sandbox with sc: the one kept
+// for that scope, or a new one. Concurrent requests for one scope share
+// one mint. An error is a refusal naming what failed and the fix, never
+// the key, the JWT or a token.
+func (a *AppTokens) Token(ctx context.Context, sandbox string, sc AppScope) (secrets.Secret, error) {
+	owner, name := sc.Owner, sc.Name
 	a.mu.Lock()
-	s := scope{sandbox: sandbox, gen: a.ended[sandbox], repo: strings.ToLower(owner + "/" + name), access: access}
+	s := scope{sandbox: sandbox, gen: a.ended[sandbox], repo: strings.ToLower(owner + "/" + name), perms: sc.perms()}
 	m, ok := a.tokens[s]
 	a.mu.Unlock()
 	if ok && a.now().Before(m.until) {
@@ -146,12 +166,12 @@ func (a *appTokens) token(ctx context.Context, sandbox, owner, name, access stri
 		// One client going away does not fail the others waiting.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mintTimeout)
 		defer cancel()
-		m, err := a.mint(ctx, owner, name, access)
+		m, err := a.mint(ctx, owner, name, sc.Permissions, s.perms)
 		if err != nil {
 			return minted{}, err
 		}
 		a.keep(s, m)
-		a.log.Info("github app token minted", "sandbox", sandbox, "repo", s.repo, "access", access, "until", m.until.UTC().Format(time.RFC3339))
+		a.log.Info("github app token minted", "sandbox", sandbox, "repo", s.repo, "permissions", s.perms, "until", m.until.UTC().Format(time.RFC3339))
 		return m, nil
 	})
 	select {
@@ -161,13 +181,13 @@ func (a *appTokens) token(ctx context.Context, sandbox, owner, name, access stri
 		}
 		return res.Val.(minted).token, nil
 	case <-ctx.Done():
-		return secrets.Secret{}, routes.Refuse(routes.ErrUpstream, "the request ended while cproxy waited for a GitHub App token")
+		return secrets.Secret{}, Refuse(ErrUpstream, "the request ended while cproxy waited for a GitHub App token")
 	}
 }
 
 // keep stores m for s, unless s's sandbox ended since, and drops the
 // tokens past their use.
-func (a *appTokens) keep(s scope, m minted) {
+func (a *AppTokens) keep(s scope, m minted) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -182,7 +202,7 @@ func (a *appTokens) keep(s scope, m minted) {
 }
 
 // held is how many tokens are kept, for tests.
-func (a *appTokens) held() int {
+func (a *AppTokens) held() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.tokens)
@@ -215,10 +235,10 @@ type apiReply struct {
 // call sends method path (under api_url) to GitHub's API with the App's
 // JWT and body as JSON (nil: none), and decodes the answer into out. An
 // error is a refusal, worded by fail.
-func (a *appTokens) call(ctx context.Context, method, path string, body, out any, fail func(string, ...any) error) (apiReply, error) {
+func (a *AppTokens) call(ctx context.Context, method, path string, body, out any, fail func(string, ...any) error) (apiReply, error) {
 	key, err := a.app.Key.Current()
 	if err != nil {
-		return apiReply{}, routes.Refuse(routes.ErrUnavailable, "the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
+		return apiReply{}, Refuse(ErrUnavailable, "the GitHub App's private key cannot be read: %v; the operator must fix upstream.github.private_key", err)
 	}
 	jwtText, err := a.appJWT(key)
 	if err != nil {
@@ -255,7 +275,7 @@ func (a *appTokens) call(ctx context.Context, method, path string, body, out any
 	json.Unmarshal(data, &msg)
 	r := apiReply{status: resp.StatusCode, decodeErr: json.Unmarshal(data, out)}
 	if msg.Message != "" {
-		r.said = fmt.Sprintf(" (%q)", routes.Clip(oneLine(msg.Message), 200))
+		r.said = fmt.Sprintf(" (%q)", Clip(OneLine(msg.Message), 200))
 	}
 	if r.status == http.StatusUnauthorized {
 		return r, fail("GitHub refused the App's JWT with 401%s; the operator must check upstream.github.app_id and private_key, and this machine's clock", r.said)
@@ -267,7 +287,7 @@ func (a *appTokens) call(ctx context.Context, method, path string, body, out any
 // owner/name: upstream.github.installation_id, or, without it, the one
 // GitHub names for the repository (GET /repos/OWNER/NAME/installation),
 // kept per owner.
-func (a *appTokens) installation(ctx context.Context, owner, name string, fail func(string, ...any) error) (int64, error) {
+func (a *AppTokens) installation(ctx context.Context, owner, name string, fail func(string, ...any) error) (int64, error) {
 	if a.app.Installation != 0 {
 		return a.app.Installation, nil
 	}
@@ -298,12 +318,12 @@ func (a *appTokens) installation(ctx context.Context, owner, name string, fail f
 }
 
 // mint asks GitHub for a token of the App's installation that reaches
-// owner/name alone, with contents access and nothing else (GitHub adds
-// metadata: read to every token).
-func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minted, error) {
+// owner/name alone, with perms and nothing else (GitHub adds metadata:
+// read to every token); shown is perms as a message words them.
+func (a *AppTokens) mint(ctx context.Context, owner, name string, perms map[string]string, shown string) (minted, error) {
 	repo := owner + "/" + name
 	fail := func(format string, args ...any) error {
-		return routes.Refuse(routes.ErrUpstream, "could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
+		return Refuse(ErrUpstream, "could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
 	}
 	id, err := a.installation(ctx, owner, name, fail)
 	if err != nil {
@@ -311,7 +331,7 @@ func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minte
 	}
 	var reply mintReply
 	r, err := a.call(ctx, http.MethodPost, "/app/installations/"+strconv.FormatInt(id, 10)+"/access_tokens",
-		mintRequest{Repositories: []string{name}, Permissions: map[string]string{"contents": access}}, &reply, fail)
+		mintRequest{Repositories: []string{name}, Permissions: perms}, &reply, fail)
 	if err != nil {
 		return minted{}, err
 	}
@@ -325,7 +345,7 @@ func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minte
 		}
 		return minted{}, fail("GitHub answered 404%s for installation %d: the operator must check upstream.github.installation_id and api_url", r.said, id)
 	case r.status == http.StatusUnprocessableEntity || r.status == http.StatusForbidden:
-		return minted{}, fail("GitHub answered %d%s: the App's installation %d may lack the repository or contents %s permission; the operator must install the App on %s and grant it Contents: read and write", r.status, r.said, id, access, repo)
+		return minted{}, fail("GitHub answered %d%s: the App's installation %d may lack the repository or the permissions %s; the operator must install the App on %s and grant it those permissions (docs/github-api.md)", r.status, r.said, id, shown, repo)
 	case r.status != http.StatusCreated:
 		return minted{}, fail("GitHub answered %d%s; try again later", r.status, r.said)
 	case r.decodeErr != nil || reply.Token == "" || reply.ExpiresAt.IsZero():
@@ -336,7 +356,7 @@ func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minte
 	if len(reply.Repositories) != 1 || !strings.EqualFold(reply.Repositories[0].FullName, repo) {
 		got := ""
 		if len(reply.Repositories) == 1 {
-			got = routes.Clip(reply.Repositories[0].FullName, 140)
+			got = Clip(reply.Repositories[0].FullName, 140)
 		}
 		return minted{}, fail("the App's installation %d gave a token for %q, not for %s: it is installed on another account; the operator must point upstream.github.installation_id at the installation on %s, or leave it out to look the installation up per owner", id, got, repo, owner)
 	}
@@ -345,7 +365,7 @@ func (a *appTokens) mint(ctx context.Context, owner, name, access string) (minte
 
 // appJWT is the App's JWT, signed with key: RS256, iss the App's id, iat a
 // minute ago, exp nine minutes from now.
-func (a *appTokens) appJWT(key secrets.Secret) (string, error) {
+func (a *AppTokens) appJWT(key secrets.Secret) (string, error) {
 	rsaKey, err := jwt.ParseRSAPrivateKeyFromPEM([]byte(key.Reveal()))
 	if err != nil {
 		return "", errors.New("the GitHub App's private key is not a PEM-encoded RSA private key")
@@ -361,4 +381,33 @@ func (a *appTokens) appJWT(key secrets.Secret) (string, error) {
 		return "", errors.New("signing the App's JWT failed")
 	}
 	return s, nil
+}
+
+// OneLine is s with its control characters as spaces: GitHub's words in
+// a refusal, a reason on one line of git's protocol.
+func OneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// CheckResponse is a Forwarder's response check for the requests of the
+// requests sent with these tokens: GitHub refusing one (a 401: the App
+// uninstalled, the token revoked) drops it, so the next request mints
+// another instead of sending it again until it expires, and is a 502 for
+// the operator, not the sandbox token's fault, saying what to check.
+// token reads the token a request carried, as the route set it.
+func (a *AppTokens) CheckResponse(check string, token func(*http.Request) string) func(*http.Response) error {
+	return func(resp *http.Response) error {
+		if resp.StatusCode != http.StatusUnauthorized {
+			return nil
+		}
+		if t := token(resp.Request); t != "" {
+			a.Forget(t)
+		}
+		return Refuse(ErrUpstream, "the upstream %s refused the GitHub App's installation token; the operator must check that %s", resp.Request.URL.Host, check)
+	}
 }
