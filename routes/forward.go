@@ -266,6 +266,9 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 				if err := f.redirects.check(resp, c.r); err != nil {
 					return err
 				}
+				if f.redirects.links {
+					f.redirects.rewriteLinks(resp, c.r)
+				}
 			}
 			if checkResponse != nil {
 				return checkResponse(resp)

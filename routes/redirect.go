@@ -28,6 +28,10 @@ type Redirects struct {
 	// request as the client sent it and cproxy's path and query for the
 	// Location: an error refuses it. nil lets each through, rewritten.
 	within func(in *http.Request, path, query string) error
+	// links says Link headers are rewritten too (RewriteLinks), with
+	// linkPath, if set, mapping each link's path.
+	links    bool
+	linkPath func(in *http.Request, path string) string
 }
 
 // CheckRedirects has f ask within about each redirect within its
@@ -94,4 +98,142 @@ func hostPort(u *url.URL) string {
 		port = map[string]string{"https": "443", "http": "80"}[strings.ToLower(u.Scheme)]
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// RewriteLinks has f keep its upstream's Link headers (RFC 8288; GitHub's
+// REST paging, `<URL>; rel="next"`) on cproxy, as a redirect's Location
+// is: a link within the upstream is rewritten to cproxy's URL for the same
+// route, one to anywhere else is dropped, and a header cproxy cannot read
+// is dropped whole. Only the link's URL and its rel are kept. A client
+// that follows the links (gh api --paginate, Octokit's paginate) then
+// stays on cproxy, where each page is checked like any request. path, if
+// not nil, maps cproxy's path for a link within the upstream, given the
+// request as the client sent it, to the path the link gets (GitHub's
+// /repositories/ID/… form of the client's /repos/OWNER/NAME/…); "" drops
+// the link. It has no effect on a Forwarder not made by Env.NewForwarder;
+// call it before the first Forward.
+func (f *Forwarder) RewriteLinks(path func(in *http.Request, path string) string) {
+	if f.redirects != nil {
+		f.redirects.links = true
+		f.redirects.linkPath = path
+	}
+}
+
+// maxLinks bounds the links of one Link header cproxy rewrites.
+const maxLinks = 32
+
+// rewriteLinks rewrites resp's Link headers (RewriteLinks); in is the
+// request as the client sent it to cproxy.
+func (m *Redirects) rewriteLinks(resp *http.Response, in *http.Request) {
+	headers := resp.Header.Values("Link")
+	if len(headers) == 0 {
+		return
+	}
+	resp.Header.Del("Link")
+	links, ok := parseLinks(strings.Join(headers, ","))
+	if !ok {
+		return
+	}
+	// The client's own origin on the TLS listener: a client that speaks
+	// only HTTPS to cproxy (gh) must not be sent to the plain listener.
+	public := strings.TrimSuffix(m.public, "/")
+	if in.TLS != nil {
+		public = "https://" + in.Host
+	} else if public == "" {
+		public = "http://" + in.Host
+	}
+	basePath := strings.TrimSuffix(m.base.EscapedPath(), "/")
+	var out []string
+	for _, l := range links {
+		u, err := resp.Request.URL.Parse(l.url)
+		if err != nil || !sameOrigin(u, m.base) || u.User != nil || u.Fragment != "" {
+			continue
+		}
+		rest, ok := strings.CutPrefix(u.EscapedPath(), basePath)
+		if !ok || rest != "" && rest[0] != '/' {
+			continue
+		}
+		p := m.prefix + rest
+		if m.linkPath != nil {
+			if p = m.linkPath(in, p); p == "" {
+				continue
+			}
+		}
+		to := public + p
+		if u.RawQuery != "" {
+			to += "?" + u.RawQuery
+		}
+		out = append(out, "<"+to+`>; rel="`+l.rel+`"`)
+	}
+	if len(out) > 0 {
+		resp.Header.Set("Link", strings.Join(out, ", "))
+	}
+}
+
+// link is one link of a Link header: its URL (as written) and its rel.
+type link struct{ url, rel string }
+
+// parseLinks reads a Link header's value: `<URL>; param; …` links
+// separated by commas, each with one rel parameter of relation types
+// (lower-case letters, digits, '-', '.', and spaces between them). Any
+// other shape, or more than maxLinks links, is not read (false).
+func parseLinks(v string) ([]link, bool) {
+	var links []link
+	for s := strings.TrimSpace(v); s != ""; {
+		if s[0] != '<' || len(links) == maxLinks {
+			return nil, false
+		}
+		end := strings.IndexByte(s, '>')
+		if end < 0 {
+			return nil, false
+		}
+		l := link{url: s[1:end]}
+		if strings.ContainsAny(l.url, "<> \t\"") {
+			return nil, false
+		}
+		s = s[end+1:]
+		next := strings.IndexByte(s, ',')
+		params := s
+		if next >= 0 {
+			params, s = s[:next], strings.TrimSpace(s[next+1:])
+		} else {
+			s = ""
+		}
+		for _, p := range strings.Split(params, ";") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			name, val, ok := strings.Cut(p, "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "rel") {
+				return nil, false
+			}
+			val = strings.Trim(strings.TrimSpace(val), `"`)
+			if l.rel != "" || !relTypes(val) {
+				return nil, false
+			}
+			l.rel = val
+		}
+		if l.rel == "" {
+			return nil, false
+		}
+		links = append(links, l)
+	}
+	return links, true
+}
+
+// relTypes reports whether s is one or more relation types as GitHub
+// writes them ("next", "last"), separated by single spaces.
+func relTypes(s string) bool {
+	for _, t := range strings.Split(s, " ") {
+		if t == "" || len(t) > 32 {
+			return false
+		}
+		for _, c := range []byte(t) {
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -46,3 +46,58 @@ func TestRedirectMap(t *testing.T) {
 		}
 	}
 }
+
+// A Link header's links within the upstream lead to cproxy; a link to
+// another host, scheme or port, with credentials in it, or a header of
+// another shape is dropped.
+func TestRewriteLinks(t *testing.T) {
+	base, _ := url.Parse("https://api.example/")
+	m := &Redirects{route: "githubapi", base: base, prefix: "/api/v3", links: true}
+	for _, c := range []struct{ link, want string }{
+		{`<https://api.example/repos/o/r/pulls?page=2>; rel="next", <https://api.example/repos/o/r/pulls?page=5>; rel="last"`,
+			`<http://proxy.test:8080/api/v3/repos/o/r/pulls?page=2>; rel="next", <http://proxy.test:8080/api/v3/repos/o/r/pulls?page=5>; rel="last"`},
+		{`<https://evil.example/repos/o/r/pulls?page=2>; rel="next", <https://api.example/repos/o/r/pulls?page=5>; rel="last"`,
+			`<http://proxy.test:8080/api/v3/repos/o/r/pulls?page=5>; rel="last"`},
+		{`<http://api.example/repos/o/r/pulls?page=2>; rel="next"`, ""},
+		{`<https://api.example:8443/repos/o/r/pulls?page=2>; rel="next"`, ""},
+		{`<https://u:p@api.example/repos/o/r/pulls?page=2>; rel="next"`, ""},
+		{`<//evil.example/x>; rel="next"`, ""},
+		{`</repos/o/r/pulls?page=2>; rel=next`, `<http://proxy.test:8080/api/v3/repos/o/r/pulls?page=2>; rel="next"`},
+		{`<https://api.example/a>; rel="next"; title="x"`, ""},
+		{`<https://api.example/a>; rel="next" <https://evil.example/>`, ""},
+		{`<https://api.example/a>`, ""},
+		{`https://api.example/a; rel="next"`, ""},
+		{`<https://api.example/a>; rel="next\r\nSet-Cookie: x"`, ""},
+	} {
+		out, _ := url.Parse("https://api.example/repos/o/r/pulls")
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Link": {c.link}}, Request: &http.Request{URL: out}}
+		m.rewriteLinks(resp, &http.Request{Host: "proxy.test:8080"})
+		if got := resp.Header.Get("Link"); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.link, got, c.want)
+		}
+	}
+}
+
+// FuzzRewriteLinks: whatever the upstream's Link header holds, what is
+// sent on leads only to cproxy, with no byte that could end the header.
+func FuzzRewriteLinks(f *testing.F) {
+	f.Add(`<https://api.example/repos/o/r/pulls?page=2>; rel="next", <https://api.example/x>; rel="last"`)
+	f.Add(`<https://evil.example/>; rel="next"`)
+	f.Add(`<a>;rel=next,<b>;rel="prev first"`)
+	base, _ := url.Parse("https://api.example/")
+	m := &Redirects{route: "githubapi", base: base, prefix: "/api/v3", links: true}
+	f.Fuzz(func(t *testing.T, link string) {
+		out, _ := url.Parse("https://api.example/repos/o/r/pulls")
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Link": {link}}, Request: &http.Request{URL: out}}
+		m.rewriteLinks(resp, &http.Request{Host: "proxy.test:8080"})
+		got := resp.Header.Get("Link")
+		if strings.ContainsAny(got, "\r\n\x00") {
+			t.Fatalf("Link %q", got)
+		}
+		for _, l := range strings.Split(got, ", ") {
+			if got != "" && !strings.HasPrefix(l, "<http://proxy.test:8080/api/v3") {
+				t.Fatalf("a link off cproxy: %q from %q", got, link)
+			}
+		}
+	})
+}

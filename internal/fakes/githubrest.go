@@ -137,7 +137,7 @@ func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		list := append([]map[string]any{}, g.pulls[repo]...)
 		g.mu.Unlock()
-		g.json(w, http.StatusOK, list)
+		g.json(w, http.StatusOK, g.page(w, r, list))
 	case r.Method == http.MethodPost && tail == "pulls":
 		g.createPull(w, owner, name, body)
 	case r.Method == http.MethodGet && len(segs) == 5 && segs[3] == "pulls":
@@ -187,6 +187,26 @@ func (g *GitHubREST) repository(owner, name string) map[string]any {
 		"url":            g.URL + "/repos/" + owner + "/" + name,
 		"default_branch": "main",
 	}
+}
+
+// page is list's page that r asks for with per_page and page (the whole
+// list without per_page), and sets the Link header GitHub sends with it:
+// the next and last pages, at /repositories/ID/…, as GitHub writes them.
+func (g *GitHubREST) page(w http.ResponseWriter, r *http.Request, list []map[string]any) []map[string]any {
+	per, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if per <= 0 {
+		return list
+	}
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	page = max(page, 1)
+	last := max((len(list)+per-1)/per, 1)
+	if page < last {
+		segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		at := g.URL + "/repositories/1296269/" + strings.Join(segs[3:], "/") + "?per_page=" + strconv.Itoa(per) + "&page="
+		w.Header().Set("Link", "<"+at+strconv.Itoa(page+1)+`>; rel="next", <`+at+strconv.Itoa(last)+`>; rel="last"`)
+	}
+	from := min((page-1)*per, len(list))
+	return list[from:min(from+per, len(list))]
 }
 
 // createPull answers "create a pull request" as GitHub does: 201 with

@@ -68,6 +68,7 @@ func newRoute(env routes.Env) routes.Route {
 	// Redirects map the upstream's base onto /api/v3: a renamed
 	// repository's /repositories/ID is then refused as not understood.
 	fwd := env.NewForwarder("githubapi", rest, setCredential, check)
+	fwd.RewriteLinks(linkPath)
 	return &route{fwd: fwd, resolver: newResolver(fwd, env.Now), app: env.AppTokens}
 }
 
