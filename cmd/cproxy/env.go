@@ -64,6 +64,7 @@ Examples:
    eval $(cproxy env --sandbox conv-42 --proxy-url http://127.0.0.1:8080)
    cproxy env --sandbox conv-42 --proxy-url http://127.0.0.1:8080 --format fish | source
    cproxy env --sandbox conv-42 --proxy-url http://10.20.30.4:8080 --format json
+   eval "$(cproxy env --sandbox conv-42 --proxy-url https://10.20.30.4:8443 --gh-repo acme/app --ssl-cert-file /etc/cproxy/ca.pem)"
    cproxy env --token "$TOKEN" --proxy-url http://10.20.30.4:8080 --format env > sandbox.env`,
 		Flags: append(sandboxEnvFlags(),
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "sh", Usage: "sh (export statements, safe under eval quoted or not), fish (for | source), json, or env (NAME=value lines)"},
