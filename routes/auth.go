@@ -114,7 +114,7 @@ func (s *Server) admit(a *Call, r *http.Request, writeErr func(http.ResponseWrit
 		a.fail(writeErr, err)
 		return false
 	}
-	s.flights.add(&a.flight, sess, a.w, sess.expires.Sub(s.now()))
+	s.flights.add(a, sess, sess.expires.Sub(s.now()))
 	if a.body.ReadCloser != http.NoBody && a.body.ReadCloser != nil {
 		a.flight.startBody(s.bodyTimeout, r.ContentLength)
 		a.body.f = &a.flight
@@ -153,13 +153,8 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	if err := checkChannel(r, rec, prof); err != nil {
 		return sess, err
 	}
-	if len(rec.Budget) > 0 {
-		own, err := policy.ParseBudget(rec.Budget)
-		if err != nil {
-			s.log.Error("a token's budget cannot be read", "token_id", rec.ID, "err", err)
-			return sess, Refuse(ErrUnavailable, "sandbox token %s's budget cannot be read; mint a new token", rec.ID)
-		}
-		sess.Budget = prof.Budget.Over(own)
+	if sess.Budget, err = s.budgetOf(rec, prof); err != nil {
+		return sess, err
 	}
 	if len(rec.Values) > 0 {
 		vals, err := tokens.OpenValues(tok, rec.Values)
@@ -222,18 +217,36 @@ func (s *Server) profileOf(rec tokens.Record) (*policy.Profile, error) {
 	return prof, nil
 }
 
+// budgetOf is what rec's token may spend under prof: the profile's budget,
+// with what the token was minted with over it.
+func (s *Server) budgetOf(rec tokens.Record, prof *policy.Profile) (policy.Budget, error) {
+	if len(rec.Budget) == 0 {
+		return prof.Budget, nil
+	}
+	own, err := policy.ParseBudget(rec.Budget)
+	if err != nil {
+		s.log.Error("a token's budget cannot be read", "token_id", rec.ID, "err", err)
+		return policy.Budget{}, Refuse(ErrUnavailable, "sandbox token %s's budget cannot be read; mint a new token", rec.ID)
+	}
+	return prof.Budget.Over(own), nil
+}
+
 // recheck takes again, as things are now, the decision that lets a's
 // request reach its upstream: the token is looked up again (revoked or
 // expired since the request's headers came?) and, when the policy now gives
 // it another profile than the one its request was decided with (a reload),
-// its channel and the route's policy question (audit.decide) are asked
-// again of that profile. A body can take as long as its client likes, so
-// the decision taken when the headers came does not hold when the request
-// is sent. forward calls it immediately before it sends a request, and again
-// when a body that streams to the upstream ends. It is cheap where it runs
-// on every request: the stores keep looked-up records in memory and the
-// policy's answers are memoised, and the same profile needs no new answer
-// (a loaded policy never changes).
+// its channel, the route's policy question (audit.decide) and, for a
+// charged request, its token's budget (what the token's window holds, with
+// this request's share, must fit the profile's budget as it is now) are
+// asked again of that profile. Such a refusal says that the policy no
+// longer allows the request. A body can take as long as its client likes,
+// so the decision taken when the headers came does not hold when the
+// request is sent. forward calls it immediately before it sends a request,
+// and again when a body that streams to the upstream ends; a policy reload
+// (SetPolicy) calls it for every request being forwarded. It is cheap
+// where it runs on every request: the stores keep looked-up records in
+// memory and the policy's answers are memoised, and the same profile needs
+// no new answer (a loaded policy never changes).
 func (s *Server) recheck(ctx context.Context, a *Call) (rule string, err error) {
 	sess := a.session
 	rec, _, err := s.liveRecord(ctx, sess.hash)
@@ -247,14 +260,34 @@ func (s *Server) recheck(ctx context.Context, a *Call) (rule string, err error) 
 	if prof == sess.Profile {
 		return "", nil
 	}
+	rule, err = s.decideAgain(ctx, a, rec, prof)
+	return rule, noLongerAllowed(err)
+}
+
+// decideAgain asks of prof, the profile the policy now gives the token of
+// rec, what recheck asks again.
+func (s *Server) decideAgain(ctx context.Context, a *Call, rec tokens.Record, prof *policy.Profile) (string, error) {
 	if err := checkChannel(a.r, rec, prof); err != nil {
 		return "", err
 	}
 	if a.decide == nil {
 		// Deny by default: a route that did not say how to ask again.
-		return "", Refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", sess.Sandbox)
+		return "", Refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", rec.Sandbox)
 	}
-	return a.decide(prof)
+	rule, err := a.decide(prof)
+	if err != nil {
+		return rule, err
+	}
+	if m := a.meter; m != nil && m.charged {
+		lim, err := s.budgetOf(rec, prof)
+		if err != nil {
+			return rule, err
+		}
+		if err := m.res.Fits(ctx, lim, m.want); err != nil {
+			return rule, budgetRefusal(err)
+		}
+	}
+	return rule, nil
 }
 
 // checkChannel refuses a token that came in on a channel it is not bound

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cproxy/cproxy/routes/budget"
@@ -59,6 +60,21 @@ func Refuse(kind error, format string, args ...any) error {
 func IsRefusal(err error) bool {
 	var r *refusal
 	return errors.As(err, &r)
+}
+
+// noLongerAllowed is err, a refusal of a request decided under an earlier
+// policy than the one in force (recheck), worded to say so: the client and
+// the audit line learn that a policy reload, not the request, changed the
+// answer. Its kind and its retry stay. A token store that failed is not the
+// policy's answer, and nil is nil: both are returned as they are.
+func noLongerAllowed(err error) error {
+	var r *refusal
+	if !errors.As(err, &r) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	again := *r
+	again.msg = "cproxy: the policy put in force while this request was under way no longer allows it: " + strings.TrimPrefix(r.msg, "cproxy: ")
+	return &again
 }
 
 // refuseRetry is Refuse for a refusal that says when retrying can succeed:

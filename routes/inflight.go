@@ -15,6 +15,7 @@ import (
 // audit line, as the token's revocation or expiry sees it: end cuts it.
 // It lives in the request's audit; inflight holds it while it runs.
 type flight struct {
+	call    *Call               // the request, to decide it again (Server.SetPolicy)
 	w       http.ResponseWriter // the request's, to fail a body read
 	sandbox string
 	tokenID string
@@ -107,6 +108,14 @@ func (f *flight) forwarding(cancel context.CancelCauseFunc) error {
 	return f.cause
 }
 
+// sending reports whether the request is being forwarded (forwarding has
+// run) and has not been ended.
+func (f *flight) sending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancel != nil && f.cause == nil
+}
+
 // ended is why the request was ended; nil while it runs.
 func (f *flight) ended() error {
 	f.mu.Lock()
@@ -153,10 +162,11 @@ type inflight struct {
 	bySandbox map[string]map[*flight]struct{}
 }
 
-// add registers f, authenticated as sess, and arms its end at the token's
-// expiry (in d).
-func (in *inflight) add(f *flight, sess *Session, w http.ResponseWriter, d time.Duration) {
-	f.w, f.sandbox, f.tokenID, f.hash = w, sess.Sandbox, sess.TokenID, sess.hash
+// add registers a's request, authenticated as sess, and arms its end at
+// the token's expiry (in d).
+func (in *inflight) add(a *Call, sess *Session, d time.Duration) {
+	f := &a.flight
+	f.call, f.w, f.sandbox, f.tokenID, f.hash = a, a.w, sess.Sandbox, sess.TokenID, sess.hash
 	in.mu.Lock()
 	if in.bySandbox == nil {
 		in.bySandbox = map[string]map[*flight]struct{}{}
@@ -186,13 +196,16 @@ func (in *inflight) remove(f *flight) {
 	}
 }
 
-// endOne ends f with cause if it is still registered.
-func (in *inflight) endOne(f *flight, cause error) {
+// endOne ends f with cause if it is still registered, and reports whether
+// it was.
+func (in *inflight) endOne(f *flight, cause error) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if _, ok := in.bySandbox[f.sandbox][f]; ok {
 		f.end(cause)
+		return true
 	}
+	return false
 }
 
 // endToken ends every request of the token whose hash is h with cause.
@@ -307,4 +320,39 @@ func (in *inflight) endSandbox(sandbox string) int {
 		f.end(revokedError(f.tokenID))
 	}
 	return len(set)
+}
+
+// policyCheckTimeout bounds the look-ups (token, budget) a policy reload
+// makes to decide again one request in flight.
+const policyCheckTimeout = 10 * time.Second
+
+// endRefused decides again every request being forwarded, as recheck does
+// when a request is sent, under the policy now in force, and ends each it
+// now refuses with that refusal: a stream, a relay's answer, a git
+// transfer, a body streaming upstream. A request whose body is still
+// arriving is decided again when it is sent. One the token store or the
+// budget cannot be read for is left running. It returns how many it ended.
+func (s *Server) endRefused() int {
+	s.flights.mu.Lock()
+	var sending []*flight
+	for _, set := range s.flights.bySandbox {
+		for f := range set {
+			if f.sending() {
+				sending = append(sending, f)
+			}
+		}
+	}
+	s.flights.mu.Unlock()
+	n := 0
+	for _, f := range sending {
+		ctx, cancel := context.WithTimeout(context.Background(), policyCheckTimeout)
+		// Server.recheck, not Call.recheck: the audit line is the
+		// handler's.
+		_, err := s.recheck(ctx, f.call)
+		cancel()
+		if IsRefusal(err) && !errors.Is(err, ErrUnavailable) && s.flights.endOne(f, err) {
+			n++
+		}
+	}
+	return n
 }

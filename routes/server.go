@@ -265,11 +265,21 @@ func (s *Server) routeFor(path string) Route {
 	return nil
 }
 
-// SetPolicy replaces the policy. A request is decided again under the
-// policy in force when it is forwarded, and when a body that streams to the
-// upstream ends (recheck); an answer already streaming back finishes under
-// the profile it was decided with.
-func (s *Server) SetPolicy(p *policy.Policy) { s.pol.Store(p) }
+// SetPolicy replaces the policy, and decides again under it every request
+// being forwarded (recheck): one it refuses is ended, as a revocation ends
+// a token's, with the refusal, which says that the policy no longer allows
+// it; one it allows runs on untouched. A request not sent yet is decided
+// again when it is sent, and when a body that streams to the upstream
+// ends.
+func (s *Server) SetPolicy(p *policy.Policy) {
+	s.pol.Store(p)
+	if p == nil {
+		return // none loaded (a test of GET /readyz): nothing to decide with
+	}
+	if cut := s.endRefused(); cut > 0 {
+		s.log.Info("requests in flight cut by a policy reload", "count", cut)
+	}
+}
 
 // Policy is the policy in force; nil when none is loaded. The admin API
 // checks a token's profile, binding and budget against it, and GET /readyz

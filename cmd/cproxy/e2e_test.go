@@ -144,6 +144,12 @@ func (s *served) mintTTL(sandbox, ttl string) string {
 	if ttl != "" {
 		q += "&ttl=" + ttl
 	}
+	return s.mintQuery(q)
+}
+
+// mintQuery mints a token with POST /tokens?q.
+func (s *served) mintQuery(q string) string {
+	s.t.Helper()
 	resp, err := http.Post(s.admin+"/tokens?"+q, "", nil)
 	if err != nil {
 		s.t.Fatal(err)

@@ -255,7 +255,7 @@ func TestHeldRequestAfterReload(t *testing.T) {
 	}
 	waitStatus(t, s, tok, "claude-haiku-4-5", 403)
 	resp, body := h.finish()
-	wantRefused(t, resp, body, 403, "model claude-haiku-4-5 is not allowed")
+	wantRefused(t, resp, body, 403, "no longer allows it: model claude-haiku-4-5 is not allowed")
 	if n := messagesSeen(fake); n != 0 {
 		t.Fatalf("the upstream received %d held messages requests after the reload", n)
 	}
@@ -431,14 +431,33 @@ func wantCut(t *testing.T, what string, br *bufio.Reader) {
 
 // streamingMessage is a streamed Messages API request to the proxy at base.
 func streamingMessage(t *testing.T, base string) *http.Request {
-	req, err := http.NewRequest("POST", base+"/v1/messages",
-		strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	return streamingModel(t, base, "claude-sonnet-4-5")
+}
+
+// streamingModel is a streamed Messages API request for model to the
+// proxy at base.
+func streamingModel(t *testing.T, base, model string) *http.Request {
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, model)
+	req, err := http.NewRequest("POST", base+"/v1/messages", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Anthropic-Version", "2023-06-01")
 	req.Header.Set("Content-Type", "application/json")
 	return req
+}
+
+// relayStream opens the relay mod's /stream with tok and reads its first
+// event.
+func relayStream(t *testing.T, s *served, tok string) *bufio.Reader {
+	t.Helper()
+	get, err := http.NewRequest("GET", s.proxy+"/mod/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := openStream(t, get, tok)
+	readEvent(t, br)
+	return br
 }
 
 // A revocation cuts its sandbox's streams at once: a model stream and a
@@ -453,12 +472,8 @@ func TestStreamsCutOnRevocation(t *testing.T) {
 	if ev := readEvent(t, model); !strings.Contains(ev, "message_start") {
 		t.Fatalf("first event %q", ev)
 	}
-	get, _ := http.NewRequest("GET", s.proxy+"/mod/stream", nil)
-	mod := openStream(t, get, tok)
-	readEvent(t, mod)
-	get, _ = http.NewRequest("GET", s.proxy+"/mod/stream", nil)
-	other := openStream(t, get, s.mint("conv-2"))
-	readEvent(t, other)
+	mod := relayStream(t, s, tok)
+	other := relayStream(t, s, s.mint("conv-2"))
 
 	s.revoke("conv-1")
 	wantCut(t, "the model stream", model)
@@ -478,12 +493,8 @@ func TestStreamCutOnTokenRevocation(t *testing.T) {
 	relay := newHeldStreams(t)
 	s, _, _, _ := inflightServe(t, inflightPolicy, relay.URL)
 	leaked, sibling := s.mint("conv-1"), s.mint("conv-1")
-	get, _ := http.NewRequest("GET", s.proxy+"/mod/stream", nil)
-	cut := openStream(t, get, leaked)
-	readEvent(t, cut)
-	get, _ = http.NewRequest("GET", s.proxy+"/mod/stream", nil)
-	other := openStream(t, get, sibling)
-	readEvent(t, other)
+	cut := relayStream(t, s, leaked)
+	other := relayStream(t, s, sibling)
 
 	id := s.revokeToken(leaked)
 	wantCut(t, "the revoked token's stream", cut)
@@ -605,9 +616,111 @@ func TestHeldRelayUploadAfterReload(t *testing.T) {
 	waitLog(t, s, `msg="policy reloaded"`)
 	for i, h := range held {
 		resp, answer := h.finish()
-		wantRefused(t, resp, answer, 403, "relay mod is not allowed")
+		wantRefused(t, resp, answer, 403, "no longer allows it: relay mod is not allowed")
 		if whole := <-up.bodies; whole {
 			t.Fatalf("upload %d: the upstream received the whole body after the reload", i)
 		}
+	}
+}
+
+// reloadPolicy writes pol as serve's policy file, sends SIGHUP and waits
+// until serve has put it in force.
+func reloadPolicy(t *testing.T, s *served, dir, pol string) {
+	t.Helper()
+	before := strings.Count(s.stderr.String(), `msg="policy reloaded"`)
+	if err := os.WriteFile(filepath.Join(dir, "policy.toml"), []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(heldDeadline)
+	for strings.Count(s.stderr.String(), `msg="policy reloaded"`) == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve never reloaded the policy:\n%s", s.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mintProfile mints a token for sandbox with profile.
+func (s *served) mintProfile(sandbox, profile string) string {
+	s.t.Helper()
+	return s.mintQuery("sandbox=" + sandbox + "&profile=" + profile)
+}
+
+// reloadCutPolicy is inflightPolicy with a second profile, wide, that the
+// reload leaves as it is.
+const reloadCutPolicy = inflightPolicy + `
+[profile.wide]
+models = ["claude-*"]
+relays = ["mod"]
+`
+
+// A reload that takes a model and a relay away cuts the streams it no
+// longer allows, at once, with a refusal that says so: a model stream for
+// the model, a relay stream. Streams it still allows run on: another
+// model's on the same profile, and the same model's and the relay's on a
+// profile the reload leaves alone.
+func TestStreamsCutOnReload(t *testing.T) {
+	t.Parallel()
+	relay := newHeldStreams(t)
+	s, fake, _, dir := inflightServe(t, reloadCutPolicy, relay.URL)
+	gate := fake.StallStreams(1)
+	tok, wide := s.mint("conv-1"), s.mintProfile("conv-2", "wide")
+	haiku := openStream(t, streamingModel(t, s.proxy, "claude-haiku-4-5"), tok)
+	sonnet := openStream(t, streamingModel(t, s.proxy, "claude-sonnet-4-5"), tok)
+	wideHaiku := openStream(t, streamingModel(t, s.proxy, "claude-haiku-4-5"), wide)
+	for _, br := range []*bufio.Reader{haiku, sonnet, wideHaiku} {
+		if ev := readEvent(t, br); !strings.Contains(ev, "message_start") {
+			t.Fatalf("first event %q", ev)
+		}
+	}
+	mod := relayStream(t, s, tok)
+	wideMod := relayStream(t, s, wide)
+
+	pol := strings.Replace(strings.Replace(reloadCutPolicy, `, "claude-haiku-*"`, "", 1), "relays = [\"mod\"]\n", "", 1)
+	reloadPolicy(t, s, dir, pol)
+	wantCut(t, "the haiku stream", haiku)
+	wantCut(t, "the relay stream", mod)
+	waitLog(t, s, `msg="requests in flight cut by a policy reload" count=2`)
+	for _, what := range []string{"model claude-haiku-4-5 is not allowed", "relay mod is not allowed"} {
+		waitLog(t, s, "the policy put in force while this request was under way no longer allows it: "+what+" for sandbox conv-1")
+	}
+
+	relay.waitOpen(t, 1)
+	relay.next <- struct{}{}
+	if ev := readEvent(t, wideMod); !strings.Contains(ev, "data: 2") {
+		t.Fatalf("the wide profile's relay stream: %q", ev)
+	}
+	gate.Release()
+	for what, br := range map[string]*bufio.Reader{"the sonnet stream": sonnet, "the wide profile's haiku stream": wideHaiku} {
+		rest, err := io.ReadAll(br)
+		if err != nil || !strings.Contains(string(rest), "event: message_stop") {
+			t.Fatalf("%s did not run to its end: %v %q", what, err, rest)
+		}
+	}
+}
+
+// A reload that lowers a budget below what a token has spent refuses its
+// request held while the budget was lowered, with the budget's 429, before
+// the upstream hears a byte of it.
+func TestHeldRequestAfterBudgetLowered(t *testing.T) {
+	t.Parallel()
+	pol := inflightPolicy + "budget = { requests = 5 }\n"
+	s, fake, _, dir := inflightServe(t, pol, "")
+	tok := s.mint("conv-1")
+	if resp, body := holdMessage(t, s, tok, "claude-sonnet-4-5").finish(); resp.StatusCode != 200 {
+		t.Fatalf("the first request: %s %s", resp.Status, body)
+	}
+	h := holdMessage(t, s, tok, "claude-sonnet-4-5")
+	reloadPolicy(t, s, dir, strings.Replace(pol, "requests = 5", "requests = 1", 1))
+	resp, body := h.finish()
+	wantRefused(t, resp, body, 429, "no longer allows it: sandbox conv-1's token is over its budget: requests: 1 of 1 used")
+	if !strings.Contains(body, `"type":"rate_limit_error"`) {
+		t.Fatalf("not in the budget's shape: %s", body)
+	}
+	if n := messagesSeen(fake); n != 1 {
+		t.Fatalf("the upstream received %d messages requests, want 1", n)
 	}
 }

@@ -53,7 +53,8 @@ const policyMovedShown = 20
 // place is not loaded half-written; it must load as it would at start (the
 // config's relay names included). One that does not is refused, its problems
 // logged, and the policy in force stays. A request not yet sent upstream in
-// whole is decided again under the new policy (routes.Server.SetPolicy).
+// whole is decided again under the new policy, and one being forwarded that
+// it refuses is ended (routes.Server.SetPolicy).
 type policyReloader struct {
 	cfg    *config.Config
 	srv    *routes.Server

@@ -18,6 +18,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -125,6 +126,8 @@ type Reservation struct {
 	want tokens.Usage
 	once sync.Once
 	tok  Token
+	// settled is set when Settle ends the reservation.
+	settled atomic.Bool
 }
 
 // Refusal is a request the budget does not pass: a limit it is over, or
@@ -204,6 +207,50 @@ func (res *Reservation) Hold(ctx context.Context, want tokens.Usage, charged boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.holdLocal(ctx, res, want, now)
+}
+
+// Fits asks again, of lim, whether the request that holds res and wants
+// want may spend it: lim is another budget than the one res was held
+// under (a policy reload gave the token's profile another). What the
+// token's window of lim holds, less what res holds itself, plus want, must
+// fit it; a *Refusal, worded as Hold's, says which limit it passes. A
+// request not charged asks nothing (want is zero), nor does one settled
+// already. Rate and concurrency are not asked again: they admitted the
+// request once, and bound new ones.
+func (res *Reservation) Fits(ctx context.Context, lim policy.Budget, want tokens.Usage) error {
+	if res == nil || res.settled.Load() || want == (tokens.Usage{}) || !metered(lim) {
+		return nil
+	}
+	b, tok, now := res.b, res.tok, res.b.now()
+	tok.Limits = lim
+	key, reset := usageWindow(tok.ID, lim.Window, now)
+	var held tokens.Usage
+	if b.shared != nil {
+		// The store holds what was spent and what requests in flight hold.
+		u, err := b.store.LoadUsage(ctx, key)
+		if err != nil {
+			return b.storeFailed(err, tok)
+		}
+		held = u
+		if res.key == key {
+			held = held.Sub(res.want)
+		}
+	} else {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		acct, err := b.load(ctx, key)
+		if err != nil {
+			return b.storeFailed(err, tok)
+		}
+		held = acct.used.Add(acct.reserved)
+		if res.acct == acct {
+			held = held.Sub(res.want)
+		}
+	}
+	if !held.Add(want).Fits(caps(lim)) {
+		return b.refusal(tokens.ErrOverBudget, tok, held, want, now, reset)
+	}
+	return nil
 }
 
 // acquireShared is acquire for replicas sharing the store: the token's
@@ -367,6 +414,7 @@ func (r *Reservation) Settle(used tokens.Usage) (total tokens.Usage, metered boo
 		return tokens.Usage{}, false
 	}
 	r.once.Do(func() {
+		r.settled.Store(true)
 		if r.tl != nil { // counted in this process (admit, holdLocal)
 			r.b.mu.Lock()
 			r.tl.inflight--
