@@ -724,3 +724,29 @@ func TestHeldRequestAfterBudgetLowered(t *testing.T) {
 		t.Fatalf("the upstream received %d messages requests, want 1", n)
 	}
 }
+
+// A reload that lowers a budget below what a token has spent, with its
+// stream's share, cuts the stream; another token's, which has spent
+// nothing, runs on.
+func TestStreamCutOnBudgetLowered(t *testing.T) {
+	t.Parallel()
+	pol := inflightPolicy + "budget = { requests = 5 }\n"
+	s, fake, _, dir := inflightServe(t, pol, "")
+	spent, fresh := s.mint("conv-1"), s.mint("conv-2")
+	if resp, body := holdMessage(t, s, spent, "claude-sonnet-4-5").finish(); resp.StatusCode != 200 {
+		t.Fatalf("the first request: %s %s", resp.Status, body)
+	}
+	gate := fake.StallStreams(1)
+	over := openStream(t, streamingMessage(t, s.proxy), spent)
+	fits := openStream(t, streamingMessage(t, s.proxy), fresh)
+	readEvent(t, over)
+	readEvent(t, fits)
+
+	reloadPolicy(t, s, dir, strings.Replace(pol, "requests = 5", "requests = 1", 1))
+	wantCut(t, "the stream over the lowered budget", over)
+	waitLog(t, s, "no longer allows it: sandbox conv-1's token is over its budget: requests: 1 of 1 used")
+	gate.Release()
+	if rest, err := io.ReadAll(fits); err != nil || !strings.Contains(string(rest), "event: message_stop") {
+		t.Fatalf("the stream within the lowered budget did not run to its end: %v %q", err, rest)
+	}
+}
