@@ -50,12 +50,30 @@ func (m *meter) answered(u tokens.Usage, input, output bool) { m.end(u, true, in
 // nothing.
 func (m *meter) unanswered() { m.end(tokens.Usage{}, m.wrote.Load(), false, false) }
 
+// usageCountMax is more than one request can use of any kind: four
+// billion tokens, thousands of times the largest context window. A count
+// past it, or below zero, cannot be right.
+const usageCountMax = 1 << 32
+
+// possible reports whether n can be a request's count of one kind.
+func possible(n int64) bool { return n >= 0 && n <= usageCountMax }
+
 // end settles the request once: forwarded says whether the upstream has
-// it, input and output whether u gives those counts.
+// it, input and output whether u gives those counts. A count that cannot
+// be (negative, or past usageCountMax) is not reported: an upstream that
+// says -5 output tokens is charged what was reserved, as one that says
+// nothing is, so a wrong report can neither refund a request nor overflow
+// an account.
 func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 	m.once.Do(func() {
 		if !forwarded {
 			u = tokens.Usage{}
+		}
+		if !possible(u.Input) || !possible(u.CacheRead) || !possible(u.CacheWrite) {
+			input, u.Input, u.CacheRead, u.CacheWrite = false, 0, 0, 0
+		}
+		if !possible(u.Output) {
+			output, u.Output = false, 0
 		}
 		reported := u
 		notReported := m.charged && forwarded && (!input || !output)

@@ -258,14 +258,16 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 	}
 }
 
-// fakeanswers normal|without-usage|huge: make the fake Anthropic API's later
-// answers to /v1/messages report usage as the real one does, end streams
-// without a usage report, or carry fakes.HugeAnswerBytes more text.
+// fakeanswers normal|without-usage|huge|negative-usage: make the fake
+// Anthropic API's later answers to /v1/messages report usage as the real
+// one does, end streams without a usage report, carry
+// fakes.HugeAnswerBytes more text, or report negative counts.
 func cmdFakeAnswers(ts *testscript.TestScript, neg bool, args []string) {
-	modes := map[string]fakes.AnswerMode{"normal": fakes.AnswerNormally, "without-usage": fakes.AnswerWithoutUsage, "huge": fakes.AnswerHuge}
+	modes := map[string]fakes.AnswerMode{"normal": fakes.AnswerNormally, "without-usage": fakes.AnswerWithoutUsage, "huge": fakes.AnswerHuge,
+		"negative-usage": fakes.AnswerNegativeUsage}
 	mode, ok := modes[strings.Join(args, " ")]
 	if neg || !ok {
-		ts.Fatalf("usage: fakeanswers normal|without-usage|huge")
+		ts.Fatalf("usage: fakeanswers normal|without-usage|huge|negative-usage")
 	}
 	ts.Value("anthropic").(*fakes.Anthropic).SetAnswers(mode)
 }

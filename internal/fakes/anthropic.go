@@ -90,7 +90,14 @@ const (
 	// AnswerHuge adds HugeAnswerBytes of text to each answer, in one more text_delta event when streaming (one
 	// event larger than any line a proxy should hold), with the usage reported as usual.
 	AnswerHuge
+	// AnswerNegativeUsage reports output_tokens -5 and cache_read_input_tokens -5, counts no real answer has: in
+	// the JSON message's usage, and in a stream's message_start and message_delta (message_start's output count
+	// stays the first token).
+	AnswerNegativeUsage
 )
+
+// negativeCount is the count AnswerNegativeUsage reports.
+const negativeCount = -5
 
 // HugeAnswerBytes is the text AnswerHuge adds to each answer: over 4 MiB, more than a proxy should hold to find
 // an answer's usage.
@@ -423,10 +430,17 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 		ID: newID("msg_01", 22), Type: "message", Role: "assistant", Model: req.Model, Content: []textBlock{},
 		Usage: usage{InputTokens: req.inputTokens, ServiceTier: "standard"},
 	}
+	cacheRead := int64(0)
+	if mode == AnswerNegativeUsage {
+		cacheRead, msg.Usage.CacheReadInputTokens = negativeCount, negativeCount
+	}
 	if !req.Stream {
 		msg.Content = append(msg.Content, textBlock{Type: "text", Text: strings.Join(chunks, "")})
 		msg.StopReason = &stopReason
 		msg.Usage.OutputTokens = tokens
+		if mode == AnswerNegativeUsage {
+			msg.Usage.OutputTokens = negativeCount
+		}
 		writeJSON(w, http.StatusOK, msg)
 		return
 	}
@@ -456,12 +470,15 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 		"type":  "message_delta",
 		"delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
 		"usage": map[string]int64{
-			"input_tokens": req.inputTokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+			"input_tokens": req.inputTokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cacheRead,
 			"output_tokens": tokens,
 		},
 	}
-	if mode == AnswerWithoutUsage {
+	switch mode {
+	case AnswerWithoutUsage:
 		delete(delta, "usage")
+	case AnswerNegativeUsage:
+		delta["usage"].(map[string]int64)["output_tokens"] = negativeCount
 	}
 	s.send("message_delta", delta)
 	s.send("message_stop", map[string]any{"type": "message_stop"})

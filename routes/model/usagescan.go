@@ -83,7 +83,7 @@ func (b *usageBody) finish() {
 	b.once.Do(func() {
 		if !b.sse && !b.overflow {
 			if raw, ok := jsonMember(b.copy.Bytes(), "usage"); ok {
-				b.outputSeen, b.inputSeen = usageInto(raw, &b.u)
+				b.inputSeen, b.outputSeen = usageInto(raw, &b.u)
 			}
 			b.copy = bytes.Buffer{}
 		}
@@ -132,12 +132,12 @@ func (b *usageBody) handle(line []byte) {
 		case "message_start":
 			if msg, ok := jsonMember(data, "message"); ok {
 				if raw, ok := jsonMember(msg, "usage"); ok {
-					_, b.inputSeen = usageInto(raw, &b.u)
+					b.inputSeen, _ = usageInto(raw, &b.u)
 				}
 			}
 		case "message_delta":
 			if raw, ok := jsonMember(data, "usage"); ok {
-				if output, ok := usageInto(raw, &b.u); ok && output {
+				if _, output := usageInto(raw, &b.u); output {
 					b.outputSeen = true
 				}
 			}
@@ -149,18 +149,21 @@ func (b *usageBody) handle(line []byte) {
 // counts are cumulative, so a later one replaces an earlier one.
 var usageFields = [...]string{"input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"}
 
-// usageInto sets the counts the usage object raw holds into u: an absent
-// or null count leaves what is known, a negative one is ignored. It reports
-// whether the object gave the output count (a negative one included). A
-// count that is not an integer makes the whole object unreadable: nothing
-// is set and ok is false, as when decoding it with encoding/json.
+// usageInto sets the counts the usage object raw holds into u, as
+// reported: an absent or null count leaves what is known, and a count that
+// cannot be (a negative one, say) is set as it is, for the core's meter,
+// which takes it for not reported. It says whether the object gave the
+// input count (input_tokens; the cache counts come with it, zero when
+// absent) and the output count. A count that is not an integer makes the
+// whole object unreadable: nothing is set and neither is given, as when
+// decoding it with encoding/json.
 //
 // These walks run on every model answer and on the events of every stream,
 // so they read the few members they need in place with jsonMembers, the
 // walk requestModel reads requests with, instead of decoding whole events
 // with encoding/json. Keys are matched exactly (the API spells them in
 // lower case).
-func usageInto(raw []byte, u *tokens.Usage) (output, ok bool) {
+func usageInto(raw []byte, u *tokens.Usage) (input, output bool) {
 	var got [len(usageFields)]int64
 	var has [len(usageFields)]bool
 	err := jsonMembers(raw, func(key, val []byte) error {
@@ -184,9 +187,9 @@ func usageInto(raw []byte, u *tokens.Usage) (output, ok bool) {
 		return false, false
 	}
 	for f, dst := range [...]*int64{&u.Input, &u.Output, &u.CacheRead, &u.CacheWrite} {
-		if has[f] && got[f] >= 0 {
+		if has[f] {
 			*dst = got[f]
 		}
 	}
-	return has[1], true
+	return has[0], has[1]
 }

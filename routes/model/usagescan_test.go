@@ -100,10 +100,25 @@ func TestUsageFromJSON(t *testing.T) {
 	}
 }
 
+// Counts no request can have pass to the meter as they are, which takes
+// them for not reported; a usage object without input_tokens does not give
+// the input.
+func TestUsageImpossibleCounts(t *testing.T) {
+	negative := strings.Replace(sseStream, `"output_tokens":15`, `"output_tokens":-5`, 1)
+	u, input, output, _ := readUsage(t, negative, "text/event-stream", false, 0)
+	if u.Output != -5 || !output || !input {
+		t.Errorf("message_delta output_tokens -5: usage %+v reported input %v output %v, want -5 given", u, input, output)
+	}
+	u, input, output, _ = readUsage(t, `{"usage":{"output_tokens":4}}`, "application/json", false, 0)
+	if input || !output || u.Output != 4 {
+		t.Errorf("no input_tokens: usage %+v reported input %v output %v, want only the output given", u, input, output)
+	}
+}
+
 // FuzzUsageInto: on valid JSON, the in-place walk reads the same counts as
 // decoding the answer with encoding/json (keys matched exactly, the last of
-// a repeated key winning), and finds nothing where encoding/json finds no
-// usage object with integer counts.
+// a repeated key winning, a negative count as it is), and finds nothing
+// where encoding/json finds no usage object with integer counts.
 func FuzzUsageInto(f *testing.F) {
 	f.Add(`{"id":"msg_1","usage":{"input_tokens":12,"output_tokens":4,"cache_read_input_tokens":100}}`)
 	f.Add(`{"usage":{"input_tokens":1.5}}`)
@@ -116,11 +131,11 @@ func FuzzUsageInto(f *testing.F) {
 			return
 		}
 		start := tokens.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite: 4}
-		got, gotOut, gotOK := start, false, false
+		got, gotIn, gotOut := start, false, false
 		if raw, ok := jsonMember([]byte(doc), "usage"); ok {
-			gotOut, gotOK = usageInto(raw, &got)
+			gotIn, gotOut = usageInto(raw, &got)
 		}
-		want, wantOut, wantOK := start, false, false
+		want, wantIn, wantOut, wantOK := start, false, false, false
 		var top map[string]json.RawMessage
 		var fields map[string]json.RawMessage
 		if json.Unmarshal([]byte(doc), &top) == nil && json.Unmarshal(top["usage"], &fields) == nil && fields != nil {
@@ -132,19 +147,19 @@ func FuzzUsageInto(f *testing.F) {
 				}
 			}
 			if wantOK {
-				wantOut = counts[1] != nil
+				wantIn, wantOut = counts[0] != nil, counts[1] != nil
 				for i, dst := range []*int64{&want.Input, &want.Output, &want.CacheRead, &want.CacheWrite} {
-					if counts[i] != nil && *counts[i] >= 0 {
+					if counts[i] != nil {
 						*dst = *counts[i]
 					}
 				}
 			}
 		}
 		if !wantOK {
-			want, wantOut = start, false
+			want, wantIn, wantOut = start, false, false
 		}
-		if got != want || gotOK != wantOK || gotOut != wantOut {
-			t.Fatalf("%s: walk read %+v (output %v, ok %v), encoding/json %+v (output %v, ok %v)", doc, got, gotOut, gotOK, want, wantOut, wantOK)
+		if got != want || gotIn != wantIn || gotOut != wantOut {
+			t.Fatalf("%s: walk read %+v (input %v, output %v), encoding/json %+v (input %v, output %v)", doc, got, gotIn, gotOut, want, wantIn, wantOut)
 		}
 	})
 }
