@@ -750,3 +750,33 @@ func TestStreamCutOnBudgetLowered(t *testing.T) {
 		t.Fatalf("the stream within the lowered budget did not run to its end: %v %q", err, rest)
 	}
 }
+
+// The same on a replica sharing a PostgreSQL store, whose budgets are
+// counted in the store: a reload that lowers the budget below what the
+// token has spent cuts its stream, and refuses its request held while the
+// budget was lowered before the upstream hears it.
+func TestReplicaBudgetLoweredInFlight(t *testing.T) {
+	t.Setenv("CPROXY_PG_DSN", pgTestDatabase(t))
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	pol := "[profile.default]\nmodels = [\"claude-*\"]\nbudget = { requests = 5 }\n"
+	s := startReplicaWith(t, fake.URL, "", pol)
+	dir := filepath.Dir(s.cmd.Args[len(s.cmd.Args)-1])
+	tok := s.mint("conv-1")
+	if got := status(t, s, tok); got != 200 {
+		t.Fatalf("the first request: %d", got)
+	}
+	gate := fake.StallStreams(1)
+	defer gate.Release()
+	stream := openStream(t, streamingMessage(t, s.proxy), tok)
+	readEvent(t, stream)
+	h := holdMessage(t, s, tok, "claude-sonnet-4-5")
+
+	reloadPolicy(t, s, dir, strings.Replace(pol, "requests = 5", "requests = 1", 1))
+	wantCut(t, "the stream over the lowered budget", stream)
+	resp, body := h.finish()
+	wantRefused(t, resp, body, 429, "no longer allows it: sandbox conv-1's token is over its budget")
+	if n := messagesSeen(fake); n != 2 {
+		t.Fatalf("the upstream received %d messages requests, want 2", n)
+	}
+}
