@@ -353,9 +353,10 @@ func TestAdversarialFaultsNoGoroutineLeak(t *testing.T) {
 	}
 }
 
-// TestHeaderListsAreCanonical: the forwarder removes these headers with
-// delete, which finds a header only under its canonical name, the name
-// net/http files a request's header under and Header.Del looks up.
+// TestHeaderListsAreCanonical: the forwarder removes Connection and
+// Upgrade with delete, which finds a header only under its canonical name,
+// the name net/http files a request's header under and Header.Del looks
+// up; the lists are written the same way (droppedHeader folds them).
 func TestHeaderListsAreCanonical(t *testing.T) {
 	for _, h := range slices.Concat([]string{"Connection", "Upgrade"}, credentialHeaders, clientAddressHeaders, overrideHeaders) {
 		if c := http.CanonicalHeaderKey(h); c != h {

@@ -111,6 +111,81 @@ var clientAddressHeaders = []string{"X-Real-Ip", "True-Client-Ip", "X-Client-Ip"
 var overrideHeaders = []string{"X-Http-Method-Override", "X-Method-Override", "X-Http-Method", "X-Original-Method", "X-Forwarded-Method",
 	"X-Original-Url", "X-Rewrite-Url", "X-Original-Uri", "X-Forwarded-Uri", "X-Forwarded-Path", "X-Forwarded-Prefix"}
 
+// droppedNames are the headers no upstream gets from a client, folded
+// (folded) and filed by length: credentialHeaders, clientAddressHeaders,
+// overrideHeaders, and Forwarded, which ReverseProxy drops before Rewrite
+// only as spelled. droppedHeader drops X-Forwarded-* by its prefix.
+var droppedNames = func() (byLen [maxDroppedName + 1][]string) {
+	for _, list := range [][]string{credentialHeaders, clientAddressHeaders, overrideHeaders, {"Forwarded"}} {
+		for _, h := range list {
+			f := []byte(h)
+			for i, c := range f {
+				f[i] = folded[c]
+			}
+			byLen[len(f)] = append(byLen[len(f)], string(f))
+		}
+	}
+	return byLen
+}()
+
+// maxDroppedName bounds the names in droppedNames; the longest,
+// X-Original-Forwarded-For, has 24 bytes.
+const maxDroppedName = 32
+
+// forwardedPrefix is X-Forwarded-*, folded: the de facto proxy headers
+// (-For, -Host, -Proto, -Port, -Server, -Ssl, …) claim what a proxy in front
+// saw, and cproxy is that proxy.
+const forwardedPrefix = "x-forwarded-"
+
+// folded is each byte of a header name as droppedHeader compares it: a
+// letter in lower case, a digit as itself, anything else as '-'.
+var folded = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case 'A' <= c && c <= 'Z':
+			t[c] = byte(c) + 'a' - 'A'
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+			t[c] = byte(c)
+		default:
+			t[c] = '-'
+		}
+	}
+	return t
+}()
+
+// droppedHeader reports whether a client's header name is a dropped one
+// (droppedNames, X-Forwarded-*) in any spelling: any case, and any
+// separator. CGI, WSGI (gunicorn before 22), Rack (Puma) and PHP's FastCGI
+// turn a header into a variable by upper-casing it and folding '-' to '_',
+// so X_Forwarded_For or X_HTTP_METHOD_OVERRIDE reads there as the header
+// cproxy dropped, and X_Api_Key would reach an upstream beside the real
+// key. It runs for every header of every request, so it allocates nothing
+// and gives up on a name at its first byte that differs.
+func droppedHeader(name string) bool {
+	if len(name) >= len(forwardedPrefix) && foldsTo(name[:len(forwardedPrefix)], forwardedPrefix) {
+		return true
+	}
+	if len(name) > maxDroppedName {
+		return false
+	}
+	for _, d := range droppedNames[len(name)] {
+		if foldsTo(name, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// foldsTo reports whether name, folded, is f, a name of the same length.
+func foldsTo(name, f string) bool {
+	for i := range len(f) {
+		if folded[name[i]] != f[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // errHeaderTimeout is the cause given to a request's context when the
 // upstream sends no response headers in time, so the error handler can tell
 // a 504 from a 502.
@@ -230,18 +305,13 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			// carry the sandbox token (Authorization: Bearer cpx_…) where
 			// credentialHeaders do not reach: none is forwarded.
 			pr.Out.Trailer = nil
-			// delete, not Header.Del: the names are already canonical
-			// (TestHeaderListsAreCanonical), as Del would make them.
-			for _, h := range credentialHeaders {
-				delete(pr.Out.Header, h)
-			}
-			// Rewrite drops X-Forwarded-* and Forwarded; these other
-			// client-address headers a sandbox could spoof go too.
-			for _, h := range clientAddressHeaders {
-				delete(pr.Out.Header, h)
-			}
-			for _, h := range overrideHeaders {
-				delete(pr.Out.Header, h)
+			// The credential, client-address and override headers go, in
+			// every spelling (droppedHeader); deleting while ranging is
+			// safe in Go.
+			for k := range pr.Out.Header {
+				if droppedHeader(k) {
+					delete(pr.Out.Header, k)
+				}
 			}
 			setCredential(pr.Out.Header, t.cred)
 			for k, vs := range t.Header {

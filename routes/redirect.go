@@ -49,12 +49,21 @@ func (f *Forwarder) CheckRedirects(within func(in *http.Request, path, query str
 }
 
 // check rewrites or refuses resp when it is a redirect with a Location; in
-// is the request as the client sent it to cproxy.
+// is the request as the client sent it to cproxy. An answer with more than
+// one Location, of any status, is refused: clients differ on which one they
+// follow (curl, and so git, skips an empty one and takes the next), so
+// every value would have to be checked and rewritten, and no upstream sends
+// two.
 func (m *Redirects) check(resp *http.Response, in *http.Request) error {
-	loc := resp.Header.Get("Location")
-	if resp.StatusCode < 300 || resp.StatusCode > 399 || loc == "" {
+	locs := resp.Header.Values("Location")
+	if len(locs) > 1 {
+		return Refuse(ErrUpstream, "%s route: the upstream %s answered %d with %d Location headers, which cproxy does not pass on (a client could follow any of them); do not retry",
+			m.route, m.base.Host, resp.StatusCode, len(locs))
+	}
+	if resp.StatusCode < 300 || resp.StatusCode > 399 || len(locs) == 0 || locs[0] == "" {
 		return nil
 	}
+	loc := locs[0]
 	u, err := resp.Request.URL.Parse(loc)
 	if err != nil {
 		return Refuse(ErrUpstream, "%s route: the upstream %s answered %d with a Location cproxy cannot read; do not retry", m.route, m.base.Host, resp.StatusCode)

@@ -101,3 +101,29 @@ func FuzzRewriteLinks(f *testing.F) {
 		}
 	})
 }
+
+// TestRedirectTwoLocations: an answer with more than one Location is
+// refused whatever the values, an empty one included (curl, and so git,
+// skips it and follows the next), and whatever the status.
+func TestRedirectTwoLocations(t *testing.T) {
+	base, _ := url.Parse("https://up.example/hub/")
+	m := &Redirects{route: "relay mod", base: base, prefix: "/mod"}
+	for _, c := range []struct {
+		code int
+		locs []string
+	}{
+		{302, []string{"", "https://elsewhere.example/collect"}},
+		{302, []string{"https://elsewhere.example/collect", ""}},
+		{301, []string{"", ""}},
+		{307, []string{"https://up.example/hub/a", "https://up.example/hub/b"}},
+		{302, []string{"here", "https://elsewhere.example/collect", "there"}},
+		{201, []string{"https://up.example/hub/a", "https://elsewhere.example/collect"}},
+	} {
+		out, _ := url.Parse("https://up.example/hub/sessions/1")
+		resp := &http.Response{StatusCode: c.code, Header: http.Header{"Location": c.locs}, Request: &http.Request{URL: out}}
+		err := m.check(resp, &http.Request{Host: "proxy.test:8080"})
+		if err == nil || !strings.Contains(err.Error(), "relay mod route: the upstream up.example answered") || !strings.Contains(err.Error(), "Location headers") {
+			t.Errorf("%d %q: %v, want refused", c.code, c.locs, err)
+		}
+	}
+}
