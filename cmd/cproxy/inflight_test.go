@@ -297,6 +297,19 @@ func pushBody(t *testing.T, gs *fakes.GitServer, ref string) (body, commit strin
 	return fmt.Sprintf("%04x%s0000", len(line)+4, line) + pack, commit
 }
 
+// waitPushUpstream waits until the fake GitHub has more than seen
+// requests: a held push reached it.
+func waitPushUpstream(t *testing.T, gs *fakes.GitServer, seen int) {
+	t.Helper()
+	deadline := time.Now().Add(heldDeadline)
+	for len(gs.Requests()) == seen {
+		if time.Now().After(deadline) {
+			t.Fatal("the push never reached the upstream")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // A push whose body ends after its token was revoked never completes
 // upstream: cproxy was already streaming it (the upstream had its headers
 // and all but the last byte), and withholds the end.
@@ -316,13 +329,7 @@ func TestHeldPushAfterRevocation(t *testing.T) {
 		sandbox := fmt.Sprintf("conv-%d", i)
 		seen := len(gs.Requests())
 		h := hold(t, s, line, headers(s.mint(sandbox)), body)
-		deadline := time.Now().Add(heldDeadline)
-		for len(gs.Requests()) == seen {
-			if time.Now().After(deadline) {
-				t.Fatal("the push never reached the upstream")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitPushUpstream(t, gs, seen)
 		s.revoke(sandbox)
 		resp, answer := h.finish()
 		wantRefused(t, resp, answer, 401, "was revoked")
@@ -778,5 +785,30 @@ func TestReplicaBudgetLoweredInFlight(t *testing.T) {
 	wantRefused(t, resp, body, 429, "no longer allows it: sandbox conv-1's token is over its budget")
 	if n := messagesSeen(fake); n != 2 {
 		t.Fatalf("the upstream received %d messages requests, want 2", n)
+	}
+}
+
+// A reload that takes a repository away cuts a push the upstream is
+// receiving as the reload goes in force, before its body ends: the push
+// never completes upstream, and git is told why.
+func TestPushCutOnReload(t *testing.T) {
+	t.Parallel()
+	s, _, gs, dir := inflightServe(t, inflightPolicy, "")
+	if err := gs.CreateRepo("acme/app"); err != nil {
+		t.Fatal(err)
+	}
+	ref := "refs/heads/agent/held"
+	body, _ := pushBody(t, gs, ref)
+	seen := len(gs.Requests())
+	h := holdRequest(t, s, "POST /github/acme/app.git/git-receive-pack HTTP/1.1",
+		[]string{"Host: cproxy.test", "Authorization: Bearer " + s.mint("conv-1"), "Content-Type: application/x-git-receive-pack-request"}, body)
+	waitPushUpstream(t, gs, seen)
+	pol := strings.Replace(inflightPolicy, `repos = [{ repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], delete = true }]`, "", 1)
+	reloadPolicy(t, s, dir, pol)
+	waitLog(t, s, `msg="requests in flight cut by a policy reload" count=1`)
+	resp, answer := h.finish()
+	wantRefused(t, resp, answer, 403, "no longer allows it: push to repository acme/app is not allowed for sandbox conv-1")
+	if got := gs.Ref("acme/app", ref); got != "" {
+		t.Fatalf("the upstream completed the push after the reload: %s is %s", ref, got)
 	}
 }
