@@ -146,6 +146,17 @@ func (a *Call) Settle(u tokens.Usage, input, output bool) {
 	}
 }
 
+// InputReported tells the budget the input counts u (input, cache read,
+// cache write) the upstream reported before its answer ended (a stream's
+// first event), so that what the request holds of them is what was
+// reported rather than what Reserve held. Settle still charges the
+// request.
+func (a *Call) InputReported(u tokens.Usage) {
+	if a.meter != nil {
+		a.meter.inputKnown(u)
+	}
+}
+
 // CallOf is the Call of a response's request, for a Forwarder's
 // checkResponse.
 func CallOf(resp *http.Response) *Call { return outboundOf(resp.Request).a }

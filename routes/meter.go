@@ -45,6 +45,14 @@ func (m *meter) clientTrace() *httptrace.ClientTrace {
 // reported; input and output say whether it reported those counts.
 func (m *meter) answered(u tokens.Usage, input, output bool) { m.end(u, true, input, output) }
 
+// inputKnown tells the reservation the input counts u the upstream
+// reported before the answer ended, when they can be.
+func (m *meter) inputKnown(u tokens.Usage) {
+	if m.charged && possible(u.Input) && possible(u.CacheRead) && possible(u.CacheWrite) {
+		m.res.InputKnown(u)
+	}
+}
+
 // unanswered settles a request that got no answer: charged what it
 // reserved if the upstream has it, else nothing. After answered, it does
 // nothing.

@@ -612,9 +612,10 @@ credential = "file:anthropic-key"
 // about 10^5 requests of 5,120 input tokens each, holding 32,000 max_tokens
 // of output and the body's 22 KB of each input kind while in flight, 1,000
 // streams at once, up to ~10^6 requests a minute), so none refuses. A
-// budget this size leases a thousandth of each limit from the store at a
-// time: a few bbolt writes per repetition (every ~31,000 requests for the
-// output tokens' 32,000 max_tokens, every 100,000 for the requests), as in
+// budget this size leases half a thousandth of each limit from the store
+// at a time: a few bbolt writes per repetition (every ~15,600 requests for
+// the output tokens' 32,000 max_tokens, every 50,000 for the requests), and
+// none as requests settle (each holds far less than a thousandth), as in
 // production for a budget far from its end.
 const limitsPolicy = modelsPolicy + `
 [profile.default.budget]

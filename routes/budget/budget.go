@@ -41,10 +41,14 @@ import (
 // the store already holds for it, the store is raised, ahead of need, to a
 // new high-water mark (lease). A crash loses nothing it should charge: on
 // restart the store's value, the lease, is what was spent — pessimistically.
-// A clean stop saves the exact usage. Writes happen once per lease step (a
-// leaseParts-th of a limit), not per request; the step is also all a crash
-// can charge beyond what was spent or held by requests in flight (which
-// the upstream may well bill), so it is kept small: crashes add up.
+// A clean stop saves the exact usage. Writes happen once per lease step
+// (half a leaseParts-th of a limit), not per request. When a request
+// settles, or a stream reports its input, for less than it held, a lease
+// more than a leaseParts-th past what is spent and held is lowered (relet)
+// in the same way, so a finished request's unspent max_tokens is not left
+// for a crash to charge: a leaseParts-th is all a crash can charge beyond
+// what was spent or held by requests in flight (which the upstream may
+// well bill), kept small because crashes add up.
 //
 // Replicas sharing one store (shared, the store's tokens.SharedLimits)
 // cannot count in memory: each would see only its own spending. They
@@ -81,6 +85,10 @@ type account struct {
 	leased   tokens.Usage // what the store holds: what a crash charges
 	saved    tokens.Usage // what was last written (to skip idle writes)
 	lastUse  time.Time
+	key      string // its usage key
+	// gen counts the values decided for the store (a raise, a trim, a
+	// flush): a flush that wrote while another was decided writes again.
+	gen uint64
 }
 
 // tokenLimit is a token's rate limiter and in-flight count.
@@ -369,6 +377,7 @@ func (b *Budgets) holdLocal(ctx context.Context, res *Reservation, want tokens.U
 			return b.refusal(err, tok, held, want, now, reset)
 		}
 		acct.leased, acct.saved = lease, lease
+		acct.gen++
 	}
 	acct.reserved = acct.reserved.Add(want)
 	acct.lastUse = now
@@ -422,6 +431,7 @@ func (r *Reservation) Settle(used tokens.Usage) (total tokens.Usage, metered boo
 				r.acct.reserved = r.acct.reserved.Sub(r.want)
 				r.acct.used = r.acct.used.Add(used)
 				total, metered = r.acct.used, true
+				r.b.relet(r.acct, r.tok.Limits)
 			}
 			r.b.mu.Unlock()
 		}
@@ -436,6 +446,53 @@ func (r *Reservation) Settle(used tokens.Usage) (total tokens.Usage, metered boo
 		r.release()
 	})
 	return total, metered
+}
+
+// InputKnown replaces what the reservation holds of the input kinds (input,
+// cache read, cache write) with what the upstream reported of them, before
+// the request settles: a stream reports its input with its first event,
+// long before it ends. From then on a crash charges that, not the body's
+// size. Replicas sharing the store keep the body's size held until the
+// request settles (one round trip to the store less per stream).
+func (r *Reservation) InputKnown(u tokens.Usage) {
+	if r == nil || r.acct == nil {
+		return
+	}
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	if r.settled.Load() {
+		return
+	}
+	want := r.want
+	want.Input, want.CacheRead, want.CacheWrite = u.Input, u.CacheRead, u.CacheWrite
+	r.acct.reserved = r.acct.reserved.Sub(r.want).Add(want)
+	r.want = want
+	r.b.relet(r.acct, r.tok.Limits)
+}
+
+// relet brings what the store holds for a, after what it needs (spent and
+// held) changed, back within a lease of it: raised to cover more than it
+// holds, or lowered when it holds more than a leaseParts-th of a limit
+// past need (a request that settled for less than it held), so that a
+// crash charges at most that much past what was spent or held. It writes
+// only then: requests that each hold a small part of their limits settle
+// with no write. The caller holds b.mu, as holdLocal does for its raise,
+// so the store's writes follow the order they are decided in. A write that
+// fails is logged and leaves what the store had: lowered, an over-charge
+// on a crash; raised, the flusher writes it next.
+func (b *Budgets) relet(a *account, lim policy.Budget) {
+	need := a.used.Add(a.reserved)
+	lease, raise := leaseFor(a.leased, need, lim)
+	lease, trim := trimLease(lease, need, lim)
+	if !raise && !trim {
+		return
+	}
+	if err := b.store.SaveUsage(context.Background(), a.key, lease); err != nil {
+		b.log.Error("budget: saving usage to the token store failed", "key", a.key, "err", err)
+		return
+	}
+	a.leased, a.saved = lease, lease
+	a.gen++
 }
 
 // release frees the reservation's shared in-flight slot, if it holds one.
@@ -478,7 +535,7 @@ func (b *Budgets) load(ctx context.Context, key string) (*account, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &account{used: u, leased: u, saved: u}
+	a := &account{used: u, leased: u, saved: u, key: key}
 	b.accts[key] = a
 	return a, nil
 }
@@ -531,15 +588,22 @@ func overBudget(used, want tokens.Usage, lim policy.Budget) string {
 	return strings.Join(over, "; ")
 }
 
-// leaseParts is how many lease steps a limit has: each raise of the lease
-// leases a thousandth of the limit ahead of need. So a window's account is
-// written at most about a thousand times per limited kind, and a crash
-// charges at most a thousandth of each limit (at least 1) more than was
-// spent or in flight: twenty crashes cost a 1,000,000-request budget at
-// most 20,000 requests.
+// leaseParts bounds what a crash can charge: a leaseParts-th of each limit
+// (at least 1) more than was spent or held by requests in flight. Each
+// raise of the lease leases half that ahead of need (leaseStep), and a
+// lease more than that past need is lowered to a step past it (trimLease).
+// So a window's account is written about two thousand times per limited
+// kind as it is spent, plus twice for a request that holds more than half
+// a thousandth of a limit it does not spend (a raise at its hold, a trim
+// at its end); twenty crashes cost a 1,000,000-request budget at most
+// 20,000 requests.
 const leaseParts = 1000
 
-// leaseFor is the lease that covers need, a leaseParts-th of each limit
+// leaseStep is how far ahead of need a lease is raised: half a
+// leaseParts-th of limit, at least 1.
+func leaseStep(limit int64) int64 { return max(limit/(2*leaseParts), 1) }
+
+// leaseFor is the lease that covers need, a leaseStep of each limit
 // ahead, and whether it is higher than the one the store holds.
 func leaseFor(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool) {
 	raise := false
@@ -547,19 +611,46 @@ func leaseFor(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool)
 		if limit <= 0 || n <= *l {
 			return
 		}
-		*l = min(limit, n+max(limit/leaseParts, 1))
+		*l = min(limit, n+leaseStep(limit))
 		if *l < n {
 			*l = n
 		}
 		raise = true
 	}
 	out := leased
-	step(&out.Requests, need.Requests, lim.Requests)
-	step(&out.Input, need.Input, lim.InputTokens)
-	step(&out.Output, need.Output, lim.OutputTokens)
-	step(&out.CacheRead, need.CacheRead, lim.CacheReadTokens)
-	step(&out.CacheWrite, need.CacheWrite, lim.CacheWriteTokens)
+	eachKind(&out, need, lim, step)
 	return out, raise
+}
+
+// eachKind calls f with each kind's count in u, need's count of it and
+// lim's limit of it.
+func eachKind(u *tokens.Usage, need tokens.Usage, lim policy.Budget, f func(l *int64, n, limit int64)) {
+	f(&u.Requests, need.Requests, lim.Requests)
+	f(&u.Input, need.Input, lim.InputTokens)
+	f(&u.Output, need.Output, lim.OutputTokens)
+	f(&u.CacheRead, need.CacheRead, lim.CacheReadTokens)
+	f(&u.CacheWrite, need.CacheWrite, lim.CacheWriteTokens)
+}
+
+// trimLease is leased lowered to a leaseStep past need for each limit it
+// passes need by more than a leaseParts-th of (at least 1), and to need
+// itself for a kind no limit leases; and whether it lowered any.
+func trimLease(leased, need tokens.Usage, lim policy.Budget) (tokens.Usage, bool) {
+	lower := false
+	trim := func(l *int64, n, limit int64) {
+		switch {
+		case limit <= 0 && *l > n:
+			*l = n
+		case limit > 0 && *l-n > max(limit/leaseParts, 1):
+			*l = max(n, min(limit, n+leaseStep(limit)))
+		default:
+			return
+		}
+		lower = true
+	}
+	out := leased
+	eachKind(&out, need, lim, trim)
+	return out, lower
 }
 
 // flushLoop saves each account's usage now and then: what the store holds
@@ -606,8 +697,9 @@ func (b *Budgets) renewSlots() {
 func (b *Budgets) flush(exact bool) {
 	b.mu.Lock()
 	type write struct {
-		key string
+		a   *account
 		u   tokens.Usage
+		gen uint64
 	}
 	var writes []write
 	now := b.now()
@@ -617,11 +709,12 @@ func (b *Budgets) flush(exact bool) {
 			u = a.used
 		}
 		if u != a.saved {
-			writes = append(writes, write{key, u})
 			a.saved = u
 			if !exact {
 				a.leased = maxUsage(a.leased, u)
 			}
+			a.gen++
+			writes = append(writes, write{a, u, a.gen})
 		}
 		if a.reserved == (tokens.Usage{}) && now.Sub(a.lastUse) > 48*time.Hour {
 			delete(b.accts, key)
@@ -635,10 +728,24 @@ func (b *Budgets) flush(exact bool) {
 		}
 	}
 	b.mu.Unlock()
-	for _, w := range writes {
-		if err := b.store.SaveUsage(context.Background(), w.key, w.u); err != nil {
-			b.log.Error("budget: saving usage to the token store failed", "key", w.key, "err", err)
+	for len(writes) > 0 {
+		for _, w := range writes {
+			if err := b.store.SaveUsage(context.Background(), w.a.key, w.u); err != nil {
+				b.log.Error("budget: saving usage to the token store failed", "key", w.a.key, "err", err)
+			}
 		}
+		// A raise or trim decided (and written, under b.mu) while these
+		// were written may have landed first: the store must end on the
+		// last value decided, so write that again.
+		b.mu.Lock()
+		again := writes[:0]
+		for _, w := range writes {
+			if w.a.gen != w.gen && b.accts[w.a.key] == w.a {
+				again = append(again, write{w.a, w.a.saved, w.a.gen})
+			}
+		}
+		b.mu.Unlock()
+		writes = again
 	}
 }
 

@@ -45,6 +45,37 @@ func TestBudgetCrashesAddUpToLittle(t *testing.T) {
 	}
 }
 
+// A request that held much more than it spent gives the rest back to the
+// store as it settles: a crash after it charges what it spent and at most
+// a thousandth of the limit, not its max_tokens.
+func TestBudgetCrashAfterLargeHold(t *testing.T) {
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	log := slog.New(slog.DiscardHandler)
+	lim := policy.Budget{OutputTokens: 1_000_000, InputTokens: 1_000_000}
+	tok := Token{ID: "tok_0123456789ab", Sandbox: "conv-1", Limits: lim}
+	b := New(store, nil, log, time.Now)
+	res, err := b.reserve(context.Background(), tok, tokens.Usage{Requests: 1, Output: 100_000, Input: 50_000}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.InputKnown(tokens.Usage{Input: 2_000})
+	if u, _ := store.LoadUsage(context.Background(), tok.ID); u.Input > 2_000+1_000 || u.Output < 100_000 {
+		t.Errorf("a stream that reported 2,000 input tokens, holding 100,000 output: the store holds %+v, want its input within 1,000 of 2,000 and its output held", u)
+	}
+	res.Settle(tokens.Usage{Requests: 1, Output: 6, Input: 2_000})
+	close(b.stop)
+	<-b.done
+	after := New(store, nil, log, time.Now)
+	defer after.Close()
+	if u, _ := after.Usage(context.Background(), tok.ID, lim); u.Output < 6 || u.Output > 6+1_000 || u.Input < 2_000 || u.Input > 2_000+1_000 {
+		t.Errorf("after a crash following a request that spent 6 output and 2,000 input tokens: %+v charged, want at most 1,000 more of each", u)
+	}
+}
+
 // A pruned token's usage, rate and in-flight count leave memory with it:
 // the flusher does not write its usage back, and the token's limits are
 // not kept for a token that can never be used again.

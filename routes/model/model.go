@@ -125,7 +125,7 @@ func meterResponse(resp *http.Response) error {
 		a.Settle(tokens.Usage{}, true, true)
 		return nil
 	}
-	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), a.Settle)
+	resp.Body = newUsageBody(resp.Body, resp.Header.Get("Content-Type"), a.InputReported, a.Settle)
 	return nil
 }
 

@@ -35,7 +35,10 @@ type usageBody struct {
 	overflow bool
 
 	once sync.Once
-	done func(u tokens.Usage, input, output bool)
+	// input gets a stream's input counts when message_start reports them;
+	// nil: nobody asks.
+	input func(u tokens.Usage)
+	done  func(u tokens.Usage, input, output bool)
 }
 
 // Bounds on what is held to find usage: an SSE line (message_start carries
@@ -47,8 +50,8 @@ const (
 	maxUsageJSON = 4 << 20
 )
 
-func newUsageBody(rc io.ReadCloser, contentType string, done func(u tokens.Usage, input, output bool)) *usageBody {
-	return &usageBody{ReadCloser: rc, sse: strings.HasPrefix(strings.ToLower(contentType), "text/event-stream"), done: done}
+func newUsageBody(rc io.ReadCloser, contentType string, input func(u tokens.Usage), done func(u tokens.Usage, input, output bool)) *usageBody {
+	return &usageBody{ReadCloser: rc, sse: strings.HasPrefix(strings.ToLower(contentType), "text/event-stream"), input: input, done: done}
 }
 
 func (b *usageBody) Read(p []byte) (int, error) {
@@ -133,6 +136,9 @@ func (b *usageBody) handle(line []byte) {
 			if msg, ok := jsonMember(data, "message"); ok {
 				if raw, ok := jsonMember(msg, "usage"); ok {
 					b.inputSeen, _ = usageInto(raw, &b.u)
+					if b.inputSeen && b.input != nil {
+						b.input(b.u)
+					}
 				}
 			}
 		case "message_delta":

@@ -29,7 +29,7 @@ func readUsage(t *testing.T, body, ct string, oneByte bool, closeEarly int) (u t
 	if oneByte {
 		r = iotest.OneByteReader(r)
 	}
-	ub := newUsageBody(io.NopCloser(r), ct, func(got tokens.Usage, in, o bool) { u, input, output = got, in, o; calls++ })
+	ub := newUsageBody(io.NopCloser(r), ct, nil, func(got tokens.Usage, in, o bool) { u, input, output = got, in, o; calls++ })
 	var b []byte
 	if closeEarly > 0 {
 		b = make([]byte, closeEarly)
@@ -181,7 +181,7 @@ func BenchmarkUsageBody(b *testing.B) {
 			r := strings.NewReader(c.body)
 			for b.Loop() {
 				r.Reset(c.body)
-				ub := newUsageBody(io.NopCloser(r), c.ct, func(tokens.Usage, bool, bool) {})
+				ub := newUsageBody(io.NopCloser(r), c.ct, nil, func(tokens.Usage, bool, bool) {})
 				for {
 					if _, err := ub.Read(buf); err != nil {
 						break
