@@ -343,7 +343,10 @@ type Duration struct{ time.Duration }
 
 // UnmarshalText parses a Go duration string.
 func (d *Duration) UnmarshalText(text []byte) error {
-	v, err := time.ParseDuration(string(text))
+	v, err := policy.ParseDuration(string(text))
+	if errors.Is(err, policy.ErrDurationTooLong) {
+		return fmt.Errorf(`%q is too long: the longest duration is "2562047h" (about 292 years)`, text)
+	}
 	if err != nil {
 		return fmt.Errorf(`%q is not a duration (e.g. "30s", "10m", "1h30m")`, text)
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,6 +42,9 @@ type NPMDenyRule struct {
 	c *semver.Constraints
 }
 
+// maxAgeDays bounds an age written in days: a century is older than any package.
+const maxAgeDays = 100 * 365
+
 // Age is a duration written in TOML as a string: a Go duration ("72h",
 // "90m") or a whole number of days ("3d").
 type Age struct {
@@ -51,19 +55,15 @@ type Age struct {
 // UnmarshalText parses "3d" or a Go duration string.
 func (a *Age) UnmarshalText(text []byte) error {
 	s := string(text)
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.Atoi(n)
-		if err != nil || days < 0 || days > 100*365 {
-			return fmt.Errorf(`%q is not an age (e.g. "3d", "72h", "36h30m")`, s)
-		}
-		a.Duration, a.text = time.Duration(days)*24*time.Hour, s
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
+	d, err := ParseDays(s)
+	_, days := strings.CutSuffix(s, "d")
+	switch {
+	case errors.Is(err, ErrDurationTooLong) || err == nil && days && d > maxAgeDays*24*time.Hour:
+		return fmt.Errorf(`%q is too long for an age: the longest is "%dd"`, s, maxAgeDays)
+	case err != nil || days && d < 0:
 		return fmt.Errorf(`%q is not an age (e.g. "3d", "72h", "36h30m")`, s)
 	}
-	a.Duration, a.text = v, s
+	a.Duration, a.text = d, s
 	return nil
 }
 

@@ -526,23 +526,14 @@ func sandboxIDHint(id string) string {
 // ParseTTL reads a token lifetime: a Go duration ("90m", "24h") or a number
 // of days ("7d"), between one second and 366 days.
 func ParseTTL(v string) (time.Duration, error) {
-	d, err := parseDays(v)
-	if err != nil {
+	d, err := policy.ParseDays(v)
+	if err != nil && !errors.Is(err, policy.ErrDurationTooLong) {
 		return 0, fmt.Errorf("invalid ttl %q: use a duration such as 90m, 24h or 7d", routes.Clip(v, 32))
 	}
-	if d < time.Second || d > maxTokenTTL {
-		return 0, fmt.Errorf("ttl %s is out of range: between 1s and 366d", v)
+	if err != nil || d < time.Second || d > maxTokenTTL {
+		return 0, fmt.Errorf("ttl %s is out of range: give one between 1s and 366d (8784h)", routes.Clip(v, 32))
 	}
 	return d, nil
-}
-
-// parseDays reads a Go duration ("90m") or a number of days ("7d").
-func parseDays(v string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(v, "d"); ok {
-		n, err := strconv.Atoi(days)
-		return time.Duration(n) * 24 * time.Hour, err
-	}
-	return time.ParseDuration(v)
 }
 
 func adminError(w http.ResponseWriter, code int, msg string) {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cproxy/cproxy/client"
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -76,8 +78,13 @@ func (s *server) pruneTokens(w http.ResponseWriter, r *http.Request) {
 
 // ParseAge reads older_than, and the CLI's --older-than: a duration as
 // ParseTTL reads one, zero or more: 0 prunes every token that is dead now.
+// The longest is what a time.Duration holds, MaxDays days: a prune's cutoff,
+// now less that, is then in the 18th century, which every store holds.
 func ParseAge(v string) (time.Duration, error) {
-	d, err := parseDays(v)
+	d, err := policy.ParseDays(v)
+	if errors.Is(err, policy.ErrDurationTooLong) && !strings.HasPrefix(v, "-") {
+		return 0, fmt.Errorf("older_than %s is too long: the longest is %dd (2562047h, about 292 years); give a shorter one, e.g. 30d, or 0s for every dead token", routes.Clip(v, 32), policy.MaxDays)
+	}
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("invalid older_than %q: use a duration such as 720h or 30d (0s: every token expired or revoked by now)", routes.Clip(v, 32))
 	}
