@@ -18,9 +18,10 @@ import (
 type gqlResolver func(args map[string]any) (any, error)
 
 // graphql answers POST /graphql as GitHub does for what gh 2.23 sends
-// for gh pr view, gh pr list, gh pr create and gh pr merge:
-// repository(owner:, name:) with its pull requests (filtered by
-// headRefName and states), node(id:) and nodes(ids:) by the IDs it gives
+// for gh pr view, gh pr list, gh pr create, gh pr merge, gh pr checks and
+// gh issue view, list and comment: repository(owner:, name:) with its pull
+// requests (filtered by headRefName and states), issueOrPullRequest and an
+// empty issues list, node(id:) and nodes(ids:) by the IDs it gives
 // its repositories, pull requests and issues, __type for a type's fields,
 // and the mutations createPullRequest, mergePullRequest and addComment,
 // each recorded (GraphQLMutations). A field it does not know is GitHub's
@@ -297,16 +298,14 @@ func (g *GitHubREST) gqlRepository(args map[string]any) (any, error) {
 		"defaultBranchRef": map[string]any{"__typename": "Ref", "name": "main"},
 		"parent":           parent,
 		"owner":            map[string]any{"__typename": "Organization", "id": "O_kgDO" + owner, "login": owner},
-		"pullRequest": gqlResolver(func(args map[string]any) (any, error) {
-			n, _ := args["number"].(json.Number)
-			for _, p := range nodes {
-				if fmt.Sprint(p.(map[string]any)["number"]) == n.String() {
-					return p, nil
-				}
-			}
-			//lint:ignore ST1005 GitHub's own words, as gh prints them
-			return nil, fmt.Errorf("Could not resolve to a PullRequest with the number of %s.", n)
-		}),
+		"pullRequest":      byNumber(nodes, "a PullRequest"),
+		// An issue's number and a pull request's are one sequence; the
+		// fake keeps no issues, so a number is a pull request's or none.
+		"issueOrPullRequest": byNumber(nodes, "an issue or pull request"),
+		"issues": map[string]any{
+			"__typename": "IssueConnection", "totalCount": 0, "nodes": []any{},
+			"pageInfo": map[string]any{"__typename": "PageInfo", "hasNextPage": false, "endCursor": nil},
+		},
 		"pullRequests": gqlResolver(func(args map[string]any) (any, error) {
 			var states []any
 			switch s := args["states"].(type) {
@@ -330,6 +329,21 @@ func (g *GitHubREST) gqlRepository(args map[string]any) (any, error) {
 			}, nil
 		}),
 	}, nil
+}
+
+// byNumber is a field that looks one of pulls up by its number, or
+// GitHub's NOT_FOUND naming what.
+func byNumber(pulls []any, what string) gqlResolver {
+	return func(args map[string]any) (any, error) {
+		n, _ := args["number"].(json.Number)
+		for _, p := range pulls {
+			if fmt.Sprint(p.(map[string]any)["number"]) == n.String() {
+				return p, nil
+			}
+		}
+		//lint:ignore ST1005 GitHub's own words, as gh prints them
+		return nil, fmt.Errorf("Could not resolve to %s with the number of %s.", what, n)
+	}
 }
 
 // gqlPull is a pull request the REST API created, as GraphQL's

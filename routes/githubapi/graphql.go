@@ -40,6 +40,7 @@ var pullFields = []string{
 	"commits.nodes.commit.statusCheckRollup.contexts.nodes.startedAt",
 	"commits.nodes.commit.statusCheckRollup.contexts.nodes.completedAt",
 	"commits.nodes.commit.statusCheckRollup.contexts.nodes.detailsUrl",
+	"commits.nodes.commit.statusCheckRollup.contexts.nodes.isRequired",
 	"commits.nodes.commit.statusCheckRollup.contexts.pageInfo.hasNextPage",
 	"commits.nodes.commit.statusCheckRollup.contexts.pageInfo.endCursor",
 	"reviewRequests.nodes.requestedReviewer.login",
@@ -63,6 +64,21 @@ var pullFields = []string{
 	"reactionGroups.content", "reactionGroups.users.totalCount",
 }
 
+// issueFields are the fields a query may read of an issue: those of
+// pullFields an issue has too, and updatedAt (gh issue list). What gh 2.23
+// reads for gh issue view, gh issue list and gh issue comment.
+var issueFields = func() []string {
+	own := []string{"id", "url", "number", "title", "state", "body", "createdAt", "updatedAt"}
+	lists := []string{"author", "milestone", "assignees", "labels", "projectCards", "reactionGroups", "comments"}
+	out := slices.Clone(own)
+	for _, f := range pullFields {
+		if top, _, _ := strings.Cut(f, "."); slices.Contains(lists, top) {
+			out = append(out, f)
+		}
+	}
+	return out
+}()
+
 // repoFields are the fields a query may read of a repository, its own
 // and, as gh's RepositoryInfo reads them, its parent's (a fork's): its
 // name, owner and settings, none of its lists.
@@ -73,20 +89,34 @@ var repoFields = []string{
 }
 
 // readPaths is every path a query may read: the repository's own fields
-// and its parent's, and a pull request's (pullFields) whether one is looked
-// up by number or listed; a path leading to an allowed one
-// (repository.pullRequest) is allowed too.
+// and its parent's, a pull request's (pullFields) and an issue's
+// (issueFields) whether one is looked up by number or listed, and those of
+// a repository, pull request or issue looked up by node ID (node, nodes);
+// a path leading to an allowed one (repository.pullRequest) is allowed too.
 var readPaths = func() map[string]bool {
-	paths := []string{
-		"repository.pullRequests.totalCount",
-		"repository.pullRequests.pageInfo.hasNextPage", "repository.pullRequests.pageInfo.endCursor",
+	var paths []string
+	for _, list := range []string{"pullRequests", "issues"} {
+		paths = append(paths, "repository."+list+".totalCount",
+			"repository."+list+".pageInfo.hasNextPage", "repository."+list+".pageInfo.endCursor")
 	}
 	paths = append(paths, prefixed("repository.", repoFields)...)
 	paths = append(paths, prefixed("repository.parent.", repoFields)...)
 	paths = append(paths, prefixed("repository.pullRequest.", pullFields)...)
 	paths = append(paths, prefixed("repository.pullRequests.nodes.", pullFields)...)
+	paths = append(paths, prefixed("repository.issueOrPullRequest.", append(slices.Clone(pullFields), "updatedAt"))...)
+	paths = append(paths, prefixed("repository.issue.", issueFields)...)
+	paths = append(paths, prefixed("repository.issues.nodes.", issueFields)...)
+	for _, top := range nodeFields {
+		paths = append(paths, prefixed(top+".", repoFields)...)
+		paths = append(paths, prefixed(top+".", pullFields)...)
+		paths = append(paths, prefixed(top+".", issueFields)...)
+	}
 	return pathSet(paths)
 }()
+
+// nodeFields are the top-level fields that look objects up by node ID: a
+// query's IDs are resolved through GitHub before it is decided.
+var nodeFields = []string{"node", "nodes"}
 
 // introspection are the top-level fields that read GitHub's schema, which
 // is public (gh pr merge asks which fields a PullRequest has): everything
@@ -95,10 +125,12 @@ var introspection = []string{"__type", "__schema"}
 
 // plan is what a GraphQL request reaches, once checked whatever the
 // policy: the repositories its queries read by name, those of them whose
-// parent a query reads, its mutations, and whether it asks the schema.
+// parent a query reads, the node IDs its queries read, its mutations, and
+// whether it asks the schema.
 type plan struct {
 	repos     []string
 	parentsOf []string
+	nodes     []string
 	mutations []mutation
 	schema    bool
 }
@@ -172,17 +204,18 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	g.fwd.Forward(a, r, routes.Target{Path: "/graphql"})
 }
 
-// resolve looks up the targets of p's mutations and the parents its
-// queries read; nil maps when there is nothing to look up.
+// resolve looks up the nodes p's queries read, the targets of its
+// mutations and the parents its queries read; nil maps when there is
+// nothing to look up.
 func (g *route) resolve(a *routes.Call, p plan, sandbox string) (map[string]node, map[string]string, error) {
-	var ids []string
+	ids := slices.Clone(p.nodes)
 	for _, m := range p.mutations {
 		if !slices.Contains(ids, m.target) {
 			ids = append(ids, m.target)
 		}
 	}
 	if len(ids) > maxLookups {
-		return nil, nil, gqlRefusal(sandbox, "its mutations name %d node IDs, more than the %d cproxy looks up for one request: send fewer at once", len(ids), maxLookups)
+		return nil, nil, gqlRefusal(sandbox, "it names %d node IDs, more than the %d cproxy looks up for one request: send fewer at once", len(ids), maxLookups)
 	}
 	ctx := a.Request().Context()
 	var nodes map[string]node
@@ -201,8 +234,8 @@ func (g *route) resolve(a *routes.Call, p plan, sandbox string) (map[string]node
 	return nodes, parents, nil
 }
 
-// checkOperations refuses, whatever the policy, a query that looks up a
-// node or reads a field outside readPaths, a mutation outside
+// checkOperations refuses, whatever the policy, a query that reads a
+// field outside readPaths, a mutation outside
 // mutationRules or past its rule, and returns what the request reaches.
 func checkOperations(ops []gqlpolicy.Operation, sandbox string) (plan, error) {
 	refuse := func(format string, args ...any) (plan, error) { return plan{}, gqlRefusal(sandbox, format, args...) }
@@ -223,15 +256,17 @@ func checkOperations(ops []gqlpolicy.Operation, sandbox string) (plan, error) {
 			}
 			continue
 		}
-		if len(op.Nodes) > 0 {
-			return refuse("node and nodes look-ups by ID are not served in a query: query repository(owner:, name:) instead")
+		for _, id := range op.Nodes {
+			if !slices.Contains(p.nodes, id) {
+				p.nodes = append(p.nodes, id)
+			}
 		}
 		for _, f := range op.Fields {
 			switch {
 			case slices.Contains(introspection, f):
 				p.schema = true
-			case f != "repository":
-				return refuse("the top-level field %s is not served: cproxy serves only repository(owner:, name:) of the repositories the policy allows", routes.Clip(f, 64))
+			case f != "repository" && !slices.Contains(nodeFields, f):
+				return refuse("the top-level field %s is not served: cproxy serves only repository(owner:, name:), node(id:) and nodes(ids:) of the repositories the policy allows", routes.Clip(f, 64))
 			}
 		}
 		parent := false
@@ -255,8 +290,8 @@ func checkOperations(ops []gqlpolicy.Operation, sandbox string) (plan, error) {
 			}
 		}
 	}
-	if len(p.repos) == 0 && len(p.mutations) == 0 && !p.schema {
-		return refuse("it reads no repository; cproxy serves queries of repository(owner:, name:) only")
+	if len(p.repos) == 0 && len(p.nodes) == 0 && len(p.mutations) == 0 && !p.schema {
+		return refuse("it reads no repository; cproxy serves queries of repository(owner:, name:), node(id:) and nodes(ids:) only")
 	}
 	return p, nil
 }
@@ -282,6 +317,13 @@ func (p plan) resolvedTarget(nodes map[string]node, parents map[string]string) s
 		if parent := parents[repo]; parent != "" {
 			parts = append(parts, "parent:"+parent)
 		}
+	}
+	for _, id := range p.nodes {
+		s := "node " + id
+		if n, ok := nodes[id]; ok && n.repo != "" {
+			s += "=" + n.repo
+		}
+		parts = append(parts, s)
 	}
 	for _, m := range p.mutations {
 		s := m.name + " " + m.target
@@ -347,6 +389,13 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 		}
 		return strings.Join(rules, " "), nil
 	}
+	for _, id := range p.nodes {
+		rule, err := decideNode(prof, sandbox, id, nodes[id])
+		if err != nil {
+			return rule, err
+		}
+		add(rule)
+	}
 	for _, m := range p.mutations {
 		rule, err := decideMutation(prof, sandbox, m, nodes[m.target])
 		if err != nil {
@@ -355,6 +404,20 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 		add(rule)
 	}
 	return strings.Join(rules, " "), nil
+}
+
+// decideNode asks prof whether the sandbox may read n, what the node ID id
+// a query reads resolved to. The refusal names the ID, never the
+// repository, nor the policy's rule for it, which could name it.
+func decideNode(prof *policy.Profile, sandbox, id string, n node) (string, error) {
+	if n.typ == "" {
+		return "", gqlRefusal(sandbox, "the node ID %q is not a repository, a pull request or an issue, the objects cproxy can tell the repository of", routes.Clip(id, 64))
+	}
+	ans := prof.AskAPI(policy.APIQuestion{Repo: n.repo, Permission: policy.APIRead})
+	if !ans.Allow {
+		return ans.Rule, gqlRefusal(sandbox, "the node ID %q is in a repository on which GitHub API %q is not allowed", routes.Clip(id, 64), policy.APIRead)
+	}
+	return ans.Rule, nil
 }
 
 // decideMutation asks prof whether the sandbox may make m on n, what its

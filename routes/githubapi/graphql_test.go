@@ -40,7 +40,7 @@ func TestGraphQLForwarded(t *testing.T) {
 }
 
 // TestGraphQLRefused: what reaches past the repositories the sandbox may
-// read, a look-up by node ID, a mutation and what cannot be read are
+// read, a mutation and what cannot be read are
 // refused in GraphQL's error shape with the status of the refusal's
 // kind, and never reach the API.
 func TestGraphQLRefused(t *testing.T) {
@@ -58,8 +58,6 @@ func TestGraphQLRefused(t *testing.T) {
 		{"POST", q(`{repository(owner:"evil",name:"x"){id}}`), 403, `GitHub API \"read\" on repository evil/x is not allowed for sandbox conv-42`},
 		{"POST", q(`{a: repository(owner:"acme",name:"app"){id} b: repository(owner:"acme",name:"docs"){id}}`), 403, `on repository acme/docs is not allowed`},
 		{"POST", `[` + q(`{repository(owner:"acme",name:"app"){id}}`) + `,` + q(`{repository(owner:"Evil",name:"x"){id}}`) + `]`, 403, `on repository Evil/x is not allowed`},
-		{"POST", q(`{node(id:"R_1"){id}}`), 403, `node and nodes look-ups by ID are not served`},
-		{"POST", q(`{repository(owner:"acme",name:"app"){id} nodes(ids:["R_1"]){id}}`), 403, `node and nodes look-ups by ID are not served`},
 		{"POST", q(`{viewer{login}}`), 403, `the top-level field viewer is not served`},
 		{"POST", q(`{repository(owner:"acme",name:"app"){id} search(query:"x",type:REPOSITORY,first:1){repositoryCount}}`), 403, `the top-level field search is not served`},
 		{"POST", q(`{repository(owner:"acme",name:"app"){forks(first:5){nodes{nameWithOwner}}}}`), 403, `the field repository.forks is not one cproxy serves`},
@@ -80,6 +78,63 @@ func TestGraphQLRefused(t *testing.T) {
 	}
 	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("the API got %d requests", n)
+	}
+}
+
+// ghChecks is the query gh 2.23 sends for gh pr checks: the pull request
+// by its node ID, with isRequired naming it again.
+const ghChecks = `query PullRequestStatusChecks($id: ID!, $endCursor: String) { node(id: $id) { ...on PullRequest { statusCheckRollup: commits(last: 1) {nodes {commit {statusCheckRollup {contexts(first:100,after:$endCursor) {nodes {__typename...on StatusContext {context,state,targetUrl,createdAt,isRequired(pullRequestId: $id)},...on CheckRun {name,checkSuite{workflowRun{workflow{name}}},status,conclusion,startedAt,completedAt,detailsUrl,isRequired(pullRequestId: $id)}},pageInfo{hasNextPage,endCursor}}}}}} } } }`
+
+// TestGraphQLNodeQueries: a query's node(id:) and nodes(ids:), behind an
+// alias, in a fragment, with the ID in a variable or in another field's
+// argument, are resolved through GitHub and served when every node is in
+// a repository the sandbox may read; a node of another repository is
+// refused without naming it, GitHub hearing only cproxy's look-up, once.
+func TestGraphQLNodeQueries(t *testing.T) {
+	e, fake := apiEnv(t, routes.Upstream{})
+	h := routetest.Bearer(e.Token("conv-42"))
+	if r := e.Do("POST", "/api/v3/repos/acme/app/pulls", h, `{"title":"Fix","head":"agent/x","base":"main"}`); r.Status != 201 {
+		t.Fatalf("create pull: %d %s", r.Status, r.Body)
+	}
+	app, docs := fakes.GitHubNodeID("Repository", "acme/app", 0), fakes.GitHubNodeID("Repository", "acme/docs", 0)
+	pr1 := fakes.GitHubNodeID("PullRequest", "acme/app", 1)
+	id := map[string]any{"id": pr1}
+	for _, c := range []struct {
+		name, body, want string
+	}{
+		{"a node", gqlBody(t, `{node(id:"`+pr1+`"){... on PullRequest{title}}}`, nil), `"title":"Fix"`},
+		{"an alias and a variable", gqlBody(t, `query($id: ID!){p: node(id: $id){... on PullRequest{number title}}}`, id), `"p":{"number":1,"title":"Fix"}`},
+		{"fragments", gqlBody(t, `query($id: ID!){...F} fragment F on Query{node(id: $id){...P}} fragment P on PullRequest{title}`, id), `"title":"Fix"`},
+		{"nodes", gqlBody(t, `{nodes(ids:["`+app+`","`+pr1+`"]){... on Repository{nameWithOwner} ... on PullRequest{title}}}`, nil), `[{"nameWithOwner":"acme/app"},{"title":"Fix"}]`},
+		{"gh pr checks", gqlBody(t, ghChecks, id), `"statusCheckRollup":{"nodes":[]}`},
+	} {
+		r := e.Do("POST", "/api/graphql", h, c.body)
+		if r.Status != 200 || !strings.Contains(r.Body, c.want) || strings.Contains(r.Body, `"errors"`) {
+			t.Errorf("%s: %d %s\nwant 200 with %s", c.name, r.Status, r.Body, c.want)
+		}
+	}
+	before := len(fake.Requests())
+	other := map[string]any{"id": docs}
+	for _, c := range []struct{ name, body string }{
+		{"a node of another repository", gqlBody(t, `{node(id:"`+docs+`"){id}}`, nil)},
+		{"behind an alias, in a variable", gqlBody(t, `query($id: ID!){r: node(id: $id){... on Repository{nameWithOwner}}}`, other)},
+		{"in a fragment", gqlBody(t, `query($id: ID!){...F} fragment F on Query{node(id: $id){id}}`, other)},
+		{"in nodes beside an allowed one", gqlBody(t, `{nodes(ids:["`+pr1+`","`+docs+`"]){id}}`, nil)},
+		{"beside a repository by name", gqlBody(t, `query($id: ID!){repository(owner:"acme",name:"app"){id} node(id: $id){id}}`, other)},
+		{"in isRequired", gqlBody(t, `query($id: ID!, $other: ID!){node(id: $id){... on PullRequest{commits(last:1){nodes{commit{statusCheckRollup{contexts(first:1){nodes{... on CheckRun{name isRequired(pullRequestId: $other)}}}}}}}}}}`, map[string]any{"id": pr1, "other": docs})},
+	} {
+		r := e.Do("POST", "/api/graphql", h, c.body)
+		want := `the node ID \"` + docs + `\" is in a repository on which GitHub API \"read\" is not allowed; do not retry`
+		if r.Status != 403 || !strings.Contains(r.Body, want) || strings.Contains(r.Body, "acme/docs") {
+			t.Errorf("%s: %d %s\nwant 403 with %s", c.name, r.Status, r.Body, want)
+		}
+	}
+	reqs := fake.Requests()[before:]
+	if len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), "nodes(ids: $ids)") || !strings.Contains(string(reqs[0].Body), docs) {
+		t.Errorf("GitHub heard %d requests, want cproxy's one look-up of %s", len(reqs), docs)
+		for _, r := range reqs {
+			t.Logf("%s", r.Body)
+		}
 	}
 }
 

@@ -56,7 +56,9 @@ type Operation struct {
 	// fields at any depth, each once, in the order first met.
 	Repos []Repo
 	// Nodes are the node IDs looked up by node(id:) and nodes(ids:) at any
-	// depth, and those a mutation's input names, each once.
+	// depth, those another field's arguments name (an argument ending in
+	// Id or Ids, as isRequired(pullRequestId:)), and those a mutation's
+	// input names, each once.
 	Nodes []string
 	// Fields are the names of the operation's top-level fields (for a
 	// mutation, the mutations), each once: never an alias.
@@ -287,6 +289,14 @@ func (w *walker) lookup(f *ast.Field, args map[string]any) error {
 		return nil
 	}
 	switch f.Name {
+	default:
+		// An argument named for a node ID (isRequired(pullRequestId:))
+		// reads that node too: it is decided as a look-up is.
+		for _, k := range sortedKeys(args) {
+			if err := w.argIDs(f, k, args[k]); err != nil {
+				return err
+			}
+		}
 	case "repository":
 		owner, okOwner := args["owner"].(string)
 		name, okName := args["name"].(string)
@@ -315,6 +325,37 @@ func (w *walker) lookup(f *ast.Field, args map[string]any) error {
 			id, ok := v.(string)
 			if !ok {
 				return fmt.Errorf("%w: nodes is looked up with an id that is not a string", ErrRefused)
+			}
+			w.add("node:", id, &w.out.Nodes)
+		}
+	}
+	return nil
+}
+
+// argIDs adds to Nodes the node IDs the argument k of f names, when its
+// name ends in Id or Ids.
+func (w *walker) argIDs(f *ast.Field, k string, v any) error {
+	switch {
+	case strings.HasSuffix(k, "Id"):
+		id, ok := v.(string)
+		if !ok && v != nil {
+			return fmt.Errorf("%w: the argument %s of %s is not a string", ErrRefused, clip(k), clip(f.Name))
+		}
+		if ok {
+			w.add("node:", id, &w.out.Nodes)
+		}
+	case strings.HasSuffix(k, "Ids"):
+		if s, one := v.(string); one {
+			v = []any{s}
+		}
+		list, _ := v.([]any)
+		if list == nil && v != nil {
+			return fmt.Errorf("%w: the argument %s of %s is not a list of strings", ErrRefused, clip(k), clip(f.Name))
+		}
+		for _, e := range list {
+			id, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("%w: the argument %s of %s holds a value that is not a string", ErrRefused, clip(k), clip(f.Name))
 			}
 			w.add("node:", id, &w.out.Nodes)
 		}
