@@ -34,6 +34,11 @@ type Relay struct {
 	// HeaderTimeout bounds the wait for the upstream's response headers.
 	// Default 2m.
 	HeaderTimeout Duration `toml:"header_timeout"`
+	// Concurrent is how many requests of one sandbox token to this route
+	// may be in flight at once; RequestsPerMinute is its rate there. Zero:
+	// the route's default (docs/config.md). Counted in each process.
+	Concurrent        int64 `toml:"concurrent"`
+	RequestsPerMinute int64 `toml:"requests_per_minute"`
 }
 
 // RelayHeader is where one injected header's value comes from: a credential
@@ -121,6 +126,17 @@ func (c *Config) validateRelays(f *policy.File) {
 			r.HeaderTimeout = Duration{2 * time.Minute}
 		}
 		checkPositive(f, rp.Dot("header_timeout"), r.HeaderTimeout, "2m")
+		checkLimits(f, rp, r.Concurrent, r.RequestsPerMinute)
+	}
+}
+
+// checkLimits refuses a negative per-token limit of the route at key.
+func checkLimits(f *policy.File, key policy.Key, concurrent, rpm int64) {
+	if concurrent < 0 {
+		f.AtValue(key.Dot("concurrent"), "%s: must not be negative (e.g. 64; leave it out for the route's default)", key.Dot("concurrent"))
+	}
+	if rpm < 0 {
+		f.AtValue(key.Dot("requests_per_minute"), "%s: must not be negative (e.g. 6000; leave it out for the route's default)", key.Dot("requests_per_minute"))
 	}
 }
 

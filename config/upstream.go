@@ -29,6 +29,11 @@ type Upstream struct {
 	// HeaderTimeout is how long to wait for the upstream's response headers
 	// before answering 504. Default: its kind's HeaderTimeout.
 	HeaderTimeout Duration `toml:"header_timeout"`
+	// Concurrent is how many requests of one sandbox token to this route
+	// may be in flight at once; RequestsPerMinute is its rate there. Zero:
+	// the route's default (docs/config.md). Counted in each process.
+	Concurrent        int64 `toml:"concurrent"`
+	RequestsPerMinute int64 `toml:"requests_per_minute"`
 
 	// AppID is a GitHub App's id (its settings page's "App ID"): cproxy
 	// then mints an installation token per sandbox, repository and access
@@ -188,6 +193,7 @@ func (c *Config) validateUpstreams(f *policy.File) {
 			f.AtValue(auth, `%s: %q cannot send credential = "claude-code": Claude Code's login is an OAuth token (use %q, or leave auth out: claude-code implies it)`, auth, u.Auth, AuthOAuth)
 		}
 		checkPositive(f, key.Dot("header_timeout"), u.HeaderTimeout, shortDuration(k.HeaderTimeout))
+		checkLimits(f, key, u.Concurrent, u.RequestsPerMinute)
 		c.validateApp(f, k)
 	}
 }

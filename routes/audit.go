@@ -57,9 +57,10 @@ type Call struct {
 	route   string
 	rt      Route // nil until the path picked one
 	session *Session
-	target  string // the model; the repository (and refs); the package
-	rule    string // the policy rule that decided
-	reason  string // why cproxy refused, when it did
+	limit   *tokenCount // the token's count on the route, its place taken; nil: none
+	target  string      // the model; the repository (and refs); the package
+	rule    string      // the policy rule that decided
+	reason  string      // why cproxy refused, when it did
 	body    *countingBody
 	// sink, if not nil, takes the audit record as one JSON line instead
 	// of the log line (Options.AuditLog).
@@ -180,6 +181,9 @@ func (a *Call) finish() {
 		a.meter.unanswered()
 	}
 	a.srv.flights.remove(&a.flight)
+	if a.limit != nil {
+		a.limit.release()
+	}
 	a.held.release()
 	status := a.w.status
 	if status == 0 {

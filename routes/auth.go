@@ -114,6 +114,14 @@ func (s *Server) admit(a *Call, r *http.Request, writeErr func(http.ResponseWrit
 		a.fail(writeErr, err)
 		return false
 	}
+	if rl := s.limits[a.route]; rl != nil {
+		tc, err := rl.take(sess.TokenID, s.now())
+		if err != nil {
+			a.fail(writeErr, err)
+			return false
+		}
+		a.limit = tc
+	}
 	s.flights.add(a, sess, sess.expires.Sub(s.now()))
 	if a.body.ReadCloser != http.NoBody && a.body.ReadCloser != nil {
 		a.flight.startBody(s.bodyTimeout, r.ContentLength)

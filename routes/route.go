@@ -35,6 +35,13 @@ type Valued interface {
 	ValueNames() []string
 }
 
+// Limited is a Route that declares per-token limits of its own (its
+// Kind.Limits): a server not given the route's limits (Options.Limits)
+// counts these, else DefaultLimits.
+type Limited interface {
+	Limits() Limits
+}
+
 // Sourced is a Route whose credentials come from sources that can fail to
 // be read (file:, keyring:, claude-code): GET /readyz checks each.
 type Sourced interface {
@@ -63,6 +70,10 @@ type Kind struct {
 	Prefix string // as Route.Prefix
 	// Upstream names the config's [upstream.NAME] the route forwards to.
 	Upstream string
+	// Limits are the route's per-token limits where the config sets none:
+	// zero fields are DefaultLimits'. A route whose clients rightly ask
+	// for more at once (npm installs) declares more here.
+	Limits Limits
 	// New builds the route for an upstream that has a URL. A kind whose
 	// upstream has none is not built: its prefix is refused (Unserved).
 	New func(Env) Route

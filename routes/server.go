@@ -50,6 +50,9 @@ type Upstream struct {
 	Auth string
 	// HeaderTimeout bounds the wait for response headers; zero means none.
 	HeaderTimeout time.Duration
+	// Limits are what the config sets of its routes' per-token limits
+	// (upstream.NAME.concurrent, requests_per_minute); zero: the route's.
+	Limits Limits
 	// App, when not nil, is a GitHub App whose installation tokens are
 	// minted for each request (Env.AppTokens), in place of Credential and
 	// Live, which are then unset. Nil: no App.
@@ -109,6 +112,9 @@ type Options struct {
 	// each serving the paths under its prefix; no two prefixes may
 	// overlap. A path under none is refused.
 	Routes []Route
+	// Limits are each route's per-token Limits, by route name (Kind.Limits
+	// with the config's over them); a route not named has DefaultLimits.
+	Limits map[string]RouteLimits
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Audit receives one line per proxied request; nil means Logger. It is
@@ -177,7 +183,8 @@ type Server struct {
 	sweepStop, sweepDone chan struct{}
 	bodyTimeout          time.Duration
 	bodies               *bodyMemory
-	conns                *budget.ConnLimit // nil: no bound
+	conns                *budget.ConnLimit       // nil: no bound
+	limits               map[string]*routeLimits // by route name; read only after New
 	retention            time.Duration
 	pruneStop            func() // stops the pruner and waits for it; nil: none runs
 }
@@ -205,6 +212,14 @@ func New(o Options) *Server {
 		go s.sweepFlights(s.sweepStop, s.sweepDone)
 	}
 	s.routes = o.Routes
+	s.limits = make(map[string]*routeLimits, len(o.Routes))
+	for _, rt := range s.routes {
+		l, ok := o.Limits[rt.Name()]
+		if lr, declared := rt.(Limited); !ok && declared {
+			l.Limits = lr.Limits()
+		}
+		s.limits[rt.Name()] = newRouteLimits(rt.Name(), l)
+	}
 	for _, rt := range s.routes {
 		if v, ok := rt.(Valued); ok {
 			for _, name := range v.ValueNames() {

@@ -201,7 +201,8 @@ func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([
 		if err != nil {
 			return nil, nil, fail("", "relay.%s.url: %v", name, err)
 		}
-		rl := relay.Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u}
+		rl := relay.Relay{Rules: &r.Relay, Prefix: r.Prefix, Query: r.Query, HeaderTimeout: r.HeaderTimeout.Duration, URL: u,
+			Limits: routes.Limits{Concurrent: r.Concurrent, RequestsPerMinute: r.RequestsPerMinute}}
 		for _, h := range slices.Sorted(maps.Keys(r.Headers)) {
 			hd := r.Headers[h]
 			rh := relay.Header{Name: http.CanonicalHeaderKey(h), Prefix: hd.Prefix, Value: hd.Value}
@@ -228,7 +229,8 @@ func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, 
 	if err != nil {
 		return routes.Upstream{}, fail("", "upstream.%s.url: %v", name, err)
 	}
-	up := routes.Upstream{URL: u, Auth: c.Auth, HeaderTimeout: c.HeaderTimeout.Duration}
+	up := routes.Upstream{URL: u, Auth: c.Auth, HeaderTimeout: c.HeaderTimeout.Duration,
+		Limits: routes.Limits{Concurrent: c.Concurrent, RequestsPerMinute: c.RequestsPerMinute}}
 	if c.App() {
 		return loadApp(cfg, loader, log, name, up)
 	}
@@ -376,7 +378,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 
 	public := tarballBase(cfg, proxyLn.Addr(), proxyTLS != nil)
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
-		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil),
+		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil), Limits: builtin.Kinds.Limits(upstreams, relays),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})

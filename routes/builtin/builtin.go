@@ -38,6 +38,21 @@ func Prefixes() []string {
 	return p
 }
 
+// Limits are the per-token limits of every route of t and of the relays,
+// by route name: cproxy's defaults, the kind's over them, and the config's
+// (in upstreams and relays) over those.
+func (t Table) Limits(upstreams map[string]routes.Upstream, relays []relay.Relay) map[string]routes.RouteLimits {
+	m := make(map[string]routes.RouteLimits, len(t)+len(relays))
+	for _, k := range t {
+		m[k.Name] = routes.RouteLimits{Limits: routes.DefaultLimits.Over(k.Limits).Over(upstreams[k.Upstream].Limits), Key: "upstream." + k.Upstream}
+	}
+	for _, rl := range relays {
+		name := "relay." + rl.Rules.Name
+		m[name] = routes.RouteLimits{Limits: routes.DefaultLimits.Over(rl.Limits), Key: name}
+	}
+	return m
+}
+
 // Routes builds every route of t with its upstream from upstreams (keyed
 // by the config's [upstream.NAME]; a kind whose upstream is absent or has
 // no URL is Unserved), then the relays, in order.

@@ -41,7 +41,10 @@ const maxBody = 32 << 20
 const oauthBeta = "oauth-2025-04-20"
 
 // Kind registers the model route: the Anthropic API under /v1/.
-var Kind = routes.Kind{Name: "model", Prefix: "/v1/", Upstream: "anthropic", New: newModelRoute}
+// Its token's budget (concurrent, requests_per_minute) is what bounds a
+// model request; the core's limits are only above any budget's default.
+var Kind = routes.Kind{Name: "model", Prefix: "/v1/", Upstream: "anthropic", New: newModelRoute,
+	Limits: routes.Limits{Concurrent: 4096, RequestsPerMinute: 100000}}
 
 // modelRoute forwards the model API calls a sandbox may make to the
 // Anthropic API, each metered against its token's budget.
@@ -71,9 +74,10 @@ func newModelRoute(env routes.Env) routes.Route {
 	return m
 }
 
-func (m *modelRoute) Name() string   { return "model" }
-func (m *modelRoute) Prefix() string { return "/v1/" }
-func (m *modelRoute) Close()         { m.fwd.Close() }
+func (m *modelRoute) Name() string          { return "model" }
+func (m *modelRoute) Limits() routes.Limits { return Kind.Limits }
+func (m *modelRoute) Prefix() string        { return "/v1/" }
+func (m *modelRoute) Close()                { m.fwd.Close() }
 func (m *modelRoute) WriteError(w http.ResponseWriter, err error) int {
 	if errors.Is(err, routes.ErrTwoCredentials) {
 		err = twoCredentials

@@ -233,7 +233,10 @@ type npmRewrite struct {
 }
 
 // Kind is the npm route: the registry under /npm/.
-var Kind = routes.Kind{Name: "npm", Prefix: "/npm/", Upstream: "npm", New: newRoute}
+// npm install fetches every package of a lockfile, on about 16 sockets at
+// once: a lockfile of a few thousand packages must install without a 429.
+var Kind = routes.Kind{Name: "npm", Prefix: "/npm/", Upstream: "npm", New: newRoute,
+	Limits: routes.Limits{Concurrent: 64, RequestsPerMinute: 6000}}
 
 // route forwards the packuments and tarballs of the packages a
 // sandbox's policy allows, and its audits, to the npm registry, rewriting
@@ -252,9 +255,10 @@ func newRoute(env routes.Env) routes.Route {
 	}
 }
 
-func (s *route) Name() string   { return "npm" }
-func (s *route) Prefix() string { return "/npm/" }
-func (s *route) Close()         { s.fwd.Close() }
+func (s *route) Name() string          { return "npm" }
+func (s *route) Limits() routes.Limits { return Kind.Limits }
+func (s *route) Prefix() string        { return "/npm/" }
+func (s *route) Close()                { s.fwd.Close() }
 
 // WriteError renders a refusal as the registry renders errors,
 // {"error": "..."}, which npm prints after the status.

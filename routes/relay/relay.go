@@ -36,7 +36,10 @@ type Relay struct {
 	Query bool
 	// HeaderTimeout bounds the wait for the upstream's response headers.
 	HeaderTimeout time.Duration
-	URL           *url.URL
+	// Limits are the config's per-token limits of the relay
+	// (relay.NAME.concurrent, requests_per_minute); zero: cproxy's default.
+	Limits routes.Limits
+	URL    *url.URL
 	// Headers are set on every forwarded request, in this order.
 	Headers []Header
 }
