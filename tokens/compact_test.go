@@ -252,3 +252,59 @@ func openedFiles(t *testing.T, path string) int {
 	}
 	return n
 }
+
+// A store path that is a symbolic link is refused, naming its target, and
+// the link and the target are left as they were: renaming the compacted
+// file over the link would leave the target with the old tokens, revoked
+// ones included, for whoever points the link back at it.
+func TestBoltCompactRefusesSymlink(t *testing.T) {
+	s, target := openTemp(t)
+	issue(t, s, "conv-1", t0)
+	s.Close()
+	link := filepath.Join(t.TempDir(), "link.db")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(target)
+	_, _, err := CompactBolt(link)
+	if !errors.Is(err, ErrSymlink) || !strings.Contains(err.Error(), link+" links to "+target) {
+		t.Errorf("CompactBolt of a link: %v; want ErrSymlink naming the link and its target", err)
+	}
+	if got, err := os.Readlink(link); err != nil || got != target {
+		t.Errorf("the link now: %q, %v", got, err)
+	}
+	if after, _ := os.ReadFile(target); string(after) != string(before) {
+		t.Error("the target changed")
+	}
+}
+
+// The new file is made where nothing is: a link put in its name's place
+// beforehand makes compacting fail, and its target (a file compacting, as
+// root, would otherwise have overwritten and handed to the store's owner)
+// is untouched, as are the store and the link.
+func TestBoltCompactTempIsNotFollowed(t *testing.T) {
+	s, path := openTemp(t)
+	issue(t, s, "conv-1", t0)
+	s.Close()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("root's file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".compact-planted"
+	if err := os.Symlink(victim, tmp); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := os.ReadFile(path)
+	if _, _, err := compactBolt(path, func() string { return tmp }); err == nil {
+		t.Error("compacting through a planted link succeeded")
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "root's file\n" {
+		t.Errorf("the link's target now holds %d bytes", len(got))
+	}
+	if got, err := os.Readlink(tmp); err != nil || got != victim {
+		t.Errorf("the planted link now: %q, %v", got, err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(store) {
+		t.Error("the store changed")
+	}
+}

@@ -63,6 +63,8 @@ func runStoreCompact(store config.Store, stdout io.Writer) error {
 	switch {
 	case errors.Is(err, tokens.ErrLocked):
 		return fail("stop cproxy serve first: compacting needs the store to itself", "%v", err)
+	case errors.Is(err, tokens.ErrSymlink):
+		return fail("point store.path (or --store) at the real file, the link's target, and compact that", "%v", err)
 	case errors.Is(err, tokens.ErrNewerSchema):
 		return fail("compact it with the cproxy that wrote it", "%v", err)
 	case err != nil:
