@@ -24,7 +24,8 @@ func storeCommand() *cli.Command {
 				Usage: "shrink the embedded token store's file to what it holds, while no cproxy serves it",
 				Description: `The file keeps the space of tokens deleted from it, for the next ones; compacting gives it back.
 It copies the store into a new file, renames that over the old one (keeping its mode and owner) and
-prints both sizes. Stop cproxy serve first: a store in use is refused.
+prints both sizes. Stop cproxy serve first: a store in use is refused. A store path that is a symbolic
+link is refused too: point --store or store.path at the real file.
 
 Examples:
 
