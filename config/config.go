@@ -78,7 +78,9 @@ type Listen struct {
 	Drain Duration `toml:"drain"`
 	// BodyTimeout is how long a request body may take to arrive after the
 	// request is authenticated, beyond a second for every 16 KiB received:
-	// past it, a body must keep up 16 KiB a second on average. Default 60s.
+	// past it, a body must keep up 16 KiB a second on average. It is also
+	// the longest a read of the body waits for its next bytes, so bytes
+	// sent early buy no silence later. Default 60s.
 	BodyTimeout Duration `toml:"body_timeout"`
 	// SandboxSockets is a directory where cproxy serves one Unix socket per
 	// sandbox, DIR/SANDBOX.sock, for tokens bound to it (bind=socket). It must
@@ -224,8 +226,16 @@ type Runtime struct {
 	// updates) may hold at once, across every request. A request that
 	// would pass it waits briefly, then gets a 503 with Retry-After.
 	// Default 256; at least MinBodyMemoryMiB, the largest body cproxy
-	// reads whole.
+	// reads whole. A body takes it as its bytes arrive, not on the length
+	// it declares.
 	BodyMemoryMiB int64 `toml:"body_memory_mib"`
+	// BodyMemorySandboxMiB bounds what one sandbox's request bodies may
+	// hold of BodyMemoryMiB at once, so that one sandbox cannot fill it for
+	// the others: past it the sandbox's request waits briefly, then gets a
+	// 429 with Retry-After. Zero (the default): a quarter of
+	// BodyMemoryMiB, at least MinBodyMemoryMiB (64 MiB of the default
+	// 256). Else from MinBodyMemoryMiB to BodyMemoryMiB.
+	BodyMemorySandboxMiB int64 `toml:"body_memory_sandbox_mib"`
 }
 
 // Runtime defaults and bounds.
@@ -561,6 +571,8 @@ func (c *Config) validate(f *policy.File) {
 	}
 	if n := c.Runtime.BodyMemoryMiB; n < MinBodyMemoryMiB || n > maxBodyMemoryMiB {
 		f.AtValue(policy.KeyOf("runtime", "body_memory_mib"), "runtime.body_memory_mib: %d is out of range (use %d MiB, the largest request body, to %d; the default is %d)", n, MinBodyMemoryMiB, maxBodyMemoryMiB, DefaultBodyMemoryMiB)
+	} else if n := c.Runtime.BodyMemorySandboxMiB; n != 0 && (n < MinBodyMemoryMiB || n > c.Runtime.BodyMemoryMiB) {
+		f.AtValue(policy.KeyOf("runtime", "body_memory_sandbox_mib"), "runtime.body_memory_sandbox_mib: %d is out of range (use %d MiB, the largest request body, to runtime.body_memory_mib's %d, or 0 for a quarter of it)", n, MinBodyMemoryMiB, c.Runtime.BodyMemoryMiB)
 	}
 	if lf := c.Log.Format; !slices.Contains(LogFormats, lf) {
 		f.AtValue(policy.KeyOf("log", "format"), `log.format: %q is not a log format (use "text" or "json")`, lf)

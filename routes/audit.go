@@ -131,7 +131,7 @@ type auditState struct {
 }
 
 // countingBody counts the request body bytes read, and once the request
-// is authenticated moves its deadline on (flight.bodyRead).
+// is authenticated sets the deadline of each read (flight.bodyReading).
 type countingBody struct {
 	io.ReadCloser
 	n   int64
@@ -140,6 +140,9 @@ type countingBody struct {
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
+	if c.f != nil {
+		c.f.bodyReading(c.n)
+	}
 	n, err := c.ReadCloser.Read(p)
 	c.n += int64(n)
 	if err == io.EOF {

@@ -125,6 +125,7 @@ func (s *Server) admit(a *Call, r *http.Request, writeErr func(http.ResponseWrit
 	s.flights.add(a, sess, sess.expires.Sub(s.now()))
 	if a.body.ReadCloser != http.NoBody && a.body.ReadCloser != nil {
 		a.flight.startBody(s.bodyTimeout, r.ContentLength)
+		a.held.sandbox = sess.Sandbox
 		a.body.f = &a.flight
 	}
 	return true

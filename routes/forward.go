@@ -718,7 +718,12 @@ func getBodyBuffer(n int) ([]byte, *[]byte) {
 	return (*lent)[:n], lent
 }
 
+// putBodyBuffer gives back what getBodyBuffer lent; nil (a buffer of its
+// own) gives back nothing.
 func putBodyBuffer(lent *[]byte) {
+	if lent == nil {
+		return
+	}
 	if c := bodyBufferClass(cap(*lent)); c >= 0 && cap(*lent) == 1<<(c+minBodyBufferShift) {
 		bodyBuffers[c].Put(lent)
 	}

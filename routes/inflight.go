@@ -26,18 +26,24 @@ type flight struct {
 	cause  error                   // why it was ended; nil while it runs
 	cancel context.CancelCauseFunc // the forwarded request's, once forwarding
 	// The body's deadline (startBody): it must have arrived by bodyStart
-	// plus bodyGrace plus a second per minBodyRate bytes received.
+	// plus bodyGrace plus a second per minBodyRate bytes received, and no
+	// read of it may wait more than bodyGrace (bodyReading).
 	bodyStart time.Time
 	bodyGrace time.Duration
 	bodyLeft  int64 // bytes until the declared length; -1: unknown
 	bodyDone  bool  // no deadline (any more): read whole, failed, or none set
+	// bodyStalled says the deadline set is the stall's (a read's start
+	// plus bodyGrace), not the average rate's.
+	bodyStalled bool
 }
 
 // minBodyRate is the slowest a request body may arrive, on average, once
 // its first listen.body_timeout has passed: 16 KiB a second (128 kbit/s),
 // slower than any link a sandbox works over. A 32 MiB conversation may take
 // 35 minutes at it; a client trickling bytes to hold a connection and its
-// request's slot is cut off.
+// request's slot is cut off. Bytes sent early do not buy silence later:
+// besides the average, no read of the body waits longer than
+// listen.body_timeout for its next bytes (bodyReading).
 const minBodyRate = 16 << 10
 
 // startBody puts a deadline on reading the body, declared to be n bytes
@@ -65,11 +71,31 @@ func (f *flight) stopBody() {
 	f.bodyDone = true
 }
 
-// bodyRead moves the body's deadline on after a read of n bytes that
-// returned err; total is what has been read in all. The deadline ends when
-// the body does: the connection's later reads (net/http's watch for the
-// client going away) must not fail on it. A read that failed on the
-// deadline ends the request, answered 408.
+// bodyReading sets the deadline of a read of the body about to start,
+// total bytes into it: the average rate's (bodyStart plus bodyGrace plus a
+// second per minBodyRate bytes), or bodyGrace from now if that is sooner.
+// It counts from the read's start, not from the last bytes: a body that
+// cproxy reads no faster than its upstream takes it (a push, an upload)
+// does not stall while the upstream does.
+func (f *flight) bodyReading(total int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.bodyDone || f.bodyStart.IsZero() || f.bodyGrace <= 0 || f.cause != nil {
+		return
+	}
+	avg := f.bodyStart.Add(f.bodyGrace + time.Duration(total)*time.Second/minBodyRate)
+	stall := time.Now().Add(f.bodyGrace)
+	if f.bodyStalled = stall.Before(avg); f.bodyStalled {
+		avg = stall
+	}
+	f.setReadDeadline(avg)
+}
+
+// bodyRead records a read of n bytes of the body that returned err; total
+// is what has been read in all. The deadline ends when the body does: the
+// connection's later reads (net/http's watch for the client going away)
+// must not fail on it. A read that failed on the deadline ends the
+// request, answered 408.
 func (f *flight) bodyRead(n int, total int64, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -84,14 +110,16 @@ func (f *flight) bodyRead(n int, total int64, err error) {
 		f.bodyDone = err != nil || f.bodyLeft == 0 // no deadline: only where the body is
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		f.bodyDone = true
+		if f.bodyStalled {
+			f.endLocked(Refuse(ErrBodyTimeout, "the request body arrived too slowly: nothing of it came for listen.body_timeout (%s) after %d bytes; do not retry on this link", f.bodyGrace, total))
+			return
+		}
 		f.endLocked(Refuse(ErrBodyTimeout, "the request body arrived too slowly: it must come within listen.body_timeout (%s) and at least %d KiB a second after that; do not retry on this link", f.bodyGrace, minBodyRate>>10))
 	case err != nil || f.bodyLeft == 0:
 		f.bodyDone = true
 		if f.cause == nil {
 			f.setReadDeadline(time.Time{})
 		}
-	case f.cause == nil:
-		f.setReadDeadline(f.bodyStart.Add(f.bodyGrace + time.Duration(total)*time.Second/minBodyRate))
 	}
 }
 

@@ -138,11 +138,16 @@ type Options struct {
 	Version string
 	// BodyTimeout bounds reading a request body: it must arrive within
 	// BodyTimeout of the request's authentication, plus a second for each
-	// minBodyRate bytes received. Zero means no deadline.
+	// minBodyRate bytes received, and no read of it may wait longer than
+	// BodyTimeout. Zero means no deadline.
 	BodyTimeout time.Duration
 	// BodyMemory bounds the bytes request bodies read whole may hold at
 	// once, across every request; zero means defaultBodyMemory.
 	BodyMemory int64
+	// BodyMemorySandbox bounds what one sandbox's request bodies may hold
+	// of BodyMemory; zero (or more than BodyMemory) means
+	// BodyShare(BodyMemory).
+	BodyMemorySandbox int64
 	// MaxConnections bounds the connections open at once on the
 	// listeners LimitConnections wraps and the per-sandbox sockets,
 	// together; zero means no bound.
@@ -234,7 +239,7 @@ func New(o Options) *Server {
 	if o.BodyMemory == 0 {
 		o.BodyMemory = defaultBodyMemory
 	}
-	s.bodies = newBodyMemory(o.BodyMemory, s.metrics)
+	s.bodies = newBodyMemory(o.BodyMemory, o.BodyMemorySandbox, s.metrics)
 	if o.MaxConnections > 0 {
 		s.conns = budget.NewConnLimit(o.MaxConnections, s.log, s.metrics)
 		s.metrics.SetConnectionLimit(o.MaxConnections)

@@ -152,13 +152,22 @@ func TestDefaultRateThrottlesAToken(t *testing.T) {
 // memory, which grows with the heap and is never given back.
 func boundsHeld(t *testing.T, s *served) int64 {
 	t.Helper()
+	value := readMetrics(t, s)
+	return value("go_memstats_heap_sys_bytes") - value("go_memstats_heap_released_bytes")
+}
+
+// readMetrics reads serve's /metrics once and returns the value of a metric
+// without labels by its name, failing the test if there is none.
+func readMetrics(t *testing.T, s *served) func(name string) int64 {
+	t.Helper()
 	resp, err := http.Get(s.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	value := func(name string) int64 {
+	return func(name string) int64 {
+		t.Helper()
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, name+" "); ok {
 				f, err := strconv.ParseFloat(v, 64)
@@ -171,27 +180,26 @@ func boundsHeld(t *testing.T, s *served) int64 {
 		t.Fatalf("/metrics has no %s", name)
 		return 0
 	}
-	return value("go_memstats_heap_sys_bytes") - value("go_memstats_heap_released_bytes")
 }
 
 // The memory all buffered request bodies hold is bounded as a whole: of 16
-// model requests that each declare the largest body (32 MiB) and send all
-// of it but its last byte, those past runtime.body_memory_mib's default
-// (256 MiB, eight of them) are answered 503 with Retry-After, in the API's
-// error shape; and once the clients give up, cproxy's memory comes back
-// near where it started.
+// model requests of 16 sandboxes that each declare the largest body
+// (32 MiB) and send all of it but its last byte, those past
+// runtime.body_memory_mib's default (256 MiB, eight of them) are answered
+// 503 with Retry-After, in the API's error shape; and once the clients give
+// up, cproxy's memory comes back near where it started. (One sandbox's
+// bodies stop at its share, a quarter of that: TestBodyMemorySandboxShare.)
 func TestBodyMemoryIsBounded(t *testing.T) {
 	s, fake, _ := serveWithFake(t)
-	tok := s.mint("conv-1")
 	base := boundsHeld(t, s)
 
 	const n, size = 16, 32 << 20
-	head := rawHTTPRequest("POST /v1/messages HTTP/1.1", []string{"Host: cproxy", "Authorization: Bearer " + tok,
-		"Anthropic-Version: 2023-06-01", "Content-Type: application/json", "Content-Length: " + strconv.Itoa(size)}, "")
 	chunk := bytes.Repeat([]byte(" "), 1<<20)
 	conns := make([]net.Conn, n)
 	var wg sync.WaitGroup
 	for i := range conns {
+		head := rawHTTPRequest("POST /v1/messages HTTP/1.1", []string{"Host: cproxy", "Authorization: Bearer " + s.mint(fmt.Sprintf("conv-%d", i)),
+			"Anthropic-Version: 2023-06-01", "Content-Type: application/json", "Content-Length: " + strconv.Itoa(size)}, "")
 		c, err := net.Dial("tcp", rawHTTPAddr(s))
 		if err != nil {
 			t.Fatal(err)

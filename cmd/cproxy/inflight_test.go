@@ -46,6 +46,14 @@ relays = ["mod"]
 // added to the config's [listen].
 func inflightServe(t *testing.T, policy string, relay string, listen ...string) (*served, *fakes.Anthropic, *fakes.GitServer, string) {
 	t.Helper()
+	fake, gs, dir := inflightConfig(t, policy, relay, listen...)
+	return startServe(t, dir), fake, gs, dir
+}
+
+// inflightConfig writes inflightServe's config into a new directory, which
+// it returns, without starting serve.
+func inflightConfig(t *testing.T, policy string, relay string, listen ...string) (*fakes.Anthropic, *fakes.GitServer, string) {
+	t.Helper()
 	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()
@@ -86,7 +94,7 @@ Authorization = { credential = "file:hub.key", prefix = "Bearer " }
 			t.Fatal(err)
 		}
 	}
-	return startServe(t, dir), fake, gs, dir
+	return fake, gs, dir
 }
 
 // heldRequest is a request whose body has been sent but for its end.

@@ -380,7 +380,8 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
 		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil), Limits: builtin.Kinds.Limits(upstreams, relays),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
-		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
+		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, BodyMemorySandbox: cfg.Runtime.BodyMemorySandboxMiB << 20,
+		MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
 		Retention: cfg.Store.Retention.Duration})
 	defer srv.Close()
 	if cache, ok := store.(*tokens.PostgresCache); ok {

@@ -292,16 +292,15 @@ func checkGitBody(r *http.Request, g gitRequest) error {
 // back together for forwarding (true, with the push's commands) or answers
 // with git's push report, every command rejected (false).
 func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command, bool) {
-	// The ref updates are kept in memory until the push ends, and held
-	// under the request's body memory as they are read; the pack streams
-	// through.
+	// The ref updates are kept in memory until they have been forwarded,
+	// and held under the request's body memory as they are read; the pack
+	// streams through.
 	held := a.Held().Reader(r.Context(), r.Body)
 	p, err := readPush(held)
-	held.StopHolding()
 	if held.Refused() != nil {
 		err = held.Refused()
 	}
-	r.Body = readCloser{p.body, r.Body}
+	r.Body = readCloser{held.Replay(p.body), r.Body}
 	if err != nil {
 		a.Fail(err)
 		return nil, false
