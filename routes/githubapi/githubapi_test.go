@@ -24,7 +24,7 @@ repos = [
 // apiEnv serves the route in front of a fake GitHub REST API that takes
 // canaryGitHub, with up's credential (the canary when zero and Missing
 // is empty).
-func apiEnv(t *testing.T, up routes.Upstream) (*routetest.Env, *fakes.GitHubREST) {
+func apiEnv(t testing.TB, up routes.Upstream) (*routetest.Env, *fakes.GitHubREST) {
 	t.Helper()
 	fake := fakes.NewGitHubREST(fakes.GitHubRESTOptions{Token: canaryGitHub, Repos: []string{"acme/app", "acme/docs"}})
 	t.Cleanup(fake.Close)

@@ -152,7 +152,7 @@ func TestGraphQLMissingCredential(t *testing.T) {
 // input as variables.
 const ghCreatePull = "mutation PullRequestCreate($input: CreatePullRequestInput!) { createPullRequest(input: $input) { pullRequest { id url } } }"
 
-func gqlBody(t *testing.T, query string, vars map[string]any) string {
+func gqlBody(t testing.TB, query string, vars map[string]any) string {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {

@@ -67,7 +67,7 @@ type Option func(*Options)
 
 // Env is a running Server with its listeners, closed when the test ends.
 type Env struct {
-	t      *testing.T
+	t      testing.TB
 	Server *routes.Server
 	// Proxy serves the proxy listener; Admin the admin API
 	// (routes/admin.Handler), as cproxy serve does.
@@ -81,7 +81,7 @@ type Env struct {
 // New starts a Server with opts applied to these defaults: a bolt token
 // store in the test's temporary folder, the default policy, and a JSON
 // logger at debug level writing to Env.Logs.
-func New(t *testing.T, opts ...Option) *Env {
+func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
 	if err != nil {
