@@ -403,3 +403,30 @@ func TestAnalyzeRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestAnalyzeArgumentIDs: a field's argument named for a node ID (gh pr
+// checks' isRequired(pullRequestId:)), as a literal, a variable or a list,
+// is a node the query reads, as node(id:) is; one that is not a string is
+// refused.
+func TestAnalyzeArgumentIDs(t *testing.T) {
+	q := `query($id: ID!, $other: ID!) { node(id: $id) { ... on PullRequest { commits(last: 1) { nodes { commit {
+		statusCheckRollup { contexts(first: 1) { nodes { ... on CheckRun { isRequired(pullRequestId: $other) } } } } } } } } }
+		x: repository(owner: "acme", name: "app") { id } }`
+	ops, err := Analyze(body(t, q, map[string]any{"id": "PR_1", "other": "PR_2"}, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"PR_1", "PR_2"}; !reflect.DeepEqual(ops[0].Nodes, want) {
+		t.Errorf("nodes %v, want %v", ops[0].Nodes, want)
+	}
+	ops, err = Analyze(body(t, `{ repository(owner: "acme", name: "app") { id } a: b(userIds: ["U_1", "U_2"], labelId: "L_1") { c } }`, nil, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"L_1", "U_1", "U_2"}; !reflect.DeepEqual(ops[0].Nodes, want) {
+		t.Errorf("nodes %v, want %v", ops[0].Nodes, want)
+	}
+	if _, err := Analyze(body(t, `{ b(pullRequestId: 7) { c } }`, nil, "")); !errors.Is(err, ErrRefused) {
+		t.Errorf("a number as pullRequestId: %v, want ErrRefused", err)
+	}
+}

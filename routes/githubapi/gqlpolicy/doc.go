@@ -33,7 +33,8 @@
 //   - Repos: every repository(owner:, name:) field at any depth, with its
 //     arguments literal or variables, once each.
 //   - Nodes: every ID a node(id:) or nodes(ids:) field at any depth looks
-//     up, and every ID a mutation's input names: the string values of its
+//     up, every ID another field's argument ending in Id or Ids names
+//     (isRequired(pullRequestId:)), and every ID a mutation's input names: the string values of its
 //     keys ending in Id and the strings of those ending in Ids, at any
 //     depth of the input (clientMutationId, the client's own label, aside).
 //   - Fields: the names of the top-level fields (a query's repository,
