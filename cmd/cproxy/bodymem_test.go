@@ -100,13 +100,13 @@ func TestBodyMemoryTakenAsBytesArrive(t *testing.T) {
 func TestBodyMemoryOfStalledPushes(t *testing.T) {
 	t.Parallel()
 	s, _ := bodyMemServe(t)
-	// Two tokens of one sandbox: each token has 64 requests in flight at
-	// most.
-	toks := []string{s.mint("conv-1"), s.mint("conv-1")}
+	// Three tokens of one sandbox: each token has 32 git requests in
+	// flight at most.
+	toks := []string{s.mint("conv-1"), s.mint("conv-1"), s.mint("conv-1")}
 	start := "00a4" + strings.Repeat("0", 20) // the start of a pkt-line of 164 bytes
 	for i := range 66 {
 		holdBody(t, s, "POST /github/acme/app.git/git-receive-pack HTTP/1.1", []string{"Host: cproxy.test",
-			"Authorization: Bearer " + toks[i%2], "Content-Type: application/x-git-receive-pack-request", "Transfer-Encoding: chunked"},
+			"Authorization: Bearer " + toks[i%len(toks)], "Content-Type: application/x-git-receive-pack-request", "Transfer-Encoding: chunked"},
 			rawHTTPChunk(start), "")
 	}
 	bodyMemLittle(t, s, "66 pushes that sent 24 bytes each")
