@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -112,6 +113,12 @@ func (s *Server) admit(a *Call, r *http.Request, writeErr func(http.ResponseWrit
 	a.session = sess
 	if err != nil {
 		a.fail(writeErr, err)
+		return false
+	}
+	if err := budget.Authenticated(r.Context(), sess.TokenID); err != nil {
+		// Closed with its answer: its place goes to another token.
+		a.w.Header().Set("Connection", "close")
+		a.fail(writeErr, refuseRetry(ErrTooManyRequests, time.Second, "%s", err.Error()))
 		return false
 	}
 	if rl := s.limits[a.route]; rl != nil {

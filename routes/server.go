@@ -261,6 +261,11 @@ func (s *Server) servedPrefixes() string {
 	return strings.Join(prefixes, ", ")
 }
 
+// ConnContext is the http.Server ConnContext of the proxy listener and
+// the per-sandbox sockets: it lets a request's authentication tell its
+// connection's bound (LimitConnections) that it has a token, and whose.
+func ConnContext(ctx context.Context, c net.Conn) context.Context { return budget.ConnContext(ctx, c) }
+
 // LimitConnections returns ln (the proxy listener) with the connections it
 // accepts counted against Options.MaxConnections, with the per-sandbox
 // sockets'; past it a new connection is closed at once.

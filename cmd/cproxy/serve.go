@@ -346,7 +346,8 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	newServer := func() *http.Server {
-		return &http.Server{ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog}
+		return &http.Server{ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errLog,
+			ConnContext: routes.ConnContext}
 	}
 	var sockets *routes.SandboxSockets
 	if dir := cfg.Listen.SandboxSockets; dir != "" {

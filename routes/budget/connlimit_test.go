@@ -1,6 +1,8 @@
 package budget
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -9,7 +11,8 @@ import (
 	"time"
 )
 
-// Past the bound a connection is closed as soon as it is accepted; closing
+// Past the bound, every place held by a connection with a token, a new
+// connection is closed as soon as it is accepted; closing
 // an accepted one (twice, even) frees exactly one place; refusals are
 // logged once per interval with how many.
 func TestConnLimit(t *testing.T) {
@@ -49,6 +52,12 @@ func TestConnLimit(t *testing.T) {
 	dial()
 	dial()
 	a, b := <-accepted, <-accepted
+	// Both with a token: no new connection closes them to make room.
+	for i, c := range []net.Conn{a, b} {
+		if err := Authenticated(ConnContext(context.Background(), c), fmt.Sprint("tok-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for range 3 {
 		if c := dial(); !closedByServer(c) {
 			t.Fatal("a connection past the bound was kept")
@@ -74,4 +83,48 @@ func TestConnLimit(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// A connection without a token gives its place to a new one, and one
+// token holds half the places at most.
+func TestConnLimitTokenlessAndShare(t *testing.T) {
+	l := NewConnLimit(2, slog.New(slog.DiscardHandler), nil)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := l.Listener(inner)
+	defer ln.Close()
+	accept := func() net.Conn {
+		d, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	first := accept()
+	accept()
+	third := accept() // the first, without a token, made room
+	if n := l.open.Load(); n != 2 {
+		t.Fatalf("%d open, want 2", n)
+	}
+	if _, err := first.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the oldest connection without a token was kept")
+	}
+	if err := Authenticated(ConnContext(context.Background(), third), "tok"); err != nil {
+		t.Fatal(err)
+	}
+	fourth := accept()
+	if err := Authenticated(ConnContext(context.Background(), fourth), "tok"); err == nil {
+		t.Fatal("one token held every place")
+	}
+	if err := Authenticated(ConnContext(context.Background(), fourth), "other"); err != nil {
+		t.Fatalf("another token: %v", err)
+	}
 }
