@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,7 +52,23 @@ func CheckPrivateKey(key secrets.Secret) error {
 // metadata: read to every token.
 type AppScope struct {
 	Owner, Name string
+	// Names, when set, are several repositories of Owner the token
+	// reaches instead of Name alone (a GraphQL request's): one
+	// installation token is for one owner's installation.
+	Names       []string
 	Permissions map[string]string
+}
+
+// names is the scope's repositories under Owner, sorted, each once.
+func (sc AppScope) names() []string {
+	var out []string
+	for _, n := range append([]string{sc.Name}, sc.Names...) {
+		if n != "" && !slices.ContainsFunc(out, func(s string) bool { return strings.EqualFold(s, n) }) {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	return out
 }
 
 // perms is the scope's permissions in one stable string.
@@ -64,13 +81,14 @@ func (sc AppScope) perms() string {
 	return strings.Join(p, ",")
 }
 
-// scope is what one installation token is minted for: one sandbox, one
-// repository, one set of permissions. A sandbox's tokens are never shared
-// with another, and a token reaches only the repository it was minted for.
+// scope is what one installation token is minted for: one sandbox, the
+// repositories of one owner, one set of permissions. A sandbox's tokens
+// are never shared with another, and a token reaches only the
+// repositories it was minted for.
 type scope struct {
 	sandbox string
 	gen     uint64 // the sandbox's generation (AppTokens.ended)
-	repo    string // owner/name, lower case
+	repo    string // owner/name, or owner/name,name2… sorted, lower case
 	perms   string // AppScope.perms
 }
 
@@ -154,9 +172,9 @@ func (a *AppTokens) Forget(token string) {
 // one mint. An error is a refusal naming what failed and the fix, never
 // the key, the JWT or a token.
 func (a *AppTokens) Token(ctx context.Context, sandbox string, sc AppScope) (secrets.Secret, error) {
-	owner, name := sc.Owner, sc.Name
+	owner, names := sc.Owner, sc.names()
 	a.mu.Lock()
-	s := scope{sandbox: sandbox, gen: a.ended[sandbox], repo: strings.ToLower(owner + "/" + name), perms: sc.perms()}
+	s := scope{sandbox: sandbox, gen: a.ended[sandbox], repo: strings.ToLower(owner + "/" + strings.Join(names, ",")), perms: sc.perms()}
 	m, ok := a.tokens[s]
 	a.mu.Unlock()
 	if ok && a.now().Before(m.until) {
@@ -166,7 +184,7 @@ func (a *AppTokens) Token(ctx context.Context, sandbox string, sc AppScope) (sec
 		// One client going away does not fail the others waiting.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mintTimeout)
 		defer cancel()
-		m, err := a.mint(ctx, owner, name, sc.Permissions, s.perms)
+		m, err := a.mint(ctx, owner, names, sc.Permissions, s.perms)
 		if err != nil {
 			return minted{}, err
 		}
@@ -318,20 +336,24 @@ func (a *AppTokens) installation(ctx context.Context, owner, name string, fail f
 }
 
 // mint asks GitHub for a token of the App's installation that reaches
-// owner/name alone, with perms and nothing else (GitHub adds metadata:
-// read to every token); shown is perms as a message words them.
-func (a *AppTokens) mint(ctx context.Context, owner, name string, perms map[string]string, shown string) (minted, error) {
-	repo := owner + "/" + name
+// owner's repositories names alone, with perms and nothing else (GitHub
+// adds metadata: read to every token); shown is perms as a message words
+// them.
+func (a *AppTokens) mint(ctx context.Context, owner string, names []string, perms map[string]string, shown string) (minted, error) {
+	repo := owner + "/" + strings.Join(names, ",")
 	fail := func(format string, args ...any) error {
 		return Refuse(ErrUpstream, "could not get a GitHub App token for %s: "+format, append([]any{repo}, args...)...)
 	}
-	id, err := a.installation(ctx, owner, name, fail)
+	if len(names) == 0 {
+		return minted{}, fail("no repository was named; cproxy never asks for a token of every repository of an installation")
+	}
+	id, err := a.installation(ctx, owner, names[0], fail)
 	if err != nil {
 		return minted{}, err
 	}
 	var reply mintReply
 	r, err := a.call(ctx, http.MethodPost, "/app/installations/"+strconv.FormatInt(id, 10)+"/access_tokens",
-		mintRequest{Repositories: []string{name}, Permissions: perms}, &reply, fail)
+		mintRequest{Repositories: names, Permissions: perms}, &reply, fail)
 	if err != nil {
 		return minted{}, err
 	}
@@ -353,11 +375,16 @@ func (a *AppTokens) mint(ctx context.Context, owner, name string, perms map[stri
 	}
 	// An installation belongs to one account: a token for another
 	// account's repository of the same name is never used.
-	if len(reply.Repositories) != 1 || !strings.EqualFold(reply.Repositories[0].FullName, repo) {
-		got := ""
-		if len(reply.Repositories) == 1 {
-			got = Clip(reply.Repositories[0].FullName, 140)
+	exact := len(reply.Repositories) == len(names)
+	for _, r := range reply.Repositories {
+		exact = exact && slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(r.FullName, owner+"/"+n) })
+	}
+	if !exact {
+		var full []string
+		for _, r := range reply.Repositories {
+			full = append(full, r.FullName)
 		}
+		got := Clip(strings.Join(full, ","), 140)
 		return minted{}, fail("the App's installation %d gave a token for %q, not for %s: it is installed on another account; the operator must point upstream.github.installation_id at the installation on %s, or leave it out to look the installation up per owner", id, got, repo, owner)
 	}
 	return minted{token: secrets.New(reply.Token), until: reply.ExpiresAt.Add(-tokenMargin)}, nil

@@ -28,7 +28,8 @@ type gqlResolver func(args map[string]any) (any, error)
 // "doesn't exist on type" error, an object it does not have GitHub's
 // NOT_FOUND; other mutations are GitHub's "doesn't exist on type
 // 'Mutation'".
-func (g *GitHubREST) graphql(w http.ResponseWriter, body []byte) {
+func (g *GitHubREST) graphql(w http.ResponseWriter, body []byte, can func(repo string) bool) {
+	s := gqlScope{g, can}
 	var in struct {
 		Query         string         `json:"query"`
 		Variables     map[string]any `json:"variables"`
@@ -61,17 +62,17 @@ func (g *GitHubREST) graphql(w http.ResponseWriter, body []byte) {
 		vars[k] = v
 	}
 	root := map[string]any{
-		"__typename": "Query", "repository": gqlResolver(g.gqlRepository),
+		"__typename": "Query", "repository": gqlResolver(s.gqlRepository),
 		"node": gqlResolver(func(args map[string]any) (any, error) {
 			id, _ := args["id"].(string)
-			return g.gqlNode(id)
+			return s.gqlNode(id)
 		}),
 		"nodes": gqlResolver(func(args map[string]any) (any, error) {
 			ids, _ := args["ids"].([]any)
 			list := make([]any, len(ids))
 			for i, id := range ids {
-				s, _ := id.(string)
-				if n, err := g.gqlNode(s); err == nil {
+				str, _ := id.(string)
+				if n, err := s.gqlNode(str); err == nil {
 					list[i] = n
 				}
 			}
@@ -81,9 +82,9 @@ func (g *GitHubREST) graphql(w http.ResponseWriter, body []byte) {
 	}
 	if op.Operation == ast.Mutation {
 		root = map[string]any{"__typename": "Mutation",
-			"createPullRequest": g.gqlMutation("createPullRequest", g.gqlCreatePull),
-			"mergePullRequest":  g.gqlMutation("mergePullRequest", g.gqlMergePull),
-			"addComment":        g.gqlMutation("addComment", g.gqlAddComment),
+			"createPullRequest": g.gqlMutation("createPullRequest", s.gqlCreatePull),
+			"mergePullRequest":  g.gqlMutation("mergePullRequest", s.gqlMergePull),
+			"addComment":        g.gqlMutation("addComment", s.gqlAddComment),
 		}
 	}
 	x := gqlExec{doc: doc, vars: vars}
@@ -93,6 +94,13 @@ func (g *GitHubREST) graphql(w http.ResponseWriter, body []byte) {
 		out["errors"] = x.errs
 	}
 	g.json(w, http.StatusOK, out)
+}
+
+// gqlScope is the fake API as one GraphQL request sees it: can says
+// whether its token reaches a repository ("owner/name") the API has.
+type gqlScope struct {
+	*GitHubREST
+	can func(repo string) bool
 }
 
 // GitHubMutation is a GraphQL mutation the fake API ran: its name and
@@ -143,7 +151,7 @@ func GitHubNodeID(kind, repo string, number int) string {
 }
 
 // gqlNode is the object id names, or GitHub's NOT_FOUND.
-func (g *GitHubREST) gqlNode(id string) (any, error) {
+func (g gqlScope) gqlNode(id string) (any, error) {
 	//lint:ignore ST1005 GitHub's own words, as gh prints them
 	notFound := fmt.Errorf("Could not resolve to a node with the global id of '%s'", id)
 	var kind, rest string
@@ -159,7 +167,7 @@ func (g *GitHubREST) gqlNode(id string) (any, error) {
 	}
 	repo, num, _ := strings.Cut(string(b), "#")
 	owner, name, _ := strings.Cut(repo, "/")
-	if !g.has(repo) {
+	if !g.can(repo) {
 		return nil, notFound
 	}
 	r, _ := g.gqlRepository(map[string]any{"owner": owner, "name": name})
@@ -193,7 +201,7 @@ func (g *GitHubREST) pull(repo string, n int) map[string]any {
 
 // gqlCreatePull is Mutation.createPullRequest: the pull request is
 // recorded as the REST API's are, and its GraphQL shape answered.
-func (g *GitHubREST) gqlCreatePull(in map[string]any) (any, error) {
+func (g gqlScope) gqlCreatePull(in map[string]any) (any, error) {
 	id, _ := in["repositoryId"].(string)
 	r, err := g.gqlNode(id)
 	repo, _ := r.(map[string]any)
@@ -215,7 +223,7 @@ func (g *GitHubREST) gqlCreatePull(in map[string]any) (any, error) {
 
 // gqlMergePull is Mutation.mergePullRequest: the pull request's state
 // becomes merged.
-func (g *GitHubREST) gqlMergePull(in map[string]any) (any, error) {
+func (g gqlScope) gqlMergePull(in map[string]any) (any, error) {
 	id, _ := in["pullRequestId"].(string)
 	n, err := g.gqlNode(id)
 	pr, _ := n.(map[string]any)
@@ -237,7 +245,7 @@ func (g *GitHubREST) gqlMergePull(in map[string]any) (any, error) {
 }
 
 // gqlAddComment is Mutation.addComment on a pull request or issue.
-func (g *GitHubREST) gqlAddComment(in map[string]any) (any, error) {
+func (g gqlScope) gqlAddComment(in map[string]any) (any, error) {
 	id, _ := in["subjectId"].(string)
 	n, err := g.gqlNode(id)
 	subject, _ := n.(map[string]any)
@@ -270,10 +278,10 @@ func gqlType(args map[string]any) (any, error) {
 }
 
 // gqlRepository is Query.repository.
-func (g *GitHubREST) gqlRepository(args map[string]any) (any, error) {
+func (g gqlScope) gqlRepository(args map[string]any) (any, error) {
 	owner, _ := args["owner"].(string)
 	name, _ := args["name"].(string)
-	if !g.has(owner + "/" + name) {
+	if !g.can(owner + "/" + name) {
 		//lint:ignore ST1005 GitHub's own words, as gh prints them
 		return nil, fmt.Errorf("Could not resolve to a Repository with the name '%s/%s'.", owner, name)
 	}

@@ -53,43 +53,60 @@ type GitHubREST struct {
 	next  int
 	// mutations are the GraphQL mutations run, in order.
 	mutations []GitHubMutation
-	// scoped are the tokens it takes beside opts.Token, each for one
-	// repository (lower case), as a GitHub App's installation tokens.
-	scoped map[string]string
+	// scoped are the tokens it takes beside opts.Token, each for the
+	// repositories (lower case) it was added for, as a GitHub App's
+	// installation tokens.
+	scoped map[string]map[string]bool
 }
 
 // AddScopedToken makes the API take token, as Authorization: Bearer or
-// token, for the repository repo ("owner/name") alone, as GitHub takes an
-// App installation token narrowed to it.
+// token, for the repository repo ("owner/name") and the others it was
+// added for alone, as GitHub takes an App installation token narrowed to
+// them. On GraphQL, such a token reads and changes only those
+// repositories: any other is GitHub's NOT_FOUND.
 func (g *GitHubREST) AddScopedToken(token, repo string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.scoped == nil {
-		g.scoped = map[string]string{}
+		g.scoped = map[string]map[string]bool{}
 	}
-	g.scoped[token] = strings.ToLower(repo)
+	if g.scoped[token] == nil {
+		g.scoped[token] = map[string]bool{}
+	}
+	g.scoped[token][strings.ToLower(repo)] = true
 }
 
-// authorized says whether r carries opts.Token, or a scoped token of the
-// repository its path names.
-func (g *GitHubREST) authorized(r *http.Request) bool {
+// authorized says what r may reach: every repository (all) when it
+// carries opts.Token or the API has none; else the repositories of its
+// scoped token, for GraphQL or a REST path under one of them (nil when it
+// may reach nothing).
+func (g *GitHubREST) authorized(r *http.Request) (all bool, repos map[string]bool) {
 	t := g.opts.Token
 	if t == "" {
-		return true
+		return true, nil
 	}
 	auth := r.Header.Get("Authorization")
 	if auth == "Bearer "+t || auth == "token "+t {
-		return true
+		return true, nil
 	}
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok {
 		tok, _ = strings.CutPrefix(auth, "token ")
 	}
 	g.mu.Lock()
-	repo, ok := g.scoped[tok]
+	repos = g.scoped[tok]
 	g.mu.Unlock()
+	if tok == "" || repos == nil {
+		return false, nil
+	}
+	if r.URL.Path == "/graphql" {
+		return false, repos
+	}
 	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
-	return ok && tok != "" && len(segs) >= 3 && segs[0] == "repos" && strings.ToLower(segs[1]+"/"+segs[2]) == repo
+	if len(segs) >= 3 && segs[0] == "repos" && repos[strings.ToLower(segs[1]+"/"+segs[2])] {
+		return false, repos
+	}
+	return false, nil
 }
 
 // NewGitHubREST starts a fake GitHub REST API; Close stops it.
@@ -115,12 +132,13 @@ func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	g.reqs = append(g.reqs, GitHubRESTRequest{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 	g.mu.Unlock()
-	if !g.authorized(r) {
+	all, repos := g.authorized(r)
+	if !all && repos == nil {
 		gitHubRESTError(w, http.StatusUnauthorized, "Bad credentials")
 		return
 	}
 	if r.URL.Path == "/graphql" && r.Method == http.MethodPost {
-		g.graphql(w, body)
+		g.graphql(w, body, func(repo string) bool { return g.has(repo) && (all || repos[strings.ToLower(repo)]) })
 		return
 	}
 	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")

@@ -53,8 +53,8 @@ type route struct {
 	fwd *routes.Forwarder
 	// resolver looks up what GraphQL node IDs are, for mutations.
 	resolver *resolver
-	// app mints the GitHub App installation tokens REST requests are sent
-	// with, one per sandbox, repository and permissions (the core's,
+	// app mints the GitHub App installation tokens REST and GraphQL
+	// requests are sent with, one per sandbox, repositories and permissions (the core's,
 	// Env.AppTokens, shared with the github route); nil: the upstream's
 	// credential (a token) is sent.
 	app *routes.AppTokens
@@ -115,13 +115,6 @@ func (g *route) Serve(a *routes.Call) {
 		return
 	}
 	if r.URL.Path == graphql {
-		if g.app != nil {
-			// A GraphQL request can reach several repositories, and its
-			// node IDs are resolved with cproxy's own credential: not
-			// served with an App's tokens, each for one repository.
-			a.FailWith(writeGraphQLError, routes.Refuse(routes.ErrUnavailable, "GitHub's GraphQL API is not served with a GitHub App's tokens yet: the operator must set upstream.githubapi.credential to a token for it; REST requests (gh api repos/…) work"))
-			return
-		}
 		g.serveGraphQL(a, r, sandbox)
 		return
 	}

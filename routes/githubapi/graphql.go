@@ -10,6 +10,7 @@ import (
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/githubapi/gqlpolicy"
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // maxGraphQLBody bounds what is read of a GraphQL body: gqlpolicy refuses
@@ -186,7 +187,17 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 		fail(routes.Refuse(routes.ErrUnavailable, "no GitHub API credential is configured: %s", up.Missing))
 		return
 	}
-	nodes, parents, err := g.resolve(a, p, sandbox)
+	prof := a.Session().Profile
+	var lookup secrets.Secret
+	if g.app != nil && (len(p.nodes) > 0 || len(p.mutations) > 0 || len(p.parentsOf) > 0) {
+		// Only once the repositories named are allowed: a token for
+		// look-ups only, narrowed to what they read.
+		if lookup, err = g.lookupToken(r.Context(), sandbox, prof, p); err != nil {
+			fail(err)
+			return
+		}
+	}
+	nodes, parents, err := g.resolve(a, p, sandbox, lookup)
 	if err != nil {
 		fail(err)
 		return
@@ -201,13 +212,23 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	// GitHub serves GraphQL at /graphql of the API's host (api.github.com)
 	// and at /api/graphql of an Enterprise host, whose REST API is the
 	// upstream's /api/v3: the path beside the REST API's root.
-	g.fwd.Forward(a, r, routes.Target{Path: "/graphql"})
+	t := routes.Target{Path: "/graphql"}
+	if g.app != nil {
+		// Minted once the whole request is decided, for exactly what it
+		// reaches.
+		if t.Credential, err = g.graphQLToken(r.Context(), sandbox, prof, p, nodes, parents); err != nil {
+			fail(err)
+			return
+		}
+	}
+	g.fwd.Forward(a, r, t)
 }
 
 // resolve looks up the nodes p's queries read, the targets of its
-// mutations and the parents its queries read; nil maps when there is
-// nothing to look up.
-func (g *route) resolve(a *routes.Call, p plan, sandbox string) (map[string]node, map[string]string, error) {
+// mutations and the parents its queries read, with cred (an App's token;
+// zero: the upstream's credential); nil maps when there is nothing to
+// look up.
+func (g *route) resolve(a *routes.Call, p plan, sandbox string, cred secrets.Secret) (map[string]node, map[string]string, error) {
 	ids := slices.Clone(p.nodes)
 	for _, m := range p.mutations {
 		if !slices.Contains(ids, m.target) {
@@ -222,12 +243,12 @@ func (g *route) resolve(a *routes.Call, p plan, sandbox string) (map[string]node
 	var parents map[string]string
 	var err error
 	if len(ids) > 0 {
-		if nodes, err = g.resolver.nodes(ctx, ids, sandbox); err != nil {
+		if nodes, err = g.resolver.nodes(ctx, ids, sandbox, cred); err != nil {
 			return nil, nil, err
 		}
 	}
 	if len(p.parentsOf) > 0 {
-		if parents, err = g.resolver.parents(ctx, p.parentsOf); err != nil {
+		if parents, err = g.resolver.parents(ctx, p.parentsOf, cred); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/secrets"
 )
 
 // The bounds of what the route asks GitHub before it decides.
@@ -89,7 +90,7 @@ const nodeQuery = `query($ids: [ID!]!) { nodes(ids: $ids) { __typename ` +
 // nodes resolves ids, from the cache or in one look-up of those it does
 // not hold. An ID GitHub does not know (or cproxy's token cannot see) is
 // refused: what it would reach cannot be told.
-func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string) (map[string]node, error) {
+func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string, cred secrets.Secret) (map[string]node, error) {
 	out := make(map[string]node, len(ids))
 	var ask []string
 	for _, id := range ids {
@@ -111,7 +112,7 @@ func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string) (map
 			} `json:"repository"`
 		} `json:"nodes"`
 	}
-	if err := r.query(ctx, nodeQuery, map[string]any{"ids": ask}, &data); err != nil {
+	if err := r.query(ctx, nodeQuery, map[string]any{"ids": ask}, &data, cred); err != nil {
 		return nil, err
 	}
 	if len(data.Nodes) != len(ask) {
@@ -142,7 +143,7 @@ func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string) (map
 
 // parents resolves the repository each of repos ("owner/name") was
 // forked from, "" for one that is no fork.
-func (r *resolver) parents(ctx context.Context, repos []string) (map[string]string, error) {
+func (r *resolver) parents(ctx context.Context, repos []string, cred secrets.Secret) (map[string]string, error) {
 	out := make(map[string]string, len(repos))
 	var ask []string
 	for _, repo := range repos {
@@ -169,7 +170,7 @@ func (r *resolver) parents(ctx context.Context, repos []string) (map[string]stri
 			NameWithOwner string `json:"nameWithOwner"`
 		} `json:"parent"`
 	}
-	if err := r.query(ctx, "query("+strings.Join(decl, ", ")+") { "+q.String()+"}", vars, &data); err != nil {
+	if err := r.query(ctx, "query("+strings.Join(decl, ", ")+") { "+q.String()+"}", vars, &data, cred); err != nil {
 		return nil, err
 	}
 	for i, repo := range ask {
@@ -189,15 +190,16 @@ func (r *resolver) parents(ctx context.Context, repos []string) (map[string]stri
 	return out, nil
 }
 
-// query sends a GraphQL query of cproxy's own to the upstream, with the
-// credential the core sets, and reads its data into v. GitHub's errors
+// query sends a GraphQL query of cproxy's own to the upstream, with cred
+// (an App's token) or, when zero, the credential the core sets, and reads
+// its data into v. GitHub's errors
 // beside data (a node it does not know) are left to the caller, which
 // sees what data lacks.
-func (r *resolver) query(ctx context.Context, query string, vars map[string]any, v any) error {
+func (r *resolver) query(ctx context.Context, query string, vars map[string]any, v any, cred secrets.Secret) error {
 	host := r.fwd.Upstream().URL.Host
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	header := http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}}
-	resp, err := r.fwd.RoundTrip(ctx, http.MethodPost, routes.Target{Path: "/graphql"}, header, body)
+	resp, err := r.fwd.RoundTrip(ctx, http.MethodPost, routes.Target{Path: "/graphql", Credential: cred}, header, body)
 	if err != nil {
 		if routes.IsRefusal(err) {
 			return err
