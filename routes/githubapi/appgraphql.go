@@ -2,6 +2,7 @@ package githubapi
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 
@@ -21,11 +22,12 @@ var lookupPermissions = map[string]string{"metadata": "read", "pull_requests": "
 // their checks and statuses).
 var queryPermissions = map[string]string{"metadata": "read", "pull_requests": "read", "issues": "read", "checks": "read", "statuses": "read"}
 
-// lookupToken is the App token the node IDs and parents of p are looked up
-// with: for the repositories p names by name, or, with none, for those the
-// sandbox's policy names without a glob in a repos entry with an api list
-// (a node ID does not say its owner), all of one owner.
-func (g *route) lookupToken(ctx context.Context, sandbox string, prof *policy.Profile, p plan) (secrets.Secret, error) {
+// lookupTokens are the App tokens the node IDs and parents of p are
+// looked up with, one per owner (lower case): for the repositories p names
+// by name, or, with none, for those the sandbox's policy names without a
+// glob in a repos entry with an api list (a node ID does not say its
+// owner).
+func (g *route) lookupTokens(ctx context.Context, sandbox string, prof *policy.Profile, p plan) (map[string]secrets.Secret, error) {
 	repos := slices.Clone(p.repos)
 	if len(repos) == 0 && prof != nil {
 		for _, r := range prof.Repos {
@@ -35,16 +37,30 @@ func (g *route) lookupToken(ctx context.Context, sandbox string, prof *policy.Pr
 		}
 	}
 	if len(repos) == 0 {
-		return secrets.Secret{}, gqlRefusal(sandbox, "with a GitHub App, cproxy looks node IDs up in the repositories its policy names without a glob, and it names none: name the repository (repository(owner:, name:))")
+		return nil, gqlRefusal(sandbox, "with a GitHub App, cproxy looks node IDs up in the repositories its policy names without a glob, and it names none: name the repository (repository(owner:, name:))")
 	}
-	return g.appToken(ctx, sandbox, repos, lookupPermissions)
+	byOwner := map[string][]string{}
+	for _, repo := range repos {
+		owner, _, _ := strings.Cut(repo, "/")
+		byOwner[strings.ToLower(owner)] = append(byOwner[strings.ToLower(owner)], repo)
+	}
+	out := map[string]secrets.Secret{}
+	for _, owner := range slices.Sorted(maps.Keys(byOwner)) {
+		t, err := g.appToken(ctx, sandbox, byOwner[owner], lookupPermissions)
+		if err != nil {
+			return nil, err
+		}
+		out[owner] = t
+	}
+	return out, nil
 }
 
 // graphQLToken is the App token a decided GraphQL request goes upstream
 // with: for exactly the repositories it reaches (by name, by node ID, as a
 // parent, as a mutation's target), with the read of queryPermissions when
 // it reads a repository and the write each mutation needs. A request that
-// reaches none (GitHub's schema alone) gets a look-up's token.
+// reaches none (GitHub's schema alone) gets a look-up's token, of the
+// first owner.
 func (g *route) graphQLToken(ctx context.Context, sandbox string, prof *policy.Profile, p plan, nodes map[string]node, parents map[string]string) (secrets.Secret, error) {
 	repos := slices.Clone(p.repos)
 	perms := map[string]string{}
@@ -67,7 +83,11 @@ func (g *route) graphQLToken(ctx context.Context, sandbox string, prof *policy.P
 		perms[perm] = "write"
 	}
 	if len(repos) == 0 {
-		return g.lookupToken(ctx, sandbox, prof, p)
+		looks, err := g.lookupTokens(ctx, sandbox, prof, p)
+		if err != nil {
+			return secrets.Secret{}, err
+		}
+		return looks[slices.Sorted(maps.Keys(looks))[0]], nil
 	}
 	if read {
 		for k, v := range queryPermissions {

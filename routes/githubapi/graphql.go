@@ -3,6 +3,7 @@ package githubapi
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -188,11 +189,11 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 		return
 	}
 	prof := a.Session().Profile
-	var lookup secrets.Secret
+	var lookup map[string]secrets.Secret
 	if g.app != nil && (len(p.nodes) > 0 || len(p.mutations) > 0 || len(p.parentsOf) > 0) {
-		// Only once the repositories named are allowed: a token for
+		// Only once the repositories named are allowed: tokens for
 		// look-ups only, narrowed to what they read.
-		if lookup, err = g.lookupToken(r.Context(), sandbox, prof, p); err != nil {
+		if lookup, err = g.lookupTokens(r.Context(), sandbox, prof, p); err != nil {
 			fail(err)
 			return
 		}
@@ -225,10 +226,10 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 }
 
 // resolve looks up the nodes p's queries read, the targets of its
-// mutations and the parents its queries read, with cred (an App's token;
-// zero: the upstream's credential); nil maps when there is nothing to
-// look up.
-func (g *route) resolve(a *routes.Call, p plan, sandbox string, cred secrets.Secret) (map[string]node, map[string]string, error) {
+// mutations and the parents its queries read, with creds (an App's
+// look-up token for each owner, lower case; nil: the upstream's
+// credential); nil maps when there is nothing to look up.
+func (g *route) resolve(a *routes.Call, p plan, sandbox string, creds map[string]secrets.Secret) (map[string]node, map[string]string, error) {
 	ids := slices.Clone(p.nodes)
 	for _, m := range p.mutations {
 		if !slices.Contains(ids, m.target) {
@@ -243,13 +244,27 @@ func (g *route) resolve(a *routes.Call, p plan, sandbox string, cred secrets.Sec
 	var parents map[string]string
 	var err error
 	if len(ids) > 0 {
-		if nodes, err = g.resolver.nodes(ctx, ids, sandbox, cred); err != nil {
+		var list []secrets.Secret
+		for _, owner := range slices.Sorted(maps.Keys(creds)) {
+			list = append(list, creds[owner])
+		}
+		if nodes, err = g.resolver.nodes(ctx, ids, sandbox, list); err != nil {
 			return nil, nil, err
 		}
 	}
 	if len(p.parentsOf) > 0 {
-		if parents, err = g.resolver.parents(ctx, p.parentsOf, cred); err != nil {
-			return nil, nil, err
+		parents = map[string]string{}
+		byOwner := map[string][]string{}
+		for _, repo := range p.parentsOf {
+			owner, _, _ := strings.Cut(repo, "/")
+			byOwner[strings.ToLower(owner)] = append(byOwner[strings.ToLower(owner)], repo)
+		}
+		for owner, repos := range byOwner {
+			got, err := g.resolver.parents(ctx, repos, creds[owner])
+			if err != nil {
+				return nil, nil, err
+			}
+			maps.Copy(parents, got)
 		}
 	}
 	return nodes, parents, nil

@@ -88,9 +88,11 @@ const nodeQuery = `query($ids: [ID!]!) { nodes(ids: $ids) { __typename ` +
 	`... on Issue { repository { nameWithOwner } } } }`
 
 // nodes resolves ids, from the cache or in one look-up of those it does
-// not hold. An ID GitHub does not know (or cproxy's token cannot see) is
-// refused: what it would reach cannot be told.
-func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string, cred secrets.Secret) (map[string]node, error) {
+// not hold, with each of creds in turn (an App's token for each owner;
+// none: the upstream's credential) for the IDs the ones before did not
+// find. An ID GitHub does not know (or no token can see) is refused: what
+// it would reach cannot be told.
+func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string, creds []secrets.Secret) (map[string]node, error) {
 	out := make(map[string]node, len(ids))
 	var ask []string
 	for _, id := range ids {
@@ -103,6 +105,27 @@ func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string, cred
 	if len(ask) == 0 {
 		return out, nil
 	}
+	if len(creds) == 0 {
+		creds = []secrets.Secret{{}}
+	}
+	for _, cred := range creds {
+		if len(ask) == 0 {
+			break
+		}
+		var err error
+		if ask, err = r.lookNodes(ctx, ask, cred, out); err != nil {
+			return nil, err
+		}
+	}
+	if len(ask) > 0 {
+		return nil, routes.Refuse(routes.ErrForbidden, "the GraphQL request is refused for sandbox %s: the node ID %q is not one GitHub knows, so what it reaches cannot be told; do not retry", sandbox, routes.Clip(ask[0], 64))
+	}
+	return out, nil
+}
+
+// lookNodes looks ask up with cred into out, and returns those GitHub did
+// not find.
+func (r *resolver) lookNodes(ctx context.Context, ask []string, cred secrets.Secret, out map[string]node) ([]string, error) {
 	var data struct {
 		Nodes []*struct {
 			Typename      string `json:"__typename"`
@@ -118,10 +141,12 @@ func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string, cred
 	if len(data.Nodes) != len(ask) {
 		return nil, routes.Refuse(routes.ErrUpstream, "the upstream %s answered cproxy's look-up of %d node IDs with %d", r.fwd.Upstream().URL.Host, len(ask), len(data.Nodes))
 	}
+	var missing []string
 	for i, id := range ask {
 		got := data.Nodes[i]
 		if got == nil {
-			return nil, routes.Refuse(routes.ErrForbidden, "the GraphQL request is refused for sandbox %s: the node ID %q is not one GitHub knows, so what it reaches cannot be told; do not retry", sandbox, routes.Clip(id, 64))
+			missing = append(missing, id)
+			continue
 		}
 		n := node{}
 		switch got.Typename {
@@ -138,7 +163,7 @@ func (r *resolver) nodes(ctx context.Context, ids []string, sandbox string, cred
 		r.put("node:"+id, n)
 		out[id] = n
 	}
-	return out, nil
+	return missing, nil
 }
 
 // parents resolves the repository each of repos ("owner/name") was
