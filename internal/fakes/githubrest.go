@@ -1,6 +1,7 @@
 package fakes
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -151,6 +152,13 @@ func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && tail == "":
 		g.json(w, http.StatusOK, g.repository(owner, name))
+	case r.Method == http.MethodGet && tail == "readme":
+		// The readme as GitHub sends it: the file's content in base64.
+		g.json(w, http.StatusOK, map[string]any{
+			"name": "README.md", "path": "README.md", "encoding": "base64",
+			"content":  base64.StdEncoding.EncodeToString([]byte("# " + name + "\n\nThe readme of " + owner + "/" + name + ".\n")),
+			"html_url": "https://github.com/" + owner + "/" + name + "/blob/main/README.md",
+		})
 	case r.Method == http.MethodGet && tail == "pulls":
 		g.mu.Lock()
 		list := append([]map[string]any{}, g.pulls[repo]...)

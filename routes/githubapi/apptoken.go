@@ -35,7 +35,7 @@ func appPermissions(ep endpoint) map[string]string {
 		perm = "checks"
 	case last == "status" || last == "statuses":
 		perm = "statuses"
-	case kind == "commits" || kind == "branches":
+	case kind == "commits" || kind == "branches" || kind == "readme":
 		perm = "contents"
 	case kind == "actions":
 		perm = "actions"

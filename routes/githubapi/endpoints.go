@@ -22,6 +22,7 @@ type endpoint struct {
 // none is refused. docs/github-api.md lists the same lines.
 var endpoints = []endpoint{
 	{"GET", "/repos/{owner}/{repo}", policy.APIRead, ""},
+	{"GET", "/repos/{owner}/{repo}/readme", policy.APIRead, ""},
 	{"GET", "/repos/{owner}/{repo}/pulls", policy.APIRead, ""},
 	{"GET", "/repos/{owner}/{repo}/pulls/{number}", policy.APIRead, ""},
 	{"GET", "/repos/{owner}/{repo}/pulls/{number}/commits", policy.APIRead, ""},

@@ -28,6 +28,7 @@ func TestEveryEndpointIsExercised(t *testing.T) {
 		{"GET", "/repos/acme/app/commits/main/status", "read"},
 		{"GET", "/repos/acme/app/commits/main/statuses", "read"},
 		{"GET", "/repos/acme/app/check-runs/99", "read"},
+		{"GET", "/repos/acme/app/readme", "read"},
 		{"GET", "/repos/acme/app/branches", "read"},
 		{"GET", "/repos/acme/app/branches/main", "read"},
 		{"GET", "/repos/acme/app/actions/runs", "read"},
