@@ -45,6 +45,9 @@ type Config struct {
 	// Relays are the [relay.NAME] tables: extra services the proxy listener
 	// forwards to, by name.
 	Relays map[string]*Relay `toml:"relay"`
+	// MCP are the [mcp.NAME] tables: remote MCP servers, reached at
+	// /mcp/NAME on the proxy listener (docs/mcp.md).
+	MCP map[string]*MCP `toml:"mcp"`
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
@@ -502,6 +505,12 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 		}
 	}
 
+	for _, m := range c.MCP {
+		if name, ok := strings.CutPrefix(m.Credential, "file:"); ok && name != "" {
+			m.Credential = "file:" + resolve(dir, name)
+		}
+	}
+
 	var policyProbs policy.Problems
 	if c.Policy != "" {
 		c.Policy = resolve(dir, c.Policy)
@@ -562,6 +571,7 @@ func (c *Config) validate(f *policy.File) {
 	c.Keyring.validate(f)
 	c.Claude.validate(f)
 	c.validateRelays(f)
+	c.validateMCP(f)
 
 	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
 		f.AtValue(policy.KeyOf("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)

@@ -58,6 +58,10 @@ func (c *Config) expandPaths(f *policy.File) {
 			r.Headers[h] = rh
 		}
 	}
+	for _, name := range sortedKeys(c.MCP) {
+		m := c.MCP[name]
+		m.Credential = expandPath(f, policy.KeyOf("mcp", name, "credential"), m.Credential, "file:")
+	}
 }
 
 // expandPath expands the path in value after prefix, or reports why it

@@ -74,7 +74,7 @@ func reservedPrefixes() []string {
 	for _, k := range UpstreamKinds {
 		p = append(p, k.Prefix)
 	}
-	return append(p, "/healthz/", "/readyz/", "/-/")
+	return append(p, MCPPrefix, "/healthz/", "/readyz/", "/-/")
 }
 
 // forbiddenRelayHeaders are headers net/http or the forwarding itself

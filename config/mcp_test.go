@@ -1,0 +1,60 @@
+package config
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/policy"
+)
+
+func TestMCPConfig(t *testing.T) {
+	dir := t.TempDir()
+	src := `[mcp.docs]
+url = "https://mcp.example.com/mcp"
+credential = "env:DOCS_MCP_TOKEN"
+
+[mcp.tracker]
+url = "http://127.0.0.1:9200/mcp"
+credential = "file:tracker.key"
+header = "X-API-Key"
+header_timeout = "10s"
+`
+	c, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, tr := c.MCP["docs"], c.MCP["tracker"]
+	if docs.Name != "docs" || docs.Header != "Authorization" || docs.HeaderTimeout.Duration != 2*time.Minute {
+		t.Errorf("docs = %+v", docs)
+	}
+	if got := docs.CredentialValue("s3"); got != "Bearer s3" {
+		t.Errorf("docs sends %q, want the default Authorization: Bearer", got)
+	}
+	if tr.Header != "X-API-Key" || tr.CredentialValue("s3") != "s3" || tr.HeaderTimeout.Duration != 10*time.Second {
+		t.Errorf("tracker = %+v", tr)
+	}
+	if tr.Credential != "file:"+filepath.Join(dir, "tracker.key") {
+		t.Errorf("a relative file: credential is %q, want it under the config's folder", tr.Credential)
+	}
+}
+
+func TestMCPConfigProblems(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"no url", "[mcp.docs]\ncredential = \"env:T\"\n", `cproxy.toml:1:1: mcp.docs: missing url, the server's MCP endpoint`},
+		{"bad name", "[mcp.Docs]\nurl = \"https://h/mcp\"\n", `mcp "Docs": an MCP server's name has lower-case letters`},
+		{"inline secret", "[mcp.docs]\nurl = \"https://h/mcp\"\ncredential = \"mcp_SECRETVALUE\"\n", "mcp.docs.credential: not a credential source"},
+		{"secret in url", "[mcp.docs]\nurl = \"https://u:p@h/mcp\"\n", "mcp.docs.url: the URL must not carry user info"},
+		{"protocol header", "[mcp.docs]\nurl = \"https://h/mcp\"\nheader = \"mcp-session-id\"\n", "mcp.docs.header: Mcp-Session-Id is set by cproxy's forwarding or the MCP transport"},
+		{"bad header", "[mcp.docs]\nurl = \"https://h/mcp\"\nheader = \"X Key\"\n", `mcp.docs.header: "X Key" is not an HTTP header name`},
+		{"zero timeout", "[mcp.docs]\nurl = \"https://h/mcp\"\nheader_timeout = \"0s\"\n", "mcp.docs.header_timeout"},
+		{"unknown key", "[mcp.docs]\nurl = \"https://h/mcp\"\nheaders = \"X\"\n", `unknown key "headers" in [mcp.docs] (did you mean "header"?)`},
+		{"relay on mcp", "[relay.x]\nprefix = \"/mcp/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `relay.x.prefix: "/mcp/" is one of cproxy's own routes`},
+	} {
+		_, probs := loadConfig("cproxy.toml", []byte(tc.src), policy.ReadFile)
+		if got := (&probs).Error(); !strings.Contains(got, tc.want) || strings.Contains(got, "SECRETVALUE") {
+			t.Errorf("%s: got\n%s\nwant %q", tc.name, got, tc.want)
+		}
+	}
+}
