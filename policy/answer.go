@@ -29,8 +29,9 @@ type Step struct {
 	// Key is the key of the rules looked at, for a route that words a
 	// refusal by what refused: "models", "repos", "refs", "packages",
 	// "npm.deny", "npm.min_release_age", "npm.search", "npm.audit",
-	// "relays", and a relay's "methods" and "paths"; "npm" for a packument's
-	// versions, deferred to its rewrite.
+	// "pypi.packages", "pypi.deny", "pypi.min_release_age", "relays", and a
+	// relay's "methods" and "paths"; "npm" for a packument's versions and
+	// "pypi" for a project index's, deferred to its rewrite.
 	Key string
 	// Outcome is what the rule decided.
 	Outcome Outcome

@@ -98,9 +98,7 @@ func parseRange(s string) (*semver.Constraints, error) {
 
 func (pr *Profile) validateNPM(d *decoder, pp path) {
 	np := pp.key("npm")
-	if d.has(np.key("min_release_age")) && pr.NPM.MinReleaseAge.Duration <= 0 {
-		d.atValue(np.key("min_release_age"), `%s: must be more than 0 (e.g. "3d"; leave it out for no minimum)`, np.key("min_release_age"))
-	}
+	pr.checkMinAge(d, np, pr.NPM.MinReleaseAge)
 	dp := np.key("deny")
 	for i := range pr.NPM.Deny {
 		r := &pr.NPM.Deny[i]
@@ -124,19 +122,29 @@ func (pr *Profile) validateNPM(d *decoder, pp path) {
 	}
 }
 
+// checkMinAge refuses a min_release_age under sp that is set but not positive.
+func (pr *Profile) checkMinAge(d *decoder, sp path, age Age) {
+	if d.has(sp.key("min_release_age")) && age.Duration <= 0 {
+		d.atValue(sp.key("min_release_age"), `%s: must be more than 0 (e.g. "3d"; leave it out for no minimum)`, sp.key("min_release_age"))
+	}
+}
+
 // isArrayOfTables says whether entry i of the array at p came from a [[…]] header.
 func isArrayOfTables(d *decoder, p path, i int) bool {
 	l := d.ix.locs[p.elem(i, true).id()]
 	return l != nil && l.val >= 0 && strings.HasPrefix(d.ix.src[l.val:], "[[")
 }
 
-// NPMDecision is the answer about one npm version: a Decision, and for a
-// denial the reason in words for npm's output ("it was published …, less
-// than 3d ago").
-type NPMDecision struct {
+// VersionDecision is the answer about one version of a package: a Decision,
+// and for a denial the reason in words for the client's output ("it was
+// published …, less than 3d ago").
+type VersionDecision struct {
 	Decision
 	Reason string
 }
+
+// NPMDecision is the answer about one npm version.
+type NPMDecision = VersionDecision
 
 // NPMDeny decides a version of an allowed package against the profile's deny
 // list alone; it allows unless a rule's package glob and range both match. A
@@ -151,26 +159,48 @@ func (pr *Profile) NPMDeny(name, version string) NPMDecision {
 	if pr == nil {
 		return NPMDecision{Decision: Decision{Rule: "no profile"}, Reason: "the sandbox has no profile"}
 	}
-	var v *semver.Version
-	for i, r := range pr.NPM.Deny {
-		if !matchGlob(strings.ToLower(r.Package), strings.ToLower(name)) {
+	return denyVersion(pr, "npm", pr.NPM.Deny, strings.ToLower(name), version, semver.StrictNewVersion, "semver", "package")
+}
+
+// versionRule is a deny rule over versions of type V.
+type versionRule[V any] interface {
+	// rule is the glob the rule matches names with, its versions as written
+	// and its reason.
+	rule() (glob, versions, reason string)
+	// has reports whether the rule's range holds v.
+	has(v V) bool
+}
+
+func (r NPMDenyRule) rule() (string, string, string) {
+	return strings.ToLower(r.Package), r.Versions, r.Reason
+}
+func (r NPMDenyRule) has(v *semver.Version) bool { return r.c != nil && r.c.Check(v) }
+
+// denyVersion decides a version of the package name against the deny rules
+// at .KEY.deny: denied by the first rule whose glob matches name and whose
+// range holds the version; denied too when a rule's glob matches and the
+// version does not parse (scheme names its kind, what what the rules name),
+// since cproxy cannot tell whether it is in the range.
+func denyVersion[V any, R versionRule[V]](pr *Profile, key string, rules []R, name, version string, parse func(string) (V, error), scheme, what string) VersionDecision {
+	var v V
+	parsed := false
+	for i, r := range rules {
+		glob, versions, reason := r.rule()
+		if !matchGlob(glob, name) {
 			continue
 		}
-		if v == nil {
+		if !parsed {
 			var err error
-			if v, err = semver.StrictNewVersion(version); err != nil {
-				return NPMDecision{Decision: Decision{Rule: pr.rule(".npm.deny[%d]: version %q is not semver", i, version)}, Reason: "it is not a semver version and a deny rule names the package"}
+			if v, err = parse(version); err != nil {
+				return VersionDecision{Decision: Decision{Rule: pr.rule(".%s.deny[%d]: version %q is not %s", key, i, version, scheme)}, Reason: fmt.Sprintf("it is not a %s version and a deny rule names the %s", scheme, what)}
 			}
+			parsed = true
 		}
-		if r.c != nil && r.c.Check(v) {
-			reason := fmt.Sprintf("it is denied by the sandbox's policy (versions %q)", r.Versions)
-			if r.Reason != "" {
-				reason = fmt.Sprintf("it is denied by the sandbox's policy (versions %q): %s", r.Versions, r.Reason)
-			}
-			return NPMDecision{Decision: Decision{Rule: pr.rule(".npm.deny[%d]", i)}, Reason: reason}
+		if r.has(v) {
+			return VersionDecision{Decision: Decision{Rule: pr.rule(".%s.deny[%d]", key, i)}, Reason: denyReason(versions, reason)}
 		}
 	}
-	return NPMDecision{Decision: Decision{Allow: true, Rule: pr.rule(".npm")}}
+	return VersionDecision{Decision: Decision{Allow: true, Rule: pr.rule(".%s", key)}}
 }
 
 // NPMVersion decides whether a version of an allowed package may be served:
@@ -182,16 +212,31 @@ func (pr *Profile) NPMVersion(name, version string, published, now time.Time) NP
 	if !d.Allow || pr == nil {
 		return d
 	}
-	age := pr.NPM.MinReleaseAge.Duration
-	if age <= 0 {
+	return pr.releaseAge(d, ".npm.min_release_age", pr.NPM.MinReleaseAge, published, now, "the registry gives no publish time for it")
+}
+
+// denyReason words a deny rule's denial, with the rule's own reason if it has one.
+func denyReason(versions, reason string) string {
+	if reason != "" {
+		return fmt.Sprintf("it is denied by the sandbox's policy (versions %q): %s", versions, reason)
+	}
+	return fmt.Sprintf("it is denied by the sandbox's policy (versions %q)", versions)
+}
+
+// releaseAge applies a minimum release age (the rule at key) to a version
+// that d allowed: published at least age before now, and a zero published
+// time refused with noTime as the start of its reason (fail closed). A zero
+// age keeps d.
+func (pr *Profile) releaseAge(d VersionDecision, key string, age Age, published, now time.Time, noTime string) VersionDecision {
+	if age.Duration <= 0 {
 		return d
 	}
-	text, _ := pr.NPM.MinReleaseAge.MarshalText()
+	text, _ := age.MarshalText()
 	if published.IsZero() {
-		return NPMDecision{Decision: Decision{Rule: pr.rule(".npm.min_release_age")}, Reason: fmt.Sprintf("the registry gives no publish time for it and the sandbox's policy needs versions at least %s old", text)}
+		return VersionDecision{Decision: Decision{Rule: pr.rule("%s", key)}, Reason: fmt.Sprintf("%s and the sandbox's policy needs versions at least %s old", noTime, text)}
 	}
-	if now.Sub(published) < age {
-		return NPMDecision{Decision: Decision{Rule: pr.rule(".npm.min_release_age")}, Reason: fmt.Sprintf("it was published %s, less than %s ago (the sandbox's minimum release age)", published.UTC().Format(time.RFC3339), text)}
+	if now.Sub(published) < age.Duration {
+		return VersionDecision{Decision: Decision{Rule: pr.rule("%s", key)}, Reason: fmt.Sprintf("it was published %s, less than %s ago (the sandbox's minimum release age)", published.UTC().Format(time.RFC3339), text)}
 	}
 	return d
 }

@@ -39,6 +39,9 @@ type Profile struct {
 	// NPM is the version policy for the allowed packages: a deny list of semver
 	// ranges and a minimum release age. Zero: every version.
 	NPM NPMPolicy `toml:"npm"`
+	// PyPI is the projects the sandbox may install from the PyPI route and
+	// their version policy. Zero: no project.
+	PyPI PyPIPolicy `toml:"pypi"`
 	// Relays are the config's relays ([relay.NAME]) the sandbox may use, by
 	// name or glob. Empty: none.
 	Relays []string `toml:"relays"`
@@ -437,6 +440,7 @@ func (p *Policy) validate(d *decoder) {
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
+		pr.validatePyPI(d, pp)
 		pr.validateBudget(d, pp)
 		checkGlobs(d, pp.key("relays"), pr.Relays, checkRelayNameGlob)
 		pr.validateBinding(d, pp)
