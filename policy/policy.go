@@ -45,6 +45,9 @@ type Profile struct {
 	// Relays are the config's relays ([relay.NAME]) the sandbox may use, by
 	// name or glob. Empty: none.
 	Relays []string `toml:"relays"`
+	// MCP are the remote MCP servers ([mcp.NAME] of the config) the
+	// sandbox may use, by name, with what it may do on each. Absent: none.
+	MCP map[string]*MCPServer `toml:"mcp"`
 	// Budget caps what each of the profile's tokens may spend on the model
 	// route. Zero: no limit.
 	Budget Budget `toml:"budget"`
@@ -443,6 +446,7 @@ func (p *Policy) validate(d *decoder) {
 		pr.validatePyPI(d, pp)
 		pr.validateBudget(d, pp)
 		checkGlobs(d, pp.key("relays"), pr.Relays, checkRelayNameGlob)
+		pr.validateMCP(d, pp)
 		pr.validateBinding(d, pp)
 		for i := range pr.Repos {
 			checkRepoRule(d, pp.key("repos"), i, pr.Repos)

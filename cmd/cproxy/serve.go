@@ -33,6 +33,7 @@ import (
 	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
+	"github.com/cproxy/cproxy/routes/mcp"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -221,6 +222,29 @@ func loadRelays(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([
 	return relays, creds, nil
 }
 
+// loadMCP builds the config's MCP servers, loading each credential; a
+// source that cannot be read stops serve at its config line.
+func loadMCP(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]mcp.Server, error) {
+	var servers []mcp.Server
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCP)) {
+		m := cfg.MCP[name]
+		u, err := url.Parse(m.URL)
+		if err != nil {
+			return nil, fail("", "mcp.%s.url: %v", name, err)
+		}
+		s := mcp.Server{Name: name, URL: u, Header: http.CanonicalHeaderKey(m.Header), Value: m.CredentialValue, HeaderTimeout: m.HeaderTimeout.Duration}
+		if m.Credential != "" {
+			live, err := loader.Live("mcp."+name, secrets.Source(m.Credential), log)
+			if err != nil {
+				return nil, credentialError(cfg, "mcp."+name+".credential", m.Credential, err)
+			}
+			s.Live = live
+		}
+		servers = append(servers, s)
+	}
+	return servers, nil
+}
+
 // loadUpstream parses one [upstream.NAME] and loads its credential. An
 // empty credential source means none: requests go upstream without one.
 func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, k config.UpstreamKind) (routes.Upstream, error) {
@@ -312,6 +336,10 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	mcpServers, err := loadMCP(cfg, loader, log)
+	if err != nil {
+		return err
+	}
 	relays, relayCreds, err := loadRelays(cfg, loader, log)
 	if err != nil {
 		return err
@@ -379,7 +407,7 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 
 	public := tarballBase(cfg, proxyLn.Addr(), proxyTLS != nil)
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
-		Routes: builtin.Kinds.Routes(upstreams, relays, public, log, nil), Limits: builtin.Kinds.Limits(upstreams, relays),
+		Routes: append(builtin.Kinds.Routes(upstreams, relays, public, log, nil), mcp.New(mcpServers, routes.Env{PublicURL: public, Log: log})), Limits: builtin.Kinds.Limits(upstreams, relays),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, BodyMemorySandbox: cfg.Runtime.BodyMemorySandboxMiB << 20,
 		MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,

@@ -28,6 +28,7 @@ import (
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/admin"
+	"github.com/cproxy/cproxy/routes/mcp"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
@@ -53,6 +54,8 @@ type Options struct {
 	Upstreams map[string]routes.Upstream
 	// Relays are built after the kinds.
 	Relays []relay.Relay
+	// MCP, when not empty, are served by the MCP route, after the relays.
+	MCP []mcp.Server
 	// PublicURL is the routes' Env.PublicURL; empty means each request's
 	// Host.
 	PublicURL string
@@ -128,6 +131,9 @@ func (o *Options) build() routes.Options {
 	env.Upstream = routes.Upstream{}
 	for _, rl := range o.Relays {
 		o.Routes = append(o.Routes, relay.New(rl, env))
+	}
+	if len(o.MCP) > 0 {
+		o.Routes = append(o.Routes, mcp.New(o.MCP, env))
 	}
 	return o.Options
 }

@@ -1,0 +1,297 @@
+// Package mcp is the MCP route: the remote MCP servers of the config
+// ([mcp.NAME]), each served at /mcp/NAME on the proxy listener over the
+// Streamable HTTP transport. Each JSON-RPC message a sandbox sends is read
+// whole, parsed strictly and asked of the profile's [profile.X.mcp.NAME]
+// before it is forwarded with the server's own credential; answers stream
+// back as the server sends them.
+//
+// It is part of cproxy's implementation, not an API for other programs: it
+// changes with cproxy (docs/architecture.md).
+package mcp
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+// Prefix is the route's prefix: every server is under it, as /mcp/NAME.
+const Prefix = "/mcp/"
+
+// maxBody bounds a JSON-RPC message a sandbox sends.
+const maxBody = 4 << 20
+
+// Server is one [mcp.NAME] as the server runs it.
+type Server struct {
+	Name string
+	URL  *url.URL
+	// Header is the header the credential goes in; Live the credential
+	// (nil: none is sent). Value turns the secret into the header's value.
+	Header        string
+	Live          *secrets.Live
+	Value         func(string) string
+	HeaderTimeout time.Duration
+}
+
+type server struct {
+	Server
+	fwd *routes.Forwarder
+}
+
+type route struct {
+	servers map[string]*server
+}
+
+// New builds the route serving servers.
+func New(servers []Server, env routes.Env) routes.Route {
+	if env.Log == nil {
+		env.Log = slog.New(slog.DiscardHandler)
+	}
+	rt := &route{servers: map[string]*server{}}
+	for _, s := range servers {
+		env.Upstream = routes.Upstream{URL: s.URL, HeaderTimeout: s.HeaderTimeout, Live: s.Live}
+		srv := &server{Server: s}
+		header, value := s.Header, s.Value
+		srv.fwd = env.NewForwarder("mcp "+s.Name, Prefix+s.Name, func(h http.Header, sec secrets.Secret) {
+			if !sec.IsZero() {
+				h.Set(header, value(sec.Reveal()))
+			}
+		}, srv.check)
+		rt.servers[s.Name] = srv
+	}
+	return rt
+}
+
+func (rt *route) Name() string   { return "mcp" }
+func (rt *route) Prefix() string { return Prefix }
+func (rt *route) Close() {
+	for _, s := range rt.servers {
+		s.fwd.Close()
+	}
+}
+
+// Sources are the servers' credentials, for /readyz.
+func (rt *route) Sources() []routes.Source {
+	var srcs []routes.Source
+	for _, s := range rt.servers {
+		if s.Live != nil {
+			srcs = append(srcs, routes.Source{Name: "mcp." + s.Name + ".credential", Live: s.Live})
+		}
+	}
+	return srcs
+}
+
+// check refuses an answer that refuses cproxy's credential with a 502
+// naming it, so neither the server's 401 nor its WWW-Authenticate (whose
+// resource_metadata would start the client's own OAuth) reaches the
+// sandbox.
+func (s *server) check(resp *http.Response) error {
+	resp.Header.Del("Www-Authenticate")
+	if resp.StatusCode == http.StatusUnauthorized {
+		return routes.Refuse(routes.ErrUpstream, "the MCP server %s refused cproxy's credential; the operator must fix mcp.%s.credential", s.Name, s.Name)
+	}
+	return nil
+}
+
+// rpcError is a refusal of a JSON-RPC request, answered with its id.
+type rpcError struct {
+	id   jsontext.Value
+	code int
+	err  error
+}
+
+// methodError is a refusal of the request's HTTP method: 405.
+type methodError struct{ err error }
+
+func (e *methodError) Error() string { return e.err.Error() }
+func (e *methodError) Unwrap() error { return e.err }
+
+func (e *rpcError) Error() string { return e.err.Error() }
+func (e *rpcError) Unwrap() error { return e.err }
+
+// WriteError answers a refusal as a JSON-RPC error: with the request's id
+// and HTTP 200 when a request was read and refused by the policy (what MCP
+// clients show the user), else with the refusal's HTTP status and a null
+// id.
+func (rt *route) WriteError(w http.ResponseWriter, err error) int {
+	status, _ := routes.Status(err)
+	var me *methodError
+	if errors.As(err, &me) {
+		status = http.StatusMethodNotAllowed
+	}
+	id, code := jsontext.Value("null"), -32600
+	var re *rpcError
+	if errors.As(err, &re) {
+		code = re.code
+		if len(re.id) > 0 {
+			id = re.id
+			if status == http.StatusForbidden {
+				status = http.StatusOK
+			}
+		}
+	}
+	msg, _ := json.Marshal(routes.Message(err))
+	body := []byte(`{"jsonrpc":"2.0","id":`)
+	body = append(body, id...)
+	body = append(body, `,"error":{"code":`...)
+	body = append(body, []byte(jsonInt(code))...)
+	body = append(body, `,"message":`...)
+	body = append(body, msg...)
+	body = append(body, "}}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(body)
+	return status
+}
+
+func jsonInt(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// message is a JSON-RPC message as cproxy reads it: every member known,
+// no name twice, names matched case-sensitively.
+type message struct {
+	JSONRPC string         `json:"jsonrpc"`
+	ID      jsontext.Value `json:"id,omitzero"`
+	Method  string         `json:"method"`
+	Params  jsontext.Value `json:"params,omitzero"`
+}
+
+// params are the members of a message's params cproxy decides on.
+type params struct {
+	Name string `json:"name"`
+	URI  string `json:"uri"`
+}
+
+// parse reads one JSON-RPC request or notification. A batch, a response
+// (a sandbox's answer to the server, which this increment does not carry),
+// a duplicate name or a body that is not JSON is refused.
+func parse(body []byte) (message, string, error) {
+	var m message
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return m, "", &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "JSON-RPC batches are not forwarded; send one message per request")}
+	}
+	if err := json.Unmarshal(body, &m, json.RejectUnknownMembers(true)); err != nil {
+		msg := "the body is not a JSON-RPC message cproxy can read (one JSON object with jsonrpc, id, method and params, no name twice)"
+		if errors.Is(err, jsontext.ErrDuplicateName) {
+			msg = "the body names a member twice; send each name once"
+		}
+		return m, "", &rpcError{code: -32700, err: routes.Refuse(routes.ErrBadRequest, "%s", msg)}
+	}
+	if m.JSONRPC != "2.0" || m.Method == "" {
+		return m, "", &rpcError{id: validID(m.ID), code: -32600, err: routes.Refuse(routes.ErrBadRequest, `the body is not a JSON-RPC 2.0 request: it needs "jsonrpc": "2.0" and a method`)}
+	}
+	if len(m.ID) > 0 && validID(m.ID) == nil {
+		return m, "", &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "a JSON-RPC id is a string or a number")}
+	}
+	var name string
+	switch m.Method {
+	case "tools/call", "prompts/get", "resources/read", "resources/subscribe", "resources/unsubscribe":
+		var p params
+		if len(m.Params) == 0 || json.Unmarshal(m.Params, &p) != nil {
+			return m, "", &rpcError{id: m.ID, code: -32602, err: routes.Refuse(routes.ErrBadRequest, "%s needs params, an object", m.Method)}
+		}
+		name = p.Name
+		if strings.HasPrefix(m.Method, "resources/") {
+			name = p.URI
+		}
+	}
+	return m, name, nil
+}
+
+// validID is id when it is a string or a number, else nil.
+func validID(id jsontext.Value) jsontext.Value {
+	if len(id) == 0 {
+		return nil
+	}
+	switch id.Kind() {
+	case '"', '0':
+		return id
+	}
+	return nil
+}
+
+// Serve refuses what it does not know, decides each message and
+// forwards it to its server.
+func (rt *route) Serve(c *routes.Call) {
+	r := c.Request()
+	if err := c.Acquire(); err != nil {
+		c.Fail(err)
+		return
+	}
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), Prefix)
+	name, sub, _ := strings.Cut(rest, "/")
+	if sub != "" || strings.HasPrefix(rest, ".well-known") {
+		c.Fail(routes.Refuse(routes.ErrNotFound, "%s is not an MCP endpoint; the server is at %s%s", routes.Clip(r.URL.EscapedPath(), 128), Prefix, routes.Clip(name, 32)))
+		return
+	}
+	s, ok := rt.servers[name]
+	if !ok {
+		c.Fail(routes.Refuse(routes.ErrNotFound, "no MCP server %q is configured (the operator adds [mcp.%s])", routes.Clip(name, 32), routes.Clip(name, 32)))
+		return
+	}
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		c.Fail(routes.Refuse(routes.ErrBadRequest, "the MCP endpoint takes no query string"))
+		return
+	}
+	sandbox := c.Session().Sandbox
+	q := policy.MCPQuestion{Server: name}
+	var id jsontext.Value
+	switch r.Method {
+	case http.MethodGet, http.MethodDelete:
+		c.SetTarget(name + " " + r.Method)
+	case http.MethodPost:
+		body, err := c.ReadBody(maxBody)
+		if err != nil {
+			c.Fail(err)
+			return
+		}
+		m, target, err := parse(body)
+		if err != nil {
+			c.Fail(err)
+			return
+		}
+		id = m.ID
+		q.Method, q.Name = m.Method, target
+		c.SetTarget(strings.TrimSpace(name + " " + m.Method + " " + routes.Clip(target, 128)))
+	default:
+		c.ResponseWriter().Header().Set("Allow", "GET, POST, DELETE")
+		c.Fail(&methodError{routes.Refuse(routes.ErrBadRequest, "the MCP endpoint takes POST, GET and DELETE, not %s", routes.Clip(r.Method, 16))})
+		return
+	}
+	if err := c.Decide(func(prof *policy.Profile) (string, error) {
+		ans := prof.AskMCP(q)
+		if step, refused := ans.Refusal(); refused {
+			var err error
+			switch step.Key {
+			case "mcp":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s is not allowed for sandbox %s (the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, prof.Name, name)
+			case "mcp.methods":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
+			default:
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: %s %q is not allowed for sandbox %s (%s)", name, step.Check[:strings.IndexByte(step.Check, ' ')], routes.Clip(q.Name, 128), sandbox, step.Rule)
+			}
+			return ans.Rule, &rpcError{id: id, code: -32001, err: err}
+		}
+		return ans.Rule, nil
+	}); err != nil {
+		c.Fail(err)
+		return
+	}
+	s.fwd.Forward(c, r, routes.Target{})
+}

@@ -1,0 +1,156 @@
+package mcp_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cproxy/cproxy/routes/mcp"
+	"github.com/cproxy/cproxy/routes/routetest"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+const canary = "mcp_CANARYmcp0123456789abcdefghij"
+
+const testPolicy = `
+[profile.default]
+models = ["claude-*"]
+
+[profile.default.mcp.docs]
+tools = ["search", "get_*"]
+resources = ["docs://public/**"]
+prompts = ["summary"]
+
+[profile.other]
+models = ["claude-*"]
+
+[[sandbox]]
+match = "other-*"
+profile = "other"
+`
+
+// upstream is a stand-in MCP server that records what it heard and
+// answers each request with an empty result; it wants the canary.
+type upstream struct {
+	mu    sync.Mutex
+	heard []string
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	u.mu.Lock()
+	u.heard = append(u.heard, r.Method+" "+string(b)+" auth="+r.Header.Get("Authorization"))
+	u.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer "+canary {
+		w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="http://x/.well-known/oauth-protected-resource"`)
+		w.WriteHeader(401)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+}
+
+func (u *upstream) count() int { u.mu.Lock(); defer u.mu.Unlock(); return len(u.heard) }
+
+func newEnv(t *testing.T, secret string) (*routetest.Env, *upstream) {
+	up := &upstream{}
+	ts := httptest.NewServer(up)
+	t.Cleanup(ts.Close)
+	u, _ := url.Parse(ts.URL + "/mcp")
+	t.Setenv("MCP_DOCS_TOKEN", secret)
+	live, err := (&secrets.Loader{}).Live("mcp.docs", secrets.Source("env:MCP_DOCS_TOKEN"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := routetest.New(t, routetest.WithPolicy(t, testPolicy), func(o *routetest.Options) {
+		o.MCP = []mcp.Server{{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: func(s string) string { return "Bearer " + s }}}
+		o.Canaries = append(o.Canaries, canary)
+	})
+	return e, up
+}
+
+func TestAllowedCallsAreForwardedWithTheServersCredential(t *testing.T) {
+	e, up := newEnv(t, canary)
+	tok := e.Token("conv-1")
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_page","arguments":{"q":"x"}}}`,
+		`{"jsonrpc":"2.0","id":"r","method":"resources/read","params":{"uri":"docs://public/a/b"}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"summary"}}`,
+	} {
+		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(tok), "Content-Type", "application/json"), body)
+		if r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+			t.Fatalf("%s = %d %s", body, r.Status, r.Body)
+		}
+	}
+	if up.count() != 6 {
+		t.Fatalf("the server heard %d requests", up.count())
+	}
+	for _, h := range up.heard {
+		if strings.Contains(h, "cpx_") || !strings.HasSuffix(h, "auth=Bearer "+canary) {
+			t.Errorf("the server heard %q", h)
+		}
+	}
+}
+
+func TestRefusedBeforeTheServerHearsOfIt(t *testing.T) {
+	e, up := newEnv(t, canary)
+	tok := e.Token("conv-1")
+	h := routetest.With(routetest.Bearer(tok), "Content-Type", "application/json")
+	for _, c := range []struct{ body, want string }{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_all"}}`, `"id":7,"error"`},
+		{`{"jsonrpc":"2.0","id":8,"method":"resources/read","params":{"uri":"docs://private/x"}}`, `"id":8,"error"`},
+		{`{"jsonrpc":"2.0","id":9,"method":"prompts/get","params":{"name":"other"}}`, `"id":9,"error"`},
+		{`{"jsonrpc":"2.0","id":10,"method":"sampling/createMessage"}`, `"id":10,"error"`},
+		{`[{"jsonrpc":"2.0","id":11,"method":"tools/list"}]`, `batches`},
+		{`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"search","name":"delete_all"}}`, `twice`},
+		{`{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"search"},"Method":"x"}`, `cproxy:`},
+		{`{"jsonrpc":"2.0","id":14,"method":"tools/call","method":"tools/list"}`, `twice`},
+		{`not json`, `cproxy:`},
+	} {
+		r := e.Do("POST", "/mcp/docs", h, c.body)
+		if !strings.Contains(r.Body, c.want) || !strings.Contains(r.Body, "cproxy:") {
+			t.Errorf("%s = %d %s, want %s", c.body, r.Status, r.Body, c.want)
+		}
+	}
+	// Another profile has no table for the server.
+	r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token("other-1")), "Content-Type", "application/json"), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	if r.Status != 200 || !strings.Contains(r.Body, "not allowed for sandbox other-1") {
+		t.Errorf("other profile = %d %s", r.Status, r.Body)
+	}
+	for _, p := range []string{"/mcp/docs/.well-known/oauth-protected-resource", "/mcp/.well-known/oauth-authorization-server", "/mcp/nope"} {
+		if r := e.Do("GET", p, routetest.Bearer(tok), ""); r.Status != 404 {
+			t.Errorf("GET %s = %d %s", p, r.Status, r.Body)
+		}
+	}
+	if r := e.Do("PUT", "/mcp/docs", routetest.Bearer(tok), ""); r.Status != 405 {
+		t.Errorf("PUT = %d %s", r.Status, r.Body)
+	}
+	if up.count() != 0 {
+		t.Errorf("the server heard %v", up.heard)
+	}
+}
+
+func TestARefusedCredentialIsA502WithoutResourceMetadata(t *testing.T) {
+	e, _ := newEnv(t, "mcp_wrong0123456789")
+	tok := e.Token("conv-1")
+	resp, err := http.DefaultClient.Do(func() *http.Request {
+		req, _ := http.NewRequest("POST", e.Proxy.URL+"/mcp/docs", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		return req
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 502 || resp.Header.Get("WWW-Authenticate") != "" || !strings.Contains(string(b), "mcp.docs.credential") {
+		t.Errorf("= %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+}
