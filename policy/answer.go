@@ -190,33 +190,68 @@ type NPMQuestion struct {
 // the version's publish time: both are deferred steps. The answer's Rule
 // is the package's rule unless a version rule refuses.
 func (pr *Profile) AskNPM(q NPMQuestion) Answer {
+	return pr.askVersioned(versionedQuestion{
+		what: "package", name: q.Name, version: q.Version, published: q.Published, now: q.Now,
+		allow: pr.Package(q.Name), allowKey: "packages", section: "npm", hasPolicy: pr.HasNPMVersionPolicy(),
+		minAge: pr.NPM.MinReleaseAge, timeFrom: "the registry's publish time", placeholder: "NAME@VERSION",
+		deny: func() (Decision, string) { d := pr.NPMDeny(q.Name, q.Version); return d.Decision, d.Reason },
+		aged: func(published time.Time) (Decision, string) {
+			d := pr.NPMVersion(q.Name, q.Version, published, q.Now)
+			return d.Decision, d.Reason
+		},
+	})
+}
+
+// versionedQuestion is what differs between the package routes' questions
+// (npm, Go modules), which are asked in the same steps by askVersioned.
+type versionedQuestion struct {
+	what, name, version string // "package", "react", "18.2.0"
+	published           *time.Time
+	now                 time.Time
+	allow               Decision // the name's rule
+	allowKey            string   // its key: "packages", "go.modules"
+	section             string   // the version policy's table: "npm", "go"
+	hasPolicy           bool     // whether the section filters versions
+	minAge              Age
+	timeFrom            string // where a release age's time comes from, in words
+	placeholder         string // how explain names a version: "NAME@VERSION"
+	deny                func() (Decision, string)
+	aged                func(published time.Time) (Decision, string)
+}
+
+// askVersioned asks a package route's steps: the name's rule, then for a
+// version SECTION.deny and SECTION.min_release_age. Without a version the
+// version policy is deferred to each version, and without the version's time
+// the release age is deferred to request time. The answer's Rule is the
+// name's rule unless a version rule refuses.
+func (pr *Profile) askVersioned(q versionedQuestion) Answer {
 	a := newAnswer()
-	d := pr.Package(q.Name)
-	a.Rule = d.Rule
-	if !a.ask("package "+q.Name, "packages", d, "") {
+	a.Rule = q.allow.Rule
+	if !a.ask(q.what+" "+q.name, q.allowKey, q.allow, "") {
 		return a
 	}
-	if q.Version == "" {
-		if pr.HasNPMVersionPolicy() {
-			a.later("versions of "+q.Name, "npm", pr.rule(".npm"), fmt.Sprintf("each version is checked against %s.npm at request time; ask about NAME@VERSION for one", pr.Key()))
+	if q.version == "" {
+		if q.hasPolicy {
+			a.later("versions of "+q.name, q.section, pr.rule(".%s", q.section), fmt.Sprintf("each version is checked against %s.%s at request time; ask about %s for one", pr.Key(), q.section, q.placeholder))
 		}
 		return a
 	}
-	check := "version " + q.Name + "@" + q.Version
-	if vd := pr.NPMDeny(q.Name, q.Version); !a.ask(check, "npm.deny", vd.Decision, vd.Reason) {
+	nv := q.name + "@" + q.version
+	if d, reason := q.deny(); !a.ask("version "+nv, q.section+".deny", d, reason) {
 		return a
 	}
-	if pr.NPM.MinReleaseAge.Duration <= 0 {
+	if q.minAge.Duration <= 0 {
 		return a
 	}
-	if q.Published == nil {
-		text, _ := pr.NPM.MinReleaseAge.MarshalText()
-		a.later("release age of "+q.Name+"@"+q.Version, "npm.min_release_age", pr.rule(".npm.min_release_age"),
-			fmt.Sprintf("release age checked against the registry's publish time at request time (%s.npm.min_release_age = %q)", pr.Key(), text))
+	ageKey := q.section + ".min_release_age"
+	if q.published == nil {
+		text, _ := q.minAge.MarshalText()
+		a.later("release age of "+nv, ageKey, pr.rule(".%s", ageKey),
+			fmt.Sprintf("release age checked against %s at request time (%s.%s = %q)", q.timeFrom, pr.Key(), ageKey, text))
 		return a
 	}
-	vd := pr.NPMVersion(q.Name, q.Version, *q.Published, q.Now)
-	a.ask("release age of "+q.Name+"@"+q.Version, "npm.min_release_age", vd.Decision, vd.Reason)
+	d, reason := q.aged(*q.published)
+	a.ask("release age of "+nv, ageKey, d, reason)
 	return a
 }
 

@@ -42,6 +42,9 @@ type Profile struct {
 	// PyPI is the projects the sandbox may install from the PyPI route and
 	// their version policy. Zero: no project.
 	PyPI PyPIPolicy `toml:"pypi"`
+	// Go is the Go modules the sandbox may fetch and their version policy.
+	// Zero: no module.
+	Go GoPolicy `toml:"go"`
 	// Relays are the config's relays ([relay.NAME]) the sandbox may use, by
 	// name or glob. Empty: none.
 	Relays []string `toml:"relays"`
@@ -444,6 +447,7 @@ func (p *Policy) validate(d *decoder) {
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
 		pr.validatePyPI(d, pp)
+		pr.validateGo(d, pp)
 		pr.validateBudget(d, pp)
 		checkGlobs(d, pp.key("relays"), pr.Relays, checkRelayNameGlob)
 		pr.validateMCP(d, pp)
