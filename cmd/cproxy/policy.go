@@ -123,19 +123,20 @@ func githubCommand(kind string, p policy.Problem) string {
 	return "::" + kind + " " + props + "::" + data.Replace(p.Message)
 }
 
-const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
+const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --pypi NAME[==VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
 
 func policyExplainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
 		ArgsUsage: " ",
-		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package or --relay.
+		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package, --pypi or --relay.
 
 Examples:
 
    cproxy policy explain --config cproxy.toml --sandbox conv-42 --repo acme/app --push refs/heads/main
    cproxy policy explain --policy policy.toml --sandbox ci-1 --package react@19.1.0
+   cproxy policy explain --policy policy.toml --sandbox ci-1 --pypi requests==2.32.3
    cproxy policy explain --config cproxy.toml --sandbox conv-42 --repo acme/app --api pulls:create --head agent/x --base main`,
 		Flags: []cli.Flag{
 			sandboxFlag(),
@@ -147,6 +148,7 @@ Examples:
 			&cli.StringFlag{Name: "head", Usage: "with --api pulls:create: the pull request's head `BRANCH`"},
 			&cli.StringFlag{Name: "base", Usage: "with --api pulls:create: the pull request's base `BRANCH`"},
 			&cli.StringFlag{Name: "package", Usage: "ask about npm package `NAME[@VERSION]`"},
+			&cli.StringFlag{Name: "pypi", Usage: "ask about PyPI project `NAME[==VERSION]`, in any spelling of the name"},
 			&cli.StringFlag{Name: "relay", Usage: "ask about the config's relay `NAME`"},
 			&cli.StringFlag{Name: "method", Usage: "with --relay: the request's HTTP `METHOD`"},
 			&cli.StringFlag{Name: "path", Usage: "with --relay: the request's `PATH` under the relay's prefix"},
@@ -165,7 +167,7 @@ Examples:
 				sandbox: sandbox, profile: c.String("profile"), format: c.String("format"),
 				model: c.String("model"), repo: c.String("repo"), push: c.String("push"), del: c.Bool("delete"),
 				api: c.String("api"), head: c.String("head"), base: c.String("base"),
-				pkg: c.String("package"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
+				pkg: c.String("package"), pypi: c.String("pypi"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
 			}
 			// CPROXY_CONFIG in the environment gives way to --policy; the
 			// two flags together are a mistake.
@@ -209,6 +211,7 @@ type explainOptions struct {
 	api          string
 	head, base   string
 	pkg          string
+	pypi         string // NAME[==VERSION]
 	relay        string
 	method, path string
 
@@ -382,14 +385,14 @@ func describeBudget(b policy.Budget) string {
 // checkQuestion refuses anything but one question with the flags that go with it.
 func (o explainOptions) checkQuestion() error {
 	asked := 0
-	for _, q := range []string{o.model, o.repo, o.pkg, o.relay} {
+	for _, q := range []string{o.model, o.repo, o.pkg, o.pypi, o.relay} {
 		if q != "" {
 			asked++
 		}
 	}
 	switch {
 	case asked != 1:
-		return fail(explainUsage, "ask one question: --model, --repo, --package or --relay")
+		return fail(explainUsage, "ask one question: --model, --repo, --package, --pypi or --relay")
 	case o.push != "" && o.repo == "":
 		return fail(explainUsage, "--push goes with --repo")
 	case o.api != "" && (o.repo == "" || o.push != ""):
@@ -412,6 +415,11 @@ func (o explainOptions) checkQuestion() error {
 			return fail("e.g. --package react, --package @types/node@20.1.0", "--package %q is not NAME[@VERSION]", o.pkg)
 		}
 	}
+	if o.pypi != "" {
+		if name, version, ok := strings.Cut(o.pypi, "=="); name == "" || ok && version == "" || strings.ContainsAny(o.pypi, "<>!~@ ") || strings.Count(o.pypi, "=") > 2 {
+			return fail("e.g. --pypi requests, --pypi requests==2.32.3", "--pypi %q is not NAME[==VERSION]", o.pypi)
+		}
+	}
 	return nil
 }
 
@@ -432,6 +440,9 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 	case o.pkg != "":
 		name, version := splitPackage(o.pkg)
 		a = pr.AskNPM(policy.NPMQuestion{Name: name, Version: version})
+	case o.pypi != "":
+		name, version, _ := strings.Cut(o.pypi, "==")
+		a = pr.AskPyPI(policy.PyPIQuestion{Name: name, Version: version})
 	case o.relay != "":
 		if relay == nil {
 			// Without the config, only the profile's relays.
