@@ -11,11 +11,14 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -47,21 +50,33 @@ type Server struct {
 type server struct {
 	Server
 	fwd *routes.Forwarder
+	rt  *route
 }
 
 type route struct {
 	servers map[string]*server
+
+	mu sync.Mutex
+	// sessions are the upstream sessions open through this replica, by
+	// server and Mcp-Session-Id, with the sandbox that opened each.
+	sessions map[sessionKey]string
 }
+
+type sessionKey struct{ server, id string }
+
+// sandboxKey carries a forwarded request's sandbox to its answer's check,
+// which records the session the server opened for it.
+type sandboxKey struct{}
 
 // New builds the route serving servers.
 func New(servers []Server, env routes.Env) routes.Route {
 	if env.Log == nil {
 		env.Log = slog.New(slog.DiscardHandler)
 	}
-	rt := &route{servers: map[string]*server{}}
+	rt := &route{servers: map[string]*server{}, sessions: map[sessionKey]string{}}
 	for _, s := range servers {
 		env.Upstream = routes.Upstream{URL: s.URL, HeaderTimeout: s.HeaderTimeout, Live: s.Live}
-		srv := &server{Server: s}
+		srv := &server{Server: s, rt: rt}
 		header, value := s.Header, s.Value
 		srv.fwd = env.NewForwarder("mcp "+s.Name, Prefix+s.Name, func(h http.Header, sec secrets.Secret) {
 			if !sec.IsZero() {
@@ -101,7 +116,78 @@ func (s *server) check(resp *http.Response) error {
 	if resp.StatusCode == http.StatusUnauthorized {
 		return routes.Refuse(routes.ErrUpstream, "the MCP server %s refused cproxy's credential; the operator must fix mcp.%s.credential", s.Name, s.Name)
 	}
+	id := resp.Header.Get("Mcp-Session-Id")
+	sandbox, _ := resp.Request.Context().Value(sandboxKey{}).(string)
+	if id == "" || sandbox == "" || resp.StatusCode >= 300 {
+		return nil
+	}
+	k := sessionKey{s.Name, id}
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+	if owner, ok := s.rt.sessions[k]; ok && owner != sandbox {
+		// The server gave one sandbox another's session: nothing of it
+		// reaches the sandbox.
+		return routes.Refuse(routes.ErrUpstream, "the MCP server %s answered with a session of another sandbox; cproxy does not pass it on", s.Name)
+	}
+	s.rt.sessions[k] = sandbox
 	return nil
+}
+
+// checkSession refuses a session id that this replica did not see the
+// server open for sandbox: another sandbox's with 403, one it does not
+// know with 404, which tells an MCP client to start a new session.
+func (rt *route) checkSession(server, id, sandbox string) error {
+	if id == "" {
+		return nil
+	}
+	rt.mu.Lock()
+	owner, ok := rt.sessions[sessionKey{server, id}]
+	rt.mu.Unlock()
+	switch {
+	case !ok:
+		return routes.Refuse(routes.ErrNotFound, "MCP server %s: no session %q was opened through cproxy for sandbox %s; start a new session (initialize without Mcp-Session-Id)", server, routes.Clip(id, 64), sandbox)
+	case owner != sandbox:
+		return routes.Refuse(routes.ErrForbidden, "MCP server %s: session %q belongs to another sandbox; start a new session (initialize without Mcp-Session-Id)", server, routes.Clip(id, 64))
+	}
+	return nil
+}
+
+// EndSandbox closes the upstream sessions sandbox opened, with DELETE as
+// the transport asks, and forgets them: a revoked sandbox's sessions end
+// with it.
+func (rt *route) EndSandbox(sandbox string) {
+	rt.mu.Lock()
+	var ended []sessionKey
+	for k, owner := range rt.sessions {
+		if owner == sandbox {
+			ended = append(ended, k)
+			delete(rt.sessions, k)
+		}
+	}
+	rt.mu.Unlock()
+	for _, k := range ended {
+		s := rt.servers[k.server]
+		if s == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+		resp, err := s.fwd.RoundTrip(ctx, http.MethodDelete, routes.Target{}, http.Header{"Mcp-Session-Id": {k.id}}, nil)
+		if err == nil {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+		}
+		cancel()
+	}
+}
+
+// endTimeout bounds the DELETE of one session of a revoked sandbox.
+const endTimeout = 10 * time.Second
+
+// forget drops a session the sandbox closed.
+func (rt *route) forget(server, id string) {
+	rt.mu.Lock()
+	delete(rt.sessions, sessionKey{server, id})
+	rt.mu.Unlock()
 }
 
 // rpcError is a refusal of a JSON-RPC request, answered with its id.
@@ -274,6 +360,11 @@ func (rt *route) Serve(c *routes.Call) {
 		c.Fail(&methodError{routes.Refuse(routes.ErrBadRequest, "the MCP endpoint takes POST, GET and DELETE, not %s", routes.Clip(r.Method, 16))})
 		return
 	}
+	sid := r.Header.Get("Mcp-Session-Id")
+	if err := rt.checkSession(name, sid, sandbox); err != nil {
+		c.Fail(&rpcError{id: id, code: -32001, err: err})
+		return
+	}
 	if err := c.Decide(func(prof *policy.Profile) (string, error) {
 		ans := prof.AskMCP(q)
 		if step, refused := ans.Refusal(); refused {
@@ -293,5 +384,8 @@ func (rt *route) Serve(c *routes.Call) {
 		c.Fail(err)
 		return
 	}
-	s.fwd.Forward(c, r, routes.Target{})
+	s.fwd.Forward(c, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sandbox)), routes.Target{})
+	if r.Method == http.MethodDelete && sid != "" {
+		rt.forget(name, sid)
+	}
 }

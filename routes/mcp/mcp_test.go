@@ -38,17 +38,22 @@ profile = "other"
 type upstream struct {
 	mu    sync.Mutex
 	heard []string
+	n     int
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	u.mu.Lock()
-	u.heard = append(u.heard, r.Method+" "+string(b)+" auth="+r.Header.Get("Authorization"))
+	u.heard = append(u.heard, r.Method+" "+string(b)+" session="+r.Header.Get("Mcp-Session-Id")+" auth="+r.Header.Get("Authorization"))
+	u.n++
 	u.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer "+canary {
 		w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="http://x/.well-known/oauth-protected-resource"`)
 		w.WriteHeader(401)
 		return
+	}
+	if strings.Contains(string(b), `"initialize"`) {
+		w.Header().Set("Mcp-Session-Id", "session-"+string(rune('a'+u.n)))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
@@ -152,5 +157,48 @@ func TestARefusedCredentialIsA502WithoutResourceMetadata(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 502 || resp.Header.Get("WWW-Authenticate") != "" || !strings.Contains(string(b), "mcp.docs.credential") {
 		t.Errorf("= %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+}
+
+func TestASessionBelongsToTheSandboxThatOpenedIt(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := func(sandbox, session string) map[string]string {
+		m := routetest.With(routetest.Bearer(e.Token(sandbox)), "Content-Type", "application/json")
+		if session != "" {
+			m["Mcp-Session-Id"] = session
+		}
+		return m
+	}
+	r := e.Do("POST", "/mcp/docs", h("conv-1", ""), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	sid := r.Header.Get("Mcp-Session-Id")
+	if r.Status != 200 || sid == "" {
+		t.Fatalf("initialize = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if r := e.Do("POST", "/mcp/docs", h("conv-1", sid), `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+		t.Fatalf("own session = %d %s", r.Status, r.Body)
+	}
+	heard := up.count()
+	if r := e.Do("POST", "/mcp/docs", h("conv-2", sid), `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`); !strings.Contains(r.Body, `"id":3,"error"`) || !strings.Contains(r.Body, "belongs to another sandbox") {
+		t.Errorf("another sandbox's session = %d %s", r.Status, r.Body)
+	}
+	if r := e.Do("GET", "/mcp/docs", h("conv-2", sid), ""); r.Status == 200 {
+		t.Errorf("another sandbox's GET stream = %d %s", r.Status, r.Body)
+	}
+	if r := e.Do("POST", "/mcp/docs", h("conv-1", "made-up"), `{"jsonrpc":"2.0","id":4,"method":"tools/list"}`); r.Status != 404 {
+		t.Errorf("unknown session = %d %s", r.Status, r.Body)
+	}
+	if up.count() != heard {
+		t.Fatalf("the server heard %v", up.heard[heard:])
+	}
+	e.Revoke("conv-1")
+	up.mu.Lock()
+	last := up.heard[len(up.heard)-1]
+	up.mu.Unlock()
+	if !strings.HasPrefix(last, "DELETE  session="+sid+" auth=Bearer "+canary) {
+		t.Errorf("after revocation the server last heard %q", last)
+	}
+	// The session is forgotten: the new token of the sandbox cannot use it.
+	if r := e.Do("POST", "/mcp/docs", h("conv-1", sid), `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`); r.Status != 404 {
+		t.Errorf("a revoked sandbox's session = %d %s", r.Status, r.Body)
 	}
 }
