@@ -68,6 +68,9 @@ type sessionKey struct{ server, id string }
 // which records the session the server opened for it.
 type sandboxKey struct{}
 
+// filterKey carries a list request's filter to its answer's check.
+type filterKey struct{}
+
 // New builds the route serving servers.
 func New(servers []Server, env routes.Env) routes.Route {
 	if env.Log == nil {
@@ -115,6 +118,11 @@ func (s *server) check(resp *http.Response) error {
 	resp.Header.Del("Www-Authenticate")
 	if resp.StatusCode == http.StatusUnauthorized {
 		return routes.Refuse(routes.ErrUpstream, "the MCP server %s refused cproxy's credential; the operator must fix mcp.%s.credential", s.Name, s.Name)
+	}
+	if f, ok := resp.Request.Context().Value(filterKey{}).(*listFilter); ok {
+		if err := f.filter(resp); err != nil {
+			return err
+		}
 	}
 	id := resp.Header.Get("Mcp-Session-Id")
 	sandbox, _ := resp.Request.Context().Value(sandboxKey{}).(string)
@@ -384,7 +392,13 @@ func (rt *route) Serve(c *routes.Call) {
 		c.Fail(err)
 		return
 	}
-	s.fwd.Forward(c, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sandbox)), routes.Target{})
+	ctx := context.WithValue(r.Context(), sandboxKey{}, sandbox)
+	var t routes.Target
+	if l, ok := lists[q.Method]; ok {
+		ctx = context.WithValue(ctx, filterKey{}, &listFilter{server: name, member: l.member, name: l.name, method: l.method, prof: c.Session().Profile})
+		t.Header = http.Header{"Accept-Encoding": {"identity"}}
+	}
+	s.fwd.Forward(c, r.WithContext(ctx), t)
 	if r.Method == http.MethodDelete && sid != "" {
 		rt.forget(name, sid)
 	}

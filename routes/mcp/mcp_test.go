@@ -52,6 +52,19 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(401)
 		return
 	}
+	if strings.Contains(string(b), `"tools/list"`) {
+		const list = `{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"search","inputSchema":{"type":"object"}},{"name":"delete_all","inputSchema":{"type":"object"}},{"name":"get_page","description":"a\\nb"}],"nextCursor":"c2"}}`
+		if r.Header.Get("X-Test-Sse") != "" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "event: message\nid: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "id: 2\ndata: "+list+"\n\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, list)
+		return
+	}
 	if strings.Contains(string(b), `"initialize"`) {
 		w.Header().Set("Mcp-Session-Id", "session-"+string(rune('a'+u.n)))
 	}
@@ -200,5 +213,20 @@ func TestASessionBelongsToTheSandboxThatOpenedIt(t *testing.T) {
 	// The session is forgotten: the new token of the sandbox cannot use it.
 	if r := e.Do("POST", "/mcp/docs", h("conv-1", sid), `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`); r.Status != 404 {
 		t.Errorf("a revoked sandbox's session = %d %s", r.Status, r.Body)
+	}
+}
+
+func TestListsShowOnlyWhatTheProfileAllows(t *testing.T) {
+	e, _ := newEnv(t, canary)
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	r := e.Do("POST", "/mcp/docs", h, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if r.Status != 200 || strings.Contains(r.Body, "delete_all") || !strings.Contains(r.Body, `{"name":"search","inputSchema":{"type":"object"}}`) ||
+		!strings.Contains(r.Body, `{"name":"get_page","description":"a\\nb"}`) || !strings.Contains(r.Body, `"nextCursor":"c2"`) {
+		t.Errorf("JSON list = %d %s", r.Status, r.Body)
+	}
+	r = e.Do("POST", "/mcp/docs", routetest.With(h, "X-Test-Sse", "1"), `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if r.Status != 200 || strings.Contains(r.Body, "delete_all") || !strings.Contains(r.Body, `"name":"search"`) ||
+		!strings.HasPrefix(r.Body, "event: message\nid: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\nid: 2\ndata: {") {
+		t.Errorf("SSE list = %d %q", r.Status, r.Body)
 	}
 }

@@ -1,0 +1,237 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+)
+
+// maxAnswer bounds one JSON answer, or one SSE event, of a list cproxy
+// filters.
+const maxAnswer = 16 << 20
+
+// lists are the list methods whose answers are filtered: the result's
+// member holding the array, the member of each element that names it, and
+// the method whose policy decides it.
+var lists = map[string]struct{ member, name, method string }{
+	"tools/list":               {"tools", "name", "tools/call"},
+	"resources/list":           {"resources", "uri", "resources/read"},
+	"resources/templates/list": {"resourceTemplates", "uriTemplate", "resources/read"},
+	"prompts/list":             {"prompts", "name", "prompts/get"},
+}
+
+// listFilter keeps of a list's answer what the profile allows.
+type listFilter struct {
+	server, member, name, method string
+	prof                         *policy.Profile
+}
+
+func (f *listFilter) allows(name string) bool {
+	return f.prof.AskMCP(policy.MCPQuestion{Server: f.server, Method: f.method, Name: name}).Allow
+}
+
+// message filters one JSON-RPC message: a result holding the list's
+// member has the elements the profile does not allow taken out; any other
+// message is returned as it is. A message cproxy cannot read (not JSON,
+// a name twice) is an error.
+func (f *listFilter) message(data []byte) ([]byte, error) {
+	var m map[string]jsontext.Value
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	res, ok := m["result"]
+	if !ok {
+		return data, nil
+	}
+	var r map[string]jsontext.Value
+	if err := json.Unmarshal(res, &r); err != nil {
+		return nil, err
+	}
+	arr, ok := r[f.member]
+	if !ok {
+		return data, nil
+	}
+	var elems []jsontext.Value
+	if err := json.Unmarshal(arr, &elems); err != nil {
+		return nil, err
+	}
+	kept := elems[:0]
+	for _, e := range elems {
+		var named map[string]jsontext.Value
+		if err := json.Unmarshal(e, &named); err != nil {
+			return nil, err
+		}
+		var name string
+		if v, ok := named[f.name]; !ok || json.Unmarshal(v, &name) != nil {
+			continue
+		}
+		if f.allows(name) {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) == len(elems) {
+		return data, nil
+	}
+	if r[f.member], _ = json.Marshal(kept); r[f.member] == nil {
+		r[f.member] = jsontext.Value("[]")
+	}
+	if m["result"], ok = marshal(r); !ok {
+		return nil, io.ErrUnexpectedEOF
+	}
+	out, ok := marshal(m)
+	if !ok {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return out, nil
+}
+
+func marshal(v any) (jsontext.Value, bool) {
+	b, err := json.Marshal(v, json.Deterministic(true))
+	return b, err == nil
+}
+
+// filter rewrites a list's answer, a JSON body read whole or an SSE
+// stream event by event; an answer cproxy cannot read is refused.
+func (f *listFilter) filter(resp *http.Response) error {
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.Header.Get("Content-Encoding") != "" {
+		return routes.Refuse(routes.ErrUpstream, "the MCP server %s sent its list encoded (%s), which cproxy cannot filter", f.server, routes.Clip(resp.Header.Get("Content-Encoding"), 32))
+	}
+	switch ct {
+	case "application/json":
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+		resp.Body.Close()
+		if err != nil || len(body) > maxAnswer {
+			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's list answer could not be read whole (at most %d MiB)", f.server, maxAnswer>>20)
+		}
+		out, err := f.message(body)
+		if err != nil {
+			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's list answer is not JSON cproxy can read (one object, no name twice), so it is not passed on", f.server)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(out))
+		resp.ContentLength = int64(len(out))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+		return nil
+	case "text/event-stream":
+		resp.Body = &sseFilter{f: f, in: bufio.NewReaderSize(resp.Body, 64<<10), body: resp.Body}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+		return nil
+	}
+	return routes.Refuse(routes.ErrUpstream, "the MCP server %s answered a list as %s, which cproxy cannot filter", f.server, routes.Clip(ct, 64))
+}
+
+// sseFilter passes an SSE stream on one event at a time, each event's
+// data filtered as one JSON-RPC message.
+type sseFilter struct {
+	f    *listFilter
+	in   *bufio.Reader
+	body io.Closer
+	out  []byte // what is left of the event passed on
+	err  error
+}
+
+func (s *sseFilter) Close() error { return s.body.Close() }
+
+func (s *sseFilter) Read(p []byte) (int, error) {
+	for len(s.out) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		s.out, s.err = s.event()
+	}
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
+}
+
+// event reads one event (up to its blank line) and returns it as it is
+// passed on: its other fields as they were, its data lines, when they hold
+// a message, filtered into one.
+func (s *sseFilter) event() ([]byte, error) {
+	var fields, data []byte
+	hasData, size := false, 0
+	for {
+		line, err := s.in.ReadSlice('\n')
+		size += len(line)
+		if size > maxAnswer {
+			return nil, errEvent
+		}
+		if err == bufio.ErrBufferFull {
+			rest, err2 := s.readLong(line)
+			if err2 != nil {
+				return nil, err2
+			}
+			line, err = rest, nil
+		}
+		if err != nil {
+			if len(line) == 0 && len(fields) == 0 && !hasData {
+				return nil, err
+			}
+			if err != io.EOF {
+				return nil, err
+			}
+		}
+		trimmed := bytes.TrimRight(line, "\r\n")
+		if len(trimmed) == 0 {
+			break
+		}
+		if v, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
+			v = bytes.TrimPrefix(v, []byte(" "))
+			if hasData {
+				data = append(data, '\n')
+			}
+			data, hasData = append(data, v...), true
+		} else {
+			fields = append(append(fields, trimmed...), '\n')
+		}
+		if err == io.EOF {
+			break
+		}
+	}
+	out := fields
+	if hasData {
+		msg := data
+		if len(bytes.TrimSpace(data)) > 0 {
+			var err error
+			if msg, err = s.f.message(data); err != nil {
+				return nil, errEvent
+			}
+		}
+		for _, l := range bytes.Split(msg, []byte("\n")) {
+			out = append(append(append(out, "data: "...), l...), '\n')
+		}
+	}
+	return append(out, '\n'), nil
+}
+
+// readLong reads the rest of a line longer than the buffer.
+func (s *sseFilter) readLong(start []byte) ([]byte, error) {
+	line := append([]byte(nil), start...)
+	for {
+		more, err := s.in.ReadSlice('\n')
+		line = append(line, more...)
+		if len(line) > maxAnswer {
+			return nil, errEvent
+		}
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
+	}
+}
+
+// errEvent ends a list's stream whose event cproxy cannot read or is too
+// big: the stream is cut rather than passed on unfiltered.
+var errEvent = routes.Refuse(routes.ErrUpstream, "an event of the MCP server's list stream could not be read as one JSON-RPC message, so the stream ends")
