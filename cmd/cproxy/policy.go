@@ -123,14 +123,14 @@ func githubCommand(kind string, p policy.Problem) string {
 	return "::" + kind + " " + props + "::" + data.Replace(p.Message)
 }
 
-const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --pypi NAME[==VERSION] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
+const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --pypi NAME[==VERSION] | --go MODULE [--version V] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
 
 func policyExplainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
 		ArgsUsage: " ",
-		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package, --pypi or --relay.
+		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package, --pypi, --go or --relay.
 
 Examples:
 
@@ -149,6 +149,8 @@ Examples:
 			&cli.StringFlag{Name: "base", Usage: "with --api pulls:create: the pull request's base `BRANCH`"},
 			&cli.StringFlag{Name: "package", Usage: "ask about npm package `NAME[@VERSION]`"},
 			&cli.StringFlag{Name: "pypi", Usage: "ask about PyPI project `NAME[==VERSION]`, in any spelling of the name"},
+			&cli.StringFlag{Name: "go", Usage: "ask about Go module `MODULE` (its path as go names it, capitals and all)"},
+			&cli.StringFlag{Name: "version", Usage: "with --go: ask about the module's version `V` (v1.2.3, a pseudo-version)"},
 			&cli.StringFlag{Name: "relay", Usage: "ask about the config's relay `NAME`"},
 			&cli.StringFlag{Name: "method", Usage: "with --relay: the request's HTTP `METHOD`"},
 			&cli.StringFlag{Name: "path", Usage: "with --relay: the request's `PATH` under the relay's prefix"},
@@ -167,7 +169,7 @@ Examples:
 				sandbox: sandbox, profile: c.String("profile"), format: c.String("format"),
 				model: c.String("model"), repo: c.String("repo"), push: c.String("push"), del: c.Bool("delete"),
 				api: c.String("api"), head: c.String("head"), base: c.String("base"),
-				pkg: c.String("package"), pypi: c.String("pypi"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
+				pkg: c.String("package"), pypi: c.String("pypi"), gomod: c.String("go"), goVersion: c.String("version"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
 			}
 			// CPROXY_CONFIG in the environment gives way to --policy; the
 			// two flags together are a mistake.
@@ -212,6 +214,8 @@ type explainOptions struct {
 	head, base   string
 	pkg          string
 	pypi         string // NAME[==VERSION]
+	gomod        string // --go: a module path
+	goVersion    string // --version, with --go
 	relay        string
 	method, path string
 
@@ -385,14 +389,14 @@ func describeBudget(b policy.Budget) string {
 // checkQuestion refuses anything but one question with the flags that go with it.
 func (o explainOptions) checkQuestion() error {
 	asked := 0
-	for _, q := range []string{o.model, o.repo, o.pkg, o.pypi, o.relay} {
+	for _, q := range []string{o.model, o.repo, o.pkg, o.pypi, o.gomod, o.relay} {
 		if q != "" {
 			asked++
 		}
 	}
 	switch {
 	case asked != 1:
-		return fail(explainUsage, "ask one question: --model, --repo, --package, --pypi or --relay")
+		return fail(explainUsage, "ask one question: --model, --repo, --package, --pypi, --go or --relay")
 	case o.push != "" && o.repo == "":
 		return fail(explainUsage, "--push goes with --repo")
 	case o.api != "" && (o.repo == "" || o.push != ""):
@@ -407,6 +411,8 @@ func (o explainOptions) checkQuestion() error {
 		return fail(explainUsage, "--delete goes with --push REF")
 	case o.push != "" && !strings.HasPrefix(o.push, "refs/"):
 		return fail("name the full ref, e.g. refs/heads/"+o.push, "--push %q is not a full ref name", o.push)
+	case o.goVersion != "" && o.gomod == "":
+		return fail(explainUsage, "--version goes with --go")
 	case (o.method != "" || o.path != "") && o.relay == "":
 		return fail(explainUsage, "--method and --path go with --relay")
 	}
@@ -443,6 +449,8 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 	case o.pypi != "":
 		name, version, _ := strings.Cut(o.pypi, "==")
 		a = pr.AskPyPI(policy.PyPIQuestion{Name: name, Version: version})
+	case o.gomod != "":
+		a = pr.AskGo(policy.GoQuestion{Module: o.gomod, Version: o.goVersion})
 	case o.relay != "":
 		if relay == nil {
 			// Without the config, only the profile's relays.
