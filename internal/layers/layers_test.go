@@ -36,7 +36,7 @@ var mayImport = map[string][]string{
 	"routes/internal/memo": {},
 	"routes/admin":         {"routes", "client", "policy", "tokens"}, // the core's client; the core does not import it
 	"routes/builtin":       {"routes", "routes/..."},
-	"routes/routetest":     {"routes", "routes/admin", "routes/relay", "client", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
+	"routes/routetest":     {"routes", "routes/admin", "routes/relay", "routes/mcp", "client", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
 	"routes/internal/...":  routePackage,
 	// The GraphQL analysis of the GitHub API route: a library of the
 	// route's, standard library and gqlparser only.
