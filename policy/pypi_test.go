@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+
+	"pgregory.net/rapid"
 )
 
 const pypiPolicy = `[profile.web]
@@ -147,4 +150,40 @@ func TestPyPIPolicyProblems(t *testing.T) {
 			t.Errorf("%s\ngot  %s\nwant %s", c.src, got, c.want)
 		}
 	}
+}
+
+// No spelling of a project name gets past a rule: a name respelled in any
+// case, with any run of - _ . for each separator, is decided as the name is,
+// by packages and by deny alike.
+func TestPyPIRespellingDecidesTheSame(t *testing.T) {
+	pr := mustPolicy(t, pypiPolicy).Profiles["web"]
+	rapid.Check(t, func(t *rapid.T) {
+		words := rapid.SliceOfN(rapid.StringMatching(`[a-z0-9]{1,6}`), 1, 4).Draw(t, "words")
+		if rapid.Bool().Draw(t, "known") {
+			words = strings.Split(rapid.SampledFrom([]string{"requests", "django-foo", "django-rest-framework"}).Draw(t, "name"), "-")
+		}
+		name := strings.Join(words, "-")
+		var b strings.Builder
+		for i, w := range words {
+			if i > 0 {
+				b.WriteString(rapid.StringMatching(`[-_.]{1,3}`).Draw(t, "sep"))
+			}
+			for _, r := range w {
+				if rapid.Bool().Draw(t, "upper") {
+					r = unicode.ToUpper(r)
+				}
+				b.WriteRune(r)
+			}
+		}
+		spelled := b.String()
+		if got := NormalizePyPIName(spelled); got != name {
+			t.Fatalf("NormalizePyPIName(%q) = %q, want %q", spelled, got, name)
+		}
+		if a, b := pr.PyPIProject(spelled), pr.PyPIProject(name); a != b {
+			t.Fatalf("PyPIProject(%q) = %+v, but %q: %+v", spelled, a, name, b)
+		}
+		if a, b := pr.PyPIDeny(spelled, "2.1"), pr.PyPIDeny(name, "2.1"); a != b {
+			t.Fatalf("PyPIDeny(%q) = %+v, but %q: %+v", spelled, a, name, b)
+		}
+	})
 }
