@@ -51,6 +51,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			envCommand(),
 			execCommand(),
 			npmrcCommand(),
+			mcpConfigCommand(),
 			policyCommand(),
 			secretCommand(),
 			caCommand(),
