@@ -58,3 +58,13 @@ func TestMCPConfigProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestMCPUnknownInPolicy(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "policy.toml"), "[profile.default.mcp.dcos]\ntools = [\"*\"]\n")
+	_, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), "policy = \"policy.toml\"\n[mcp.docs]\nurl = \"https://mcp.example.com/mcp\"\n"))
+	want := "profile.default.mcp.dcos names no [mcp.dcos] in " + filepath.Join(dir, "cproxy.toml") + " (MCP servers there: docs)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}

@@ -196,11 +196,12 @@ func (c *Config) RelayValues() []string {
 
 // CheckPolicy finds what a policy file loaded on its own cannot know is
 // wrong: each relays entry of a profile that names no relay of the config,
-// a mistake that would otherwise silently allow nothing. LoadConfig runs it
+// and each MCP server table that names no [mcp.NAME] of it, a mistake that would otherwise silently allow nothing. LoadConfig runs it
 // on the policy it loads; a reload runs it on the new policy before putting
 // it in force. The problems are the policy file's.
 func (c *Config) CheckPolicy(p *policy.Policy) policy.Problems {
-	return p.CheckRelays(sortedKeys(c.Relays), c.configName())
+	probs := p.CheckRelays(sortedKeys(c.Relays), c.configName())
+	return append(probs, p.CheckMCP(sortedKeys(c.MCP), c.configName())...)
 }
 
 // configName is the config file for messages.

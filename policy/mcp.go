@@ -146,3 +146,29 @@ func (pr *Profile) validateMCP(d *decoder, pp path) {
 		checkGlobs(d, sp.key("prompts"), s.Prompts, nil)
 	}
 }
+
+// CheckMCP finds what a policy file loaded on its own cannot know is
+// wrong: each [profile.X.mcp.NAME] that names none of servers, the MCP
+// servers of the config called config, a mistake that would otherwise
+// silently allow nothing. The problems are the policy file's.
+func (p *Policy) CheckMCP(servers []string, config string) Problems {
+	ix := p.ix
+	if ix == nil { // a policy built in code
+		ix = newIndex("")
+	}
+	d := newDecoder(p.Path, ix)
+	for _, name := range sortedKeys(p.Profiles) {
+		for _, s := range sortedKeys(p.Profiles[name].MCP) {
+			if slices.Contains(servers, s) {
+				continue
+			}
+			known := "none"
+			if len(servers) > 0 {
+				known = strings.Join(servers, ", ")
+			}
+			d.atKey(keyPath("profile", name, "mcp", s), "profile.%s.mcp.%s names no [mcp.%s] in %s (MCP servers there: %s)", tomlKey(name), tomlKey(s), tomlKey(s), config, known)
+		}
+	}
+	sortProblems(d.probs)
+	return d.probs
+}
