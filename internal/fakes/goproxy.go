@@ -80,8 +80,17 @@ func NewGoProxy(opts GoProxyOptions) (*GoProxy, error) {
 	mux.Handle(base+"/", http.StripPrefix(base, db))
 	mux.HandleFunc("/", p.serveModule)
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		line := r.Method + " " + r.URL.EscapedPath()
+		switch a := r.Header.Get("Authorization"); {
+		case a == "":
+			line += " auth=none"
+		case opts.Token != "" && a == "Bearer "+opts.Token:
+			line += " auth=real"
+		default:
+			line += " auth=other"
+		}
 		p.mu.Lock()
-		p.reqs = append(p.reqs, r.Method+" "+r.URL.EscapedPath())
+		p.reqs = append(p.reqs, line)
 		p.mu.Unlock()
 		if opts.Token != "" && r.Header.Get("Authorization") != "Bearer "+opts.Token {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -103,7 +112,8 @@ func (p *GoProxy) Close() {
 	os.RemoveAll(p.dir)
 }
 
-// Requests are the requests the proxy received, "GET /PATH" as sent.
+// Requests are the requests the proxy received, "GET /PATH auth=A" with
+// the path as sent and A real (its Token), other or none.
 func (p *GoProxy) Requests() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
