@@ -151,7 +151,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Values["githubrest"] = rest
 			env.Values["githubrestseen"] = new(int)
 			env.Values["githubmutationsseen"] = new(int)
-			goProxy, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryGoProxy})
+			goProxy, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryGoProxy, Anonymous: true})
 			if err != nil {
 				return err
 			}
@@ -188,7 +188,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"FAKE_NPM":       npmReg.URL,
 				// The fake module proxy, its token, and its checksum
 				// database's key, for gomod_*.txt (GOSUMDB=$GOSUMDB_KEY).
-				"FAKE_GOPROXY":   goProxy.URL,
+				"FAKE_GOMOD":     goProxy.URL,
 				"CANARY_GOPROXY": canaryGoProxy,
 				"GOSUMDB_KEY":    goProxy.VerifierKey,
 				"CANARY_NPM":     canaryNPM,

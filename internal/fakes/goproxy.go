@@ -26,8 +26,11 @@ import (
 // GoProxyOptions configure a fake module proxy.
 type GoProxyOptions struct {
 	// Token, if set, is the only Bearer token the proxy accepts; every
-	// request without it gets a 401.
+	// request without it gets a 401, unless Anonymous.
 	Token string
+	// Anonymous serves requests with no Authorization too, as
+	// proxy.golang.org does; one with another credential still gets a 401.
+	Anonymous bool
 	// SumDB is the name of the checksum database it proxies under
 	// /sumdb/NAME/; empty: "sum.golang.org", as proxy.golang.org's.
 	SumDB string
@@ -92,7 +95,7 @@ func NewGoProxy(opts GoProxyOptions) (*GoProxy, error) {
 		p.mu.Lock()
 		p.reqs = append(p.reqs, line)
 		p.mu.Unlock()
-		if opts.Token != "" && r.Header.Get("Authorization") != "Bearer "+opts.Token {
+		if a := r.Header.Get("Authorization"); opts.Token != "" && a != "Bearer "+opts.Token && !(opts.Anonymous && a == "") {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}

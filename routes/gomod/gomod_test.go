@@ -159,8 +159,12 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(e.Logs.String(), "example.com/lib@v1.2.0") {
 		t.Errorf("no audit line names example.com/lib@v1.2.0:\n%s", e.Logs.String())
 	}
-	// Nothing of what was refused reached the upstream.
+	// Nothing of what was refused reached the upstream, and all that did
+	// carried the real credential.
 	for _, r := range p.Requests() {
+		if !strings.HasSuffix(r, " auth=real") {
+			t.Errorf("a request reached the upstream without the real credential: %s", r)
+		}
 		if strings.Contains(r, "v1.2.0.") || strings.Contains(r, "example.org") || strings.Contains(r, "sum.example.com") {
 			t.Errorf("refused request reached the upstream: %s", r)
 		}
