@@ -116,6 +116,12 @@ var UpstreamKinds = []UpstreamKind{
 		AppFrom: "github",
 	},
 	{
+		// A private module proxy (Athens, Artifactory) takes its token as
+		// a Bearer token; proxy.golang.org needs none.
+		Name: "gomod", Prefix: "/gomod/", URL: "https://proxy.golang.org", HeaderTimeout: 2 * time.Minute,
+		Missing: "no Go module proxy credential: Go module requests will be refused until it is set",
+	},
+	{
 		Name: "npm", Prefix: "/npm/", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
 		Missing: "no npm credential: npm requests will be refused until it is set",
 	},

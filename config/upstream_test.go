@@ -24,7 +24,7 @@ credential = "env:GITHUB_TOKEN"
 	_, probs := loadConfig("cproxy.toml", []byte(src), policy.ReadFile)
 	got := probs.Error()
 	want := strings.Join([]string{
-		`cproxy.toml:1:11: unknown key "pypi" in [upstream] (known upstreams: anthropic, github, githubapi, npm; for another service, add a [relay.pypi] table)`,
+		`cproxy.toml:1:11: unknown key "pypi" in [upstream] (known upstreams: anthropic, github, githubapi, gomod, npm; for another service, add a [relay.pypi] table)`,
 		`cproxy.toml:5:11: unknown key "githb" in [upstream] (did you mean "github"?)`,
 	}, "\n")
 	if got != want {

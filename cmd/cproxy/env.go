@@ -46,6 +46,7 @@ func sandboxEnvFlags() []cli.Flag {
 		&cli.StringFlag{Name: "npmrc", Usage: "set NPM_CONFIG_USERCONFIG to `PATH` (inside the sandbox), a file `cproxy npmrc` printed: how npm gets the token with --format sh, as a shell cannot export npm's token variable"},
 		&cli.BoolFlag{Name: "gh", Value: true, Usage: "send gh to cproxy's GitHub API route with GH_HOST and GH_ENTERPRISE_TOKEN when the proxy URL is cproxy's TLS listener (https://HOST[:PORT], no path); --gh=false leaves gh alone"},
 		&cli.StringFlag{Name: "gh-repo", Usage: "set GH_REPO to `OWNER/REPO` on cproxy's host, the repository gh's commands act on outside a checkout"},
+		&cli.BoolFlag{Name: "go", Value: true, Usage: "send go's module downloads to cproxy's Go modules route with GOPROXY when the proxy URL is cproxy's TLS listener (https://…): go sends a module proxy's credentials only over HTTPS; --go=false leaves go alone"},
 		&cli.StringFlag{Name: "ssl-cert-file", Usage: "set SSL_CERT_FILE to `PATH` (inside the sandbox), the file cproxy ca printed, which gh (and Go, curl, OpenSSL) then trusts in place of the system's certificates"},
 		adminFlag(),
 		configFlag(),
@@ -170,6 +171,10 @@ func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	goSet, err := goFlag(c, proxyURL)
+	if err != nil {
+		return nil, nil, err
+	}
 	if token == "" {
 		admin, err := newAdminClient(c)
 		if err != nil {
@@ -196,6 +201,7 @@ func sandboxEnv(c *cli.Context) (sandboxenv.Env, sandboxenv.GitConfigs, error) {
 		NPMUserConfig:   c.String("npmrc"),
 		GH:              gh,
 		GHRepo:          c.String("gh-repo"),
+		Go:              goSet,
 		SSLCertFile:     c.String("ssl-cert-file"),
 		Subscription:    sub,
 	})
@@ -311,6 +317,23 @@ func ghFlags(c *cli.Context, proxyURL string) (bool, error) {
 	}
 	if p := c.String("ssl-cert-file"); c.IsSet("ssl-cert-file") && (p == "" || strings.IndexByte(p, 0) >= 0) {
 		return false, fail("pass the path of the file cproxy ca printed, as the sandbox sees it", "invalid --ssl-cert-file %q", p)
+	}
+	return true, nil
+}
+
+// goFlag says whether go is set up: by default only when the proxy URL is
+// https (sandboxenv.GoProxy), as go refuses to send a plain http proxy
+// URL's credentials; asked for with --go, such a URL is an error that
+// says why.
+func goFlag(c *cli.Context, proxyURL string) (bool, error) {
+	if !c.Bool("go") {
+		return false, nil
+	}
+	if _, err := sandboxenv.GoProxy(proxyURL, "cpx_"); err != nil {
+		if given(c, "go") {
+			return false, fail("pass --proxy-url https://HOST:PORT, cproxy's TLS listener (listen.proxy_tls) as the sandbox reaches it (see docs/go-modules.md)", "go cannot be set up: %v", err)
+		}
+		return false, nil
 	}
 	return true, nil
 }

@@ -52,6 +52,8 @@ const (
 	canaryGitHub = "ghs_CANARYgithub0123456789abcdefghijklmnop"
 	// canaryNPM is the only token the fake npm registry accepts.
 	canaryNPM = "npm_CANARYnpm0123456789abcdefghijklmnopqrs"
+	// canaryGoProxy is a private module proxy's token.
+	canaryGoProxy = "gomod-CANARYgoproxy0123456789abcdefghijklm"
 	// A relay's credential source and a per-token value (relay.txt).
 	canaryHub = "hub_CANARYhub0123456789abcdefghijklmnopqrs"
 	canaryMod = "mod_CANARYmod0123456789abcdefghijklmnopqrs"
@@ -149,6 +151,13 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Values["githubrest"] = rest
 			env.Values["githubrestseen"] = new(int)
 			env.Values["githubmutationsseen"] = new(int)
+			goProxy, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryGoProxy, Anonymous: true})
+			if err != nil {
+				return err
+			}
+			env.Defer(goProxy.Close)
+			env.Values["goproxy"] = goProxy
+			env.Values["goproxyseen"] = new(int)
 			npmReg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: true})
 			env.Defer(npmReg.Close)
 			env.Values["npm"] = npmReg
@@ -177,6 +186,11 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				// The fake GitHub REST API, for github_api*.txt.
 				"FAKE_GITHUBAPI": rest.URL,
 				"FAKE_NPM":       npmReg.URL,
+				// The fake module proxy, its token, and its checksum
+				// database's key, for gomod_*.txt (GOSUMDB=$GOSUMDB_KEY).
+				"FAKE_GOMOD":     goProxy.URL,
+				"CANARY_GOPROXY": canaryGoProxy,
+				"GOSUMDB_KEY":    goProxy.VerifierKey,
 				"CANARY_NPM":     canaryNPM,
 				"FAKE_RELAY":     relay.URL,
 				"CANARY_HUB":     canaryHub,
@@ -239,6 +253,8 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"appmints":      cmdAppMints,
 			"randfile":      cmdRandFile,
 			"npmpkg":        cmdNPMPkg,
+			"gomodule":      cmdGoModule,
+			"gorequests":    cmdGoRequests,
 			"npmdeps":       cmdNPMDeps,
 			"npmadvisory":   cmdNPMAdvisory,
 			"fakedns":       cmdFakeDNS,
@@ -489,7 +505,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod}
+	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod, canaryGoProxy}
 	// The GitHub App's private key (a line of its PEM), and every token
 	// the fake App minted.
 	if app, ok := ts.Value("githubapp").(*fakes.GitHubApp); ok {
@@ -1312,5 +1328,38 @@ func cmdStoreChurn(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	if len(pruned) != n {
 		ts.Fatalf("pruned %d of %d tokens", len(pruned), n)
+	}
+}
+
+// gomodule PATH VERSION AGO|none: publish PATH@VERSION on the fake module
+// proxy, released AGO ("720h") before now or with no time, holding one
+// package at its root whose Hello says which module and version it is.
+func cmdGoModule(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: gomodule PATH VERSION AGO|none")
+	}
+	var t time.Time
+	if args[2] != "none" {
+		d, err := time.ParseDuration(args[2])
+		ts.Check(err)
+		t = time.Now().Add(-d)
+	}
+	elems := strings.Split(args[0], "/")
+	pkg := strings.ToLower(strings.NewReplacer("-", "", ".", "").Replace(elems[len(elems)-1]))
+	src := fmt.Sprintf("package %s\n\n// Hello says which module this is.\nfunc Hello() string { return %q }\n", pkg, "hello from "+args[0]+"@"+args[1])
+	ts.Check(ts.Value("goproxy").(*fakes.GoProxy).AddModule(args[0], args[1], t, map[string]string{pkg + ".go": src}))
+}
+
+// gorequests: print the requests the fake module proxy received since the
+// last gorequests, sorted, one "GET /PATH auth=real|other|none" a line.
+func cmdGoRequests(ts *testscript.TestScript, neg bool, args []string) {
+	reqs := ts.Value("goproxy").(*fakes.GoProxy).Requests()
+	seen := ts.Value("goproxyseen").(*int)
+	lines := slices.Clone(reqs[*seen:])
+	*seen = len(reqs)
+	sort.Strings(lines)
+	w := ts.Stdout()
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
 	}
 }

@@ -56,6 +56,8 @@ type Options struct {
 	GH          bool
 	GHRepo      string
 	SSLCertFile string
+	// Go sets go up (see GoProxy): ProxyURL must then be https.
+	Go bool
 	// Subscription, with ClaudeAuthOAuth, tells Claude Code about the
 	// subscription behind cproxy's setup-token upstream.
 	Subscription ClaudeSubscription
@@ -151,6 +153,13 @@ func sandboxVars(o Options) (Env, error) {
 		e = append(e, gh...)
 	} else if o.GHRepo != "" || o.SSLCertFile != "" {
 		return nil, fmt.Errorf("gh's repository and CA file cannot be combined with leaving gh out")
+	}
+	if o.Go {
+		g, err := sandboxGo(base, o.Token)
+		if err != nil {
+			return nil, err
+		}
+		e = append(e, g...)
 	}
 	return e, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/github"
 	"github.com/cproxy/cproxy/routes/githubapi"
+	"github.com/cproxy/cproxy/routes/gomod"
 	"github.com/cproxy/cproxy/routes/model"
 	"github.com/cproxy/cproxy/routes/npm"
 	"github.com/cproxy/cproxy/routes/relay"
@@ -27,6 +28,7 @@ var Kinds = Table{
 	github.Kind,
 	githubapi.Kind,
 	npm.Kind,
+	gomod.Kind,
 }
 
 // Prefixes are the registered routes' prefixes, which no relay may take.

@@ -1,0 +1,468 @@
+package gomod
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
+
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+const (
+	name   = "gomod"
+	prefix = "/gomod/"
+)
+
+// Kind is the Go modules route: the GOPROXY protocol under /gomod/, and
+// the checksum database the upstream proxies (sumdb.go).
+// go mod download of a large module graph asks for each module's .info,
+// .mod and .zip and the checksum database's lookups and tiles, some
+// thousands of requests at once: it must not meet a 429.
+var Kind = routes.Kind{Name: name, Prefix: prefix, Upstream: name, New: newRoute,
+	Limits: routes.Limits{Concurrent: 64, RequestsPerMinute: 6000}}
+
+// The most cproxy reads of an answer it must check: an @v/list holds a
+// line per version (a module with thousands of versions is some tens of
+// KiB), an .info or @latest a JSON object of a few fields.
+const (
+	maxListBytes = 1 << 20
+	maxInfoBytes = 64 << 10
+)
+
+// maxTimed is how many versions of one @v/list cproxy fetches the .info
+// time of under a min_release_age, the newest first: an older version
+// past it is hidden (fail closed), though go can still fetch it by its
+// exact version.
+const maxTimed = 256
+
+// timeFetchers is how many .info times one list fetches at once.
+const timeFetchers = 8
+
+// route forwards the GOPROXY requests of the modules a sandbox's policy
+// allows, hiding the versions it does not.
+type route struct {
+	fwd   *routes.Forwarder
+	now   func() time.Time
+	times *timeCache
+}
+
+func newRoute(env routes.Env) routes.Route {
+	s := &route{now: env.Now, times: &timeCache{m: map[string]time.Time{}}}
+	s.fwd = env.NewForwarder(name, prefix, setCredential, s.checkResponse)
+	return s
+}
+
+func (s *route) Name() string          { return name }
+func (s *route) Prefix() string        { return prefix }
+func (s *route) Limits() routes.Limits { return Kind.Limits }
+func (s *route) Close()                { s.fwd.Close() }
+
+// Sources is the proxy credential's source, when it has one.
+func (s *route) Sources() []routes.Source { return s.fwd.Sources("upstream.gomod.credential") }
+
+// WriteError writes a refusal as plain text, "cproxy: …": go prints the
+// first lines of a text/plain error answer after the status, so the
+// sandbox sees cproxy's reason.
+func (s *route) WriteError(w http.ResponseWriter, err error) int {
+	return routes.WritePlainError(w, err)
+}
+
+// setCredential sends the proxy credential, when one is configured, as a
+// Bearer token (what Athens, JFrog Artifactory and other private module
+// proxies take); proxy.golang.org needs none.
+func setCredential(h http.Header, cred secrets.Secret) {
+	if !cred.IsZero() {
+		h.Set("Authorization", "Bearer "+cred.Reveal())
+	}
+}
+
+// served is what checkResponse needs of a forwarded request.
+type served struct {
+	req     Request
+	sumdb   bool
+	prof    *policy.Profile
+	sandbox string
+	now     time.Time
+}
+
+type servedKey struct{}
+
+func (s *route) Serve(a *routes.Call) {
+	r := a.Request()
+	if r.Method != http.MethodGet {
+		a.Fail(routes.Refuse(routes.ErrForbidden, "the Go modules route serves GET only, not %s", routes.Clip(r.Method, 32)))
+		return
+	}
+	if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
+		a.Fail(routes.Refuse(routes.ErrBadRequest, "GET takes no body"))
+		return
+	}
+	r.Body, r.ContentLength = http.NoBody, 0
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		a.Fail(routes.Refuse(routes.ErrForbidden, "go sends no query string to a module proxy; cproxy does not forward one"))
+		return
+	}
+	rest := strings.TrimPrefix(r.URL.Path, prefix)
+	if strings.HasPrefix(rest, "sumdb/") {
+		s.serveSumDB(a, rest)
+		return
+	}
+	req, err := ParsePath(rest)
+	if err != nil {
+		a.Fail(routes.Refuse(routes.ErrForbidden, "%q is not a module proxy request cproxy serves: MODULE/@v/list, MODULE/@latest or MODULE/@v/VERSION.info, .mod or .zip, with a canonical version (v1.2.3, not a branch, commit or v1.2) spelt as go spells it", routes.Clip(rest, 128)))
+		return
+	}
+	a.SetTarget(req.Module)
+	if req.Version != "" {
+		a.SetVersion(req.Version)
+	}
+	sess := a.Session()
+	q := &question{req: req, sandbox: sess.Sandbox, now: s.now()}
+	a.AskAgain(q.decide)
+	rule, err := q.decide(sess.Profile)
+	if err == errNeedsTime {
+		// The release age is the .info Time: fetch it, then ask again.
+		var published time.Time
+		published, err = s.infoTime(r.Context(), req.Module, req.Version)
+		q.published = &published
+		rule, err = q.decideErr(sess.Profile, err)
+	}
+	a.SetRule(rule)
+	if err != nil {
+		a.Fail(err)
+		return
+	}
+	if req.Version == "" {
+		q.filtered = true
+	}
+	s.forward(a, served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}, routes.Target{Path: "/" + req.path()})
+}
+
+// forward sends the request to t, asking for an answer cproxy can read
+// (no compression, no validators: go sends neither, and what a list
+// holds depends on the policy and the clock as well as the upstream).
+func (s *route) forward(a *routes.Call, sv served, t routes.Target) {
+	r := a.Request()
+	r.Header = r.Header.Clone()
+	r.Header.Set("Accept-Encoding", "identity")
+	for _, h := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
+		r.Header.Del(h)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), servedKey{}, sv))
+	s.fwd.Forward(a, r, t)
+}
+
+// question is what Serve asks a profile about one request, kept so that
+// it can be asked again of another profile (a reload while it runs).
+type question struct {
+	req     Request
+	sandbox string
+	// published is a version's .info Time, once fetched.
+	published *time.Time
+	// filtered says that a list or @latest answer is being filtered for
+	// the profile asked first.
+	filtered bool
+	now      time.Time
+}
+
+// errNeedsTime is question.decide's answer about a version when the
+// profile's min_release_age needs its .info time and it has not been
+// fetched: Serve fetches it and asks again. Asked again of a new profile
+// (a reload) before forwarding, it refuses the request, which may be sent
+// again; so does a list being filtered for the profile before.
+var errNeedsTime = routes.Refuse(routes.ErrForbidden, "the policy's Go module version rules changed while the request was under way; send it again")
+
+func (q *question) decideErr(prof *policy.Profile, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return q.decide(prof)
+}
+
+// decide asks prof about the request (policy's AskGo) and words its
+// refusal for go: the module, or the version and why.
+func (q *question) decide(prof *policy.Profile) (string, error) {
+	ans := prof.AskGo(policy.GoQuestion{Module: q.req.Module, Version: q.req.Version, Published: q.published, Now: q.now})
+	if step, refused := ans.Refusal(); refused {
+		if step.Key == "go.modules" {
+			return ans.Rule, routes.Refuse(routes.ErrForbidden, "module %s is not allowed for sandbox %s (it is not in the policy's go.modules); do not retry", q.req.Module, q.sandbox)
+		}
+		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", q.req.Module, q.req.Version, q.sandbox, step.Reason)
+	}
+	switch {
+	case q.req.Version != "" && ans.Deferred():
+		return ans.Rule, errNeedsTime
+	case q.req.Version == "" && q.filtered && prof.HasGoVersionPolicy():
+		return ans.Rule, errNeedsTime
+	}
+	return ans.Rule, nil
+}
+
+// checkResponse checks each upstream answer: the proxy refusing cproxy's
+// own credential is the operator's problem (502); only a 200, a redirect
+// the core kept on cproxy and errors pass; a list is filtered and an
+// @latest answered for a visible version.
+func (s *route) checkResponse(resp *http.Response) error {
+	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
+		return err
+	}
+	sv, _ := resp.Request.Context().Value(servedKey{}).(served)
+	code := resp.StatusCode
+	switch {
+	case code >= 400:
+		return nil
+	case code >= 300 && code <= 399 && resp.Header.Get("Location") != "":
+		return nil // kept on cproxy by the forwarder's redirect map
+	case code != http.StatusOK:
+		return routes.Refuse(routes.ErrUpstream, "the module proxy %s answered %d; cproxy passes only 200, redirects and errors", resp.Request.URL.Host, code)
+	}
+	if sv.sumdb {
+		return nil
+	}
+	switch sv.req.Kind {
+	case KindList:
+		body, err := readAnswer(resp, maxListBytes, "the version list of "+sv.req.Module)
+		if err != nil {
+			return err
+		}
+		vs, err := s.visible(resp.Request.Context(), sv, body)
+		if err != nil {
+			return err
+		}
+		var b bytes.Buffer
+		for _, v := range vs {
+			b.WriteString(v + "\n")
+		}
+		replaceBody(resp, b.Bytes())
+	case KindLatest:
+		body, err := readAnswer(resp, maxInfoBytes, "the @latest answer for "+sv.req.Module)
+		if err != nil {
+			return err
+		}
+		body, err = s.latest(resp.Request.Context(), sv, body)
+		if err != nil {
+			return err
+		}
+		replaceBody(resp, body)
+	}
+	return nil
+}
+
+// readAnswer reads an answer cproxy must check, bounded, uncompressed.
+func readAnswer(resp *http.Response, limit int64, what string) ([]byte, error) {
+	if ce := strings.TrimSpace(resp.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, routes.Refuse(routes.ErrUpstream, "%s from %s came with Content-Encoding %q, which cproxy did not ask for", what, resp.Request.URL.Host, routes.Clip(ce, 32))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	resp.Body.Close()
+	if err != nil {
+		return nil, routes.Refuse(routes.ErrUpstream, "%s from %s could not be read", what, resp.Request.URL.Host)
+	}
+	if int64(len(b)) > limit {
+		return nil, routes.Refuse(routes.ErrUpstream, "%s from %s is over %d bytes", what, resp.Request.URL.Host, limit)
+	}
+	return b, nil
+}
+
+// replaceBody makes b the answer's body: its length, and no validators
+// of the upstream's bytes.
+func replaceBody(resp *http.Response, b []byte) {
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	resp.Header.Del("ETag")
+	resp.Header.Del("Last-Modified")
+	resp.Header.Del("Content-Encoding")
+}
+
+// visible is the versions of list sv's profile lets its sandbox see, in
+// the list's order: not denied and, under a min_release_age, with a .info
+// time old enough (fetched for the newest maxTimed; the rest are hidden).
+func (s *route) visible(ctx context.Context, sv served, list []byte) ([]string, error) {
+	mod, prof := sv.req.Module, sv.prof
+	vs := VisibleVersions(mod, list, func(v string) bool { return prof.GoDeny(mod, v).Allow })
+	if prof.Go.MinReleaseAge.Duration <= 0 {
+		return vs, nil
+	}
+	newest := slices.Clone(vs)
+	semver.Sort(newest)
+	slices.Reverse(newest)
+	if len(newest) > maxTimed {
+		newest = newest[:maxTimed]
+	}
+	times, err := s.infoTimes(ctx, mod, newest)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(vs, func(v string) bool {
+		t, ok := times[v]
+		return !ok || !prof.GoVersion(mod, v, t, sv.now).Allow
+	}), nil
+}
+
+// latest is the @latest answer go gets: the upstream's, byte for byte,
+// when its version is visible; else the .info of the newest visible
+// version of the list, as go's own query would pick it; else a refusal.
+func (s *route) latest(ctx context.Context, sv served, body []byte) ([]byte, error) {
+	mod, prof := sv.req.Module, sv.prof
+	var info infoJSON
+	why := "the module proxy's answer is not a version of it"
+	if json.Unmarshal(body, &info) == nil && module.Check(mod, info.Version) == nil {
+		d := prof.GoVersion(mod, info.Version, info.Time, sv.now)
+		if d.Allow {
+			return body, nil
+		}
+		why = fmt.Sprintf("its latest version, %s, is not: %s", info.Version, d.Reason)
+	}
+	list, err := s.get(ctx, Request{Module: mod, Kind: KindList}, maxListBytes)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := s.visible(ctx, sv, list)
+	if err != nil {
+		return nil, err
+	}
+	v := Newest(vs)
+	if v == "" {
+		return nil, routes.Refuse(routes.ErrForbidden, "no version of %s is allowed for sandbox %s: %s", mod, sv.sandbox, why)
+	}
+	return s.get(ctx, Request{Module: mod, Version: v, Kind: KindInfo}, maxInfoBytes)
+}
+
+// infoJSON is the .info (and @latest) answer's fields cproxy reads.
+type infoJSON struct {
+	Version string
+	Time    time.Time
+}
+
+// get fetches req from the upstream with the route's own request
+// (Forwarder.RoundTrip) and reads its 200 answer, bounded.
+func (s *route) get(ctx context.Context, req Request, limit int64) ([]byte, error) {
+	host := s.fwd.Upstream().URL.Host
+	what := req.describe()
+	resp, err := s.fwd.RoundTrip(ctx, http.MethodGet, routes.Target{Path: "/" + req.path()}, http.Header{"Accept-Encoding": {"identity"}}, nil)
+	if err != nil {
+		if routes.IsRefusal(err) {
+			return nil, err
+		}
+		return nil, routes.Refuse(routes.ErrUpstream, "the module proxy %s could not be reached for %s; try again later", host, what)
+	}
+	defer resp.Body.Close()
+	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusGone:
+		return nil, routes.Refuse(routes.ErrNotFound, "the module proxy %s has no %s", host, what)
+	default:
+		return nil, routes.Refuse(routes.ErrUpstream, "the module proxy %s answered %d for %s, which cproxy needs to check the policy", host, resp.StatusCode, what)
+	}
+	return readAnswer(resp, limit, what)
+}
+
+// describe names the request in messages: "the version list of M",
+// "the .info of M@V".
+func (r Request) describe() string {
+	switch r.Kind {
+	case KindList:
+		return "the version list of " + r.Module
+	case KindLatest:
+		return "the @latest of " + r.Module
+	}
+	return "the ." + r.Kind + " of " + r.Module + "@" + r.Version
+}
+
+// infoTime is the .info Time of mod@version: zero when the upstream gives
+// none, which the policy takes as too new.
+func (s *route) infoTime(ctx context.Context, mod, version string) (time.Time, error) {
+	if t, ok := s.times.get(mod, version); ok {
+		return t, nil
+	}
+	body, err := s.get(ctx, Request{Module: mod, Version: version, Kind: KindInfo}, maxInfoBytes)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var info infoJSON
+	if err := json.Unmarshal(body, &info); err != nil || info.Version != version {
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the module proxy %s's .info for %s@%s is not one cproxy can read", s.fwd.Upstream().URL.Host, mod, version)
+	}
+	s.times.put(mod, version, info.Time)
+	return info.Time, nil
+}
+
+// infoTimes fetches the .info times of versions of mod, timeFetchers at a
+// time; a version whose .info cannot be had is left out (hidden).
+func (s *route) infoTimes(ctx context.Context, mod string, versions []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time, len(versions))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, timeFetchers)
+	var firstErr error
+	for _, v := range versions {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t, err := s.infoTime(ctx, mod, v)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				out[v] = t
+			case firstErr == nil && !errors.Is(err, routes.ErrNotFound):
+				firstErr = err
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+// timeCache keeps the .info times cproxy has read: a module proxy's
+// version never changes once served, nor does its time. A time that is
+// zero is not kept (it may be filled in later). Bounded: when full, it
+// starts again.
+type timeCache struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+const maxCachedTimes = 1 << 16
+
+func (c *timeCache) get(mod, version string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.m[mod+"@"+version]
+	return t, ok
+}
+
+func (c *timeCache) put(mod, version string, t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxCachedTimes {
+		clear(c.m)
+	}
+	c.m[mod+"@"+version] = t
+}
