@@ -13,6 +13,7 @@ import (
 	"github.com/cproxy/cproxy/routes/githubapi"
 	"github.com/cproxy/cproxy/routes/model"
 	"github.com/cproxy/cproxy/routes/npm"
+	"github.com/cproxy/cproxy/routes/pypi"
 	"github.com/cproxy/cproxy/routes/relay"
 )
 
@@ -27,6 +28,7 @@ var Kinds = Table{
 	github.Kind,
 	githubapi.Kind,
 	npm.Kind,
+	pypi.Kind,
 }
 
 // Prefixes are the registered routes' prefixes, which no relay may take.
