@@ -128,7 +128,9 @@ func (s *route) Close() {
 
 // WriteError writes a refusal as plain text: pip and uv show the status,
 // curl and a person the words.
-func (s *route) WriteError(w http.ResponseWriter, err error) int { return routes.WritePlainError(w, err) }
+func (s *route) WriteError(w http.ResponseWriter, err error) int {
+	return routes.WritePlainError(w, err)
+}
 
 // Sources is the index credential's source, when it has one.
 func (s *route) Sources() []routes.Source { return s.index.Sources("upstream.pypi.credential") }
