@@ -287,7 +287,7 @@ func (p *PyPIIndex) jsonPage(name string, files []*pypiFile) []byte {
 		Hashes         map[string]string `json:"hashes"`
 		RequiresPython string            `json:"requires-python,omitempty"`
 		CoreMetadata   any               `json:"core-metadata,omitempty"`
-		DistInfo       any               `json:"dist-info-metadata,omitempty"`
+		DistInfo       any               `json:"data-dist-info-metadata,omitempty"`
 		Yanked         any               `json:"yanked"`
 		Size           int               `json:"size"`
 		UploadTime     string            `json:"upload-time,omitempty"`
