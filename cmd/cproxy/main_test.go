@@ -189,9 +189,9 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"FAKE_PYPI":       pypiIndex.URL,
 				"FAKE_PYPI_FILES": pypiIndex.FilesURL,
 				"CANARY_PYPI":     canaryPyPI,
-				"FAKE_RELAY":     relay.URL,
-				"CANARY_HUB":     canaryHub,
-				"CANARY_MOD":     canaryMod,
+				"FAKE_RELAY":      relay.URL,
+				"CANARY_HUB":      canaryHub,
+				"CANARY_MOD":      canaryMod,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
