@@ -151,7 +151,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Values["githubrest"] = rest
 			env.Values["githubrestseen"] = new(int)
 			env.Values["githubmutationsseen"] = new(int)
-			pypiIndex := fakes.NewPyPIIndex(fakes.PyPIIndexOptions{Credential: canaryPyPI})
+			pypiIndex := fakes.NewPyPIIndex(fakes.PyPIIndexOptions{Credential: canaryPyPI, Anonymous: true})
 			env.Defer(pypiIndex.Close)
 			env.Values["pypi"] = pypiIndex
 			env.Values["pypiseen"] = new(int)

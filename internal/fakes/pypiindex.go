@@ -23,9 +23,13 @@ import (
 // PyPIIndexOptions configure a fake PyPI index.
 type PyPIIndexOptions struct {
 	// Credential, if set, is the only Basic USER:PASSWORD the index pages
-	// accept; every page request without it gets a 401. The files host asks
-	// for none, as files.pythonhosted.org does.
+	// accept; a request with another credential gets a 401, and so does one
+	// with none unless Anonymous is set. The files host asks for none, as
+	// files.pythonhosted.org does.
 	Credential string
+	// Anonymous lets requests without a credential through, as PyPI
+	// does.
+	Anonymous bool
 	// HTMLOnly makes the index serve PEP 503 HTML alone, as an older
 	// private index does: no JSON form, so no upload times.
 	HTMLOnly bool
@@ -243,7 +247,7 @@ func (p *PyPIIndex) FileSHA256(project, name string) string {
 
 func (p *PyPIIndex) serveIndex(w http.ResponseWriter, r *http.Request) {
 	p.record("index", r)
-	if p.opts.Credential != "" {
+	if p.opts.Credential != "" && (r.Header.Get("Authorization") != "" || !p.opts.Anonymous) {
 		user, pass, ok := r.BasicAuth()
 		if !ok || user+":"+pass != p.opts.Credential {
 			w.Header().Set("WWW-Authenticate", `Basic realm="fake pypi"`)
