@@ -391,7 +391,7 @@ credentials = "env:X"
 			`cproxy.toml:1:1: unknown key "polcy" (did you mean "policy"?)`,
 			`cproxy.toml:3:1: unknown key "addr" in [listen] (known keys: admin, body_timeout, ca_dir, drain, proxy, proxy_tls, public_url, ready_file, sandbox_sockets, tls_cert, tls_key)`,
 			`cproxy.toml:5:1: unknown key "credentials" in [upstream.anthropic] (did you mean "credential"?)`,
-			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known upstreams: anthropic, github, githubapi, gomod, npm; for another service, add a [relay.gitlab] table)`,
+			`cproxy.toml:6:11: unknown key "gitlab" in [upstream] (known upstreams: anthropic, github, githubapi, gomod, npm, pypi; for another service, add a [relay.gitlab] table)`,
 			`cproxy.toml:7:3: unknown key "sandbox" (profiles and [[sandbox]] rules go in the policy file that policy = "…" names)`,
 		}},
 	}

@@ -81,7 +81,7 @@ func TestRelayConfigProblems(t *testing.T) {
 		{"no prefix", "[relay.mod]\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:1:1: relay.mod: missing prefix, the path on the proxy listener (e.g. prefix = "/mod/")`},
 		{"deep prefix", "[relay.mod]\nprefix = \"/a/b/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:2:10: relay.mod.prefix: "/a/b/" is not one path segment between slashes`},
 		{"own route", "[relay.x]\nprefix = \"/github/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:2:10: relay.x.prefix: "/github/" is one of cproxy's own routes`},
-		{"probe path", "[relay.x]\nprefix = \"/readyz/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:2:10: relay.x.prefix: "/readyz/" is one of cproxy's own routes (/v1/, /github/, /api/, /gomod/, /npm/, /mcp/, /healthz/, /readyz/, /-/)`},
+		{"probe path", "[relay.x]\nprefix = \"/readyz/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:2:10: relay.x.prefix: "/readyz/" is one of cproxy's own routes (/v1/, /github/, /api/, /gomod/, /npm/, /pypi/, /mcp/, /healthz/, /readyz/, /-/)`},
 		{"same prefix", "[relay.a]\nprefix = \"/m/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n[relay.b]\nprefix = \"/m/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `cproxy.toml:7:10: relay.b.prefix: "/m/" is relay.a's prefix already`},
 		{"no methods, no paths", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\n", "relay.mod: needs methods"},
 		{"bad path", "[relay.mod]\nprefix = \"/mod/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a/../b\"]\n", `relay.mod.paths: "a/../b" has a ".." segment`},

@@ -52,6 +52,12 @@ type Upstream struct {
 	// AppAPI (https://api.github.com; https://HOST/api/v3 for GitHub
 	// Enterprise Server).
 	APIURL string `toml:"api_url"`
+	// FilesURL is the host the upstream's answers point at for what they
+	// list (PyPI's index names distribution files on
+	// https://files.pythonhosted.org/): the route fetches them there.
+	// Default: its kind's FilesURL; only for a kind that has one. The
+	// credential goes there only when it is on url's scheme, host and port.
+	FilesURL string `toml:"files_url"`
 	// sharesApp, set by impliedCredential, says the upstream shares the
 	// GitHub App of its kind's AppFrom (SharesApp).
 	sharesApp bool
@@ -64,6 +70,8 @@ func (u *Upstream) App() bool { return u.AppID != 0 }
 const (
 	AuthAPIKey = "api-key" // the credential is an API key, sent as x-api-key
 	AuthOAuth  = "oauth"   // the credential is a Claude OAuth (setup-)token, sent as Authorization: Bearer
+	AuthBasic  = "basic"   // the credential is USER:PASSWORD (or a token, user __token__), sent as Authorization: Basic
+	AuthBearer = "bearer"  // the credential is a token, sent as Authorization: Bearer
 )
 
 // An UpstreamKind is what cproxy knows of one [upstream.NAME]: its
@@ -93,6 +101,10 @@ type UpstreamKind struct {
 	// kind has one and this one's credential is not set: its requests
 	// then carry that App's installation tokens. "": none.
 	AppFrom string
+	// FilesURL is files_url's default for a kind whose answers point at a
+	// second host of the upstream (PyPI's files host); "" for a kind that
+	// has none, which refuses the key.
+	FilesURL string
 }
 
 // UpstreamKinds are the upstreams cproxy knows, one per route that forwards
@@ -125,13 +137,19 @@ var UpstreamKinds = []UpstreamKind{
 		Name: "npm", Prefix: "/npm/", URL: "https://registry.npmjs.org", HeaderTimeout: 2 * time.Minute,
 		Missing: "no npm credential: npm requests will be refused until it is set",
 	},
+	{
+		Name: "pypi", Prefix: "/pypi/", URL: "https://pypi.org/simple/", HeaderTimeout: 2 * time.Minute,
+		Missing:  "no PyPI index credential: PyPI requests will be refused until it is set",
+		Auths:    []string{AuthBasic, AuthBearer},
+		FilesURL: "https://files.pythonhosted.org/",
+	},
 }
 
 // defaultUpstreams are the [upstream.*] tables of Default: one per kind.
 func defaultUpstreams() map[string]*Upstream {
 	ups := make(map[string]*Upstream, len(UpstreamKinds))
 	for _, k := range UpstreamKinds {
-		u := &Upstream{URL: k.URL, Credential: k.Credential, HeaderTimeout: Duration{k.HeaderTimeout}, APIURL: k.AppAPI}
+		u := &Upstream{URL: k.URL, Credential: k.Credential, HeaderTimeout: Duration{k.HeaderTimeout}, APIURL: k.AppAPI, FilesURL: k.FilesURL}
 		if len(k.Auths) > 0 {
 			u.Auth = k.Auths[0]
 		}
@@ -201,6 +219,13 @@ func (c *Config) validateUpstreams(f *policy.File) {
 		checkPositive(f, key.Dot("header_timeout"), u.HeaderTimeout, shortDuration(k.HeaderTimeout))
 		checkLimits(f, key, u.Concurrent, u.RequestsPerMinute)
 		c.validateApp(f, k)
+		switch {
+		case k.FilesURL != "":
+			checkURL(f, key.Dot("files_url"), u.FilesURL, k.FilesURL)
+		case u.FilesURL != "":
+			f.AtKey(key.Dot("files_url"), "%s: %s has no files host (files_url is for %s): remove it", key.Dot("files_url"), key,
+				orList(upstreamNames(func(k UpstreamKind) bool { return k.FilesURL != "" }), false))
+		}
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // with the kinds there are and where another service goes; a near miss is
 // taken for the kind it misspells. Nothing else is said about its keys.
 func TestUnknownUpstream(t *testing.T) {
-	src := `[upstream.pypi]
+	src := `[upstream.gitlab]
 url = "not a url"
 credential = "SECRET"
 
@@ -24,7 +24,7 @@ credential = "env:GITHUB_TOKEN"
 	_, probs := loadConfig("cproxy.toml", []byte(src), policy.ReadFile)
 	got := probs.Error()
 	want := strings.Join([]string{
-		`cproxy.toml:1:11: unknown key "pypi" in [upstream] (known upstreams: anthropic, github, githubapi, gomod, npm; for another service, add a [relay.pypi] table)`,
+		`cproxy.toml:1:11: unknown key "gitlab" in [upstream] (known upstreams: anthropic, github, githubapi, gomod, npm, pypi; for another service, add a [relay.gitlab] table)`,
 		`cproxy.toml:5:11: unknown key "githb" in [upstream] (did you mean "github"?)`,
 	}, "\n")
 	if got != want {
@@ -83,7 +83,7 @@ func TestUpstreamCredentialFilePaths(t *testing.T) {
 // Only a kind with auth modes takes auth.
 func TestUpstreamAuthOnlyWhereItMeansSomething(t *testing.T) {
 	_, probs := loadConfig("cproxy.toml", []byte("[upstream.github]\nauth = \"oauth\"\n"), policy.ReadFile)
-	want := `cproxy.toml:2:1: upstream.github.auth: upstream.github has no auth modes (auth is for upstream.anthropic): remove it`
+	want := `cproxy.toml:2:1: upstream.github.auth: upstream.github has no auth modes (auth is for upstream.anthropic or upstream.pypi): remove it`
 	if got := probs.Error(); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
 	}

@@ -40,6 +40,9 @@ func (c *Config) Warnings() []Warning {
 		if u.App() {
 			ws = appendPlainHTTP(ws, "upstream."+k.Name+".api_url", u.APIURL, true)
 		}
+		if k.FilesURL != "" {
+			ws = appendPlainHTTP(ws, "upstream."+k.Name+".files_url", u.FilesURL, u.Credential != "")
+		}
 	}
 	for _, name := range sortedKeys(c.Relays) {
 		r, secret := c.Relays[name], false

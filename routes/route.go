@@ -128,6 +128,34 @@ func (env Env) NewForwarder(name, prefix string, setCredential func(http.Header,
 	return f
 }
 
+// FilesForwarder is NewForwarder for the upstream's files host
+// (Upstream.Files), with the same credential when the files host is on the
+// upstream's own scheme, host and port, and none otherwise: an index's
+// credential never goes to another host. Its redirects are refused, not
+// mapped: a file's place on the route names its project, which a redirect
+// of the files host does not. Nil when the upstream has no files host.
+func (env Env) FilesForwarder(setCredential func(http.Header, secrets.Secret), checkResponse func(*http.Response) error) *Forwarder {
+	files := env.Upstream
+	if files.Files == nil {
+		return nil
+	}
+	files.URL, files.Files = env.Upstream.Files, nil
+	if !sameOrigin(env.Upstream.URL, files.URL) {
+		files.Credential, files.Live, files.Missing, files.App = secrets.Secret{}, nil, "", nil
+	}
+	f := NewForwarder(files, setCredential, func(resp *http.Response) error {
+		if resp.StatusCode >= 300 && resp.StatusCode <= 399 && resp.Header.Get("Location") != "" {
+			return Refuse(ErrUpstream, "the files host %s answered with a redirect (%d), which cproxy does not follow or pass", files.URL.Host, resp.StatusCode)
+		}
+		if checkResponse != nil {
+			return checkResponse(resp)
+		}
+		return nil
+	})
+	f.proxy.ErrorLog = slog.NewLogLogger(env.Log.Handler(), slog.LevelWarn)
+	return f
+}
+
 // unserved is a registered route whose upstream the config gives no URL.
 type unserved struct{ name, prefix, upstream string }
 

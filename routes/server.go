@@ -57,6 +57,11 @@ type Upstream struct {
 	// minted for each request (Env.AppTokens), in place of Credential and
 	// Live, which are then unset. Nil: no App.
 	App *App
+	// Files, when not nil, is a second host of the upstream that its
+	// answers point at (PyPI's index lists files on its files host), which
+	// the route reaches through Env.FilesForwarder. The credential goes
+	// there only when Files has URL's scheme, host and port. Nil: none.
+	Files *url.URL
 }
 
 // App is a GitHub App as the config gives it ([upstream.github]'s app_id,

@@ -928,6 +928,9 @@ func (r *docRun) normalize(ts *testscript.TestScript, out string) string {
 		if v := ts.Getenv("FAKE_" + strings.ToUpper(k.Name)); v != "" {
 			out = strings.ReplaceAll(out, v, k.URL)
 		}
+		if v := ts.Getenv("FAKE_" + strings.ToUpper(k.Name) + "_FILES"); v != "" && k.FilesURL != "" {
+			out = strings.ReplaceAll(out, v, k.FilesURL)
+		}
 	}
 	if where := ts.Getenv("PG_WHERE"); where != "" {
 		out = strings.ReplaceAll(out, where, "db.internal:5432/cproxy")
@@ -1032,6 +1035,9 @@ func docListenerAddr(addr string) string {
 func docFakes(cfg *config.Config) error {
 	for _, k := range config.UpstreamKinds {
 		cfg.Upstream[k.Name].URL = os.Getenv("FAKE_" + strings.ToUpper(k.Name))
+		if k.FilesURL != "" {
+			cfg.Upstream[k.Name].FilesURL = os.Getenv("FAKE_" + strings.ToUpper(k.Name) + "_FILES")
+		}
 	}
 	for name, relay := range cfg.Relays {
 		u, err := url.Parse(relay.URL)
@@ -1048,7 +1054,7 @@ func docFakes(cfg *config.Config) error {
 		}
 	}
 	for name, up := range cfg.Upstream {
-		if !strings.HasPrefix(up.URL, "http://127.0.0.1:") {
+		if !strings.HasPrefix(up.URL, "http://127.0.0.1:") || up.FilesURL != "" && !strings.HasPrefix(up.FilesURL, "http://127.0.0.1:") {
 			return errors.New("doc examples: upstream." + name + " is not a loopback fake: " + up.URL)
 		}
 	}

@@ -54,6 +54,8 @@ const (
 	canaryNPM = "npm_CANARYnpm0123456789abcdefghijklmnopqrs"
 	// canaryGoProxy is a private module proxy's token.
 	canaryGoProxy = "gomod-CANARYgoproxy0123456789abcdefghijklm"
+	// canaryPyPI is the only USER:PASSWORD the fake PyPI index accepts.
+	canaryPyPI = "cproxy-ci:pypi-CANARYpypi0123456789abcdefghijk"
 	// A relay's credential source and a per-token value (relay.txt).
 	canaryHub = "hub_CANARYhub0123456789abcdefghijklmnopqrs"
 	canaryMod = "mod_CANARYmod0123456789abcdefghijklmnopqrs"
@@ -158,6 +160,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Defer(goProxy.Close)
 			env.Values["goproxy"] = goProxy
 			env.Values["goproxyseen"] = new(int)
+			pypiIndex := fakes.NewPyPIIndex(fakes.PyPIIndexOptions{Credential: canaryPyPI, Anonymous: true})
+			env.Defer(pypiIndex.Close)
+			env.Values["pypi"] = pypiIndex
+			env.Values["pypiseen"] = new(int)
 			npmReg := fakes.NewNPMRegistry(fakes.NPMRegistryOptions{Token: canaryNPM, Gzip: true})
 			env.Defer(npmReg.Close)
 			env.Values["npm"] = npmReg
@@ -192,9 +198,14 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"CANARY_GOPROXY": canaryGoProxy,
 				"GOSUMDB_KEY":    goProxy.VerifierKey,
 				"CANARY_NPM":     canaryNPM,
-				"FAKE_RELAY":     relay.URL,
-				"CANARY_HUB":     canaryHub,
-				"CANARY_MOD":     canaryMod,
+				// The fake PyPI index, its files host and its credential,
+				// for pypi_*.txt.
+				"FAKE_PYPI":       pypiIndex.URL,
+				"FAKE_PYPI_FILES": pypiIndex.FilesURL,
+				"CANARY_PYPI":     canaryPyPI,
+				"FAKE_RELAY":      relay.URL,
+				"CANARY_HUB":      canaryHub,
+				"CANARY_MOD":      canaryMod,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -255,6 +266,9 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"npmpkg":        cmdNPMPkg,
 			"gomodule":      cmdGoModule,
 			"gorequests":    cmdGoRequests,
+			"pypipkg":       cmdPyPIPkg,
+			"pypisha":       cmdPyPISHA,
+			"pypirequests":  cmdPyPIRequests,
 			"npmdeps":       cmdNPMDeps,
 			"npmadvisory":   cmdNPMAdvisory,
 			"fakedns":       cmdFakeDNS,
@@ -505,7 +519,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod, canaryGoProxy}
+	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod, canaryGoProxy, canaryPyPI, strings.SplitN(canaryPyPI, ":", 2)[1]}
 	// The GitHub App's private key (a line of its PEM), and every token
 	// the fake App minted.
 	if app, ok := ts.Value("githubapp").(*fakes.GitHubApp); ok {
@@ -534,7 +548,8 @@ func cmdNeedClaude(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("CLAUDE", path)
 }
 
-// condition answers [claude], [git], [npm], [gh], [pnpm], [yarn], [tsc], [tmux],
+// condition answers [claude], [git], [npm], [gh], [pip] (Debian's Python
+// with venv and its pip), [pnpm], [yarn], [tsc], [tmux],
 // [dash], [zsh] and [fish]: whether that client or shell is installed,
 // [pg]: whether a PostgreSQL server is there (CPROXY_TEST_PG_DSN), and
 // [root]: whether the tests run as root, as CI does. In CI a missing one is
@@ -552,6 +567,8 @@ func condition(cond string) (bool, error) {
 		found, install = os.Getenv("CPROXY_TEST_TSC") != "", ".ci/test installs typescript and sets CPROXY_TEST_TSC"
 	case "pg":
 		found, install = os.Getenv("CPROXY_TEST_PG_DSN") != "", "install PostgreSQL (apt-get install postgresql) and run bash .ci/test, which starts a throwaway server and sets CPROXY_TEST_PG_DSN"
+	case "pip":
+		found, install = exec.Command(debianPython, "-c", "import ensurepip, venv").Run() == nil, "apt-get install python3-venv python3-pip, or run the tests through .ci/run, which installs them"
 	case "root":
 		if uid := os.Geteuid(); uid != 0 && os.Getenv("CI") == "true" {
 			return false, fmt.Errorf("the tests run as uid %d: CI runs them as root", uid)
@@ -568,6 +585,10 @@ func condition(cond string) (bool, error) {
 	}
 	return found, nil
 }
+
+// debianPython is Debian's Python, whose venv module brings Debian's pip
+// into a venv (python3-venv): the pip the PyPI scripts run.
+const debianPython = "/usr/bin/python3"
 
 // installHint says how to install a client that comes from Debian's
 // packages (.ci/clients lists them; .ci/run installs them).
@@ -921,6 +942,85 @@ func cmdRandFile(ts *testscript.TestScript, neg bool, args []string) {
 	b := make([]byte, n)
 	rand.Read(b)
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o644))
+}
+
+// pypipkg [-sdist] [-age AGO|none] PROJECT VERSION [REQUIREMENT...]:
+// publish a wheel (or with -sdist a source distribution) of PROJECT at
+// VERSION on the fake PyPI index, uploaded AGO ago (a duration; default
+// 720h) or with no upload time (none), requiring each REQUIREMENT.
+func cmdPyPIPkg(ts *testscript.TestScript, neg bool, args []string) {
+	sdist, uploaded := false, time.Now().Add(-720*time.Hour)
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		switch {
+		case args[0] == "-sdist":
+			sdist, args = true, args[1:]
+		case args[0] == "-age" && len(args) > 1:
+			uploaded = time.Time{}
+			if args[1] != "none" {
+				d, err := time.ParseDuration(args[1])
+				ts.Check(err)
+				uploaded = time.Now().Add(-d)
+			}
+			args = args[2:]
+		default:
+			ts.Fatalf("pypipkg: unknown flag %s", args[0])
+		}
+	}
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: pypipkg [-sdist] [-age AGO|none] PROJECT VERSION [REQUIREMENT...]")
+	}
+	idx := ts.Value("pypi").(*fakes.PyPIIndex)
+	if sdist {
+		ts.Check(idx.AddSdist(args[0], args[1], uploaded, args[2:]...))
+		return
+	}
+	ts.Check(idx.AddWheel(args[0], args[1], uploaded, args[2:]...))
+}
+
+// pypisha PROJECT FILENAME: print the sha256 of one of PROJECT's files on
+// the fake index, as a lock made outside the sandbox holds it.
+func cmdPyPISHA(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: pypisha PROJECT FILENAME")
+	}
+	sum := ts.Value("pypi").(*fakes.PyPIIndex).FileSHA256(args[0], args[1])
+	if sum == "" {
+		ts.Fatalf("pypisha: the index has no file %s of %s", args[1], args[0])
+	}
+	fmt.Fprintln(ts.Stdout(), sum)
+}
+
+// pypirequests: print the requests the fake PyPI index and its files host
+// received since the last call, sorted, one a line: HOST PATH auth=real
+// (the index's credential), auth=none or auth=other. The files host's
+// content-addressed folders are shown as "…". It fails the script if a
+// request carried a sandbox token.
+func cmdPyPIRequests(ts *testscript.TestScript, neg bool, args []string) {
+	idx := ts.Value("pypi").(*fakes.PyPIIndex)
+	seen := ts.Value("pypiseen").(*int)
+	reqs := idx.Requests()
+	var lines []string
+	for _, r := range reqs[*seen:] {
+		noSandboxToken(ts, "the PyPI index", http.Header{"Authorization": {r.Authorization}})
+		path := r.Path
+		if rest, ok := strings.CutPrefix(path, "/packages/"); ok {
+			path = "/packages/…/" + rest[strings.LastIndexByte(rest, '/')+1:]
+		}
+		auth := "auth=other"
+		switch r.Authorization {
+		case "Basic " + base64.StdEncoding.EncodeToString([]byte(canaryPyPI)):
+			auth = "auth=real"
+		case "":
+			auth = "auth=none"
+		}
+		lines = append(lines, r.Host+" "+path+" "+auth)
+	}
+	*seen = len(reqs)
+	sort.Strings(lines)
+	w := ts.Stdout()
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
 }
 
 // npmpkg NAME VERSION...: publish versions of NAME on the fake registry.

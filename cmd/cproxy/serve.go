@@ -255,6 +255,11 @@ func loadUpstream(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, 
 	}
 	up := routes.Upstream{URL: u, Auth: c.Auth, HeaderTimeout: c.HeaderTimeout.Duration,
 		Limits: routes.Limits{Concurrent: c.Concurrent, RequestsPerMinute: c.RequestsPerMinute}}
+	if c.FilesURL != "" {
+		if up.Files, err = url.Parse(c.FilesURL); err != nil {
+			return routes.Upstream{}, fail("", "upstream.%s.files_url: %v", name, err)
+		}
+	}
 	if c.App() {
 		return loadApp(cfg, loader, log, name, up)
 	}

@@ -49,6 +49,7 @@ type Options struct {
 	NoGit           bool
 	NoNPM           bool   // leave npm's settings out
 	NPMUserConfig   string // set NPM_CONFIG_USERCONFIG to this file (see NPMRC)
+	Pip             bool   // send pip and uv to the PyPI route (see sandboxPip)
 	// GH sets gh up (see sandboxGH): ProxyURL must then be one GHHost
 	// takes. GHRepo, OWNER/REPO, sets GH_REPO; SSLCertFile sets
 	// SSL_CERT_FILE, the CA file gh (and every Go, curl or OpenSSL
@@ -144,6 +145,13 @@ func sandboxVars(o Options) (Env, error) {
 		e = append(e, npm...)
 	} else if o.NPMUserConfig != "" {
 		return nil, fmt.Errorf("an npm userconfig cannot be combined with leaving npm out")
+	}
+	if o.Pip {
+		pip, err := sandboxPip(base, o.Token)
+		if err != nil {
+			return nil, err
+		}
+		e = append(e, pip...)
 	}
 	if o.GH {
 		gh, err := sandboxGH(base, o.Token, o.GHRepo, o.SSLCertFile)

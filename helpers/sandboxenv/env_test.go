@@ -139,3 +139,22 @@ func TestBuild(t *testing.T) {
 		t.Error("unknown claude auth accepted")
 	}
 }
+
+// With Pip, pip and uv get the PyPI route as their index, the token as
+// the URL's password; a plain-http proxy is trusted by host and port, an
+// https one is not listed.
+func TestBuildPip(t *testing.T) {
+	for _, c := range []struct{ proxy, want string }{
+		{"http://10.0.0.1:8080/", "PIP_INDEX_URL=http://cproxy:cpx_x@10.0.0.1:8080/pypi/simple/\nPIP_DISABLE_PIP_VERSION_CHECK=1\nPIP_TRUSTED_HOST=10.0.0.1:8080\nUV_DEFAULT_INDEX=http://cproxy:cpx_x@10.0.0.1:8080/pypi/simple/"},
+		{"https://cproxy.internal", "PIP_INDEX_URL=https://cproxy:cpx_x@cproxy.internal/pypi/simple/\nPIP_DISABLE_PIP_VERSION_CHECK=1\nUV_DEFAULT_INDEX=https://cproxy:cpx_x@cproxy.internal/pypi/simple/"},
+	} {
+		e, _, err := Build(Options{ProxyURL: c.proxy, Token: "cpx_x", NoNPM: true, NoGit: true, Pip: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := e.Environ()
+		if got := strings.Join(env[len(env)-strings.Count(c.want, "\n")-1:], "\n"); got != c.want {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.proxy, got, c.want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/cproxy/cproxy/routes/gomod"
 	"github.com/cproxy/cproxy/routes/model"
 	"github.com/cproxy/cproxy/routes/npm"
+	"github.com/cproxy/cproxy/routes/pypi"
 	"github.com/cproxy/cproxy/routes/relay"
 )
 
@@ -29,6 +30,7 @@ var Kinds = Table{
 	githubapi.Kind,
 	npm.Kind,
 	gomod.Kind,
+	pypi.Kind,
 }
 
 // Prefixes are the registered routes' prefixes, which no relay may take.

@@ -19,8 +19,9 @@ type Visible func(version string, uploaded time.Time) bool
 
 // RewriteJSON filters a project's PEP 691 JSON index page for the sandbox:
 // a file is kept only if its name is a distribution of project (FileOf), at
-// a version vis allows, and its URL is on filesBase (the files host, with a
-// path ending in "/"); its url is rewritten to FilesPrefix + project + the
+// a version vis allows, and its URL (resolved against pageURL, the page's
+// own upstream URL, when it is relative) is on filesBase (the files host,
+// with a path ending in "/"); its url is rewritten to FilesPrefix + project + the
 // path under filesBase, fragment kept, as an absolute path that pip
 // resolves against the page's own URL, userinfo and all. Every other key of
 // the page and of each file is kept as the index wrote it (compacted, never
@@ -28,7 +29,7 @@ type Visible func(version string, uploaded time.Time) bool
 // 3339, is passed to vis with a zero time, which a minimum release age
 // refuses; one whose upload-time is not a string is dropped. versions keeps only the
 // versions with a file kept.
-func RewriteJSON(page []byte, project string, filesBase *url.URL, vis Visible) ([]byte, error) {
+func RewriteJSON(page []byte, project string, pageURL, filesBase *url.URL, vis Visible) ([]byte, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(page, &doc); err != nil {
 		return nil, fmt.Errorf("index page is not JSON: %w", err)
@@ -55,7 +56,7 @@ func RewriteJSON(page []byte, project string, filesBase *url.URL, vis Visible) (
 		if !vis(df.Version, at) {
 			continue
 		}
-		local, ok := localURL(df.Project, name, href, filesBase)
+		local, ok := localURL(df.Project, name, href, pageURL, filesBase)
 		if !ok {
 			continue
 		}
@@ -93,10 +94,13 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// localURL maps a file's upstream URL to the route's, if it is on
-// filesBase and its path ends in the file's own name.
-func localURL(project, name, href string, filesBase *url.URL) (string, bool) {
+// localURL maps a file's upstream URL, resolved against pageURL, to the
+// route's, if it is on filesBase and its path ends in the file's own name.
+func localURL(project, name, href string, pageURL, filesBase *url.URL) (string, bool) {
 	u, err := url.Parse(href)
+	if err == nil && pageURL != nil {
+		u = pageURL.ResolveReference(u)
+	}
 	if err != nil || u.Scheme != filesBase.Scheme || u.Host != filesBase.Host || u.User != nil || u.RawQuery != "" {
 		return "", false
 	}

@@ -23,7 +23,7 @@ func TestRewriteJSON(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	// Versions a day old or more, as a min_release_age of 1d would allow.
 	vis := func(v string, at time.Time) bool { return !at.IsZero() && now.Sub(at) >= 24*time.Hour }
-	out, err := RewriteJSON([]byte(upstreamPage), "Demo", base, vis)
+	out, err := RewriteJSON([]byte(upstreamPage), "Demo", nil, base, vis)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +59,11 @@ func TestRewriteJSONRefusesWhatItCannotRead(t *testing.T) {
 	base, _ := url.Parse("https://files.example/")
 	all := func(string, time.Time) bool { return true }
 	for _, page := range []string{`[]`, `{"files":{}}`, `{"files":[],"versions":{}}`, `not json`} {
-		if _, err := RewriteJSON([]byte(page), "demo", base, all); err == nil {
+		if _, err := RewriteJSON([]byte(page), "demo", nil, base, all); err == nil {
 			t.Errorf("RewriteJSON(%s) gave no error", page)
 		}
 	}
-	if out, err := RewriteJSON([]byte(`{"files":[{"filename":"demo-1.0.tar.gz","url":"https://files.example/demo-1.0.tar.gz","upload-time":5}]}`), "demo", base, all); err != nil || !strings.Contains(string(out), `"files":[]`) {
+	if out, err := RewriteJSON([]byte(`{"files":[{"filename":"demo-1.0.tar.gz","url":"https://files.example/demo-1.0.tar.gz","upload-time":5}]}`), "demo", nil, base, all); err != nil || !strings.Contains(string(out), `"files":[]`) {
 		t.Errorf("a file with an unreadable upload-time was kept: %s %v", out, err)
 	}
 }
@@ -77,7 +77,7 @@ func FuzzRewriteJSON(f *testing.F) {
 	base, _ := url.Parse("https://files.example/")
 	f.Fuzz(func(t *testing.T, page []byte) {
 		vis := func(v string, _ time.Time) bool { return v != "2.0" }
-		out, err := RewriteJSON(page, "demo", base, vis)
+		out, err := RewriteJSON(page, "demo", nil, base, vis)
 		if err != nil {
 			return
 		}
