@@ -221,6 +221,17 @@ func (d *decoder) decode(v reflect.Value, data any, p path) {
 			return
 		}
 		v.SetInt(n)
+	case reflect.Float64:
+		// A number written either way: 3 and 3.5 (an MCP argument's
+		// bounds).
+		switch n := data.(type) {
+		case float64:
+			v.SetFloat(n)
+		case int64:
+			v.SetFloat(float64(n))
+		default:
+			d.wrongType(v.Type(), data, p)
+		}
 	case reflect.Slice:
 		var elems []any
 		tables := false

@@ -22,6 +22,76 @@ type MCPServer struct {
 	// Prompts are globs on the prompt names prompts/get may name. Empty:
 	// none.
 	Prompts []string `toml:"prompts"`
+	// Args are rules on the arguments of the tools/call requests they
+	// name: every rule whose tool glob matches the called tool must hold.
+	// Empty: a tool that tools allows may be called with any arguments.
+	Args []MCPArgRule `toml:"args"`
+}
+
+// MCPArgRule is a rule on one argument of the tools a glob names: the
+// argument, a top-level member of the call's arguments, must be sent and
+// must be equal to Equals, match Glob, be one of In, or be a number within
+// Min and Max (each rule sets one of Equals, Glob and In, or Min, Max or
+// both). A call that does not send the argument is refused: a rule fails
+// closed.
+type MCPArgRule struct {
+	// Tool is a glob on the tool names the rule applies to. Required.
+	Tool string `toml:"tool"`
+	// Arg is the argument's name in the call's arguments object. Required.
+	Arg string `toml:"arg"`
+	// Equals is the one string the argument may be.
+	Equals *string `toml:"equals"`
+	// Glob is a glob the argument, a string, must match (policy.md's
+	// globs: "*" within a "/"-separated segment, "**" across them).
+	Glob *string `toml:"glob"`
+	// In are the strings the argument may be.
+	In []string `toml:"in"`
+	// Min and Max bound the argument, a number (inclusive).
+	Min *float64 `toml:"min"`
+	Max *float64 `toml:"max"`
+}
+
+// check reports whether v, the argument as JSON decodes it (a string, a
+// float64, a bool, nil, a map or a slice; absent when sent is false), is
+// one the rule allows, and if not, why.
+func (r MCPArgRule) check(v any, sent bool) (bool, string) {
+	if !sent {
+		return false, fmt.Sprintf("argument %s is required by the policy and the call does not send it", r.Arg)
+	}
+	switch {
+	case r.Equals != nil, r.Glob != nil, r.In != nil:
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			return false, fmt.Sprintf("argument %s must be a string", r.Arg)
+		case r.Equals != nil && s != *r.Equals:
+			return false, fmt.Sprintf("argument %s must be %q", r.Arg, *r.Equals)
+		case r.Glob != nil && !matchGlob(*r.Glob, s):
+			return false, fmt.Sprintf("argument %s must match %q", r.Arg, *r.Glob)
+		case r.In != nil && !slices.Contains(r.In, s):
+			return false, fmt.Sprintf("argument %s must be one of %s", r.Arg, quotedList(r.In))
+		}
+		return true, ""
+	}
+	n, ok := v.(float64)
+	switch {
+	case !ok:
+		return false, fmt.Sprintf("argument %s must be a number", r.Arg)
+	case r.Min != nil && n < *r.Min:
+		return false, fmt.Sprintf("argument %s must be at least %v", r.Arg, *r.Min)
+	case r.Max != nil && n > *r.Max:
+		return false, fmt.Sprintf("argument %s must be at most %v", r.Arg, *r.Max)
+	}
+	return true, ""
+}
+
+// quotedList is items quoted, comma-separated.
+func quotedList(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // MCPLifecycle are the methods every MCP session needs, allowed whenever
@@ -48,6 +118,13 @@ type MCPQuestion struct {
 	Server string
 	Method string
 	Name   string
+	// Args are a tools/call's arguments as JSON decodes them (a string, a
+	// float64, …), for the server's args rules; nil when it sends none.
+	Args map[string]any
+	// Listed asks whether a list may show the tool (resource, prompt)
+	// Name: whether it may be used at all. A call's arguments are not
+	// known then, so the args rules are not asked.
+	Listed bool
 }
 
 // AskMCP answers q: the server's table, the method, then the tool,
@@ -113,7 +190,21 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 		}
 	}
 	a.Rule = nd.Rule
-	a.ask(what+" "+q.Name, "mcp."+key, nd, "")
+	if !a.ask(what+" "+q.Name, "mcp."+key, nd, "") || q.Method != "tools/call" || q.Listed {
+		return a
+	}
+	for i, r := range s.Args {
+		if !matchGlob(r.Tool, q.Name) {
+			continue
+		}
+		v, sent := q.Args[r.Arg]
+		ok, why := r.check(v, sent)
+		ad := Decision{Allow: ok, Rule: pr.rule("%s.args[%d]", sp, i)}
+		a.Rule = ad.Rule
+		if !a.ask("argument "+r.Arg+" of "+q.Name, "mcp.args", ad, why) {
+			return a
+		}
+	}
 	return a
 }
 
@@ -144,6 +235,44 @@ func (pr *Profile) validateMCP(d *decoder, pp path) {
 		checkGlobs(d, sp.key("tools"), s.Tools, nil)
 		checkGlobs(d, sp.key("resources"), s.Resources, nil)
 		checkGlobs(d, sp.key("prompts"), s.Prompts, nil)
+		s.validateArgs(d, sp)
+	}
+}
+
+// validateArgs checks a server's args rules: a tool glob and an argument
+// each, and one test, Equals, Glob, In, or bounds.
+func (s *MCPServer) validateArgs(d *decoder, sp path) {
+	ap := sp.key("args")
+	for i, r := range s.Args {
+		ep := ap.elem(i, isArrayOfTables(d, ap, i))
+		if !d.has(ep.key("tool")) {
+			d.missing(ep.key("tool"), ep, `%s: entry needs tool, a glob on tool names (e.g. tool = "create_issue")`, ap)
+		} else if err := checkGlob(r.Tool); err != nil {
+			d.atValue(ep.key("tool"), "%s.tool: %q %v", ap, r.Tool, err)
+		} else if !strings.ContainsAny(r.Tool, "*?") && !slices.ContainsFunc(s.Tools, func(g string) bool { return matchGlob(g, r.Tool) }) {
+			d.atValue(ep.key("tool"), "%s.tool: %q is not in this server's tools, so the rule can never apply", ap, r.Tool)
+		}
+		if !d.has(ep.key("arg")) || r.Arg == "" {
+			d.missing(ep.key("arg"), ep, `%s: entry needs arg, the name of the argument it checks (e.g. arg = "repo")`, ap)
+		}
+		tests := 0
+		for _, set := range []bool{r.Equals != nil, r.Glob != nil, r.In != nil, r.Min != nil || r.Max != nil} {
+			if set {
+				tests++
+			}
+		}
+		switch {
+		case tests != 1:
+			d.atValue(ep, `%s: entry needs one test of the argument: equals, glob, in, or min and max (e.g. glob = "acme/*")`, ap)
+		case r.Glob != nil:
+			if err := checkGlob(*r.Glob); err != nil {
+				d.atValue(ep.key("glob"), "%s.glob: %q %v", ap, *r.Glob, err)
+			}
+		case r.In != nil && len(r.In) == 0:
+			d.atValue(ep.key("in"), "%s.in: is empty, so no call could pass: list the values the argument may take", ap)
+		case r.Min != nil && r.Max != nil && *r.Min > *r.Max:
+			d.atValue(ep.key("min"), "%s.min: %v is more than max, %v, so no call could pass", ap, *r.Min, *r.Max)
+		}
 	}
 }
 

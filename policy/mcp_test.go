@@ -69,3 +69,93 @@ colour = 1
 		}
 	}
 }
+
+// A tool's args rules are asked of its calls after the tool: each rule
+// whose glob names the tool, in order, the first that fails deciding; a
+// list asks none of them.
+func TestAskMCPArgs(t *testing.T) {
+	p, probs := loadPolicy("policy.toml", []byte(`[profile.web.mcp.tracker]
+tools = ["create_issue", "search"]
+args = [
+  { tool = "create_*", arg = "repo", glob = "acme/*" },
+  { tool = "create_issue", arg = "priority", min = 1, max = 3.5 },
+  { tool = "search", arg = "index", in = ["public"] },
+  { tool = "search", arg = "scope", equals = "all" },
+]
+`))
+	if len(probs) > 0 {
+		t.Fatal(probs)
+	}
+	web := p.Profiles["web"]
+	for _, c := range []struct {
+		name   string
+		args   map[string]any
+		listed bool
+		allow  bool
+		rule   string
+		reason string
+	}{
+		{"create_issue", map[string]any{"repo": "acme/app", "priority": 3.5}, false, true, "profile.web.mcp.tracker.args[1]", ""},
+		{"create_issue", map[string]any{"repo": "evil/app", "priority": 2.0}, false, false, "profile.web.mcp.tracker.args[0]", `argument repo must match "acme/*"`},
+		{"create_issue", map[string]any{"repo": "acme/app", "priority": 0.5}, false, false, "profile.web.mcp.tracker.args[1]", "argument priority must be at least 1"},
+		{"create_issue", map[string]any{"repo": "acme/app"}, false, false, "profile.web.mcp.tracker.args[1]", "argument priority is required by the policy and the call does not send it"},
+		{"create_issue", nil, true, true, `profile.web.mcp.tracker.tools["create_issue"]`, ""},
+		{"search", map[string]any{"index": "public", "scope": "all"}, false, true, "profile.web.mcp.tracker.args[3]", ""},
+		{"search", map[string]any{"index": "public", "scope": "some"}, false, false, "profile.web.mcp.tracker.args[3]", `argument scope must be "all"`},
+		{"search", map[string]any{"index": true, "scope": "all"}, false, false, "profile.web.mcp.tracker.args[2]", "argument index must be a string"},
+	} {
+		a := web.AskMCP(MCPQuestion{Server: "tracker", Method: "tools/call", Name: c.name, Args: c.args, Listed: c.listed})
+		step, _ := a.Refusal()
+		if a.Allow != c.allow || a.Rule != c.rule || step.Reason != c.reason {
+			t.Errorf("%s %v = %v %q %q, want %v %q %q", c.name, c.args, a.Allow, a.Rule, step.Reason, c.allow, c.rule, c.reason)
+		}
+	}
+}
+
+// An args rule must name a tool the server's tools allow, an argument, and
+// one test of it that some call could pass.
+func TestMCPArgsProblems(t *testing.T) {
+	_, probs := loadPolicy("policy.toml", []byte(`[profile.web.mcp.tracker]
+tools = ["search"]
+
+[[profile.web.mcp.tracker.args]]
+tool = "delete"
+arg = "x"
+equals = "a"
+
+[[profile.web.mcp.tracker.args]]
+tool = "search"
+glob = "a"
+in = ["b"]
+
+[[profile.web.mcp.tracker.args]]
+tool = "search"
+arg = "n"
+min = 5
+max = 1
+
+[[profile.web.mcp.tracker.args]]
+tool = "search"
+arg = "n"
+in = []
+
+[[profile.web.mcp.tracker.args]]
+arg = "n"
+max = "x"
+`))
+	want := []string{
+		`policy.toml:5:8: profile.web.mcp.tracker.args.tool: "delete" is not in this server's tools, so the rule can never apply`,
+		`policy.toml:9:1: profile.web.mcp.tracker.args: entry needs arg, the name of the argument it checks (e.g. arg = "repo")`,
+		`policy.toml:9:1: profile.web.mcp.tracker.args: entry needs one test of the argument: equals, glob, in, or min and max (e.g. glob = "acme/*")`,
+		`policy.toml:17:7: profile.web.mcp.tracker.args.min: 5 is more than max, 1, so no call could pass`,
+		`policy.toml:23:6: profile.web.mcp.tracker.args.in: is empty, so no call could pass: list the values the argument may take`,
+		`policy.toml:25:1: profile.web.mcp.tracker.args: entry needs tool, a glob on tool names (e.g. tool = "create_issue")`,
+		`policy.toml:27:7:`,
+	}
+	got := probs.Error()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("missing %q in\n%s", w, got)
+		}
+	}
+}

@@ -36,7 +36,7 @@ type listFilter struct {
 }
 
 func (f *listFilter) allows(name string) bool {
-	return f.prof.AskMCP(policy.MCPQuestion{Server: f.server, Method: f.method, Name: name}).Allow
+	return f.prof.AskMCP(policy.MCPQuestion{Server: f.server, Method: f.method, Name: name, Listed: true}).Allow
 }
 
 // message filters one JSON-RPC message: a result holding the list's

@@ -15,8 +15,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -267,45 +269,84 @@ type message struct {
 
 // params are the members of a message's params cproxy decides on.
 type params struct {
-	Name string `json:"name"`
-	URI  string `json:"uri"`
+	Name      string         `json:"name"`
+	URI       string         `json:"uri"`
+	Arguments jsontext.Value `json:"arguments,omitzero"`
+}
+
+// decided are the params members cproxy decides on: no other member of
+// params may be one of them in another letter case, which a server whose
+// JSON decoder folds case (Go's encoding/json does) could read instead.
+var decided = []string{"name", "uri", "arguments"}
+
+// foldsOnto reports the first name of names that is another's, or one of
+// want's, in another letter case: two names a case-folding decoder reads as
+// one.
+func foldsOnto(names []string, want []string) (string, bool) {
+	seen := map[string]string{}
+	for _, w := range want {
+		seen[strings.ToLower(w)] = w
+	}
+	for _, n := range names {
+		l := strings.ToLower(n)
+		if o, ok := seen[l]; ok && o != n {
+			return n, true
+		}
+		if _, ok := seen[l]; !ok {
+			seen[l] = n
+		}
+	}
+	return "", false
 }
 
 // parse reads one JSON-RPC request or notification. A batch, a response
 // (a sandbox's answer to the server, which this increment does not carry),
 // a duplicate name or a body that is not JSON is refused.
-func parse(body []byte) (message, string, error) {
+func parse(body []byte) (message, string, map[string]any, error) {
 	var m message
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return m, "", &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "JSON-RPC batches are not forwarded; send one message per request")}
+		return m, "", nil, &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "JSON-RPC batches are not forwarded; send one message per request")}
 	}
 	if err := json.Unmarshal(body, &m, json.RejectUnknownMembers(true)); err != nil {
 		msg := "the body is not a JSON-RPC message cproxy can read (one JSON object with jsonrpc, id, method and params, no name twice)"
 		if errors.Is(err, jsontext.ErrDuplicateName) {
 			msg = "the body names a member twice; send each name once"
 		}
-		return m, "", &rpcError{code: -32700, err: routes.Refuse(routes.ErrBadRequest, "%s", msg)}
+		return m, "", nil, &rpcError{code: -32700, err: routes.Refuse(routes.ErrBadRequest, "%s", msg)}
 	}
 	if m.JSONRPC != "2.0" || m.Method == "" {
-		return m, "", &rpcError{id: validID(m.ID), code: -32600, err: routes.Refuse(routes.ErrBadRequest, `the body is not a JSON-RPC 2.0 request: it needs "jsonrpc": "2.0" and a method`)}
+		return m, "", nil, &rpcError{id: validID(m.ID), code: -32600, err: routes.Refuse(routes.ErrBadRequest, `the body is not a JSON-RPC 2.0 request: it needs "jsonrpc": "2.0" and a method`)}
 	}
 	if len(m.ID) > 0 && validID(m.ID) == nil {
-		return m, "", &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "a JSON-RPC id is a string or a number")}
+		return m, "", nil, &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "a JSON-RPC id is a string or a number")}
 	}
 	var name string
+	var args map[string]any
 	switch m.Method {
 	case "tools/call", "prompts/get", "resources/read", "resources/subscribe", "resources/unsubscribe":
 		var p params
-		if len(m.Params) == 0 || json.Unmarshal(m.Params, &p) != nil {
-			return m, "", &rpcError{id: m.ID, code: -32602, err: routes.Refuse(routes.ErrBadRequest, "%s needs params, an object", m.Method)}
+		var members map[string]jsontext.Value
+		if len(m.Params) == 0 || json.Unmarshal(m.Params, &p) != nil || json.Unmarshal(m.Params, &members) != nil {
+			return m, "", nil, &rpcError{id: m.ID, code: -32602, err: routes.Refuse(routes.ErrBadRequest, "%s needs params, an object", m.Method)}
+		}
+		if n, ok := foldsOnto(slices.Collect(maps.Keys(members)), decided); ok {
+			return m, "", nil, &rpcError{id: m.ID, code: -32602, err: routes.Refuse(routes.ErrBadRequest, "params has a member %q, which a server could read as %q: send each name once, in lower case", routes.Clip(n, 32), strings.ToLower(n))}
 		}
 		name = p.Name
 		if strings.HasPrefix(m.Method, "resources/") {
 			name = p.URI
 		}
+		if m.Method == "tools/call" && len(p.Arguments) > 0 && p.Arguments.Kind() != 'n' {
+			if p.Arguments.Kind() != '{' || json.Unmarshal(p.Arguments, &args) != nil {
+				return m, "", nil, &rpcError{id: m.ID, code: -32602, err: routes.Refuse(routes.ErrBadRequest, "tools/call's arguments must be an object, each name once")}
+			}
+			if n, ok := foldsOnto(slices.Collect(maps.Keys(args)), nil); ok {
+				return m, "", nil, &rpcError{id: m.ID, code: -32602, err: routes.Refuse(routes.ErrBadRequest, "the arguments name %q twice in different letter cases, which a server could read as one; send each name once", routes.Clip(strings.ToLower(n), 32))}
+			}
+		}
 	}
-	return m, name, nil
+	return m, name, args, nil
 }
 
 // validID is id when it is a string or a number, else nil.
@@ -355,13 +396,13 @@ func (rt *route) Serve(c *routes.Call) {
 			c.Fail(err)
 			return
 		}
-		m, target, err := parse(body)
+		m, target, args, err := parse(body)
 		if err != nil {
 			c.Fail(err)
 			return
 		}
 		id = m.ID
-		q.Method, q.Name = m.Method, target
+		q.Method, q.Name, q.Args = m.Method, target, args
 		c.SetTarget(strings.TrimSpace(name + " " + m.Method + " " + routes.Clip(target, 128)))
 	default:
 		c.ResponseWriter().Header().Set("Allow", "GET, POST, DELETE")
@@ -382,6 +423,8 @@ func (rt *route) Serve(c *routes.Call) {
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s is not allowed for sandbox %s (the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, prof.Name, name)
 			case "mcp.methods":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
+			case "mcp.args":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: tool %s is not allowed for sandbox %s with these arguments: %s (%s)", name, routes.Clip(q.Name, 128), sandbox, step.Reason, step.Rule)
 			default:
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: %s %q is not allowed for sandbox %s (%s)", name, step.Check[:strings.IndexByte(step.Check, ' ')], routes.Clip(q.Name, 128), sandbox, step.Rule)
 			}

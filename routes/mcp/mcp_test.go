@@ -21,9 +21,25 @@ const testPolicy = `
 models = ["claude-*"]
 
 [profile.default.mcp.docs]
-tools = ["search", "get_*"]
+tools = ["search", "get_*", "create_issue"]
 resources = ["docs://public/**"]
 prompts = ["summary"]
+
+[[profile.default.mcp.docs.args]]
+tool = "create_issue"
+arg = "repo"
+glob = "acme/*"
+
+[[profile.default.mcp.docs.args]]
+tool = "create_issue"
+arg = "priority"
+min = 1
+max = 3
+
+[[profile.default.mcp.docs.args]]
+tool = "search"
+arg = "index"
+in = ["public", "wiki"]
 
 [profile.other]
 models = ["claude-*"]
@@ -228,5 +244,53 @@ func TestListsShowOnlyWhatTheProfileAllows(t *testing.T) {
 	if r.Status != 200 || strings.Contains(r.Body, "delete_all") || !strings.Contains(r.Body, `"name":"search"`) ||
 		!strings.HasPrefix(r.Body, "event: message\nid: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\nid: 2\ndata: {") {
 		t.Errorf("SSE list = %d %q", r.Status, r.Body)
+	}
+}
+
+// A tool's argument rules are asked of every call of it: an argument
+// outside its rule, or one the call does not send, is refused with what the
+// rule allows, and the server never hears of it; a call within them is
+// forwarded as sent. An argument or a params member spelt in another letter
+// case, which a case-folding decoder would read as the decided one, is
+// refused too.
+func TestArgumentRules(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	call := func(args string) string {
+		return `{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"create_issue","arguments":` + args + `}}`
+	}
+	for _, body := range []string{
+		call(`{"repo":"acme/app","priority":2,"title":"x"}`),
+		`{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"search","arguments":{"index":"wiki","q":"a"}}}`,
+	} {
+		if r := e.Do("POST", "/mcp/docs", h, body); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+			t.Fatalf("%s = %d %s", body, r.Status, r.Body)
+		}
+	}
+	if up.count() != 2 {
+		t.Fatalf("the server heard %d calls, want 2", up.count())
+	}
+	for _, c := range []struct{ body, want string }{
+		{call(`{"repo":"other/app","priority":2}`), `argument repo must match \"acme/*\"`},
+		{call(`{"repo":"acme/app/x","priority":2}`), `argument repo must match`},
+		{call(`{"repo":"acme/app","priority":9}`), `argument priority must be at most 3`},
+		{call(`{"repo":"acme/app","priority":"2"}`), `argument priority must be a number`},
+		{call(`{"repo":"acme/app"}`), `argument priority is required by the policy and the call does not send it`},
+		{call(`{}`), `argument repo is required`},
+		{call(`null`), `argument repo is required`},
+		{call(`[1]`), `arguments must be an object`},
+		{call(`{"repo":"acme/app","Repo":"other/app","priority":2}`), `different letter cases`},
+		{call(`{"repo":"acme/app","priority":2,"priority":1}`), `twice`},
+		{`{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"search","arguments":{"index":"private"}}}`, `argument index must be one of \"public\", \"wiki\"`},
+		{`{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"search","Name":"delete_all","arguments":{"index":"wiki"}}}`, `params has a member \"Name\"`},
+		{`{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"search","ARGUMENTS":{},"arguments":{"index":"wiki"}}}`, `params has a member \"ARGUMENTS\"`},
+	} {
+		r := e.Do("POST", "/mcp/docs", h, c.body)
+		if !strings.Contains(r.Body, c.want) || !strings.Contains(r.Body, "cproxy:") {
+			t.Errorf("%s = %d %s, want %s", c.body, r.Status, r.Body, c.want)
+		}
+	}
+	if up.count() != 2 {
+		t.Errorf("the server heard refused calls: %v", up.heard[2:])
 	}
 }
