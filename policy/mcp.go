@@ -26,7 +26,16 @@ type MCPServer struct {
 	// name: every rule whose tool glob matches the called tool must hold.
 	// Empty: a tool that tools allows may be called with any arguments.
 	Args []MCPArgRule `toml:"args"`
+	// Capabilities are the client capabilities the server may use back
+	// (MCPCapabilities): the others are taken out of the sandbox's
+	// initialize before the server reads it. Empty: none.
+	Capabilities []string `toml:"capabilities"`
 }
+
+// MCPCapabilities are the client capabilities a server may be given: what
+// it can ask the sandbox's client for (a model's completion, the user's
+// input, the client's folders).
+var MCPCapabilities = []string{"elicitation", "roots", "sampling"}
 
 // MCPArgRule is a rule on one argument of the tools a glob names: the
 // argument, a top-level member of the call's arguments, must be sent and
@@ -125,6 +134,9 @@ type MCPQuestion struct {
 	// Name: whether it may be used at all. A call's arguments are not
 	// known then, so the args rules are not asked.
 	Listed bool
+	// Capabilities are the client capabilities an initialize declares to
+	// the server, each of which the server's capabilities must allow.
+	Capabilities []string
 }
 
 // AskMCP answers q: the server's table, the method, then the tool,
@@ -167,6 +179,16 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 	if !a.ask("method "+q.Method, "mcp.methods", md, "") {
 		return a
 	}
+	for _, c := range q.Capabilities {
+		cd := Decision{Rule: pr.rule("%s.capabilities: %s is not given", sp, c)}
+		if slices.Contains(s.Capabilities, c) {
+			cd = Decision{Allow: true, Rule: pr.rule("%s.capabilities[%q]", sp, c)}
+		}
+		a.Rule = cd.Rule
+		if !a.ask("client capability "+c, "mcp.capabilities", cd, "") {
+			return a
+		}
+	}
 	var key, what string
 	var globs []string
 	switch q.Method {
@@ -208,6 +230,15 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 	return a
 }
 
+// MCPCapability reports whether the profile gives the MCP server the
+// client capability c (one of MCPCapabilities).
+func (pr *Profile) MCPCapability(server, c string) bool {
+	if pr == nil || pr.MCP[server] == nil {
+		return false
+	}
+	return slices.Contains(pr.MCP[server].Capabilities, c)
+}
+
 // MCPServers are the names of the MCP servers the profile has a table
 // for, sorted.
 func (pr *Profile) MCPServers() []string {
@@ -236,6 +267,11 @@ func (pr *Profile) validateMCP(d *decoder, pp path) {
 		checkGlobs(d, sp.key("resources"), s.Resources, nil)
 		checkGlobs(d, sp.key("prompts"), s.Prompts, nil)
 		s.validateArgs(d, sp)
+		for i, c := range s.Capabilities {
+			if !slices.Contains(MCPCapabilities, c) {
+				d.atValue(sp.key("capabilities").elem(i, false), "%s.capabilities: %q is not a client capability a server may be given (%s)", sp, c, strings.Join(MCPCapabilities, ", "))
+			}
+		}
 	}
 }
 

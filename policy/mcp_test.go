@@ -159,3 +159,26 @@ max = "x"
 		}
 	}
 }
+
+// capabilities names the client capabilities a server is given; an
+// initialize declaring another is refused (the route takes them out first,
+// so only a reload between can make it so), and a name that is no client
+// capability is a problem of the file.
+func TestMCPCapabilities(t *testing.T) {
+	p, probs := loadPolicy("policy.toml", []byte("[profile.web.mcp.docs]\ncapabilities = [\"roots\"]\n"))
+	if len(probs) > 0 {
+		t.Fatal(probs)
+	}
+	web := p.Profiles["web"]
+	if !web.MCPCapability("docs", "roots") || web.MCPCapability("docs", "sampling") || web.MCPCapability("other", "roots") {
+		t.Error("MCPCapability")
+	}
+	a := web.AskMCP(MCPQuestion{Server: "docs", Method: "initialize", Capabilities: []string{"roots", "sampling"}})
+	if a.Allow || a.Rule != "profile.web.mcp.docs.capabilities: sampling is not given" {
+		t.Errorf("sampling: %v %q", a.Allow, a.Rule)
+	}
+	_, probs = loadPolicy("policy.toml", []byte("[profile.web.mcp.docs]\ncapabilities = [\"roots\", \"files\"]\n"))
+	if got := probs.Error(); !strings.Contains(got, `policy.toml:2:26: profile.web.mcp.docs.capabilities: "files" is not a client capability a server may be given (elicitation, roots, sampling)`) {
+		t.Errorf("problems: %s", got)
+	}
+}

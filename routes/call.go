@@ -98,6 +98,22 @@ func (a *Call) ReadEncodedBody(limit int64, encodings ...string) ([]byte, error)
 	return readBody(a.r, limit, &a.held, encodings...)
 }
 
+// ShrinkBody makes b the body that is sent in place of the one ReadBody
+// read: a route that takes something out of what it checked (the MCP
+// route, a client capability the policy does not give the server) sends
+// the bytes it built from the checked ones, in the memory the read body
+// holds. b must be no longer than the body read; ShrinkBody reports
+// whether it was.
+func (a *Call) ShrinkBody(b []byte) bool {
+	cb, ok := a.r.Body.(*checkedBody)
+	if !ok || cb.off != 0 || len(b) == 0 || len(b) > len(cb.b) {
+		return false
+	}
+	cb.b = cb.b[:copy(cb.b, b)]
+	a.r.ContentLength = int64(len(cb.b))
+	return true
+}
+
 // Held is the request's share of the memory for bodies read whole, for a
 // route that reads a body its own way (BodyHold.Reader).
 func (a *Call) Held() *BodyHold { return &a.held }

@@ -349,6 +349,61 @@ func parse(body []byte) (message, string, map[string]any, error) {
 	return m, name, args, nil
 }
 
+// stripCapabilities takes out of an initialize the client capabilities
+// (policy.MCPCapabilities) that allowed does not give the server, so that
+// it never asks the sandbox's client for them. It returns the ones kept,
+// and the message to send, re-encoded, when one was taken out (nil when
+// the message goes as it is).
+func stripCapabilities(m message, allowed func(string) bool) ([]string, []byte, error) {
+	if len(m.Params) == 0 {
+		return nil, nil, nil
+	}
+	bad := routes.Refuse(routes.ErrBadRequest, "initialize's params and their capabilities must be objects, each name once")
+	var p, caps map[string]jsontext.Value
+	if m.Params.Kind() != '{' || json.Unmarshal(m.Params, &p) != nil {
+		return nil, nil, bad
+	}
+	if raw, ok := p["capabilities"]; ok && (raw.Kind() != '{' || json.Unmarshal(raw, &caps) != nil) {
+		return nil, nil, bad
+	}
+	if n, ok := foldsOnto(slices.Collect(maps.Keys(p)), []string{"capabilities"}); ok {
+		return nil, nil, routes.Refuse(routes.ErrBadRequest, "initialize's params have a member %q, which a server could read as %q: send each name once, in lower case", routes.Clip(n, 32), strings.ToLower(n))
+	}
+	if n, ok := foldsOnto(slices.Collect(maps.Keys(caps)), policy.MCPCapabilities); ok {
+		return nil, nil, routes.Refuse(routes.ErrBadRequest, "initialize's capabilities have a member %q, which a server could read as %q: send each name once, in lower case", routes.Clip(n, 32), strings.ToLower(n))
+	}
+	var kept []string
+	stripped := false
+	for _, c := range policy.MCPCapabilities {
+		if _, ok := caps[c]; !ok {
+			continue
+		}
+		if allowed(c) {
+			kept = append(kept, c)
+			continue
+		}
+		delete(caps, c)
+		stripped = true
+	}
+	if !stripped {
+		return kept, nil, nil
+	}
+	var err error
+	if p["capabilities"], err = json.Marshal(caps, json.Deterministic(true)); err != nil {
+		return nil, nil, bad
+	}
+	params, err := json.Marshal(p, json.Deterministic(true))
+	if err != nil {
+		return nil, nil, bad
+	}
+	m.Params = params
+	out, err := json.Marshal(m, json.Deterministic(true))
+	if err != nil {
+		return nil, nil, bad
+	}
+	return kept, out, nil
+}
+
 // validID is id when it is a string or a number, else nil.
 func validID(id jsontext.Value) jsontext.Value {
 	if len(id) == 0 {
@@ -403,6 +458,18 @@ func (rt *route) Serve(c *routes.Call) {
 		}
 		id = m.ID
 		q.Method, q.Name, q.Args = m.Method, target, args
+		if m.Method == "initialize" {
+			kept, out, err := stripCapabilities(m, func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) })
+			if err != nil {
+				c.Fail(&rpcError{id: id, code: -32602, err: err})
+				return
+			}
+			if out != nil && !c.ShrinkBody(out) {
+				c.Fail(&rpcError{id: id, code: -32603, err: routes.Refuse(routes.ErrBadRequest, "the initialize could not be sent without the client capabilities the policy does not give the server")})
+				return
+			}
+			q.Capabilities = kept
+		}
 		c.SetTarget(strings.TrimSpace(name + " " + m.Method + " " + routes.Clip(target, 128)))
 	default:
 		c.ResponseWriter().Header().Set("Allow", "GET, POST, DELETE")
@@ -423,6 +490,8 @@ func (rt *route) Serve(c *routes.Call) {
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s is not allowed for sandbox %s (the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, prof.Name, name)
 			case "mcp.methods":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
+			case "mcp.capabilities":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the policy in force no longer gives the server a client capability this initialize declares (%s); send it again", name, step.Rule)
 			case "mcp.args":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: tool %s is not allowed for sandbox %s with these arguments: %s (%s)", name, routes.Clip(q.Name, 128), sandbox, step.Reason, step.Rule)
 			default:

@@ -41,6 +41,14 @@ tool = "search"
 arg = "index"
 in = ["public", "wiki"]
 
+[profile.roots.mcp.docs]
+tools = ["search"]
+capabilities = ["roots"]
+
+[[sandbox]]
+match = "roots-*"
+profile = "roots"
+
 [profile.other]
 models = ["claude-*"]
 
@@ -292,5 +300,40 @@ func TestArgumentRules(t *testing.T) {
 	}
 	if up.count() != 2 {
 		t.Errorf("the server heard refused calls: %v", up.heard[2:])
+	}
+}
+
+// The client capabilities a server could use back (sampling, elicitation,
+// roots) reach it only where the profile gives them; the rest of the
+// initialize goes as sent. A capability spelt in another case, which a
+// case-folding decoder would take for one, is refused.
+func TestClientCapabilitiesStripped(t *testing.T) {
+	e, up := newEnv(t, canary)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"roots":{"listChanged":true},"elicitation":{},"experimental":{"x":1}},"clientInfo":{"name":"c","version":"1"}}}`
+	for _, c := range []struct{ sandbox, want string }{
+		{"conv-1", `POST {"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"experimental":{"x":1}},"clientInfo":{"name":"c","version":"1"},"protocolVersion":"2025-11-25"}}`},
+		{"roots-1", `POST {"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"experimental":{"x":1},"roots":{"listChanged":true}},"clientInfo":{"name":"c","version":"1"},"protocolVersion":"2025-11-25"}}`},
+	} {
+		n := up.count()
+		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token(c.sandbox)), "Content-Type", "application/json"), init)
+		if r.Status != 200 || strings.Contains(r.Body, "cproxy:") || up.count() != n+1 {
+			t.Fatalf("%s: %d %s", c.sandbox, r.Status, r.Body)
+		}
+		if got := up.heard[n]; !strings.HasPrefix(got, c.want+" session=") {
+			t.Errorf("%s: the server heard\n%s\nwant\n%s", c.sandbox, got, c.want)
+		}
+	}
+	// Nothing to take out: the bytes as sent.
+	plain := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"experimental":{}}}}`
+	n := up.count()
+	e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token("conv-2")), "Content-Type", "application/json"), plain)
+	if got := up.heard[n]; !strings.HasPrefix(got, "POST "+plain+" session=") {
+		t.Errorf("the server heard %s", got)
+	}
+	n = up.count()
+	r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token("conv-3")), "Content-Type", "application/json"),
+		`{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"capabilities":{"Sampling":{}}}}`)
+	if !strings.Contains(r.Body, `capabilities have a member \"Sampling\"`) || up.count() != n {
+		t.Errorf("Sampling: %d %s", r.Status, r.Body)
 	}
 }
