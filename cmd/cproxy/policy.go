@@ -123,14 +123,14 @@ func githubCommand(kind string, p policy.Problem) string {
 	return "::" + kind + " " + props + "::" + data.Replace(p.Message)
 }
 
-const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --pypi NAME[==VERSION] | --go MODULE [--version V] | --relay NAME [--method M] [--path P]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
+const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWNER/NAME [--push REF [--delete] | --api PERMISSION [--head BRANCH --base BRANCH]] | --package NAME[@VERSION] | --pypi NAME[==VERSION] | --go MODULE [--version V] | --relay NAME [--method M] [--path P] | --mcp SERVER [--tool NAME [--arg NAME=VALUE]... | --resource URI | --prompt NAME | --method M]) [--profile P] [--config FILE | --policy FILE] [--format text|json]"
 
 func policyExplainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
 		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
 		ArgsUsage: " ",
-		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package, --pypi, --go or --relay.
+		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package, --pypi, --go, --relay or --mcp.
 
 Examples:
 
@@ -152,8 +152,13 @@ Examples:
 			&cli.StringFlag{Name: "go", Usage: "ask about Go module `MODULE` (its path as go names it, capitals and all)"},
 			&cli.StringFlag{Name: "version", Usage: "with --go: ask about the module's version `V` (v1.2.3, a pseudo-version)"},
 			&cli.StringFlag{Name: "relay", Usage: "ask about the config's relay `NAME`"},
-			&cli.StringFlag{Name: "method", Usage: "with --relay: the request's HTTP `METHOD`"},
+			&cli.StringFlag{Name: "method", Usage: "with --relay: the request's HTTP `METHOD`; with --mcp: the JSON-RPC method"},
 			&cli.StringFlag{Name: "path", Usage: "with --relay: the request's `PATH` under the relay's prefix"},
+			&cli.StringFlag{Name: "mcp", Usage: "ask about the MCP server `SERVER` ([mcp.SERVER] of the config)"},
+			&cli.StringFlag{Name: "tool", Usage: "with --mcp: ask about calling tool `NAME` (tools/call)"},
+			&cli.StringSliceFlag{Name: "arg", Usage: "with --tool: the call sends argument `NAME=VALUE` (VALUE as JSON when it reads as JSON, else a string); repeat for each"},
+			&cli.StringFlag{Name: "resource", Usage: "with --mcp: ask about reading resource `URI` (resources/read)"},
+			&cli.StringFlag{Name: "prompt", Usage: "with --mcp: ask about getting prompt `NAME` (prompts/get)"},
 			&cli.StringFlag{Name: "profile", Usage: "the profile the sandbox's token names (as POST /tokens?profile=)"},
 			configFlag(),
 			adminFlag(),
@@ -170,6 +175,7 @@ Examples:
 				model: c.String("model"), repo: c.String("repo"), push: c.String("push"), del: c.Bool("delete"),
 				api: c.String("api"), head: c.String("head"), base: c.String("base"),
 				pkg: c.String("package"), pypi: c.String("pypi"), gomod: c.String("go"), goVersion: c.String("version"), relay: c.String("relay"), method: c.String("method"), path: c.String("path"),
+				mcp: c.String("mcp"), tool: c.String("tool"), args: c.StringSlice("arg"), resource: c.String("resource"), prompt: c.String("prompt"),
 			}
 			// CPROXY_CONFIG in the environment gives way to --policy; the
 			// two flags together are a mistake.
@@ -218,6 +224,11 @@ type explainOptions struct {
 	goVersion    string // --version, with --go
 	relay        string
 	method, path string
+	mcp          string   // --mcp: a server's name
+	tool         string   // --tool, with --mcp
+	args         []string // --arg NAME=VALUE, with --tool
+	resource     string   // --resource, with --mcp
+	prompt       string   // --prompt, with --mcp
 
 	// tokens lists the sandbox's tokens from a running cproxy, for the
 	// budget left; nil when there is none to ask.
@@ -389,14 +400,14 @@ func describeBudget(b policy.Budget) string {
 // checkQuestion refuses anything but one question with the flags that go with it.
 func (o explainOptions) checkQuestion() error {
 	asked := 0
-	for _, q := range []string{o.model, o.repo, o.pkg, o.pypi, o.gomod, o.relay} {
+	for _, q := range []string{o.model, o.repo, o.pkg, o.pypi, o.gomod, o.relay, o.mcp} {
 		if q != "" {
 			asked++
 		}
 	}
 	switch {
 	case asked != 1:
-		return fail(explainUsage, "ask one question: --model, --repo, --package, --pypi, --go or --relay")
+		return fail(explainUsage, "ask one question: --model, --repo, --package, --pypi, --go, --relay or --mcp")
 	case o.push != "" && o.repo == "":
 		return fail(explainUsage, "--push goes with --repo")
 	case o.api != "" && (o.repo == "" || o.push != ""):
@@ -413,8 +424,17 @@ func (o explainOptions) checkQuestion() error {
 		return fail("name the full ref, e.g. refs/heads/"+o.push, "--push %q is not a full ref name", o.push)
 	case o.goVersion != "" && o.gomod == "":
 		return fail(explainUsage, "--version goes with --go")
-	case (o.method != "" || o.path != "") && o.relay == "":
-		return fail(explainUsage, "--method and --path go with --relay")
+	case o.path != "" && o.relay == "", o.method != "" && o.relay == "" && o.mcp == "":
+		return fail(explainUsage, "--method goes with --relay or --mcp, --path with --relay")
+	case (o.tool != "" || o.resource != "" || o.prompt != "") && o.mcp == "":
+		return fail(explainUsage, "--tool, --resource and --prompt go with --mcp")
+	case o.mcp != "" && countSet(o.tool, o.resource, o.prompt, o.method) > 1:
+		return fail(explainUsage, "ask about one of --tool, --resource, --prompt or --method")
+	case len(o.args) > 0 && o.tool == "":
+		return fail(explainUsage, "--arg goes with --tool")
+	}
+	if _, err := o.mcpArgs(); err != nil {
+		return err
 	}
 	if o.pkg != "" {
 		if name, version := splitPackage(o.pkg); name == "" || strings.HasSuffix(o.pkg, "@") && version == "" {
@@ -451,6 +471,18 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 		a = pr.AskPyPI(policy.PyPIQuestion{Name: name, Version: version})
 	case o.gomod != "":
 		a = pr.AskGo(policy.GoQuestion{Module: o.gomod, Version: o.goVersion})
+	case o.mcp != "":
+		q := policy.MCPQuestion{Server: o.mcp, Method: o.method}
+		switch {
+		case o.tool != "":
+			q.Method, q.Name = "tools/call", o.tool
+			q.Args, _ = o.mcpArgs()
+		case o.resource != "":
+			q.Method, q.Name = "resources/read", o.resource
+		case o.prompt != "":
+			q.Method, q.Name = "prompts/get", o.prompt
+		}
+		a = pr.AskMCP(q)
 	case o.relay != "":
 		if relay == nil {
 			// Without the config, only the profile's relays.
@@ -511,6 +543,39 @@ func verdict(allow bool) string {
 		return "allow"
 	}
 	return "deny"
+}
+
+// countSet is how many of ss are not empty.
+func countSet(ss ...string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// mcpArgs are the --arg flags as the call's arguments: each NAME=VALUE,
+// VALUE as JSON decodes it when it is JSON (3, true, "x"), else the
+// string itself.
+func (o explainOptions) mcpArgs() (map[string]any, error) {
+	if len(o.args) == 0 {
+		return nil, nil
+	}
+	args := map[string]any{}
+	for _, kv := range o.args {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fail("e.g. --arg repo=acme/app --arg priority=2", "--arg %q is not NAME=VALUE", kv)
+		}
+		var val any
+		if err := json.Unmarshal([]byte(v), &val); err != nil {
+			val = v
+		}
+		args[k] = val
+	}
+	return args, nil
 }
 
 // splitPackage splits NAME[@VERSION]; a scoped name's leading @ is the name's.
