@@ -392,11 +392,9 @@ func parseMessages(body []byte, needMaxTokens bool) (messagesRequest, string) {
 		Type string `json:"type"`
 	}
 	if json.Unmarshal(messages[len(messages)-1], &last) == nil && json.Unmarshal(last.Content, &blocks) == nil {
-		m.toolResult = slices.ContainsFunc(blocks, func(b struct {
-			Type string `json:"type"`
-		}) bool {
-			return b.Type == "tool_result"
-		})
+		for _, b := range blocks {
+			m.toolResult = m.toolResult || b.Type == "tool_result"
+		}
 	}
 	m.inputTokens = max(1, int64(len(fields["messages"])+len(fields["system"])+len(fields["tools"]))/4)
 	return m, ""
