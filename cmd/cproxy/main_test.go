@@ -59,6 +59,8 @@ const (
 	// A relay's credential source and a per-token value (relay.txt).
 	canaryHub = "hub_CANARYhub0123456789abcdefghijklmnopqrs"
 	canaryMod = "mod_CANARYmod0123456789abcdefghijklmnopqrs"
+	// canaryMCP is the only token the fake MCP server accepts.
+	canaryMCP = "mcp_CANARYmcp0123456789abcdefghijklmnopqrs"
 )
 
 // testPolicyPollInterval is how often serve looks at its policy file in
@@ -146,6 +148,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 					return err
 				}
 			}
+			mcpServer := fakes.NewMCPServer(fakes.MCPServerOptions{Token: canaryMCP})
+			env.Defer(mcpServer.Close)
+			env.Values["mcp"] = mcpServer
+			env.Values["mcpseen"] = new(int)
 			relay := fakes.NewEcho()
 			env.Defer(relay.Close)
 			env.Values["relay"] = relay
@@ -206,6 +212,10 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"FAKE_RELAY":      relay.URL,
 				"CANARY_HUB":      canaryHub,
 				"CANARY_MOD":      canaryMod,
+				// The fake MCP server (the official Go SDK's) and its
+				// token, for mcp_*.txt.
+				"FAKE_MCP":   mcpServer.URL,
+				"CANARY_MCP": canaryMCP,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -245,6 +255,8 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				*ts.Value("anthropicgate").(**fakes.Gate) = ts.Value("anthropic").(*fakes.Anthropic).HoldHeaders()
 			},
 			"fakeanswers": cmdFakeAnswers,
+			"faketooluse": cmdFakeToolUse,
+			"mcpcalls":    cmdMCPCalls,
 			"stallstreams": func(ts *testscript.TestScript, neg bool, args []string) {
 				// stallstreams: the fake Anthropic API's later streams stop after their first
 				// three events until the client goes away, as a long answer would.
@@ -519,7 +531,7 @@ func cmdNoSecrets(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func checkNoSecrets(ts *testscript.TestScript, where, s string) {
-	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod, canaryGoProxy, canaryPyPI, strings.SplitN(canaryPyPI, ":", 2)[1]}
+	canaries := []string{canaryAPIKey, canaryOAuth, canaryOAuth2, canaryGitHub, canaryNPM, canaryHub, canaryMod, canaryGoProxy, canaryMCP, canaryPyPI, strings.SplitN(canaryPyPI, ":", 2)[1]}
 	// The GitHub App's private key (a line of its PEM), and every token
 	// the fake App minted.
 	if app, ok := ts.Value("githubapp").(*fakes.GitHubApp); ok {
@@ -536,6 +548,46 @@ func checkNoSecrets(ts *testscript.TestScript, where, s string) {
 			}
 		}
 	}
+}
+
+// faketooluse NAME INPUT: make the fake Anthropic API's later answers call
+// the tool NAME with INPUT (a JSON object), except to a tool's result;
+// faketooluse with no argument stops it.
+func cmdFakeToolUse(ts *testscript.TestScript, neg bool, args []string) {
+	fake := ts.Value("anthropic").(*fakes.Anthropic)
+	switch {
+	case !neg && len(args) == 0:
+		fake.AnswerToolUse("", nil)
+	case !neg && len(args) == 2 && json.Valid([]byte(args[1])):
+		fake.AnswerToolUse(args[0], json.RawMessage(args[1]))
+	default:
+		ts.Fatalf("usage: faketooluse [NAME INPUT]")
+	}
+}
+
+// mcpcalls: print each request the fake MCP server received since the
+// last mcpcalls, one line each: the HTTP method, the JSON-RPC method and
+// the tool, prompt or resource it names, and the credential it came with
+// (mcp: the server's token; none; other). It fails if any carried a
+// sandbox token.
+func cmdMCPCalls(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) > 0 {
+		ts.Fatalf("usage: mcpcalls")
+	}
+	calls := ts.Value("mcp").(*fakes.MCPServer).Calls()
+	seen := ts.Value("mcpseen").(*int)
+	w := ts.Stdout()
+	for _, c := range calls[*seen:] {
+		if strings.Contains(c.Authorization, "cpx_") || bytes.Contains(c.Body, []byte("cpx_")) {
+			ts.Fatalf("the MCP server received a sandbox token")
+		}
+		cred, ok := map[string]string{"": "none", "Bearer " + canaryMCP: "mcp"}[c.Authorization]
+		if !ok {
+			cred = "other"
+		}
+		fmt.Fprintln(w, strings.Join(strings.Fields(c.HTTPMethod+" "+c.Method+" "+c.Name), " ")+" auth="+cred)
+	}
+	*seen = len(calls)
 }
 
 // needclaude: set CLAUDE to the Claude Code binary. Scripts guard it with

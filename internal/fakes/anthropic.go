@@ -74,6 +74,13 @@ type Anthropic struct {
 	streamGate  *Gate
 	streamAfter int
 	answers     AnswerMode
+	toolUse     *toolUse
+}
+
+// toolUse is the tool call AnswerToolUse scripts.
+type toolUse struct {
+	name  string
+	input json.RawMessage
 }
 
 // AnswerMode is how the fake answers /v1/messages, to test how a proxy meters answers that do not report usage
@@ -182,6 +189,20 @@ func (a *Anthropic) SetAnswers(mode AnswerMode) {
 	a.mu.Lock()
 	a.answers = mode
 	a.mu.Unlock()
+}
+
+// AnswerToolUse makes later answers to /v1/messages call the tool name with input (a JSON object), as a model
+// does that wants a tool: one tool_use block and stop_reason "tool_use" (streamed as the real API streams it, the
+// input in input_json_delta events). A request whose last message carries a tool_result gets the text answer
+// instead, so that a client running the tool ends its turn with it. An empty name stops tool calls.
+func (a *Anthropic) AnswerToolUse(name string, input json.RawMessage) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if name == "" {
+		a.toolUse = nil
+		return
+	}
+	a.toolUse = &toolUse{name, input}
 }
 
 // A Gate holds responses at one point until it is released.
@@ -319,6 +340,8 @@ type messagesRequest struct {
 	Model     string
 	MaxTokens int64
 	Stream    bool
+	// toolResult is whether the last message carries a tool_result block: the answer to a tool call.
+	toolResult bool
 	// inputTokens is a rough count of the prompt: a token per four bytes of messages, system and tools.
 	inputTokens int64
 }
@@ -362,6 +385,17 @@ func parseMessages(body []byte, needMaxTokens bool) (messagesRequest, string) {
 	if raw, ok := fields["stream"]; ok && json.Unmarshal(raw, &m.Stream) != nil {
 		return m, "stream: Input should be a valid boolean"
 	}
+	var last struct {
+		Content json.RawMessage `json:"content"`
+	}
+	var blocks []struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(messages[len(messages)-1], &last) == nil && json.Unmarshal(last.Content, &blocks) == nil {
+		for _, b := range blocks {
+			m.toolResult = m.toolResult || b.Type == "tool_result"
+		}
+	}
 	m.inputTokens = max(1, int64(len(fields["messages"])+len(fields["system"])+len(fields["tools"]))/4)
 	return m, ""
 }
@@ -399,15 +433,23 @@ type textBlock struct {
 	Text string `json:"text"`
 }
 
+// toolUseBlock is a tool call of the assistant.
+type toolUseBlock struct {
+	Type  string          `json:"type"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
 type message struct {
-	ID           string      `json:"id"`
-	Type         string      `json:"type"`
-	Role         string      `json:"role"`
-	Model        string      `json:"model"`
-	Content      []textBlock `json:"content"`
-	StopReason   *string     `json:"stop_reason"`
-	StopSequence *string     `json:"stop_sequence"`
-	Usage        usage       `json:"usage"`
+	ID           string  `json:"id"`
+	Type         string  `json:"type"`
+	Role         string  `json:"role"`
+	Model        string  `json:"model"`
+	Content      []any   `json:"content"`
+	StopReason   *string `json:"stop_reason"`
+	StopSequence *string `json:"stop_sequence"`
+	Usage        usage   `json:"usage"`
 }
 
 func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte, mode AnswerMode) {
@@ -421,13 +463,20 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	setRateLimitHeaders(w.Header(), cred)
+	a.mu.Lock()
+	tool := a.toolUse
+	a.mu.Unlock()
+	if tool != nil && !req.toolResult {
+		a.callTool(w, r, req, tool)
+		return
+	}
 	chunks, stopReason := a.answer(req.MaxTokens)
 	tokens := int64(len(chunks))
 	if mode == AnswerHuge {
 		chunks = append(chunks, strings.Repeat("x", HugeAnswerBytes))
 	}
 	msg := message{
-		ID: newID("msg_01", 22), Type: "message", Role: "assistant", Model: req.Model, Content: []textBlock{},
+		ID: newID("msg_01", 22), Type: "message", Role: "assistant", Model: req.Model, Content: []any{},
 		Usage: usage{InputTokens: req.inputTokens, ServiceTier: "standard"},
 	}
 	cacheRead := int64(0)
@@ -481,6 +530,50 @@ func (a *Anthropic) messages(w http.ResponseWriter, r *http.Request, body []byte
 		delta["usage"].(map[string]int64)["output_tokens"] = negativeCount
 	}
 	s.send("message_delta", delta)
+	s.send("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// callTool answers with a call of tool, JSON or streamed.
+func (a *Anthropic) callTool(w http.ResponseWriter, r *http.Request, req messagesRequest, tool *toolUse) {
+	block := toolUseBlock{Type: "tool_use", ID: newID("toolu_01", 22), Name: tool.name, Input: tool.input}
+	stopReason := "tool_use"
+	tokens := max(1, int64(len(tool.input))/4)
+	msg := message{
+		ID: newID("msg_01", 22), Type: "message", Role: "assistant", Model: req.Model, Content: []any{},
+		Usage: usage{InputTokens: req.inputTokens, ServiceTier: "standard"},
+	}
+	if !req.Stream {
+		msg.Content = append(msg.Content, block)
+		msg.StopReason = &stopReason
+		msg.Usage.OutputTokens = tokens
+		writeJSON(w, http.StatusOK, msg)
+		return
+	}
+	s := &eventStream{w: w, rc: http.NewResponseController(w), ctx: r.Context(), closed: a.closed}
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	s.flush()
+	msg.Usage.OutputTokens = 1
+	s.send("message_start", map[string]any{"type": "message_start", "message": msg})
+	start := block
+	start.Input = json.RawMessage("{}")
+	s.send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": start})
+	s.sendRaw("ping", []byte(`{"type": "ping"}`))
+	// The input arrives in pieces, as the real API streams it.
+	for in := string(tool.input); in != ""; {
+		n := min(len(in), 16)
+		s.send("content_block_delta", map[string]any{
+			"type": "content_block_delta", "index": 0, "delta": map[string]string{"type": "input_json_delta", "partial_json": in[:n]},
+		})
+		in = in[n:]
+	}
+	s.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	s.send("message_delta", map[string]any{
+		"type":  "message_delta",
+		"delta": map[string]any{"stop_reason": stopReason, "stop_sequence": nil},
+		"usage": map[string]int64{"input_tokens": req.inputTokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": tokens},
+	})
 	s.send("message_stop", map[string]any{"type": "message_stop"})
 }
 

@@ -529,3 +529,35 @@ func TestCloseCutsHeldResponses(t *testing.T) {
 		t.Errorf("reading a stream cut by Close: %v, want unexpected EOF", err)
 	}
 }
+
+func TestSDKToolUse(t *testing.T) {
+	f := newFake(t, fakes.AnthropicOptions{APIKey: testKey})
+	f.AnswerToolUse("mcp__docs__search", json.RawMessage(`{"query":"how are tokens revoked?"}`))
+	c := sdk(f, "api-key")
+	stream := c.Messages.NewStreaming(t.Context(), hello())
+	var msg anthropic.Message
+	for stream.Next() {
+		if err := msg.Accumulate(stream.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	stream.Close()
+	if msg.StopReason != anthropic.StopReasonToolUse || len(msg.Content) != 1 || msg.Content[0].Type != "tool_use" ||
+		msg.Content[0].Name != "mcp__docs__search" || string(msg.Content[0].Input) != `{"query":"how are tokens revoked?"}` {
+		t.Fatalf("tool call = %+v", msg)
+	}
+	// The tool's result ends the turn with text.
+	p := hello()
+	p.Messages = append(p.Messages, msg.ToParam(), anthropic.NewUserMessage(anthropic.NewToolResultBlock(msg.Content[0].ID, "found", false)))
+	ans, err := c.Messages.New(t.Context(), p)
+	if err != nil || ans.StopReason != anthropic.StopReasonEndTurn || ans.Content[0].Text != fakes.DefaultReply {
+		t.Fatalf("after the result = %+v, %v", ans, err)
+	}
+	f.AnswerToolUse("", nil)
+	if ans, err := c.Messages.New(t.Context(), hello()); err != nil || ans.Content[0].Type != "text" {
+		t.Fatalf("after AnswerToolUse(\"\") = %+v, %v", ans, err)
+	}
+}

@@ -1,0 +1,163 @@
+package fakes
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MCP server contents: what MCPServer's tools, resources and prompts
+// answer, so that a test can find them in what its client shows.
+const (
+	// MCPSearchAnswer begins the search tool's answer, followed by the query.
+	MCPSearchAnswer = "fake docs search results for "
+	// MCPPublicText is docs://public/readme's text, MCPSecretText
+	// docs://private/secret's.
+	MCPPublicText = "the public readme of the fake docs server"
+	MCPSecretText = "the private secret of the fake docs server"
+)
+
+// MCPServerOptions configures a fake MCP server.
+type MCPServerOptions struct {
+	// Token is the only Bearer token accepted; any other Authorization,
+	// or none, gets 401 with a WWW-Authenticate naming the server's
+	// resource metadata, as an OAuth-protected server answers. Zero means
+	// every request is let in.
+	Token string
+}
+
+// MCPCall is one HTTP request an MCPServer received, recorded before any
+// check, so refused requests are there too.
+type MCPCall struct {
+	HTTPMethod    string // POST, GET or DELETE
+	Authorization string // the Authorization header as it arrived
+	SessionID     string // the Mcp-Session-Id header
+	// Method is the JSON-RPC method of a POST's message, Name the tool or
+	// prompt name (tools/call, prompts/get) or resource URI
+	// (resources/read); both empty when the body is not one JSON object.
+	Method, Name string
+	Body         []byte // the whole body, at most 1 MiB
+}
+
+// MCPServer is a remote MCP server on a loopback port, built with the
+// official Go SDK (github.com/modelcontextprotocol/go-sdk) and served
+// over its Streamable HTTP handler at URL, so that cproxy's MCP route
+// meets a real server's sessions, SSE answers and errors. It has the
+// tools search (a query string), get_page (a path) and delete_repo (a
+// repo), the resources docs://public/readme and docs://private/secret,
+// and the prompts summary and leak. Its methods are safe for concurrent
+// use.
+type MCPServer struct {
+	// URL is the MCP endpoint, http://127.0.0.1:port/mcp.
+	URL string
+
+	opts MCPServerOptions
+	srv  *httptest.Server
+
+	mu    sync.Mutex
+	calls []MCPCall
+}
+
+// NewMCPServer starts a fake MCP server. Close it when done.
+func NewMCPServer(o MCPServerOptions) *MCPServer {
+	s := &MCPServer{opts: o}
+	server := newDocsServer()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s.record(h))
+	s.srv = httptest.NewServer(mux)
+	s.URL = s.srv.URL + "/mcp"
+	return s
+}
+
+// Close stops the server, ending its sessions.
+func (s *MCPServer) Close() { s.srv.Close() }
+
+// Calls returns every request received so far, in the order they arrived.
+func (s *MCPServer) Calls() []MCPCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+// record notes each request, then lets through only those with the
+// server's token.
+func (s *MCPServer) record(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		c := MCPCall{HTTPMethod: r.Method, Authorization: r.Header.Get("Authorization"), SessionID: r.Header.Get("Mcp-Session-Id"), Body: body}
+		var m struct {
+			Method string
+			Params struct{ Name, URI string }
+		}
+		if json.Unmarshal(body, &m) == nil {
+			c.Method, c.Name = m.Method, m.Params.Name
+			if m.Params.URI != "" {
+				c.Name = m.Params.URI
+			}
+		}
+		s.mu.Lock()
+		s.calls = append(s.calls, c)
+		s.mu.Unlock()
+		if bearer, ok := strings.CutPrefix(c.Authorization, "Bearer "); s.opts.Token != "" && (!ok || subtle.ConstantTimeCompare([]byte(bearer), []byte(s.opts.Token)) != 1) {
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer resource_metadata="http://%s/.well-known/oauth-protected-resource/mcp"`, r.Host))
+			http.Error(w, "invalid_token", http.StatusUnauthorized)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+type searchArgs struct {
+	Query string `json:"query" jsonschema:"what to look for"`
+}
+
+type pageArgs struct {
+	Path string `json:"path" jsonschema:"the page's path"`
+}
+
+type repoArgs struct {
+	Repo string `json:"repo" jsonschema:"owner/name of the repository"`
+}
+
+// newDocsServer is the SDK server behind every MCPServer.
+func newDocsServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "fake-docs", Version: "1.0.0"}, nil)
+	text := func(t string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: t}}}
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "search", Description: "Search the docs"}, func(_ context.Context, _ *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
+		return text(MCPSearchAnswer + in.Query), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "get_page", Description: "Get one page of the docs"}, func(_ context.Context, _ *mcp.CallToolRequest, in pageArgs) (*mcp.CallToolResult, any, error) {
+		return text("the page " + in.Path), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "delete_repo", Description: "Delete a repository"}, func(_ context.Context, _ *mcp.CallToolRequest, in repoArgs) (*mcp.CallToolResult, any, error) {
+		return text("deleted " + in.Repo), nil, nil
+	})
+	for uri, body := range map[string]string{"docs://public/readme": MCPPublicText, "docs://private/secret": MCPSecretText} {
+		s.AddResource(&mcp.Resource{URI: uri, Name: uri[strings.LastIndexByte(uri, '/')+1:], MIMEType: "text/plain"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "text/plain", Text: body}}}, nil
+		})
+	}
+	for _, name := range []string{"summary", "leak"} {
+		s.AddPrompt(&mcp.Prompt{Name: name, Description: "The " + name + " prompt"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "the " + name + " prompt"}}}}, nil
+		})
+	}
+	return s
+}
