@@ -38,8 +38,8 @@ max = 3
 
 [[profile.default.mcp.docs.args]]
 tool = "search"
-arg = "index"
-in = ["public", "wiki"]
+arg = "query"
+glob = "*"
 
 [profile.roots.mcp.docs]
 tools = ["search"]
@@ -269,7 +269,7 @@ func TestArgumentRules(t *testing.T) {
 	}
 	for _, body := range []string{
 		call(`{"repo":"acme/app","priority":2,"title":"x"}`),
-		`{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"search","arguments":{"index":"wiki","q":"a"}}}`,
+		`{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"search","arguments":{"query":"wiki","n":1}}}`,
 	} {
 		if r := e.Do("POST", "/mcp/docs", h, body); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
 			t.Fatalf("%s = %d %s", body, r.Status, r.Body)
@@ -289,9 +289,9 @@ func TestArgumentRules(t *testing.T) {
 		{call(`[1]`), `arguments must be an object`},
 		{call(`{"repo":"acme/app","Repo":"other/app","priority":2}`), `different letter cases`},
 		{call(`{"repo":"acme/app","priority":2,"priority":1}`), `twice`},
-		{`{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"search","arguments":{"index":"private"}}}`, `argument index must be one of \"public\", \"wiki\"`},
-		{`{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"search","Name":"delete_all","arguments":{"index":"wiki"}}}`, `params has a member \"Name\"`},
-		{`{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"search","ARGUMENTS":{},"arguments":{"index":"wiki"}}}`, `params has a member \"ARGUMENTS\"`},
+		{`{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"search","arguments":{"query":"../private"}}}`, `argument query must match \"*\"`},
+		{`{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"search","Name":"delete_all","arguments":{"query":"wiki"}}}`, `params has a member \"Name\"`},
+		{`{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"search","ARGUMENTS":{},"arguments":{"query":"wiki"}}}`, `params has a member \"ARGUMENTS\"`},
 	} {
 		r := e.Do("POST", "/mcp/docs", h, c.body)
 		if !strings.Contains(r.Body, c.want) || !strings.Contains(r.Body, "cproxy:") {

@@ -114,6 +114,12 @@ func TestTheSDKsClientAndServerThroughCproxy(t *testing.T) {
 	if err != nil || call.IsError || call.Content[0].(*sdk.TextContent).Text != fakes.MCPSearchAnswer+"tokens" {
 		t.Fatalf("search = %+v, %v", call, err)
 	}
+	// An argument outside its rule (the policy's args) is refused with
+	// what the rule allows, as the SDK's client shows it.
+	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "search", Arguments: map[string]any{"query": "../private"}}); err == nil ||
+		!strings.Contains(err.Error(), `cproxy: MCP server docs: tool search is not allowed for sandbox conv-1 with these arguments: argument query must match "*"`) {
+		t.Errorf("search outside its rule = %v", err)
+	}
 	read, err := cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: "docs://public/readme"})
 	if err != nil || read.Contents[0].Text != fakes.MCPPublicText {
 		t.Errorf("read public = %+v, %v", read, err)
