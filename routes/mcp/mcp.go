@@ -404,6 +404,57 @@ func stripCapabilities(m message, allowed func(string) bool) ([]string, []byte, 
 	return kept, out, nil
 }
 
+// headersAgree checks the headers by which a client of the 2026-07-28
+// transport names what its message does, for the middleboxes that route on
+// them: Mcp-Method the message's method, Mcp-Name its tool or prompt name
+// or resource URI, and each Mcp-Param-NAME a tool call's argument. Each
+// must say what the body says, as the transport requires, or a server
+// that trusts the header would act on what cproxy did not decide.
+func headersAgree(h http.Header, method, name string, args map[string]any) error {
+	disagree := func(header, body string) error {
+		return routes.Refuse(routes.ErrBadRequest, "the %s header says %q and the body %q: they must agree", header, routes.Clip(h.Get(header), 64), routes.Clip(body, 64))
+	}
+	for k, vs := range h {
+		k = http.CanonicalHeaderKey(k)
+		param, isParam := strings.CutPrefix(k, "Mcp-Param-")
+		if k != "Mcp-Method" && k != "Mcp-Name" && !isParam {
+			continue
+		}
+		if len(vs) != 1 {
+			return routes.Refuse(routes.ErrBadRequest, "the %s header is sent %d times; send it once", k, len(vs))
+		}
+		switch {
+		case k == "Mcp-Method" && vs[0] != method:
+			return disagree(k, method)
+		case k == "Mcp-Name" && (name == "" || vs[0] != name):
+			return disagree(k, name)
+		case isParam:
+			body, ok := paramText(args, param)
+			if !ok || body != vs[0] {
+				return disagree(k, body)
+			}
+		}
+	}
+	return nil
+}
+
+// paramText is the argument named param, in any letter case (header names
+// have none), as a header carries it: a string as it is, any other value
+// as its JSON.
+func paramText(args map[string]any, param string) (string, bool) {
+	for k, v := range args {
+		if !strings.EqualFold(k, param) {
+			continue
+		}
+		if s, ok := v.(string); ok {
+			return s, true
+		}
+		b, err := json.Marshal(v)
+		return string(b), err == nil
+	}
+	return "", false
+}
+
 // validID is id when it is a string or a number, else nil.
 func validID(id jsontext.Value) jsontext.Value {
 	if len(id) == 0 {
@@ -458,6 +509,10 @@ func (rt *route) Serve(c *routes.Call) {
 		}
 		id = m.ID
 		q.Method, q.Name, q.Args = m.Method, target, args
+		if err := headersAgree(r.Header, m.Method, target, args); err != nil {
+			c.Fail(&rpcError{id: id, code: -32600, err: err})
+			return
+		}
 		if m.Method == "initialize" {
 			kept, out, err := stripCapabilities(m, func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) })
 			if err != nil {

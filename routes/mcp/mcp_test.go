@@ -337,3 +337,35 @@ func TestClientCapabilitiesStripped(t *testing.T) {
 		t.Errorf("Sampling: %d %s", r.Status, r.Body)
 	}
 }
+
+// The headers of the 2026-07-28 transport that name what a message does
+// (Mcp-Method, Mcp-Name, Mcp-Param-*) must say what its body says: a
+// request where they do not is refused before the server hears of it, and
+// one where they do goes as sent.
+func TestTransportHeadersAgreeWithTheBody(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	call := `{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"create_issue","arguments":{"repo":"acme/app","priority":2}}}`
+	ok := routetest.With(h, "Mcp-Method", "tools/call", "Mcp-Name", "create_issue", "Mcp-Param-Repo", "acme/app", "Mcp-Param-Priority", "2")
+	if r := e.Do("POST", "/mcp/docs", ok, call); r.Status != 200 || strings.Contains(r.Body, "cproxy:") || up.count() != 1 {
+		t.Fatalf("headers that agree: %d %s", r.Status, r.Body)
+	}
+	for _, c := range []struct {
+		header []string
+		want   string
+	}{
+		{[]string{"Mcp-Method", "tools/list"}, `the Mcp-Method header says \"tools/list\" and the body \"tools/call\"`},
+		{[]string{"Mcp-Name", "search"}, `the Mcp-Name header says \"search\" and the body \"create_issue\"`},
+		{[]string{"Mcp-Param-Repo", "other/app"}, `the Mcp-Param-Repo header says \"other/app\"`},
+		{[]string{"Mcp-Param-Title", "x"}, `the Mcp-Param-Title header says \"x\" and the body \"\"`},
+		{[]string{"Mcp-Param-Priority", "\"2\""}, `the Mcp-Param-Priority header`},
+	} {
+		r := e.Do("POST", "/mcp/docs", routetest.With(h, c.header...), call)
+		if !strings.Contains(r.Body, c.want) || !strings.Contains(r.Body, `"id":31`) {
+			t.Errorf("%v: %d %s, want %s", c.header, r.Status, r.Body, c.want)
+		}
+	}
+	if up.count() != 1 {
+		t.Errorf("the server heard %v", up.heard[1:])
+	}
+}
