@@ -78,9 +78,16 @@ func (f *listFilter) message(data []byte) ([]byte, error) {
 			kept = append(kept, e)
 		}
 	}
-	if len(kept) == len(elems) {
+	// What a list shows is this sandbox's view of the server: a result
+	// the server marked public (or that lost an element here) is marked
+	// private, so that no cache shared between clients serves it to
+	// another (the 2026-07-28 revision's cacheScope).
+	scope, hasScope := r["cacheScope"]
+	public := hasScope && string(scope) != `"private"`
+	if len(kept) == len(elems) && !public {
 		return data, nil
 	}
+	r["cacheScope"] = jsontext.Value(`"private"`)
 	if r[f.member], _ = json.Marshal(kept); r[f.member] == nil {
 		r[f.member] = jsontext.Value("[]")
 	}

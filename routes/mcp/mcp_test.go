@@ -245,7 +245,8 @@ func TestListsShowOnlyWhatTheProfileAllows(t *testing.T) {
 	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
 	r := e.Do("POST", "/mcp/docs", h, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if r.Status != 200 || strings.Contains(r.Body, "delete_all") || !strings.Contains(r.Body, `{"name":"search","inputSchema":{"type":"object"}}`) ||
-		!strings.Contains(r.Body, `{"name":"get_page","description":"a\\nb"}`) || !strings.Contains(r.Body, `"nextCursor":"c2"`) {
+		!strings.Contains(r.Body, `{"name":"get_page","description":"a\\nb"}`) || !strings.Contains(r.Body, `"nextCursor":"c2"`) ||
+		!strings.Contains(r.Body, `"cacheScope":"private"`) {
 		t.Errorf("JSON list = %d %s", r.Status, r.Body)
 	}
 	r = e.Do("POST", "/mcp/docs", routetest.With(h, "X-Test-Sse", "1"), `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
