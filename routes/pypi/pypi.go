@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
@@ -107,6 +108,9 @@ func (q request) version() string { return q.file.Version }
 type route struct {
 	index, files *routes.Forwarder
 	now          func() time.Time
+	// uploads are the upload times of the pages read lately, for a
+	// min_release_age's files.
+	uploads uploadCache
 }
 
 func newRoute(env routes.Env) routes.Route {
@@ -163,6 +167,9 @@ type page struct {
 	project string
 	form    string // the form the client gets (Negotiate)
 	vis     Visible
+	// ages says the profile has a min_release_age: the page's upload
+	// times are kept for the files the sandbox asks for next.
+	ages bool
 }
 
 func (s *route) Serve(a *routes.Call) {
@@ -217,7 +224,7 @@ func (s *route) Serve(a *routes.Call) {
 		return
 	}
 	prof, now := a.Session().Profile, s.now()
-	pg := &page{project: q.project, form: form, vis: func(v string, at time.Time) bool {
+	pg := &page{project: q.project, form: form, ages: prof.PyPI.MinReleaseAge.Duration > 0, vis: func(v string, at time.Time) bool {
 		return prof.PyPIVersion(q.project, v, at, now).Allow
 	}}
 	question.filtered = true
@@ -280,8 +287,17 @@ func (q *question) decide(prof *policy.Profile) (string, error) {
 // uploaded reads a file's upload time from its project's index page (PEP
 // 700's upload-time, in the JSON form); zero when the page gives none. The
 // file must be on the page, at the path asked for: a file the index does
-// not list is not served, whatever its name.
+// not list is not served, whatever its name. A page read in the last
+// uploadsFresh (to serve it, or for another file) answers without asking
+// the index again.
 func (s *route) uploaded(ctx context.Context, q request) (time.Time, error) {
+	local := FilesPrefix + q.project + strings.TrimSuffix(q.rawPath, metadataSuffix)
+	if at, listed, ok := s.uploads.get(q.project, local, s.now()); ok {
+		if !listed {
+			return time.Time{}, notListed(q)
+		}
+		return at, nil
+	}
 	host := s.index.Upstream().URL.Host
 	header := http.Header{"Accept": {upstreamAccept}, "Accept-Encoding": {"gzip"}}
 	resp, err := s.index.RoundTrip(ctx, http.MethodGet, indexTarget(q.project), header, nil)
@@ -302,6 +318,27 @@ func (s *route) uploaded(ctx context.Context, q request) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
+	times, err := pageUploads(body, q.project, resp.Request.URL, s.files.Upstream().URL)
+	if err != nil {
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the page of %s from %s is not one cproxy can read", q.project, host)
+	}
+	s.uploads.put(q.project, times, s.now())
+	at, listed := times[local]
+	if !listed {
+		return time.Time{}, notListed(q)
+	}
+	return at, nil
+}
+
+func notListed(q request) error {
+	return routes.Refuse(routes.ErrForbidden, "%s is not on the index's page of %s, so cproxy does not serve it", q.filename, q.project)
+}
+
+// pageUploads are the upload times of the files of a project's page (the
+// JSON form) that the route serves, by their place on it
+// (FilesPrefix+PROJECT+PATH, no fragment): zero for a file whose page gives
+// none, or an unreadable one.
+func pageUploads(page []byte, project string, pageURL, filesBase *url.URL) (map[string]time.Time, error) {
 	var doc struct {
 		Files []struct {
 			Filename string          `json:"filename"`
@@ -309,28 +346,82 @@ func (s *route) uploaded(ctx context.Context, q request) (time.Time, error) {
 			Uploaded json.RawMessage `json:"upload-time"`
 		} `json:"files"`
 	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the page of %s from %s is not one cproxy can read", q.project, host)
+	if err := json.Unmarshal(page, &doc); err != nil {
+		return nil, err
 	}
-	want := strings.TrimSuffix(q.filename, metadataSuffix)
-	base := s.files.Upstream().URL
+	times := make(map[string]time.Time, len(doc.Files))
 	for _, f := range doc.Files {
-		if f.Filename != want {
+		if df, err := FileOf(project, f.Filename); err != nil || df.Metadata {
 			continue
 		}
-		local, ok := localURL(q.project, f.Filename, f.URL, resp.Request.URL, base)
+		local, ok := localURL(project, f.Filename, f.URL, pageURL, filesBase)
+		if !ok {
+			continue
+		}
 		local, _, _ = strings.Cut(local, "#")
-		if !ok || local != FilesPrefix+q.project+strings.TrimSuffix(q.rawPath, metadataSuffix) {
-			continue
-		}
 		var at string
-		if json.Unmarshal(f.Uploaded, &at) != nil {
-			return time.Time{}, nil
+		var t time.Time
+		if json.Unmarshal(f.Uploaded, &at) == nil {
+			t, _ = time.Parse(time.RFC3339Nano, at) // zero when unreadable: too new
 		}
-		t, _ := time.Parse(time.RFC3339Nano, at) // zero when unreadable: too new
-		return t, nil
+		if old, seen := times[local]; !seen || t.IsZero() || !old.IsZero() && t.After(old) {
+			times[local] = t // the same place twice: the later, or none, time decides
+		}
 	}
-	return time.Time{}, routes.Refuse(routes.ErrForbidden, "%s is not on the index's page of %s, so cproxy does not serve it", q.filename, q.project)
+	return times, nil
+}
+
+// uploadsFresh is how long a page's upload times answer for its files: as
+// long as PyPI lets a page be cached, so a file is served no longer after
+// the index stops listing it than a client's own cache would.
+const uploadsFresh = 10 * time.Minute
+
+// maxUploadPages bounds the pages whose upload times are kept; past it,
+// the oldest is dropped.
+const maxUploadPages = 4096
+
+// uploadCache keeps the upload times of the pages the route read lately,
+// by project: what a page says of its files is the index's, whichever
+// sandbox's request read it.
+type uploadCache struct {
+	mu    sync.Mutex
+	pages map[string]uploadPage
+}
+
+type uploadPage struct {
+	read  time.Time
+	times map[string]time.Time
+}
+
+// get answers for the file at local of project from a fresh page: its
+// upload time and whether the page lists it; ok is false without one.
+func (c *uploadCache) get(project, local string, now time.Time) (at time.Time, listed, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pages[project]
+	if !ok || now.Sub(p.read) >= uploadsFresh || now.Before(p.read) {
+		return time.Time{}, false, false
+	}
+	at, listed = p.times[local]
+	return at, listed, true
+}
+
+func (c *uploadCache) put(project string, times map[string]time.Time, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pages == nil {
+		c.pages = map[string]uploadPage{}
+	}
+	if _, ok := c.pages[project]; !ok && len(c.pages) >= maxUploadPages {
+		oldest := ""
+		for k, p := range c.pages {
+			if oldest == "" || p.read.Before(c.pages[oldest].read) {
+				oldest = k
+			}
+		}
+		delete(c.pages, oldest)
+	}
+	c.pages[project] = uploadPage{read: now, times: times}
 }
 
 // readPage reads an index page whole (at most maxPage bytes, gzip or not)
@@ -393,6 +484,13 @@ func (s *route) checkIndex(resp *http.Response) error {
 	resp.Body.Close()
 	if err != nil {
 		return err
+	}
+	if pg.ages {
+		// The sandbox asks for a file of this page next: its upload time
+		// is known now.
+		if times, err := pageUploads(body, pg.project, resp.Request.URL, s.files.Upstream().URL); err == nil {
+			s.uploads.put(pg.project, times, s.now())
+		}
 	}
 	out, err := RewriteJSON(body, pg.project, resp.Request.URL, s.files.Upstream().URL, pg.vis)
 	if err == nil && pg.form != TypeJSON {

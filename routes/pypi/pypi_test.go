@@ -260,3 +260,30 @@ func TestIndexRefusesCredential(t *testing.T) {
 		t.Errorf("%d %s", rep.Status, rep.Body)
 	}
 }
+
+// Under a min_release_age, the page a sandbox was just served tells the
+// upload time of the files it asks for next: the index is asked for the
+// page once, not once more per file. A file asked for with no page read
+// lately costs one page read, which then answers for its siblings too.
+func TestUploadTimesFromThePageServed(t *testing.T) {
+	idx := newIndex(t, fakes.PyPIIndexOptions{Credential: canaryIndex})
+	e := newEnv(t, idx)
+	tok := e.Token("conv-1")
+	rep := e.Do("GET", "/pypi/simple/demo/", routetest.With(routetest.Bearer(tok), "Accept", TypeJSON), "")
+	var pg jsonPage
+	json.Unmarshal([]byte(rep.Body), &pg)
+	for _, f := range pg.Files {
+		if got := e.Do("GET", f.URL, routetest.Bearer(tok), ""); got.Status != 200 {
+			t.Fatalf("%s: %d %s", f.URL, got.Status, got.Body)
+		}
+	}
+	pages := 0
+	for _, r := range idx.Requests() {
+		if r.Host == "index" {
+			pages++
+		}
+	}
+	if pages != 1 || len(pg.Files) != 2 {
+		t.Errorf("the index was asked for %d pages for a page and its %d files, want 1", pages, len(pg.Files))
+	}
+}
