@@ -26,6 +26,13 @@ Examples:
 		Subcommands: []*cli.Command{{
 			Name:  "pins",
 			Usage: "list the tool pins, and accept or reject a tool's changed definition",
+			Description: `A tool whose definition changed since it was pinned is withheld from the sandboxes: list shows
+the change pending, accept makes it the pin, reject keeps the tool out.
+
+Examples:
+
+   cproxy mcp pins list --server docs
+   cproxy mcp pins reject docs search`,
 			Subcommands: []*cli.Command{
 				{
 					Name:  "list",
