@@ -572,3 +572,73 @@ func (s *Secret) UnmarshalJSON(b []byte) error {
 	s.s = &v
 	return nil
 }
+
+// MCPPins is the answer to GET /mcp/pins.
+type MCPPins struct {
+	Pins []MCPPin `json:"pins"`
+}
+
+// MCPPin is one tool of an MCP server ([mcp.NAME]) as cproxy holds it:
+// pinned to the definition it first listed, or the one an operator
+// accepted since (docs/mcp.md, "Pinning tools").
+type MCPPin struct {
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	// Digest is the pinned definition's digest ("sha256:" and hex),
+	// Definition the definition (the canonical JSON of the tool's name,
+	// title, description, schemas and annotations; absent past 64 KiB).
+	Digest     string          `json:"digest"`
+	PinnedAt   time.Time       `json:"pinned_at"`
+	Definition json.RawMessage `json:"definition,omitempty"`
+	// Withheld is set while the server lists a definition other than the
+	// pin: the tool is kept out of lists and its calls refused. Changed is
+	// that definition's digest, ChangedAt when it was first listed.
+	Withheld  bool      `json:"withheld"`
+	Changed   string    `json:"changed,omitempty"`
+	ChangedAt time.Time `json:"changed_at,omitzero"`
+	// Pending is the digest of the change waiting for an operator (empty:
+	// none), PendingDefinition its definition (absent past 64 KiB).
+	Pending           string          `json:"pending,omitempty"`
+	PendingDefinition json.RawMessage `json:"pending_definition,omitempty"`
+	// Rejected is set when an operator rejected the change the server
+	// still lists.
+	Rejected bool `json:"rejected,omitempty"`
+}
+
+// MCPPins lists the MCP tool pins of server, or of every server when it is
+// empty (GET /mcp/pins).
+func (c *Client) MCPPins(ctx context.Context, server string) ([]MCPPin, error) {
+	q := url.Values{}
+	if server != "" {
+		q.Set("server", server)
+	}
+	var out MCPPins
+	err := c.do(ctx, http.MethodGet, "/mcp/pins", q, nil, http.StatusOK, &out)
+	return out.Pins, err
+}
+
+// AcceptMCPPin makes the pending change of server's tool its pin (POST
+// /mcp/pins/accept): the tool is listed and called again. digest, when
+// not empty, must be the pending change's, so that a change made after the
+// operator read it is not accepted with it; otherwise an *Error with
+// StatusCode 409, as when no change is pending (404: no such tool).
+func (c *Client) AcceptMCPPin(ctx context.Context, server, tool, digest string) (MCPPin, error) {
+	return c.decidePin(ctx, "/mcp/pins/accept", server, tool, digest)
+}
+
+// RejectMCPPin drops the pending change of server's tool, keeping its pin
+// (POST /mcp/pins/reject): the tool stays withheld while the server lists
+// the changed definition. digest as for AcceptMCPPin.
+func (c *Client) RejectMCPPin(ctx context.Context, server, tool, digest string) (MCPPin, error) {
+	return c.decidePin(ctx, "/mcp/pins/reject", server, tool, digest)
+}
+
+func (c *Client) decidePin(ctx context.Context, path, server, tool, digest string) (MCPPin, error) {
+	q := url.Values{"server": {server}, "tool": {tool}}
+	if digest != "" {
+		q.Set("digest", digest)
+	}
+	var out MCPPin
+	err := c.do(ctx, http.MethodPost, path, q, nil, http.StatusOK, &out)
+	return out, err
+}

@@ -32,6 +32,11 @@ type MCP struct {
 	// server's route; zero: the route's default.
 	Concurrent        int64 `toml:"concurrent"`
 	RequestsPerMinute int64 `toml:"requests_per_minute"`
+	// PinTools holds each of the server's tools to the definition first
+	// listed, or the one an operator accepted since (docs/mcp.md, "Pinning
+	// tools"). Default true; false lists and calls a changed tool as any
+	// other.
+	PinTools bool `toml:"pin_tools"`
 }
 
 // MCPPrefix is the proxy listener's path of every MCP server: /mcp/NAME.
@@ -76,6 +81,9 @@ func (c *Config) validateMCP(f *policy.File) {
 			m.HeaderTimeout = Duration{2 * time.Minute}
 		}
 		checkPositive(f, mp.Dot("header_timeout"), m.HeaderTimeout, "2m")
+		if !f.Has(mp.Dot("pin_tools")) {
+			m.PinTools = true
+		}
 		checkLimits(f, mp, m.Concurrent, m.RequestsPerMinute)
 	}
 }

@@ -20,19 +20,20 @@ url = "http://127.0.0.1:9200/mcp"
 credential = "file:tracker.key"
 header = "X-API-Key"
 header_timeout = "10s"
+pin_tools = false
 `
 	c, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	docs, tr := c.MCP["docs"], c.MCP["tracker"]
-	if docs.Name != "docs" || docs.Header != "Authorization" || docs.HeaderTimeout.Duration != 2*time.Minute {
+	if docs.Name != "docs" || docs.Header != "Authorization" || docs.HeaderTimeout.Duration != 2*time.Minute || !docs.PinTools {
 		t.Errorf("docs = %+v", docs)
 	}
 	if got := docs.CredentialValue("s3"); got != "Bearer s3" {
 		t.Errorf("docs sends %q, want the default Authorization: Bearer", got)
 	}
-	if tr.Header != "X-API-Key" || tr.CredentialValue("s3") != "s3" || tr.HeaderTimeout.Duration != 10*time.Second {
+	if tr.Header != "X-API-Key" || tr.CredentialValue("s3") != "s3" || tr.HeaderTimeout.Duration != 10*time.Second || tr.PinTools {
 		t.Errorf("tracker = %+v", tr)
 	}
 	if tr.Credential != "file:"+filepath.Join(dir, "tracker.key") {
@@ -43,6 +44,7 @@ header_timeout = "10s"
 func TestMCPConfigProblems(t *testing.T) {
 	for _, tc := range []struct{ name, src, want string }{
 		{"no url", "[mcp.docs]\ncredential = \"env:T\"\n", `cproxy.toml:1:1: mcp.docs: missing url, the server's MCP endpoint`},
+		{"pin_tools not a bool", "[mcp.docs]\nurl = \"https://h/mcp\"\npin_tools = \"no\"\n", `pin_tools`},
 		{"bad name", "[mcp.Docs]\nurl = \"https://h/mcp\"\n", `mcp "Docs": an MCP server's name has lower-case letters`},
 		{"inline secret", "[mcp.docs]\nurl = \"https://h/mcp\"\ncredential = \"mcp_SECRETVALUE\"\n", "mcp.docs.credential: not a credential source"},
 		{"secret in url", "[mcp.docs]\nurl = \"https://u:p@h/mcp\"\n", "mcp.docs.url: the URL must not carry user info"},

@@ -8,6 +8,7 @@ import (
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/budget"
+	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -39,6 +40,14 @@ func (a *Call) Log() *slog.Logger { return a.srv.log }
 
 // Now is the Server's clock.
 func (a *Call) Now() time.Time { return a.srv.now() }
+
+// Store is the token store, for what a route keeps that every replica on
+// the store must agree on (the MCP route's tool pins).
+func (a *Call) Store() tokens.Store { return a.srv.store }
+
+// Metrics are the Server's metrics, for the counts a route keeps of its
+// own (the MCP route's pin changes).
+func (a *Call) Metrics() *metrics.Metrics { return a.srv.metrics }
 
 // SetTarget says what the request is about, for its audit line: the
 // model, OWNER/REPO, the package, a relay's path.

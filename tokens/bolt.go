@@ -36,6 +36,8 @@ var (
 	bucketSandboxes = []byte("sandboxes")
 	// bucketUsage holds each budget window's usage (key: UsageKey, value: JSON Usage).
 	bucketUsage = []byte("usage")
+	// bucketMCPPins holds the MCP route's tool pins (key: server + "\x00" + tool, value: JSON MCPPin).
+	bucketMCPPins = []byte("mcp_pins")
 
 	keySchema = []byte("schema_version")
 )
@@ -61,6 +63,8 @@ var boltMigrations = []boltMigration{
 	{2, "records may carry a source or a binding (Record.Source, Record.Bind)", func(*bolt.Tx) error { return nil }},
 	// An older cproxy would serve budgeted tokens unmetered.
 	{3, "records may carry values and a budget (Record.Values, Record.Budget); the usage bucket holds what each token has spent", createBuckets(bucketUsage)},
+	// An older cproxy would not hold MCP tools to their pins.
+	{4, "the MCP route's tool pins (MCPPin)", createBuckets(bucketMCPPins)},
 }
 
 // BoltSchemaVersion is the newest schema of the embedded store this cproxy knows.
@@ -221,7 +225,7 @@ func prepare(tx *bolt.Tx, path string) error {
 			return fmt.Errorf("upgrade token store %s: %w", path, err)
 		}
 	}
-	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil {
+	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil || tx.Bucket(bucketMCPPins) == nil {
 		return notAStore(path, errors.New("missing buckets"))
 	}
 	return nil
@@ -737,4 +741,99 @@ func (s *BoltStore) Prunable(ctx context.Context, cutoff time.Time, limit int) (
 	}
 	sortRecords(recs)
 	return n, recs, nil
+}
+
+func pinKey(server, tool string) []byte { return []byte(server + "\x00" + tool) }
+
+// MCPPins reads the pins in key order, which is server then tool.
+func (s *BoltStore) MCPPins(ctx context.Context, server string) ([]MCPPin, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var pins []MCPPin
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketMCPPins).Cursor()
+		var prefix []byte
+		if server != "" {
+			prefix = pinKey(server, "")
+		}
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var p MCPPin
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("corrupt MCP pin: %w", err)
+			}
+			pins = append(pins, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list MCP pins: %w", err)
+	}
+	return pins, nil
+}
+
+func (s *BoltStore) MCPPin(ctx context.Context, server, tool string) (MCPPin, error) {
+	if err := ctx.Err(); err != nil {
+		return MCPPin{}, err
+	}
+	var p MCPPin
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMCPPins).Get(pinKey(server, tool))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &p)
+	})
+	return p, err
+}
+
+func (s *BoltStore) SeeMCPTool(ctx context.Context, server, tool, digest string, def []byte, at time.Time) (MCPPin, bool, error) {
+	var newly bool
+	p, err := s.updatePin(ctx, server, tool, see(digest, def, at, &newly))
+	return p, newly, err
+}
+
+func (s *BoltStore) AcceptMCPPin(ctx context.Context, server, tool, digest string, at time.Time) (MCPPin, error) {
+	return s.updatePin(ctx, server, tool, accept(digest, at))
+}
+
+func (s *BoltStore) RejectMCPPin(ctx context.Context, server, tool, digest string) (MCPPin, error) {
+	return s.updatePin(ctx, server, tool, reject(digest))
+}
+
+// updatePin reads the pin, and writes it back when f changed it, in one
+// transaction: first reading it alone, so that a list that changes nothing
+// takes no write lock.
+func (s *BoltStore) updatePin(ctx context.Context, server, tool string, f pinUpdate) (MCPPin, error) {
+	if err := ctx.Err(); err != nil {
+		return MCPPin{}, err
+	}
+	p, err := s.MCPPin(ctx, server, tool)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return MCPPin{}, err
+	}
+	p.Server, p.Tool = server, tool
+	if write, ferr := f(&p, err == nil); ferr != nil || !write {
+		return p, ferr
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMCPPins)
+		p = MCPPin{Server: server, Tool: tool}
+		v := b.Get(pinKey(server, tool))
+		if v != nil {
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("corrupt MCP pin: %w", err)
+			}
+		}
+		write, err := f(&p, v != nil)
+		if err != nil || !write {
+			return err
+		}
+		out, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		return b.Put(pinKey(server, tool), out)
+	})
+	return p, err
 }

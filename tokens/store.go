@@ -115,6 +115,9 @@ type Store interface {
 	// Prunable returns how many tokens Prune with cutoff would delete, and at most limit of them (which ones is
 	// up to the store), sorted by CreatedAt then ID. It changes nothing.
 	Prunable(ctx context.Context, cutoff time.Time, limit int) (int, []Record, error)
+	// MCPPins keeps the MCP route's tool pins, so that every replica on the store holds a tool to the same
+	// definition.
+	MCPPins
 	Close() error
 }
 

@@ -52,6 +52,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			execCommand(),
 			npmrcCommand(),
 			mcpConfigCommand(),
+			mcpCommand(),
 			policyCommand(),
 			secretCommand(),
 			caCommand(),

@@ -257,6 +257,8 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"fakeanswers": cmdFakeAnswers,
 			"faketooluse": cmdFakeToolUse,
 			"mcpcalls":    cmdMCPCalls,
+			"mcpsearch":   cmdMCPSearch,
+			"mcpclient":   cmdMCPClient,
 			"stallstreams": func(ts *testscript.TestScript, neg bool, args []string) {
 				// stallstreams: the fake Anthropic API's later streams stop after their first
 				// three events until the client goes away, as a long answer would.

@@ -232,7 +232,8 @@ func loadMCP(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]mc
 		if err != nil {
 			return nil, fail("", "mcp.%s.url: %v", name, err)
 		}
-		s := mcp.Server{Name: name, URL: u, Header: http.CanonicalHeaderKey(m.Header), Value: m.CredentialValue, HeaderTimeout: m.HeaderTimeout.Duration}
+		s := mcp.Server{Name: name, URL: u, Header: http.CanonicalHeaderKey(m.Header), Value: m.CredentialValue, HeaderTimeout: m.HeaderTimeout.Duration,
+			Unpinned: !m.PinTools}
 		if m.Credential != "" {
 			live, err := loader.Live("mcp."+name, secrets.Source(m.Credential), log)
 			if err != nil {

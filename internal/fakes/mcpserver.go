@@ -61,8 +61,9 @@ type MCPServer struct {
 	// URL is the MCP endpoint, http://127.0.0.1:port/mcp.
 	URL string
 
-	opts MCPServerOptions
-	srv  *httptest.Server
+	opts   MCPServerOptions
+	srv    *httptest.Server
+	server *mcp.Server
 
 	mu    sync.Mutex
 	calls []MCPCall
@@ -70,14 +71,20 @@ type MCPServer struct {
 
 // NewMCPServer starts a fake MCP server. Close it when done.
 func NewMCPServer(o MCPServerOptions) *MCPServer {
-	s := &MCPServer{opts: o}
-	server := newDocsServer()
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	s := &MCPServer{opts: o, server: newDocsServer()}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, nil)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.record(h))
 	s.srv = httptest.NewServer(mux)
 	s.URL = s.srv.URL + "/mcp"
 	return s
+}
+
+// SetSearchDescription changes the description the search tool is listed
+// with from the next tools/list on, as a server that changes a tool's
+// definition under its clients does.
+func (s *MCPServer) SetSearchDescription(d string) {
+	addSearch(s.server, d)
 }
 
 // Close stops the server, ending its sessions.
@@ -134,15 +141,21 @@ type repoArgs struct {
 	Repo string `json:"repo" jsonschema:"owner/name of the repository"`
 }
 
+// addSearch adds the search tool to s, described as description, in place
+// of the one s has.
+func addSearch(s *mcp.Server, description string) {
+	mcp.AddTool(s, &mcp.Tool{Name: "search", Description: description}, func(_ context.Context, _ *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: MCPSearchAnswer + in.Query}}}, nil, nil
+	})
+}
+
 // newDocsServer is the SDK server behind every MCPServer.
 func newDocsServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "fake-docs", Version: "1.0.0"}, nil)
 	text := func(t string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: t}}}
 	}
-	mcp.AddTool(s, &mcp.Tool{Name: "search", Description: "Search the docs"}, func(_ context.Context, _ *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
-		return text(MCPSearchAnswer + in.Query), nil, nil
-	})
+	addSearch(s, "Search the docs")
 	mcp.AddTool(s, &mcp.Tool{Name: "get_page", Description: "Get one page of the docs"}, func(_ context.Context, _ *mcp.CallToolRequest, in pageArgs) (*mcp.CallToolResult, any, error) {
 		return text("the page " + in.Path), nil, nil
 	})

@@ -65,6 +65,9 @@ func Handler(srv *routes.Server, serving client.Serving) http.Handler {
 	mux.HandleFunc("DELETE /tokens/{id}", s.revokeToken)
 	mux.HandleFunc("GET /tokens", s.listTokens)
 	mux.HandleFunc("POST /tokens/prune", s.pruneTokens)
+	mux.HandleFunc("GET /mcp/pins", s.listPins)
+	mux.HandleFunc("POST /mcp/pins/accept", s.decidePin(true))
+	mux.HandleFunc("POST /mcp/pins/reject", s.decidePin(false))
 	health := struct {
 		Status string `json:"status"`
 		client.Serving
@@ -106,6 +109,7 @@ type server struct {
 // Allow header.
 var adminMethods = map[string]string{
 	"/tokens": "GET, POST, DELETE", "/tokens/prune": "POST", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
+	"/mcp/pins": "GET", "/mcp/pins/accept": "POST", "/mcp/pins/reject": "POST",
 }
 
 // methodNotAllowed answers 405 with the methods path takes.

@@ -3,6 +3,8 @@ package mcp
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -33,6 +35,11 @@ var lists = map[string]struct{ member, name, method string }{
 type listFilter struct {
 	server, member, name, method string
 	prof                         *policy.Profile
+	// pins, for a tools/list of a server whose tools are pinned, withholds
+	// the tools whose definitions changed; ctx is the request's, for the
+	// store. nil: none.
+	pins *pinner
+	ctx  context.Context
 }
 
 func (f *listFilter) allows(name string) bool {
@@ -64,17 +71,30 @@ func (f *listFilter) message(data []byte) ([]byte, error) {
 	if err := json.Unmarshal(arr, &elems); err != nil {
 		return nil, err
 	}
-	kept := elems[:0]
+	var names []string
+	var named []map[string]jsontext.Value
+	var listed []jsontext.Value
 	for _, e := range elems {
-		var named map[string]jsontext.Value
-		if err := json.Unmarshal(e, &named); err != nil {
+		var members map[string]jsontext.Value
+		if err := json.Unmarshal(e, &members); err != nil {
 			return nil, err
 		}
 		var name string
-		if v, ok := named[f.name]; !ok || json.Unmarshal(v, &name) != nil {
+		if v, ok := members[f.name]; !ok || json.Unmarshal(v, &name) != nil {
 			continue
 		}
-		if f.allows(name) {
+		names, named, listed = append(names, name), append(named, members), append(listed, e)
+	}
+	withheld := make([]bool, len(listed))
+	if f.pins != nil {
+		var err error
+		if withheld, err = f.pins.withheld(f.ctx, names, named); err != nil {
+			return nil, err
+		}
+	}
+	kept := elems[:0]
+	for i, e := range listed {
+		if !withheld[i] && f.allows(names[i]) {
 			kept = append(kept, e)
 		}
 	}
@@ -101,6 +121,12 @@ func (f *listFilter) message(data []byte) ([]byte, error) {
 	return out, nil
 }
 
+// pinErr reports whether err is the pins' refusal of a list (the store
+// did not answer, a tool cannot be read), rather than a JSON error.
+func pinErr(err error) bool {
+	return err != nil && (errors.Is(err, routes.ErrUnavailable) || errors.Is(err, routes.ErrUpstream))
+}
+
 func marshal(v any) (jsontext.Value, bool) {
 	b, err := json.Marshal(v, json.Deterministic(true))
 	return b, err == nil
@@ -124,6 +150,9 @@ func (f *listFilter) filter(resp *http.Response) error {
 			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's list answer could not be read whole (at most %d MiB)", f.server, maxAnswer>>20)
 		}
 		out, err := f.message(body)
+		if pinErr(err) {
+			return err
+		}
 		if err != nil {
 			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's list answer is not JSON cproxy can read (one object, no name twice), so it is not passed on", f.server)
 		}
@@ -213,7 +242,9 @@ func (s *sseFilter) event() ([]byte, error) {
 		msg := data
 		if len(bytes.TrimSpace(data)) > 0 {
 			var err error
-			if msg, err = s.f.message(data); err != nil {
+			if msg, err = s.f.message(data); pinErr(err) {
+				return nil, err
+			} else if err != nil {
 				return nil, errEvent
 			}
 		}

@@ -47,6 +47,11 @@ type Server struct {
 	Live          *secrets.Live
 	Value         func(string) string
 	HeaderTimeout time.Duration
+	// Unpinned leaves the server's tools unpinned (pin_tools = false):
+	// a changed definition is listed and called as any other. Zero: each
+	// tool is held to the definition first listed, or the one an operator
+	// accepted since (tokens.MCPPin).
+	Unpinned bool
 }
 
 type server struct {
@@ -559,10 +564,24 @@ func (rt *route) Serve(c *routes.Call) {
 		c.Fail(err)
 		return
 	}
+	var pins *pinner
+	if !s.Unpinned {
+		pins = &pinner{server: name, store: c.Store(), now: c.Now, log: c.Log(), changed: func() { c.Metrics().MCPPinChanged(name) }}
+	}
+	if pins != nil && q.Method == "tools/call" {
+		if err := pins.checkCall(r.Context(), id, q.Name); err != nil {
+			c.Fail(err)
+			return
+		}
+	}
 	ctx := context.WithValue(r.Context(), sandboxKey{}, sandbox)
 	var t routes.Target
 	if l, ok := lists[q.Method]; ok {
-		ctx = context.WithValue(ctx, filterKey{}, &listFilter{server: name, member: l.member, name: l.name, method: l.method, prof: c.Session().Profile})
+		f := &listFilter{server: name, member: l.member, name: l.name, method: l.method, prof: c.Session().Profile, ctx: ctx}
+		if q.Method == "tools/list" {
+			f.pins = pins
+		}
+		ctx = context.WithValue(ctx, filterKey{}, f)
 		t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	}
 	s.fwd.Forward(c, r.WithContext(ctx), t)

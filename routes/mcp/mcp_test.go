@@ -63,6 +63,9 @@ type upstream struct {
 	mu    sync.Mutex
 	heard []string
 	n     int
+	// searchDescription, when set, is the description search is listed
+	// with: a test changes it to change the tool's definition.
+	searchDescription string
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +80,13 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(string(b), `"tools/list"`) {
-		const list = `{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"search","inputSchema":{"type":"object"}},{"name":"delete_all","inputSchema":{"type":"object"}},{"name":"get_page","description":"a\\nb"}],"nextCursor":"c2"}}`
+		search := ""
+		u.mu.Lock()
+		if u.searchDescription != "" {
+			search = `"description":"` + u.searchDescription + `",`
+		}
+		u.mu.Unlock()
+		list := `{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"search",` + search + `"inputSchema":{"type":"object"}},{"name":"delete_all","inputSchema":{"type":"object"}},{"name":"get_page","description":"a\\nb"}],"nextCursor":"c2"}}`
 		if r.Header.Get("X-Test-Sse") != "" {
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "event: message\nid: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n")
@@ -98,7 +107,8 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (u *upstream) count() int { u.mu.Lock(); defer u.mu.Unlock(); return len(u.heard) }
 
-func newEnv(t *testing.T, secret string) (*routetest.Env, *upstream) {
+// newEnv serves the stand-in as server docs, changed by each of opts.
+func newEnv(t *testing.T, secret string, opts ...func(*mcp.Server)) (*routetest.Env, *upstream) {
 	up := &upstream{}
 	ts := httptest.NewServer(up)
 	t.Cleanup(ts.Close)
@@ -110,6 +120,9 @@ func newEnv(t *testing.T, secret string) (*routetest.Env, *upstream) {
 	}
 	e := routetest.New(t, routetest.WithPolicy(t, testPolicy), func(o *routetest.Options) {
 		o.MCP = []mcp.Server{{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: func(s string) string { return "Bearer " + s }}}
+		for _, f := range opts {
+			f(&o.MCP[0])
+		}
 		o.Canaries = append(o.Canaries, canary)
 	})
 	return e, up

@@ -66,6 +66,9 @@ type Metrics struct {
 	connRefused prometheus.Counter
 	// pruned counts the tokens pruned from the store.
 	pruned prometheus.Counter
+	// pinChanges counts the MCP tool definitions seen changed from their
+	// pins, by server (a config name).
+	pinChanges *prometheus.CounterVec
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -149,6 +152,10 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 			Name: "cproxy_budget_remaining",
 			Help: "What is left of a sandbox's budget, by sandbox and kind; a sandbox's series go when its tokens are revoked.",
 		}, []string{"sandbox", "kind"}),
+		pinChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_mcp_pin_changes_total",
+			Help: "Tool definitions an MCP server listed changed from their pins, each counted once when this process first saw it pending, by server ([mcp.NAME]).",
+		}, []string{"server"}),
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -175,7 +182,7 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -417,6 +424,14 @@ func (m *Metrics) DeleteBudget(sandbox string) {
 func (m *Metrics) TokensPruned(n int) {
 	if m != nil {
 		m.pruned.Add(float64(n))
+	}
+}
+
+// MCPPinChanged counts a tool of the MCP server named server whose
+// definition changed from its pin.
+func (m *Metrics) MCPPinChanged(server string) {
+	if m != nil {
+		m.pinChanges.WithLabelValues(server).Inc()
 	}
 }
 
