@@ -25,9 +25,11 @@ import (
 // requests the proxy got, the requests cproxy answered, and cproxy's peak
 // RSS (VmHWM) and CPU over the runs.
 //
-// The fake speaks plain HTTP, so direct is plain HTTP while cproxy is
-// HTTPS (go sends a module proxy's credential over HTTPS only): TLS is
-// part of what cproxy costs here.
+// go reaches cproxy over HTTPS only (it sends a module proxy's credential
+// over nothing else), and cproxy the fake over plain HTTP, so go takes
+// two direct ways to the same fake: plain HTTP (direct) and HTTPS
+// (direct-tls, HTTP/1.1 as cproxy's TLS listener is), to tell TLS from
+// the rest of what cproxy costs.
 
 // GoModOptions say what RunGoMod does.
 type GoModOptions struct {
@@ -51,10 +53,14 @@ type GoModOptions struct {
 // moves a median of few runs.
 var DefaultGoModOptions = GoModOptions{Modules: 40, Reps: 9}
 
+// goModWays are the ways of the go mod download benchmark, in the order
+// of the first round.
+var goModWays = []string{wayDirect, wayDirectTLS, wayCproxy, wayCproxyAge}
+
 // GoModRun is one timed `go mod download`, with what the proxy got during
 // it.
 type GoModRun struct {
-	Way  string        `json:"way"` // "direct", "cproxy" or "cproxy+age"
+	Way  string        `json:"way"` // "direct", "direct-tls", "cproxy" or "cproxy+age"
 	Time time.Duration `json:"time_ns"`
 	// GoCPU is the processor time go used (user and system).
 	GoCPU time.Duration `json:"go_cpu_ns"`
@@ -108,7 +114,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("go is not installed: %w", err)
 	}
-	res := &GoModResult{Started: time.Now(), Ways: pkgWays, MinReleaseAge: pkgMinReleaseAge, Use: map[string]CproxyUse{}}
+	res := &GoModResult{Started: time.Now(), Ways: goModWays, MinReleaseAge: pkgMinReleaseAge, Use: map[string]CproxyUse{}}
 	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "cproxy-bench-gomod-"); err != nil {
@@ -126,7 +132,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 	// Anonymous, as proxy.golang.org is: go sends no credential over plain
 	// HTTP. cproxy sends the real token.
 	realToken := "goproxy_bench" + randomHex(16)
-	proxy, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: realToken, Anonymous: true})
+	proxy, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: realToken, Anonymous: true, TLS: true})
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +156,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 
 	through := map[string]*cproxyWay{}
 	cas := map[string]string{}
-	for _, way := range pkgWays[1:] {
+	for _, way := range throughCproxy {
 		policy := cproxyGoModPolicy
 		if way == wayCproxyAge {
 			policy += "min_release_age = \"" + pkgMinReleaseAge + "\"\n"
@@ -197,7 +203,14 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 	if v, err := exec.Command(goCmd, "env", "GOVERSION").Output(); err == nil {
 		res.GoVersion = strings.TrimSpace(string(v))
 	}
-	wayEnv := map[string][]string{wayDirect: {"GOPROXY=" + proxy.URL}}
+	fakeCA := filepath.Join(dir, "fake-proxy.pem")
+	if err := os.WriteFile(fakeCA, proxy.CertPEM, 0o644); err != nil {
+		return nil, err
+	}
+	wayEnv := map[string][]string{
+		wayDirect:    {"GOPROXY=" + proxy.URL},
+		wayDirectTLS: {"GOPROXY=" + proxy.TLSURL, "SSL_CERT_FILE=" + fakeCA},
+	}
 	for way, t := range through {
 		wayEnv[way] = []string{"GOPROXY=https://cproxy:" + t.token + "@" + t.tlsAddr + "/gomod/", "SSL_CERT_FILE=" + cas[way]}
 	}
@@ -275,7 +288,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 		return nil, err
 	}
 	for rep := 0; rep < o.Reps; rep++ {
-		for _, way := range rotated(pkgWays, rep) {
+		for _, way := range rotated(goModWays, rep) {
 			r, sums, zips, err := download(way)
 			if err != nil {
 				return nil, err
@@ -295,7 +308,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 				r.Time.Round(time.Millisecond), r.GoCPU.Round(time.Millisecond), r.Info, r.Mod, r.Zip, r.SumDB, r.Proxied)
 		}
 	}
-	for _, way := range pkgWays[1:] {
+	for _, way := range throughCproxy {
 		t := through[way]
 		if err := t.finish(); err != nil {
 			return nil, err
@@ -409,7 +422,7 @@ func (r *GoModResult) Markdown(w io.Writer) {
 	if len(r.Runs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%s, %s, %s in all. The module proxy: %d modules, %d versions, and its checksum database; the main module requires every module at its newest version. Direct is plain HTTP to the proxy, cproxy its TLS listener (go sends a proxy's credential over HTTPS only): TLS is part of what cproxy costs here. cproxy+age has `min_release_age = %q` (every version is 30 days old).\n\n",
+	fmt.Fprintf(w, "%s, %s, %s in all. The module proxy: %d modules, %d versions, and its checksum database; the main module requires every module at its newest version. go reaches cproxy over its TLS listener (go sends a proxy's credential over HTTPS only), and cproxy the proxy over plain HTTP; direct is plain HTTP to the proxy, direct-tls HTTPS (HTTP/1.1, as cproxy's listener). cproxy+age has `min_release_age = %q` (every version is 30 days old).\n\n",
 		r.GoVersion, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), r.Modules, r.Versions, r.MinReleaseAge)
 	fmt.Fprintln(w, "| go mod download | way | wall time | go CPU | .info | .mod | .zip | checksum database | answered by cproxy |")
 	fmt.Fprintln(w, "|--:|---|--:|--:|--:|--:|--:|--:|--:|")
@@ -420,7 +433,7 @@ func (r *GoModResult) Markdown(w io.Writer) {
 			run.Info, run.Mod, run.Zip, run.SumDB, run.Proxied)
 	}
 	fmt.Fprintln(w)
-	pkgRatioTable(w, r.Ways, r.times)
+	pkgRatioTable(w, []string{wayDirect, wayDirectTLS}, r.times)
 	pkgUseTable(w, "go mod download", r.Ways, r.Use, func(way string) int { return len(r.times(way)) }, func(way string) int {
 		total := 0
 		for _, run := range r.Runs {

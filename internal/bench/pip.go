@@ -46,6 +46,10 @@ type PipOptions struct {
 // DefaultPipOptions install 40 projects and the root five times each way.
 var DefaultPipOptions = PipOptions{Packages: 40, Reps: 5}
 
+// pipWays are the ways of the pip install benchmark, in the order of the
+// first round.
+var pipWays = []string{wayDirect, wayCproxy, wayCproxyAge}
+
 // pipPython is Debian's Python, whose venv module brings Debian's pip into
 // the venv (python3-venv): the pip the PyPI route's scripts run too.
 const pipPython = "/usr/bin/python3"
@@ -107,7 +111,7 @@ func RunPip(ctx context.Context, o PipOptions) (_ *PipResult, err error) {
 	if err := exec.Command(pipPython, "-c", "import ensurepip, venv").Run(); err != nil {
 		return nil, fmt.Errorf("%s has no venv with pip (apt-get install python3-venv python3-pip): %w", pipPython, err)
 	}
-	res := &PipResult{Started: time.Now(), Ways: pkgWays, MinReleaseAge: pkgMinReleaseAge, Use: map[string]CproxyUse{}}
+	res := &PipResult{Started: time.Now(), Ways: pipWays, MinReleaseAge: pkgMinReleaseAge, Use: map[string]CproxyUse{}}
 	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "cproxy-bench-pip-"); err != nil {
@@ -151,7 +155,7 @@ func RunPip(ctx context.Context, o PipOptions) (_ *PipResult, err error) {
 
 	through := map[string]*cproxyWay{}
 	uses := map[string]*CproxyUse{}
-	for _, way := range pkgWays[1:] {
+	for _, way := range throughCproxy {
 		policy := cproxyPipPolicy
 		if way == wayCproxyAge {
 			policy += "min_release_age = \"" + pkgMinReleaseAge + "\"\n"
@@ -203,7 +207,7 @@ func RunPip(ctx context.Context, o PipOptions) (_ *PipResult, err error) {
 	}
 	installs := 0
 	for rep := 0; rep < o.Reps; rep++ {
-		for _, way := range rotated(pkgWays, rep) {
+		for _, way := range rotated(pipWays, rep) {
 			installs++
 			target := filepath.Join(dir, fmt.Sprintf("site-%d", installs))
 			cmd := exec.CommandContext(ctx, pip, "install", "--no-cache-dir", "--target", target, pipRoot)
@@ -258,7 +262,7 @@ func RunPip(ctx context.Context, o PipOptions) (_ *PipResult, err error) {
 				d.Round(time.Millisecond), run.PipCPU.Round(time.Millisecond), run.Pages, run.Metadata, run.Wheels, run.Proxied)
 		}
 	}
-	for _, way := range pkgWays[1:] {
+	for _, way := range throughCproxy {
 		t := through[way]
 		if err := t.finish(); err != nil {
 			return nil, err
@@ -396,7 +400,7 @@ func (r *PipResult) Markdown(w io.Writer) {
 			run.Pages, run.Metadata, run.Wheels, run.Proxied)
 	}
 	fmt.Fprintln(w)
-	pkgRatioTable(w, r.Ways, r.times)
+	pkgRatioTable(w, []string{wayDirect}, r.times)
 	pkgUseTable(w, "pip install", r.Ways, r.Use, func(way string) int { return len(r.times(way)) }, func(way string) int {
 		total := 0
 		for _, run := range r.Runs {
