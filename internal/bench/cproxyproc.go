@@ -17,7 +17,7 @@ proxy = "127.0.0.1:0"
 admin = "127.0.0.1:0"
 ready_file = "ready.json"
 drain = "2s"
-
+{{listen}}
 [store]
 path = "cproxy.db"
 
@@ -28,22 +28,47 @@ credential = "file:anthropic-key"
 [upstream.{{name}}]
 url = "{{url}}"
 credential = "file:upstream-token"
-`
+{{upstream}}`
+
+// routeSetup is what a benchmark's cproxy serves beyond the one upstream
+// and its credential: more keys of the upstream's section, and the TLS
+// listener.
+type routeSetup struct {
+	// Upstream is more lines of the [upstream.NAME] section, such as the
+	// PyPI route's files_url; empty: none.
+	Upstream string
+	// TLS adds the TLS proxy listener (listen.proxy_tls) and its local CA
+	// in ca/, for go, which sends a module proxy's credential over HTTPS
+	// only.
+	TLS bool
+}
 
 // startCproxyFor starts `cproxy serve` from bin in front of one upstream
 // (github or npm, at url, with realToken as its credential) under policy, as
 // the target name, and mints a token for sandbox; it returns the target and
 // the token.
 func (e *Env) startCproxyFor(bin, name, upstream, url, realToken, policy, sandbox string) (*Target, string, error) {
+	t, token, _, err := e.startCproxyRoute(bin, name, upstream, url, realToken, policy, sandbox, routeSetup{})
+	return t, token, err
+}
+
+// startCproxyRoute is startCproxyFor with the route's setup; it also
+// returns the TLS listener's host:port (empty without setup.TLS).
+func (e *Env) startCproxyRoute(bin, name, upstream, url, realToken, policy, sandbox string, setup routeSetup) (_ *Target, token, tlsAddr string, _ error) {
+	listen := ""
+	if setup.TLS {
+		listen = "proxy_tls = \"127.0.0.1:0\"\nca_dir = \"ca\"\n"
+	}
 	files := map[string]string{
 		"anthropic-key":  "sk-ant-api03-bench-unused\n",
 		"upstream-token": realToken + "\n",
 		"policy.toml":    policy,
-		"cproxy.toml":    strings.NewReplacer("{{name}}", upstream, "{{url}}", url).Replace(cproxyRouteConfig),
+		"cproxy.toml": strings.NewReplacer("{{name}}", upstream, "{{url}}", url, "{{listen}}", listen,
+			"{{upstream}}", setup.Upstream).Replace(cproxyRouteConfig),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 	}
 	ready := filepath.Join(e.dir, "ready.json")
@@ -51,29 +76,32 @@ func (e *Env) startCproxyFor(bin, name, upstream, url, realToken, policy, sandbo
 	cmd.Dir = e.dir
 	p, err := e.start(name, cmd)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	var addrs struct{ Proxy, Admin string }
+	var addrs struct {
+		Proxy, Admin string
+		ProxyTLS     string `json:"proxy_tls"`
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
 		case <-p.exited:
-			return nil, "", p.failed("exited at start")
+			return nil, "", "", p.failed("exited at start")
 		default:
 		}
-		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.Proxy != "" {
+		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil && addrs.Proxy != "" && (addrs.ProxyTLS != "" || !setup.TLS) {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, "", p.failed("wrote no ready file within " + startTimeout.String())
+			return nil, "", "", p.failed("wrote no ready file within " + startTimeout.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	token, _, err := mintToken("http://"+addrs.Admin, sandbox)
+	token, _, err = mintToken("http://"+addrs.Admin, sandbox)
 	if err != nil {
-		return nil, "", p.failed(err.Error())
+		return nil, "", "", p.failed(err.Error())
 	}
-	return &Target{Name: name, URL: "http://" + addrs.Proxy, proc: p}, token, nil
+	return &Target{Name: name, URL: "http://" + addrs.Proxy, proc: p}, token, addrs.ProxyTLS, nil
 }
 
 // CproxyUse is what one cproxy process used in the git or npm benchmark.
@@ -91,14 +119,21 @@ type CproxyUse struct {
 type cproxyWay struct {
 	*Target
 	token string
-	use   *CproxyUse
-	cpu0  time.Duration
+	// tlsAddr is the TLS proxy listener's host:port, with routeSetup.TLS.
+	tlsAddr string
+	use     *CproxyUse
+	cpu0    time.Duration
 }
 
 // startWay starts a cproxy as startCproxyFor does and reads its memory
 // once started into use.
 func (e *Env) startWay(bin, name, upstream, url, realToken, policy, sandbox string, use *CproxyUse) (*cproxyWay, error) {
-	t, token, err := e.startCproxyFor(bin, name, upstream, url, realToken, policy, sandbox)
+	return e.startRouteWay(bin, name, upstream, url, realToken, policy, sandbox, routeSetup{}, use)
+}
+
+// startRouteWay is startWay with the route's setup.
+func (e *Env) startRouteWay(bin, name, upstream, url, realToken, policy, sandbox string, setup routeSetup, use *CproxyUse) (*cproxyWay, error) {
+	t, token, tlsAddr, err := e.startCproxyRoute(bin, name, upstream, url, realToken, policy, sandbox, setup)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +142,7 @@ func (e *Env) startWay(bin, name, upstream, url, realToken, policy, sandbox stri
 		return nil, err
 	}
 	use.RSSStart = m.RSS
-	return &cproxyWay{Target: t, token: token, use: use}, nil
+	return &cproxyWay{Target: t, token: token, tlsAddr: tlsAddr, use: use}, nil
 }
 
 // mark starts counting the CPU the way's cproxy uses.

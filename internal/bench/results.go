@@ -18,6 +18,11 @@ const (
 	BenchModelRoute = "model-route"
 	BenchGitClone   = "git-clone"
 	BenchNPMCI      = "npm-ci"
+	// BenchPipInstall (.ci/bench-pip) and BenchGoModDownload
+	// (.ci/bench-gomod) have JSON files in docs/benchmarks/ but no chart:
+	// docs/benchmarks.md sums them up in a table.
+	BenchPipInstall    = "pip-install"
+	BenchGoModDownload = "go-mod-download"
 	// BenchPostgresStore (.ci/bench-store) has no JSON file in
 	// docs/benchmarks/ and no chart: the latest run's tables are kept by
 	// hand in docs/benchmarks/postgres-store.md.
@@ -41,9 +46,9 @@ var ResultFiles = map[string]string{
 // nanoseconds and sizes bytes; field names carry the unit and do not change
 // (a new quantity gets a new field).
 type Report struct {
-	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI or
-	// BenchPostgresStore or BenchStoreSize, and says which of the result
-	// fields is set.
+	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI,
+	// BenchPipInstall, BenchGoModDownload, BenchPostgresStore or
+	// BenchStoreSize, and says which of the result fields is set.
 	Benchmark string `json:"benchmark"`
 	// Date is when the run started, in UTC.
 	Date     time.Time `json:"date"`
@@ -55,6 +60,9 @@ type Report struct {
 	ModelRoute *Result    `json:"model_route,omitempty"`
 	GitClone   *GitResult `json:"git_clone,omitempty"`
 	NPMCI      *NPMResult `json:"npm_ci,omitempty"`
+	// PipInstall is BenchPipInstall's, GoModDownload BenchGoModDownload's.
+	PipInstall    *PipResult   `json:"pip_install,omitempty"`
+	GoModDownload *GoModResult `json:"go_mod_download,omitempty"`
 	// PostgresStore is BenchPostgresStore's.
 	PostgresStore *StoreResult `json:"postgres_store,omitempty"`
 	// StoreSize is BenchStoreSize's.
@@ -87,10 +95,12 @@ type Versions struct {
 	Git    string `json:"git,omitempty"`
 	NPM    string `json:"npm,omitempty"`
 	Node   string `json:"node,omitempty"`
+	Pip    string `json:"pip,omitempty"`
+	Python string `json:"python,omitempty"`
 }
 
-// NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult
-// *StoreResult or *StoreSizeResult; loadBefore is /proc/loadavg as read when the run started.
+// NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult,
+// *PipResult, *GoModResult, *StoreResult or *StoreSizeResult; loadBefore is /proc/loadavg as read when the run started.
 func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	r := &Report{Machine: currentMachine(), Versions: Versions{Go: runtime.Version(), Cproxy: buildCommit()}, Args: args}
 	if r.Args == nil {
@@ -107,6 +117,11 @@ func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	case *NPMResult:
 		r.Benchmark, r.NPMCI, r.Date = BenchNPMCI, res, res.Started
 		r.Versions.NPM, r.Versions.Node = res.NPMVersion, res.NodeVersion
+	case *PipResult:
+		r.Benchmark, r.PipInstall, r.Date = BenchPipInstall, res, res.Started
+		r.Versions.Pip, r.Versions.Python = res.PipVersion, res.PythonVersion
+	case *GoModResult:
+		r.Benchmark, r.GoModDownload, r.Date = BenchGoModDownload, res, res.Started
 	case *StoreResult:
 		r.Benchmark, r.PostgresStore, r.Date = BenchPostgresStore, res, res.Started
 	case *StoreSizeResult:
@@ -159,16 +174,14 @@ func ParseReport(b []byte) (*Report, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, err
 	}
-	ok := false
-	switch r.Benchmark {
-	case BenchModelRoute:
-		ok = r.ModelRoute != nil && r.GitClone == nil && r.NPMCI == nil
-	case BenchGitClone:
-		ok = r.GitClone != nil && r.ModelRoute == nil && r.NPMCI == nil
-	case BenchNPMCI:
-		ok = r.NPMCI != nil && r.ModelRoute == nil && r.GitClone == nil
-	default:
+	held := map[string]bool{BenchModelRoute: r.ModelRoute != nil, BenchGitClone: r.GitClone != nil, BenchNPMCI: r.NPMCI != nil,
+		BenchPipInstall: r.PipInstall != nil, BenchGoModDownload: r.GoModDownload != nil}
+	if _, known := held[r.Benchmark]; !known {
 		return nil, fmt.Errorf("unknown benchmark %q", r.Benchmark)
+	}
+	ok := held[r.Benchmark]
+	for b, h := range held {
+		ok = ok && (b == r.Benchmark || !h)
 	}
 	if !ok {
 		return nil, fmt.Errorf("a %s report must hold that result and no other", r.Benchmark)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,6 +35,9 @@ type GoProxyOptions struct {
 	// SumDB is the name of the checksum database it proxies under
 	// /sumdb/NAME/; empty: "sum.golang.org", as proxy.golang.org's.
 	SumDB string
+	// TLS also serves the same proxy over HTTPS, at TLSURL, for a client
+	// compared with one that reaches it through cproxy's TLS listener.
+	TLS bool
 }
 
 // GoProxy is a module proxy on loopback (the GOPROXY protocol, as
@@ -43,12 +47,16 @@ type GoProxyOptions struct {
 // that the real go command can download, verify and build with them.
 type GoProxy struct {
 	URL string
+	// TLSURL is the same proxy over HTTPS, with GoProxyOptions.TLS; its
+	// certificate, for the client to trust, is CertPEM. Empty without.
+	TLSURL  string
+	CertPEM []byte
 	// VerifierKey is the checksum database's public key: go trusts it with
 	// GOSUMDB=VerifierKey (NAME+HASH+KEY), and then reads the database
 	// through its GOPROXY, which asks NAME/supported first.
 	VerifierKey string
 	opts        GoProxyOptions
-	srv         *httptest.Server
+	srv, tls    *httptest.Server
 	dir         string
 
 	mu      sync.Mutex
@@ -82,7 +90,7 @@ func NewGoProxy(opts GoProxyOptions) (*GoProxy, error) {
 	mux.HandleFunc(base+"/supported", func(w http.ResponseWriter, r *http.Request) {})
 	mux.Handle(base+"/", http.StripPrefix(base, db))
 	mux.HandleFunc("/", p.serveModule)
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		line := r.Method + " " + r.URL.EscapedPath()
 		switch a := r.Header.Get("Authorization"); {
 		case a == "":
@@ -104,14 +112,23 @@ func NewGoProxy(opts GoProxyOptions) (*GoProxy, error) {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	}))
+	})
+	p.srv = httptest.NewServer(handler)
 	p.URL = p.srv.URL
+	if opts.TLS {
+		p.tls = httptest.NewTLSServer(handler)
+		p.TLSURL = p.tls.URL
+		p.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.tls.Certificate().Raw})
+	}
 	return p, nil
 }
 
 // Close stops the proxy and removes its files.
 func (p *GoProxy) Close() {
 	p.srv.Close()
+	if p.tls != nil {
+		p.tls.Close()
+	}
 	os.RemoveAll(p.dir)
 }
 

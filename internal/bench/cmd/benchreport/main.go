@@ -2,7 +2,9 @@
 // prints its table in Markdown on stdout, progress on stderr. .ci/bench runs
 // it; docs/benchmarks.md says what each row means. With -git it runs the git
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
-// (.ci/bench-npm), with -store the PostgreSQL store benchmark
+// (.ci/bench-npm), with -pip the pip install benchmark (.ci/bench-pip),
+// with -gomod the go mod download benchmark (.ci/bench-gomod), with -store
+// the PostgreSQL store benchmark
 // (.ci/bench-store), with -store-size the embedded store's size benchmark
 // (.ci/bench-store-size). With -before BINARY each of the first three also
 // measures an earlier build of cproxy side by side (.ci/bench-compare).
@@ -54,6 +56,14 @@ func main() {
 	n := bench.DefaultNPMOptions
 	flag.IntVar(&n.Packages, "npm-packages", n.Packages, "with -npm: packages in the generated dependency tree")
 	flag.IntVar(&n.Reps, "npm-reps", n.Reps, "with -npm: npm ci runs per way")
+	pipMode := flag.Bool("pip", false, "run the pip install benchmark instead (.ci/bench-pip): -cproxy, -dir and the -pip-* flags apply")
+	pp := bench.DefaultPipOptions
+	flag.IntVar(&pp.Packages, "pip-packages", pp.Packages, "with -pip: projects in the generated dependency tree, below the root project")
+	flag.IntVar(&pp.Reps, "pip-reps", pp.Reps, "with -pip: pip install runs per way")
+	gomodMode := flag.Bool("gomod", false, "run the go mod download benchmark instead (.ci/bench-gomod): -cproxy, -dir and the -gomod-* flags apply")
+	gm := bench.DefaultGoModOptions
+	flag.IntVar(&gm.Modules, "gomod-modules", gm.Modules, "with -gomod: modules the main module requires")
+	flag.IntVar(&gm.Reps, "gomod-reps", gm.Reps, "with -gomod: go mod download runs per way")
 	storeMode := flag.Bool("store", false, "run the PostgreSQL store benchmark instead (.ci/bench-store): -cproxy, -dir and the -store-* flags apply")
 	st := bench.DefaultStoreOptions
 	flag.StringVar(&st.DSN, "store-dsn", os.Getenv("CPROXY_TEST_PG_DSN"), "with -store: a postgres:// `URL` of a role that may create databases (default $CPROXY_TEST_PG_DSN)")
@@ -100,15 +110,26 @@ func main() {
 		st.Cproxy, st.Dir, st.Progress = o.Cproxy, o.Dir, os.Stderr
 	}
 	sz.Cproxy, sz.Dir, sz.Progress = o.Cproxy, o.Dir, os.Stderr
-	if err := run(ctx, *gitMode, *npmMode, *storeMode, *sizeMode, o, p, g, n, st, sz, *jsonPath); err != nil {
+	pp.Cproxy, pp.Dir, pp.Progress = o.Cproxy, o.Dir, os.Stderr
+	gm.Cproxy, gm.Dir, gm.Progress = o.Cproxy, o.Dir, os.Stderr
+	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm}
+	if err := run(ctx, *gitMode, *npmMode, *storeMode, *sizeMode, pkg, o, p, g, n, st, sz, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
 	}
 }
 
+// pkgRuns say whether to run the package-route benchmarks, and how.
+type pkgRuns struct {
+	pip       bool
+	pipOpts   bench.PipOptions
+	gomod     bool
+	gomodOpts bench.GoModOptions
+}
+
 // run runs the benchmark asked for, prints its tables and, with jsonPath
 // set, writes its report.
-func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, st bench.StoreOptions, sz bench.StoreSizeOptions, jsonPath string) error {
+func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, pkg pkgRuns, o bench.Options, p bench.Plan, g bench.GitOptions, n bench.NPMOptions, st bench.StoreOptions, sz bench.StoreSizeOptions, jsonPath string) error {
 	loadBefore := bench.LoadAverage()
 	var (
 		res interface{ Markdown(io.Writer) }
@@ -119,6 +140,10 @@ func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, o benc
 		res, err = bench.RunStoreSize(ctx, sz)
 	case storeMode:
 		res, err = bench.RunStore(ctx, st)
+	case pkg.pip:
+		res, err = bench.RunPip(ctx, pkg.pipOpts)
+	case pkg.gomod:
+		res, err = bench.RunGoMod(ctx, pkg.gomodOpts)
 	case npmMode:
 		n.Cproxy, n.Dir, n.Progress, n.Before, n.BeforeRev = o.Cproxy, o.Dir, os.Stderr, o.Before, o.BeforeRev
 		res, err = bench.RunNPM(ctx, n)
