@@ -43,17 +43,11 @@ type routeSetup struct {
 	TLS bool
 }
 
-// startCproxyFor starts `cproxy serve` from bin in front of one upstream
-// (github or npm, at url, with realToken as its credential) under policy, as
-// the target name, and mints a token for sandbox; it returns the target and
-// the token.
-func (e *Env) startCproxyFor(bin, name, upstream, url, realToken, policy, sandbox string) (*Target, string, error) {
-	t, token, _, err := e.startCproxyRoute(bin, name, upstream, url, realToken, policy, sandbox, routeSetup{})
-	return t, token, err
-}
-
-// startCproxyRoute is startCproxyFor with the route's setup; it also
-// returns the TLS listener's host:port (empty without setup.TLS).
+// startCproxyRoute starts `cproxy serve` from bin in front of one upstream
+// (github, npm, pypi or gomod, at url, with realToken as its credential)
+// under policy, as the target name, with the route's setup, and mints a
+// token for sandbox; it returns the target, the token and the TLS
+// listener's host:port (empty without setup.TLS).
 func (e *Env) startCproxyRoute(bin, name, upstream, url, realToken, policy, sandbox string, setup routeSetup) (_ *Target, token, tlsAddr string, _ error) {
 	listen := ""
 	if setup.TLS {
@@ -125,7 +119,7 @@ type cproxyWay struct {
 	cpu0    time.Duration
 }
 
-// startWay starts a cproxy as startCproxyFor does and reads its memory
+// startWay starts a cproxy as startCproxyRoute does and reads its memory
 // once started into use.
 func (e *Env) startWay(bin, name, upstream, url, realToken, policy, sandbox string, use *CproxyUse) (*cproxyWay, error) {
 	return e.startRouteWay(bin, name, upstream, url, realToken, policy, sandbox, routeSetup{}, use)
