@@ -121,7 +121,13 @@ func (s *Server) admit(a *Call, r *http.Request, writeErr func(http.ResponseWrit
 		a.fail(writeErr, refuseRetry(ErrTooManyRequests, time.Second, "%s", err.Error()))
 		return false
 	}
-	if rl := s.limits[a.route]; rl != nil {
+	name := a.route
+	if sl, ok := a.rt.(Sublimited); ok {
+		if n := sl.LimitName(r); n != "" && s.limits[n] != nil {
+			name = n
+		}
+	}
+	if rl := s.limits[name]; rl != nil {
 		tc, err := rl.take(sess.TokenID, s.now())
 		if err != nil {
 			a.fail(writeErr, err)

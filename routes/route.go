@@ -35,6 +35,17 @@ type Valued interface {
 	ValueNames() []string
 }
 
+// Sublimited is a Route that serves several upstreams under its prefix
+// (the MCP route's servers), each with per-token limits of its own:
+// SubLimits are their limits by name (Options.Limits, if it names one,
+// over them), and a request is counted against LimitName(r)'s ("" or a
+// name not listed: the route's own). The request is not read yet: the name
+// comes from its path.
+type Sublimited interface {
+	SubLimits() map[string]RouteLimits
+	LimitName(r *http.Request) string
+}
+
 // Limited is a Route that declares per-token limits of its own (its
 // Kind.Limits): a server not given the route's limits (Options.Limits)
 // counts these, else DefaultLimits.

@@ -229,6 +229,14 @@ func New(o Options) *Server {
 			l.Limits = lr.Limits()
 		}
 		s.limits[rt.Name()] = newRouteLimits(rt.Name(), l)
+		if sl, ok := rt.(Sublimited); ok {
+			for name, l := range sl.SubLimits() {
+				if given, ok := o.Limits[name]; ok {
+					l = given
+				}
+				s.limits[name] = newRouteLimits(name, l)
+			}
+		}
 	}
 	for _, rt := range s.routes {
 		if v, ok := rt.(Valued); ok {

@@ -47,6 +47,9 @@ type Server struct {
 	Live          *secrets.Live
 	Value         func(string) string
 	HeaderTimeout time.Duration
+	// Limits are the server's per-token limits ([mcp.NAME] concurrent,
+	// requests_per_minute); zero fields: the core's defaults.
+	Limits routes.Limits
 	// Unpinned leaves the server's tools unpinned (pin_tools = false):
 	// a changed definition is listed and called as any other. Zero: each
 	// tool is held to the definition first listed, or the one an operator
@@ -104,6 +107,26 @@ func (rt *route) Close() {
 	for _, s := range rt.servers {
 		s.fwd.Close()
 	}
+}
+
+// SubLimits are each server's per-token limits, as "mcp.NAME": the
+// config's [mcp.NAME] concurrent and requests_per_minute (zero: the
+// core's defaults).
+func (rt *route) SubLimits() map[string]routes.RouteLimits {
+	m := make(map[string]routes.RouteLimits, len(rt.servers))
+	for name, s := range rt.servers {
+		m["mcp."+name] = routes.RouteLimits{Limits: s.Limits, Key: "mcp." + name}
+	}
+	return m
+}
+
+// LimitName is the server a request's path names, for its limits.
+func (rt *route) LimitName(r *http.Request) string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), Prefix), "/")
+	if _, ok := rt.servers[name]; !ok {
+		return ""
+	}
+	return "mcp." + name
 }
 
 // Sources are the servers' credentials, for /readyz.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/routes/mcp"
 	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/secrets"
@@ -381,5 +382,48 @@ func TestTransportHeadersAgreeWithTheBody(t *testing.T) {
 	}
 	if up.count() != 1 {
 		t.Errorf("the server heard %v", up.heard[1:])
+	}
+}
+
+// Each server has per-token limits of its own, [mcp.NAME]'s concurrent
+// and requests_per_minute: a token over one server's rate is refused 429
+// naming that server's key, before the server hears of it, and another
+// server's requests are counted apart.
+func TestEachServerHasItsOwnLimits(t *testing.T) {
+	up := &upstream{}
+	ts := httptest.NewServer(up)
+	t.Cleanup(ts.Close)
+	u, _ := url.Parse(ts.URL + "/mcp")
+	t.Setenv("MCP_DOCS_TOKEN", canary)
+	live, err := (&secrets.Loader{}).Live("mcp.docs", secrets.Source("env:MCP_DOCS_TOKEN"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := func(s string) string { return "Bearer " + s }
+	e := routetest.New(t, routetest.WithPolicy(t, testPolicy+"\n[profile.default.mcp.wiki]\ntools = [\"search\"]\n"), func(o *routetest.Options) {
+		o.MCP = []mcp.Server{
+			{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: bearer, Limits: routes.Limits{RequestsPerMinute: 2}},
+			{Name: "wiki", URL: u, Header: "Authorization", Live: live, Value: bearer},
+		}
+		o.Canaries = append(o.Canaries, canary)
+	})
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	for i := range 2 {
+		if r := e.Do("POST", "/mcp/docs", h, ping); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+			t.Fatalf("ping %d = %d %s", i, r.Status, r.Body)
+		}
+	}
+	r := e.Do("POST", "/mcp/docs", h, ping)
+	if r.Status != 429 || !strings.Contains(r.Body, "mcp.docs.requests_per_minute = 2") {
+		t.Errorf("a third ping = %d %s", r.Status, r.Body)
+	}
+	for i := range 3 {
+		if r := e.Do("POST", "/mcp/wiki", h, ping); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+			t.Errorf("wiki ping %d = %d %s", i, r.Status, r.Body)
+		}
+	}
+	if up.count() != 5 {
+		t.Errorf("the servers heard %d requests, want 5", up.count())
 	}
 }
