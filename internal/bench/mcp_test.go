@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +41,16 @@ func TestMCPBenchRunsBothWays(t *testing.T) {
 	res.Markdown(&b)
 	if !strings.Contains(b.String(), "| 1 | cproxy |") || !strings.Contains(b.String(), "| tools/call p50 |") {
 		t.Errorf("tables:\n%s", b.String())
+	}
+	rep, err := NewReport(res, nil, "0.10 0.20 0.30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := rep.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := ParseReport(j); err != nil || back.MCP == nil || !reflect.DeepEqual(back.MCP.Rounds, rep.MCP.Rounds) {
+		t.Errorf("report read back as %+v, %v; wrote %+v", back, err, rep)
 	}
 }
