@@ -25,7 +25,7 @@ path = "cproxy.db"
 url = "http://127.0.0.1:9"
 credential = "file:anthropic-key"
 
-[upstream.{{name}}]
+[{{table}}.{{name}}]
 url = "{{url}}"
 credential = "file:upstream-token"
 {{upstream}}`
@@ -41,10 +41,14 @@ type routeSetup struct {
 	// in ca/, for go, which sends a module proxy's credential over HTTPS
 	// only.
 	TLS bool
+	// MCP serves the upstream as a remote MCP server, [mcp.NAME] at
+	// /mcp/NAME, its credential sent as Authorization: Bearer; false: an
+	// [upstream.NAME].
+	MCP bool
 }
 
 // startCproxyRoute starts `cproxy serve` from bin in front of one upstream
-// (github, npm, pypi or gomod, at url, with realToken as its credential)
+// (github, npm, pypi or gomod, or an MCP server's name with setup.MCP, at url, with realToken as its credential)
 // under policy, as the target name, with the route's setup, and mints a
 // token for sandbox; it returns the target, the token and the TLS
 // listener's host:port (empty without setup.TLS).
@@ -53,11 +57,15 @@ func (e *Env) startCproxyRoute(bin, name, upstream, url, realToken, policy, sand
 	if setup.TLS {
 		listen = "proxy_tls = \"127.0.0.1:0\"\nca_dir = \"ca\"\n"
 	}
+	table := "upstream"
+	if setup.MCP {
+		table = "mcp"
+	}
 	files := map[string]string{
 		"anthropic-key":  "sk-ant-api03-bench-unused\n",
 		"upstream-token": realToken + "\n",
 		"policy.toml":    policy,
-		"cproxy.toml": strings.NewReplacer("{{name}}", upstream, "{{url}}", url, "{{listen}}", listen,
+		"cproxy.toml": strings.NewReplacer("{{table}}", table, "{{name}}", upstream, "{{url}}", url, "{{listen}}", listen,
 			"{{upstream}}", setup.Upstream).Replace(cproxyRouteConfig),
 	}
 	for name, content := range files {

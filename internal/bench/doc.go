@@ -27,7 +27,9 @@
 // without store.lookup_cache, and revocation across replicas;
 // benchreport -store-size (.ci/bench-store-size) runs RunStoreSize: the
 // embedded store with up to a million tokens, and a year of churn with and
-// without pruning. With Options.Before (and GitOptions.Before,
+// without pruning; benchreport -mcp (.ci/bench-mcp) runs RunMCP: the
+// official Go SDK's client and server, directly and through cproxy's MCP
+// route, tools/call and a filtered tools/list. With Options.Before (and GitOptions.Before,
 // NPMOptions.Before) an earlier build of cproxy runs beside the current one
 // as one more target, cproxy@REV, at the same settings and in the same
 // turns; .ci/bench-compare builds one from a git revision and runs the model

@@ -23,6 +23,9 @@ const (
 	// docs/benchmarks.md sums them up in a table.
 	BenchPipInstall    = "pip-install"
 	BenchGoModDownload = "go-mod-download"
+	// BenchMCP (.ci/bench-mcp) has a JSON file in docs/benchmarks/ and
+	// no chart either.
+	BenchMCP = "mcp"
 	// BenchPostgresStore (.ci/bench-store) has no JSON file in
 	// docs/benchmarks/ and no chart: the latest run's tables are kept by
 	// hand in docs/benchmarks/postgres-store.md.
@@ -47,7 +50,7 @@ var ResultFiles = map[string]string{
 // (a new quantity gets a new field).
 type Report struct {
 	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI,
-	// BenchPipInstall, BenchGoModDownload, BenchPostgresStore or
+	// BenchPipInstall, BenchGoModDownload, BenchMCP, BenchPostgresStore or
 	// BenchStoreSize, and says which of the result fields is set.
 	Benchmark string `json:"benchmark"`
 	// Date is when the run started, in UTC.
@@ -63,6 +66,8 @@ type Report struct {
 	// PipInstall is BenchPipInstall's, GoModDownload BenchGoModDownload's.
 	PipInstall    *PipResult   `json:"pip_install,omitempty"`
 	GoModDownload *GoModResult `json:"go_mod_download,omitempty"`
+	// MCP is BenchMCP's.
+	MCP *MCPResult `json:"mcp,omitempty"`
 	// PostgresStore is BenchPostgresStore's.
 	PostgresStore *StoreResult `json:"postgres_store,omitempty"`
 	// StoreSize is BenchStoreSize's.
@@ -100,7 +105,7 @@ type Versions struct {
 }
 
 // NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult,
-// *PipResult, *GoModResult, *StoreResult or *StoreSizeResult; loadBefore is /proc/loadavg as read when the run started.
+// *PipResult, *GoModResult, *MCPResult, *StoreResult or *StoreSizeResult; loadBefore is /proc/loadavg as read when the run started.
 func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	r := &Report{Machine: currentMachine(), Versions: Versions{Go: runtime.Version(), Cproxy: buildCommit()}, Args: args}
 	if r.Args == nil {
@@ -122,6 +127,8 @@ func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 		r.Versions.Pip, r.Versions.Python = res.PipVersion, res.PythonVersion
 	case *GoModResult:
 		r.Benchmark, r.GoModDownload, r.Date = BenchGoModDownload, res, res.Started
+	case *MCPResult:
+		r.Benchmark, r.MCP, r.Date = BenchMCP, res, res.Started
 	case *StoreResult:
 		r.Benchmark, r.PostgresStore, r.Date = BenchPostgresStore, res, res.Started
 	case *StoreSizeResult:
@@ -175,7 +182,8 @@ func ParseReport(b []byte) (*Report, error) {
 		return nil, err
 	}
 	held := map[string]bool{BenchModelRoute: r.ModelRoute != nil, BenchGitClone: r.GitClone != nil, BenchNPMCI: r.NPMCI != nil,
-		BenchPipInstall: r.PipInstall != nil, BenchGoModDownload: r.GoModDownload != nil}
+		BenchPipInstall: r.PipInstall != nil, BenchGoModDownload: r.GoModDownload != nil,
+		BenchMCP: r.MCP != nil}
 	if _, known := held[r.Benchmark]; !known {
 		return nil, fmt.Errorf("unknown benchmark %q", r.Benchmark)
 	}

@@ -34,6 +34,11 @@ type MCPServerOptions struct {
 	// resource metadata, as an OAuth-protected server answers. Zero means
 	// every request is let in.
 	Token string
+	// Tools is how many generated tools the server has beside its own
+	// three: tool_000, tool_001, …, each taking a query and answering
+	// with it, so that a tools/list is as long as a large server's. Zero
+	// means none.
+	Tools int
 }
 
 // MCPCall is one HTTP request an MCPServer received, recorded before any
@@ -55,8 +60,8 @@ type MCPCall struct {
 // meets a real server's sessions, SSE answers and errors. It has the
 // tools search (a query string), get_page (a path) and delete_repo (a
 // repo), the resources docs://public/readme and docs://private/secret,
-// and the prompts summary and leak. Its methods are safe for concurrent
-// use.
+// and the prompts summary and leak (and MCPServerOptions.Tools more
+// tools). Its methods are safe for concurrent use.
 type MCPServer struct {
 	// URL is the MCP endpoint, http://127.0.0.1:port/mcp.
 	URL string
@@ -72,6 +77,13 @@ type MCPServer struct {
 // NewMCPServer starts a fake MCP server. Close it when done.
 func NewMCPServer(o MCPServerOptions) *MCPServer {
 	s := &MCPServer{opts: o, server: newDocsServer()}
+	for i := range o.Tools {
+		name := fmt.Sprintf("tool_%03d", i)
+		mcp.AddTool(s.server, &mcp.Tool{Name: name, Description: "Generated tool " + name + " of the fake docs server"},
+			func(_ context.Context, _ *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + ": " + in.Query}}}, nil, nil
+			})
+	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, nil)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.record(h))

@@ -49,3 +49,22 @@ func TestMCPServerAnswersTheSDKClientWithItsToken(t *testing.T) {
 		t.Fatal("a wrong token connected")
 	}
 }
+
+func TestMCPServerListsItsGeneratedTools(t *testing.T) {
+	s := NewMCPServer(MCPServerOptions{Tools: 200})
+	defer s.Close()
+	ctx := context.Background()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 203 {
+		t.Fatalf("tools/list: %d tools, %v; want 203", len(tools.Tools), err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "tool_199", Arguments: map[string]any{"query": "q"}})
+	if err != nil || res.IsError || res.Content[0].(*mcp.TextContent).Text != "tool_199: q" {
+		t.Fatalf("tool_199 = %+v, %v", res, err)
+	}
+}

@@ -3,7 +3,8 @@
 // it; docs/benchmarks.md says what each row means. With -git it runs the git
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
 // (.ci/bench-npm), with -pip the pip install benchmark (.ci/bench-pip),
-// with -gomod the go mod download benchmark (.ci/bench-gomod), with -store
+// with -gomod the go mod download benchmark (.ci/bench-gomod), with -mcp
+// the MCP route benchmark (.ci/bench-mcp), with -store
 // the PostgreSQL store benchmark
 // (.ci/bench-store), with -store-size the embedded store's size benchmark
 // (.ci/bench-store-size). With -before BINARY each of the first three also
@@ -64,6 +65,12 @@ func main() {
 	gm := bench.DefaultGoModOptions
 	flag.IntVar(&gm.Modules, "gomod-modules", gm.Modules, "with -gomod: modules the main module requires")
 	flag.IntVar(&gm.Reps, "gomod-reps", gm.Reps, "with -gomod: go mod download runs per way")
+	mcpMode := flag.Bool("mcp", false, "run the MCP route benchmark instead (.ci/bench-mcp): -cproxy, -dir and the -mcp-* flags apply")
+	mo := bench.DefaultMCPOptions
+	flag.IntVar(&mo.Rounds, "mcp-rounds", mo.Rounds, "with -mcp: turns per way")
+	flag.IntVar(&mo.Calls, "mcp-calls", mo.Calls, "with -mcp: tools/call timed per way and round")
+	flag.IntVar(&mo.Lists, "mcp-lists", mo.Lists, "with -mcp: tools/list timed per way and round")
+	flag.IntVar(&mo.Tools, "mcp-tools", mo.Tools, "with -mcp: generated tools the server lists beside its own three")
 	storeMode := flag.Bool("store", false, "run the PostgreSQL store benchmark instead (.ci/bench-store): -cproxy, -dir and the -store-* flags apply")
 	st := bench.DefaultStoreOptions
 	flag.StringVar(&st.DSN, "store-dsn", os.Getenv("CPROXY_TEST_PG_DSN"), "with -store: a postgres:// `URL` of a role that may create databases (default $CPROXY_TEST_PG_DSN)")
@@ -112,19 +119,23 @@ func main() {
 	sz.Cproxy, sz.Dir, sz.Progress = o.Cproxy, o.Dir, os.Stderr
 	pp.Cproxy, pp.Dir, pp.Progress = o.Cproxy, o.Dir, os.Stderr
 	gm.Cproxy, gm.Dir, gm.Progress = o.Cproxy, o.Dir, os.Stderr
-	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm}
+	mo.Cproxy, mo.Dir, mo.Progress = o.Cproxy, o.Dir, os.Stderr
+	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm, mcp: *mcpMode, mcpOpts: mo}
 	if err := run(ctx, *gitMode, *npmMode, *storeMode, *sizeMode, pkg, o, p, g, n, st, sz, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-// pkgRuns say whether to run the package-route benchmarks, and how.
+// pkgRuns say whether to run the package-route benchmarks or the MCP
+// route's, and how.
 type pkgRuns struct {
 	pip       bool
 	pipOpts   bench.PipOptions
 	gomod     bool
 	gomodOpts bench.GoModOptions
+	mcp       bool
+	mcpOpts   bench.MCPOptions
 }
 
 // run runs the benchmark asked for, prints its tables and, with jsonPath
@@ -144,6 +155,8 @@ func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, pkg pk
 		res, err = bench.RunPip(ctx, pkg.pipOpts)
 	case pkg.gomod:
 		res, err = bench.RunGoMod(ctx, pkg.gomodOpts)
+	case pkg.mcp:
+		res, err = bench.RunMCP(ctx, pkg.mcpOpts)
 	case npmMode:
 		n.Cproxy, n.Dir, n.Progress, n.Before, n.BeforeRev = o.Cproxy, o.Dir, os.Stderr, o.Before, o.BeforeRev
 		res, err = bench.RunNPM(ctx, n)
