@@ -240,7 +240,12 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 	if held := n - refused; held*size > 256<<20 || refused == 0 {
 		t.Errorf("%d of %d large bodies refused, %d held: want at most 256 MiB held and the rest refused", refused, n, held)
 	}
-	if peak := boundsHeld(t, s); peak > base+(256+128)<<20 {
+	// The heap keeps more than the bodies: the buffers each body grew out
+	// of (it doubles as it arrives) stay until the runtime gives them
+	// back, up to about as much again as the largest bodies while a
+	// loaded machine's GC lags. Unbounded, 16 bodies would hold 512 MiB
+	// and their garbage as much again.
+	if peak := boundsHeld(t, s); peak > base+(256+192)<<20 {
 		t.Errorf("memory went from %d MiB to %d MiB with the bodies held", base>>20, peak>>20)
 	}
 	if len(fake.Requests()) != 0 {
