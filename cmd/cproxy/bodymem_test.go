@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,14 +23,7 @@ import (
 func bodyMemServe(t *testing.T, listen ...string) (*served, *fakes.Anthropic) {
 	t.Helper()
 	fake, _, dir := inflightConfig(t, inflightPolicy, "", listen...)
-	path := filepath.Join(dir, "cproxy.toml")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, append(b, "\n[runtime]\nbody_memory_mib = 64\n"...), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	appendFile(t, filepath.Join(dir, "cproxy.toml"), "\n[runtime]\nbody_memory_mib = 64\n")
 	return startServe(t, dir), fake
 }
 

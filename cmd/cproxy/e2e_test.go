@@ -63,6 +63,18 @@ credential = "file:anthropic.key"
 	}
 }
 
+// appendFile appends text to the file at path.
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, text...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func startServe(t *testing.T, dir string) *served {
 	t.Helper()
 	return startServeUnder(t, dir)
