@@ -506,8 +506,14 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 	}
 
 	for _, m := range c.MCP {
-		if name, ok := strings.CutPrefix(m.Credential, "file:"); ok && name != "" {
-			m.Credential = "file:" + resolve(dir, name)
+		creds := []*string{&m.Credential}
+		if m.OAuth != nil {
+			creds = append(creds, &m.OAuth.ClientSecret, &m.OAuth.RefreshToken)
+		}
+		for _, cred := range creds {
+			if name, ok := strings.CutPrefix(*cred, "file:"); ok && name != "" {
+				*cred = "file:" + resolve(dir, name)
+			}
 		}
 	}
 

@@ -61,6 +61,10 @@ func (c *Config) expandPaths(f *policy.File) {
 	for _, name := range sortedKeys(c.MCP) {
 		m := c.MCP[name]
 		m.Credential = expandPath(f, policy.KeyOf("mcp", name, "credential"), m.Credential, "file:")
+		if o := m.OAuth; o != nil {
+			o.ClientSecret = expandPath(f, policy.KeyOf("mcp", name, "oauth", "client_secret"), o.ClientSecret, "file:")
+			o.RefreshToken = expandPath(f, policy.KeyOf("mcp", name, "oauth", "refresh_token"), o.RefreshToken, "file:")
+		}
 	}
 }
 

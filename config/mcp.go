@@ -21,6 +21,9 @@ type MCP struct {
 	// Credential is a credential source ("env:NAME", "file:PATH",
 	// "keyring:NAME"); empty: requests go to the server without one.
 	Credential string `toml:"credential"`
+	// OAuth, when set, is the credential instead: access tokens cproxy
+	// gets from the server's OAuth token endpoint and renews itself.
+	OAuth *MCPOAuth `toml:"oauth"`
 	// Header is the header the credential is sent in. Default
 	// "Authorization", as "Bearer " and the credential; any other header
 	// (e.g. "X-API-Key") carries the credential as it is.
@@ -37,6 +40,31 @@ type MCP struct {
 	// tools"). Default true; false lists and calls a changed tool as any
 	// other.
 	PinTools bool `toml:"pin_tools"`
+}
+
+// MCPOAuth is [mcp.NAME.oauth]: how cproxy gets the server's access
+// tokens from its OAuth 2.0 token endpoint (docs/mcp.md, "OAuth").
+type MCPOAuth struct {
+	// TokenURL is the token endpoint. Required.
+	TokenURL string `toml:"token_url"`
+	// ClientID is cproxy's client id at the authorization server. Required.
+	ClientID string `toml:"client_id"`
+	// ClientSecret is a credential source of the client's secret; empty:
+	// a public client, which sends its client_id alone.
+	ClientSecret string `toml:"client_secret"`
+	// ClientAuth is how the secret is sent: "basic" (an Authorization
+	// header, the default) or "post" (in the form).
+	ClientAuth string `toml:"client_auth"`
+	// RefreshToken is a credential source of the refresh token exchanged
+	// for access tokens; empty: the client_credentials grant, which needs
+	// client_secret. A rotated refresh token is written back to a file:
+	// or keyring: source.
+	RefreshToken string `toml:"refresh_token"`
+	// Scope is sent with each exchange when set.
+	Scope string `toml:"scope"`
+	// Resource is the resource indicator sent with each exchange (RFC
+	// 8707). Default: the server's url; "none" sends none.
+	Resource string `toml:"resource"`
 }
 
 // MCPPrefix is the proxy listener's path of every MCP server: /mcp/NAME.
@@ -69,7 +97,12 @@ func (c *Config) validateMCP(f *policy.File) {
 		if m.Credential != "" {
 			checkCredential(f, mp.Dot("credential"), m.Credential, false, false)
 		}
+		if m.OAuth != nil {
+			m.validateOAuth(f, mp)
+		}
 		switch {
+		case m.OAuth != nil && m.Header != "" && http.CanonicalHeaderKey(m.Header) != "Authorization":
+			f.AtValue(mp.Dot("header"), "%s.header: an OAuth access token goes in Authorization as a Bearer token; leave header out", mp)
 		case m.Header == "":
 			m.Header = "Authorization"
 		case !headerNameRE.MatchString(m.Header):
@@ -85,6 +118,44 @@ func (c *Config) validateMCP(f *policy.File) {
 			m.PinTools = true
 		}
 		checkLimits(f, mp, m.Concurrent, m.RequestsPerMinute)
+	}
+}
+
+// validateOAuth checks [mcp.NAME.oauth] and sets its defaults.
+func (m *MCP) validateOAuth(f *policy.File, mp policy.Key) {
+	o, op := m.OAuth, mp.Dot("oauth")
+	if m.Credential != "" {
+		f.AtKey(mp.Dot("credential"), "%s: credential and [%s] are two credentials; keep one (oauth gets the server's access tokens itself)", mp, op)
+	}
+	if o.TokenURL == "" {
+		f.Missing(op.Dot("token_url"), op, `%s: missing token_url, the authorization server's token endpoint (e.g. token_url = "https://auth.example.com/oauth/token")`, op)
+	} else {
+		checkURL(f, op.Dot("token_url"), o.TokenURL, "https://auth.example.com/oauth/token")
+	}
+	if o.ClientID == "" {
+		f.Missing(op.Dot("client_id"), op, `%s: missing client_id, cproxy's client id at the authorization server`, op)
+	}
+	if o.ClientSecret != "" {
+		checkCredential(f, op.Dot("client_secret"), o.ClientSecret, false, false)
+	}
+	if o.RefreshToken != "" {
+		checkCredential(f, op.Dot("refresh_token"), o.RefreshToken, false, false)
+	} else if o.ClientSecret == "" {
+		f.AtKey(op, "%s: set refresh_token (a credential source of the refresh token), or client_secret for the client_credentials grant", op)
+	}
+	switch o.ClientAuth {
+	case "":
+		o.ClientAuth = "basic"
+	case "basic", "post":
+	default:
+		f.AtValue(op.Dot("client_auth"), `%s.client_auth: %q is not "basic" (Authorization header) or "post" (in the form)`, op, o.ClientAuth)
+	}
+	switch o.Resource {
+	case "":
+		o.Resource = m.URL
+	case "none":
+	default:
+		checkURL(f, op.Dot("resource"), o.Resource, m.URL)
 	}
 }
 

@@ -21,6 +21,14 @@ credential = "file:tracker.key"
 header = "X-API-Key"
 header_timeout = "10s"
 pin_tools = false
+
+[mcp.issues]
+url = "https://issues.example.com/mcp"
+
+[mcp.issues.oauth]
+token_url = "https://auth.example.com/oauth/token"
+client_id = "cproxy"
+refresh_token = "file:issues.refresh"
 `
 	c, err := LoadConfig(writeFile(t, filepath.Join(dir, "cproxy.toml"), src))
 	if err != nil {
@@ -35,6 +43,9 @@ pin_tools = false
 	}
 	if tr.Header != "X-API-Key" || tr.CredentialValue("s3") != "s3" || tr.HeaderTimeout.Duration != 10*time.Second || tr.PinTools {
 		t.Errorf("tracker = %+v", tr)
+	}
+	if o := c.MCP["issues"].OAuth; o == nil || o.RefreshToken != "file:"+filepath.Join(dir, "issues.refresh") || o.ClientAuth != "basic" || o.Resource != "https://issues.example.com/mcp" {
+		t.Errorf("issues.oauth = %+v, want its refresh token file under the config's folder, basic auth and the server's url as resource", o)
 	}
 	if tr.Credential != "file:"+filepath.Join(dir, "tracker.key") {
 		t.Errorf("a relative file: credential is %q, want it under the config's folder", tr.Credential)
@@ -52,6 +63,13 @@ func TestMCPConfigProblems(t *testing.T) {
 		{"bad header", "[mcp.docs]\nurl = \"https://h/mcp\"\nheader = \"X Key\"\n", `mcp.docs.header: "X Key" is not an HTTP header name`},
 		{"zero timeout", "[mcp.docs]\nurl = \"https://h/mcp\"\nheader_timeout = \"0s\"\n", "mcp.docs.header_timeout"},
 		{"unknown key", "[mcp.docs]\nurl = \"https://h/mcp\"\nheaders = \"X\"\n", `unknown key "headers" in [mcp.docs] (did you mean "header"?)`},
+		{"oauth and credential", "[mcp.docs]\nurl = \"https://h/mcp\"\ncredential = \"env:T\"\n[mcp.docs.oauth]\ntoken_url = \"https://a/token\"\nclient_id = \"c\"\nrefresh_token = \"env:R\"\n", "mcp.docs: credential and [mcp.docs.oauth] are two credentials; keep one"},
+		{"oauth no token_url", "[mcp.docs]\nurl = \"https://h/mcp\"\n[mcp.docs.oauth]\nclient_id = \"c\"\nrefresh_token = \"env:R\"\n", "mcp.docs.oauth: missing token_url"},
+		{"oauth no client_id", "[mcp.docs]\nurl = \"https://h/mcp\"\n[mcp.docs.oauth]\ntoken_url = \"https://a/token\"\nrefresh_token = \"env:R\"\n", "mcp.docs.oauth: missing client_id"},
+		{"oauth no grant", "[mcp.docs]\nurl = \"https://h/mcp\"\n[mcp.docs.oauth]\ntoken_url = \"https://a/token\"\nclient_id = \"c\"\n", "mcp.docs.oauth: set refresh_token (a credential source of the refresh token), or client_secret for the client_credentials grant"},
+		{"oauth inline refresh token", "[mcp.docs]\nurl = \"https://h/mcp\"\n[mcp.docs.oauth]\ntoken_url = \"https://a/token\"\nclient_id = \"c\"\nrefresh_token = \"rt_SECRETVALUE\"\n", "mcp.docs.oauth.refresh_token: not a credential source"},
+		{"oauth client_auth", "[mcp.docs]\nurl = \"https://h/mcp\"\n[mcp.docs.oauth]\ntoken_url = \"https://a/token\"\nclient_id = \"c\"\nclient_secret = \"env:S\"\nclient_auth = \"jwt\"\n", `mcp.docs.oauth.client_auth: "jwt" is not "basic"`},
+		{"oauth header", "[mcp.docs]\nurl = \"https://h/mcp\"\nheader = \"X-API-Key\"\n[mcp.docs.oauth]\ntoken_url = \"https://a/token\"\nclient_id = \"c\"\nclient_secret = \"env:S\"\n", "mcp.docs.header: an OAuth access token goes in Authorization as a Bearer token; leave header out"},
 		{"relay on mcp", "[relay.x]\nprefix = \"/mcp/\"\nurl = \"https://h/\"\nmethods = [\"GET\"]\npaths = [\"a\"]\n", `relay.x.prefix: "/mcp/" is one of cproxy's own routes`},
 	} {
 		_, probs := loadConfig("cproxy.toml", []byte(tc.src), policy.ReadFile)

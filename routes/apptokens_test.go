@@ -21,20 +21,7 @@ type appFixture struct {
 	tokens *AppTokens
 	app    *fakes.GitHubApp
 	git    *fakes.GitServer
-	mu     sync.Mutex
-	now    time.Time
-}
-
-func (f *appFixture) clock() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *appFixture) advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
+	testClock
 }
 
 func newAppFixture(t *testing.T, repos ...string) *appFixture {
@@ -56,11 +43,11 @@ func newAppFixture(t *testing.T, repos ...string) *appFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &appFixture{git: gs, now: time.Now()}
-	f.app = fakes.NewGitHubApp(fakes.GitHubAppOptions{AppID: 99, Key: key, Installation: 5, Account: "acme", Git: gs, Now: f.clock})
+	f := &appFixture{git: gs, testClock: testClock{now: time.Now()}}
+	f.app = fakes.NewGitHubApp(fakes.GitHubAppOptions{AppID: 99, Key: key, Installation: 5, Account: "acme", Git: gs, Now: f.Now})
 	t.Cleanup(f.app.Close)
 	api, _ := url.Parse(f.app.URL)
-	f.tokens = NewAppTokens(&App{ID: 99, Installation: 5, API: api, Key: keyLive(t, keyPEM)}, f.clock, slog.New(slog.DiscardHandler))
+	f.tokens = NewAppTokens(&App{ID: 99, Installation: 5, API: api, Key: keyLive(t, keyPEM)}, f.Now, slog.New(slog.DiscardHandler))
 	return f
 }
 
@@ -101,12 +88,12 @@ func TestAppTokenCache(t *testing.T) {
 	}
 
 	// The fake's tokens live an hour: kept until 55 minutes.
-	f.advance(54*time.Minute + 59*time.Second)
+	f.Add(54*time.Minute + 59*time.Second)
 	if got := f.token(t, "conv-1", "acme/app", "read"); got != first {
 		t.Error("minted again before the token's margin")
 	}
 	n := len(f.app.Mints())
-	f.advance(time.Second)
+	f.Add(time.Second)
 	if got := f.token(t, "conv-1", "acme/app", "read"); got == first {
 		t.Error("a token past its margin was used")
 	}

@@ -89,6 +89,9 @@ type Call struct {
 	// when a reload has changed the token's (Server.recheck); nil: the
 	// request is refused then.
 	decide Decide
+	// writeErr, when not nil, writes this request's refusals in place of
+	// the route's WriteError (Call.WriteErrorsWith).
+	writeErr func(http.ResponseWriter, error) int
 }
 
 // recheck is Server.recheck, called where the request is served (not

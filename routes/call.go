@@ -82,7 +82,22 @@ func (a *Call) AskAgain(d Decide) { a.decide = d }
 
 // Fail answers the request with err, written as the route writes a
 // refusal.
-func (a *Call) Fail(err error) { a.fail(a.rt.WriteError, err) }
+func (a *Call) Fail(err error) { a.fail(a.errorWriter(), err) }
+
+// WriteErrorsWith makes write the writer of this request's refusals from
+// now on, in place of the route's WriteError: Fail's, and those the core
+// writes when it forwards (the credential, the re-decision, the
+// upstream's failure). For a route whose refusal carries something of the
+// request (a JSON-RPC error, the request's id).
+func (a *Call) WriteErrorsWith(write func(http.ResponseWriter, error) int) { a.writeErr = write }
+
+// errorWriter writes the request's refusals.
+func (a *Call) errorWriter() func(http.ResponseWriter, error) int {
+	if a.writeErr != nil {
+		return a.writeErr
+	}
+	return a.rt.WriteError
+}
 
 // FailWith answers the request with err, written by write: for a route
 // whose client reads refusals differently in one place (git's ref

@@ -225,13 +225,27 @@ type Forwarder struct {
 	redirects *Redirects
 }
 
-// credential is the upstream credential to send now: Live's current value,
-// or the fixed one. An error says why there is none to send.
-func (f *Forwarder) credential() (secrets.Secret, error) {
+// credential is the upstream credential to send now: an OAuth access
+// token, Live's current value, or the fixed one. An error says why there
+// is none to send.
+func (f *Forwarder) credential(ctx context.Context) (secrets.Secret, error) {
+	if f.up.OAuth != nil {
+		return f.up.OAuth.Token(ctx)
+	}
 	if f.up.Live != nil {
 		return f.up.Live.Current()
 	}
 	return f.up.Credential, nil
+}
+
+// credentialRefusal is the answer to a request with no credential to
+// send: the refusal the source gave (an OAuth exchange that failed), the
+// request's own end, or any other error as 503.
+func credentialRefusal(err error) error {
+	if IsRefusal(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return Refuse(ErrUnavailable, "%v", err)
 }
 
 // Close releases the forwarder's idle upstream connections.
@@ -240,6 +254,9 @@ func (f *Forwarder) Close() { f.transport.CloseIdleConnections() }
 // Sources is the upstream credential's source, named name, when it has
 // one (for a Route's Sources).
 func (f *Forwarder) Sources(name string) []Source {
+	if f.up.OAuth != nil {
+		return f.up.OAuth.Sources()
+	}
 	if f.up.Live == nil {
 		return nil
 	}
@@ -381,9 +398,9 @@ func (f *Forwarder) RoundTrip(ctx context.Context, method string, t Target, head
 	cred := t.Credential
 	if cred.IsZero() {
 		var err error
-		if cred, err = f.credential(); err != nil {
+		if cred, err = f.credential(ctx); err != nil {
 			// The message names the reason and the fix, never the value.
-			return nil, Refuse(ErrUnavailable, "%v", err)
+			return nil, credentialRefusal(err)
 		}
 	}
 	cancel := context.CancelFunc(func() {})
@@ -584,7 +601,7 @@ func (b *sentBody) ended() error {
 // Call.AskAgain) is refused, not sent: deny by default holds even for a
 // route that forgot to ask.
 func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
-	writeErr := a.rt.WriteError
+	writeErr := a.errorWriter()
 	if a.decide == nil {
 		a.srv.log.Error("a route forwarded a request without asking the policy; refused", "route", a.route)
 		a.fail(writeErr, Refuse(ErrForbidden, "the %s route asked no policy question for this request, so cproxy does not send it; do not retry", a.route))
@@ -593,9 +610,9 @@ func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
 	cred := t.Credential
 	if cred.IsZero() {
 		var err error
-		if cred, err = f.credential(); err != nil {
+		if cred, err = f.credential(r.Context()); err != nil {
 			// The message names the reason and the fix, never the value.
-			a.fail(writeErr, Refuse(ErrUnavailable, "%v", err))
+			a.fail(writeErr, credentialRefusal(err))
 			return
 		}
 	}

@@ -57,6 +57,10 @@ type Upstream struct {
 	// minted for each request (Env.AppTokens), in place of Credential and
 	// Live, which are then unset. Nil: no App.
 	App *App
+	// OAuth, when not nil, gets the credential from an OAuth token
+	// endpoint and renews it (OAuth.Init must have been called), in
+	// place of Credential and Live, which are then unset. Nil: none.
+	OAuth *OAuth
 	// Files, when not nil, is a second host of the upstream that its
 	// answers point at (PyPI's index lists files on its files host), which
 	// the route reaches through Env.FilesForwarder. The credential goes
@@ -91,7 +95,7 @@ func (a *App) tokens(now func() time.Time, log *slog.Logger) *AppTokens {
 
 // Configured reports whether up has a credential to send.
 func (up Upstream) Configured() bool {
-	return up.Live != nil || !up.Credential.IsZero() || up.App != nil
+	return up.Live != nil || !up.Credential.IsZero() || up.App != nil || up.OAuth != nil
 }
 
 // Options configure a Server. Store and Policy are required; a Server with

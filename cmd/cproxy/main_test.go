@@ -61,6 +61,10 @@ const (
 	canaryMod = "mod_CANARYmod0123456789abcdefghijklmnopqrs"
 	// canaryMCP is the only token the fake MCP server accepts.
 	canaryMCP = "mcp_CANARYmcp0123456789abcdefghijklmnopqrs"
+	// The OAuth client secret and first refresh token of the fake MCP
+	// server behind OAuth.
+	canaryOAuthClient  = "ocs_CANARYclient0123456789abcdefghijklmn"
+	canaryOAuthRefresh = "ort_CANARYrefresh0123456789abcdefghijklm"
 )
 
 // testPolicyPollInterval is how often serve looks at its policy file in
@@ -152,6 +156,17 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Defer(mcpServer.Close)
 			env.Values["mcp"] = mcpServer
 			env.Values["mcpseen"] = new(int)
+			// A second MCP server, behind an OAuth token endpoint that
+			// rotates its refresh tokens, for mcp_oauth.txt.
+			oauth := fakes.NewOAuthServer(fakes.OAuthServerOptions{ClientID: "cproxy", ClientSecret: canaryOAuthClient,
+				RefreshToken: canaryOAuthRefresh, Rotate: true})
+			env.Defer(oauth.Close)
+			mcpOAuth := fakes.NewMCPServer(fakes.MCPServerOptions{Authorize: oauth.Valid})
+			env.Defer(mcpOAuth.Close)
+			env.Values["oauth"] = oauth
+			env.Values["oauthseen"] = new(int)
+			env.Values["mcpoauth"] = mcpOAuth
+			env.Values["mcpoauthseen"] = new(int)
 			relay := fakes.NewEcho()
 			env.Defer(relay.Close)
 			env.Values["relay"] = relay
@@ -216,6 +231,12 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				// token, for mcp_*.txt.
 				"FAKE_MCP":   mcpServer.URL,
 				"CANARY_MCP": canaryMCP,
+				// The MCP server behind OAuth, its token endpoint and its
+				// client's secret and first refresh token.
+				"FAKE_MCP_OAUTH":       mcpOAuth.URL,
+				"FAKE_OAUTH_TOKEN":     oauth.URL,
+				"CANARY_OAUTH_CLIENT":  canaryOAuthClient,
+				"CANARY_OAUTH_REFRESH": canaryOAuthRefresh,
 				// The embedded default credential of [upstream.github], as an
 				// operator sets it; serve_defaults.txt clears it.
 				"GITHUB_TOKEN":        canaryGitHub,
@@ -257,6 +278,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"fakeanswers": cmdFakeAnswers,
 			"faketooluse": cmdFakeToolUse,
 			"mcpcalls":    cmdMCPCalls,
+			"oauth":       cmdOAuth,
 			"mcpsearch":   cmdMCPSearch,
 			"mcpclient":   cmdMCPClient,
 			"stallstreams": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -567,29 +589,59 @@ func cmdFakeToolUse(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// mcpcalls: print each request the fake MCP server received since the
-// last mcpcalls, one line each: the HTTP method, the JSON-RPC method and
-// the tool, prompt or resource it names, and the credential it came with
-// (mcp: the server's token; none; other). It fails if any carried a
-// sandbox token.
+// mcpcalls [oauth]: print each request the fake MCP server (with oauth:
+// the one behind OAuth) received since the last mcpcalls, one line each:
+// the HTTP method, the JSON-RPC method and the tool, prompt or resource it
+// names, and the credential it came with (mcp: the server's token; none;
+// an OAuth access token by its name, at_1, at_2…; other). It fails if any
+// carried a sandbox token.
 func cmdMCPCalls(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) > 0 {
-		ts.Fatalf("usage: mcpcalls")
+	if neg || len(args) > 1 || len(args) == 1 && args[0] != "oauth" {
+		ts.Fatalf("usage: mcpcalls [oauth]")
 	}
-	calls := ts.Value("mcp").(*fakes.MCPServer).Calls()
-	seen := ts.Value("mcpseen").(*int)
+	server := "mcp" + strings.Join(args, "")
+	calls := ts.Value(server).(*fakes.MCPServer).Calls()
+	seen := ts.Value(server + "seen").(*int)
 	w := ts.Stdout()
 	for _, c := range calls[*seen:] {
 		if strings.Contains(c.Authorization, "cpx_") || bytes.Contains(c.Body, []byte("cpx_")) {
 			ts.Fatalf("the MCP server received a sandbox token")
 		}
 		cred, ok := map[string]string{"": "none", "Bearer " + canaryMCP: "mcp"}[c.Authorization]
+		if at, isAccess := strings.CutPrefix(c.Authorization, "Bearer at_"); !ok && isAccess {
+			cred, ok = "at_"+at, true
+		}
 		if !ok {
 			cred = "other"
 		}
 		fmt.Fprintln(w, strings.Join(strings.Fields(c.HTTPMethod+" "+c.Method+" "+c.Name), " ")+" auth="+cred)
 	}
 	*seen = len(calls)
+}
+
+// oauth exchanges | oauth end: print each exchange the fake OAuth token
+// endpoint answered since the last, one line each (the grant, the
+// refresh token it carried, the resource, the status; "none" for none), or end every access
+// token it issued, as a server that revokes them early.
+func cmdOAuth(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 || args[0] != "exchanges" && args[0] != "end" {
+		ts.Fatalf("usage: oauth exchanges | oauth end")
+	}
+	o := ts.Value("oauth").(*fakes.OAuthServer)
+	if args[0] == "end" {
+		o.EndAccessTokens()
+		return
+	}
+	seen := ts.Value("oauthseen").(*int)
+	xs := o.Exchanges()
+	if len(xs) == *seen {
+		fmt.Fprintln(ts.Stdout(), "none")
+	}
+	for _, x := range xs[*seen:] {
+		refresh := strings.Replace(x.RefreshToken, canaryOAuthRefresh, "CANARY", 1)
+		fmt.Fprintf(ts.Stdout(), "%s refresh=%s resource=%s %d\n", x.GrantType, refresh, x.Resource, x.Status)
+	}
+	*seen = len(xs)
 }
 
 // needclaude: set CLAUDE to the Claude Code binary. Scripts guard it with

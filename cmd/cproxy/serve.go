@@ -241,9 +241,39 @@ func loadMCP(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]mc
 			}
 			s.Live = live
 		}
+		if m.OAuth != nil {
+			if s.OAuth, err = loadOAuth(cfg, loader, log, "mcp."+name+".oauth", m.OAuth); err != nil {
+				return nil, err
+			}
+		}
 		servers = append(servers, s)
 	}
 	return servers, nil
+}
+
+// loadOAuth builds an [….oauth] table's credential, loading its sources.
+func loadOAuth(cfg *config.Config, loader *secrets.Loader, log *slog.Logger, key string, c *config.MCPOAuth) (*routes.OAuth, error) {
+	u, err := url.Parse(c.TokenURL)
+	if err != nil {
+		return nil, fail("", "%s.token_url: %v", key, err)
+	}
+	o := &routes.OAuth{Key: key, TokenURL: u, ClientID: c.ClientID, SecretInBody: c.ClientAuth == "post", Scope: c.Scope, Resource: c.Resource}
+	if o.Resource == "none" {
+		o.Resource = ""
+	}
+	for _, src := range []struct {
+		name, source string
+		live         **secrets.Live
+	}{{"client_secret", c.ClientSecret, &o.ClientSecret}, {"refresh_token", c.RefreshToken, &o.RefreshToken}} {
+		if src.source == "" {
+			continue
+		}
+		if *src.live, err = loader.Live(key+"."+src.name, secrets.Source(src.source), log); err != nil {
+			return nil, credentialError(cfg, key+"."+src.name, src.source, err)
+		}
+	}
+	o.Init(log, nil)
+	return o, nil
 }
 
 // loadUpstream parses one [upstream.NAME] and loads its credential. An
@@ -359,6 +389,16 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 		}
 	}
 	creds = append(creds, relayCreds...)
+	for _, m := range mcpServers {
+		if m.Live != nil {
+			creds = append(creds, m.Live)
+		}
+		if m.OAuth != nil {
+			for _, src := range m.OAuth.Sources() {
+				creds = append(creds, src.Live)
+			}
+		}
+	}
 	watching, stopWatching := context.WithCancel(context.Background())
 	defer stopWatching()
 	for _, c := range creds {

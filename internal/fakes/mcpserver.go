@@ -34,6 +34,10 @@ type MCPServerOptions struct {
 	// resource metadata, as an OAuth-protected server answers. Zero means
 	// every request is let in.
 	Token string
+	// Authorize, when not nil, decides instead of Token which Bearer
+	// tokens are let in: an OAuth resource server asking its
+	// authorization server (OAuthServer.Valid).
+	Authorize func(token string) bool
 	// Tools is how many generated tools the server has beside its own
 	// three: tool_000, tool_001, …, each taking a query and answering
 	// with it, so that a tools/list is as long as a large server's. Zero
@@ -131,7 +135,7 @@ func (s *MCPServer) record(next http.Handler) http.Handler {
 		s.mu.Lock()
 		s.calls = append(s.calls, c)
 		s.mu.Unlock()
-		if bearer, ok := strings.CutPrefix(c.Authorization, "Bearer "); s.opts.Token != "" && (!ok || subtle.ConstantTimeCompare([]byte(bearer), []byte(s.opts.Token)) != 1) {
+		if !s.authorized(c.Authorization) {
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer resource_metadata="http://%s/.well-known/oauth-protected-resource/mcp"`, r.Host))
 			http.Error(w, "invalid_token", http.StatusUnauthorized)
 			return
@@ -139,6 +143,19 @@ func (s *MCPServer) record(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// authorized says whether a request with the Authorization header auth is
+// let in.
+func (s *MCPServer) authorized(auth string) bool {
+	bearer, ok := strings.CutPrefix(auth, "Bearer ")
+	switch {
+	case s.opts.Authorize != nil:
+		return ok && s.opts.Authorize(bearer)
+	case s.opts.Token != "":
+		return ok && subtle.ConstantTimeCompare([]byte(bearer), []byte(s.opts.Token)) == 1
+	}
+	return true
 }
 
 type searchArgs struct {

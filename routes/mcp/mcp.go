@@ -50,6 +50,10 @@ type Server struct {
 	// Limits are the server's per-token limits ([mcp.NAME] concurrent,
 	// requests_per_minute); zero fields: the core's defaults.
 	Limits routes.Limits
+	// OAuth, when not nil, is the credential instead of Live: access
+	// tokens cproxy gets from the server's token endpoint and renews
+	// ([mcp.NAME.oauth]), sent as Authorization: Bearer.
+	OAuth *routes.OAuth
 	// Unpinned leaves the server's tools unpinned (pin_tools = false):
 	// a changed definition is listed and called as any other. Zero: each
 	// tool is held to the definition first listed, or the one an operator
@@ -88,7 +92,7 @@ func New(servers []Server, env routes.Env) routes.Route {
 	}
 	rt := &route{servers: map[string]*server{}, sessions: map[sessionKey]string{}}
 	for _, s := range servers {
-		env.Upstream = routes.Upstream{URL: s.URL, HeaderTimeout: s.HeaderTimeout, Live: s.Live}
+		env.Upstream = routes.Upstream{URL: s.URL, HeaderTimeout: s.HeaderTimeout, Live: s.Live, OAuth: s.OAuth}
 		srv := &server{Server: s, rt: rt}
 		header, value := s.Header, s.Value
 		srv.fwd = env.NewForwarder("mcp "+s.Name, Prefix+s.Name, func(h http.Header, sec secrets.Secret) {
@@ -136,6 +140,9 @@ func (rt *route) Sources() []routes.Source {
 		if s.Live != nil {
 			srcs = append(srcs, routes.Source{Name: "mcp." + s.Name + ".credential", Live: s.Live})
 		}
+		if s.OAuth != nil {
+			srcs = append(srcs, s.OAuth.Sources()...)
+		}
 	}
 	return srcs
 }
@@ -146,6 +153,11 @@ func (rt *route) Sources() []routes.Source {
 // sandbox.
 func (s *server) check(resp *http.Response) error {
 	resp.Header.Del("Www-Authenticate")
+	if s.OAuth != nil {
+		if err := s.OAuth.CheckResponse(resp, "the MCP server "+s.Name); err != nil {
+			return err
+		}
+	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		return routes.Refuse(routes.ErrUpstream, "the MCP server %s refused cproxy's credential; the operator must fix mcp.%s.credential", s.Name, s.Name)
 	}
@@ -276,6 +288,7 @@ func (rt *route) WriteError(w http.ResponseWriter, err error) int {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	routes.SetRetryAfter(h, err)
 	w.WriteHeader(status)
 	w.Write(body)
 	return status
@@ -536,6 +549,16 @@ func (rt *route) Serve(c *routes.Call) {
 			return
 		}
 		id = m.ID
+		if len(id) > 0 {
+			// What the core refuses from here on (the credential, a
+			// limit, the decision asked again) answers this id.
+			c.WriteErrorsWith(func(w http.ResponseWriter, err error) int {
+				if !errors.As(err, new(*rpcError)) {
+					err = &rpcError{id: id, code: -32000, err: err}
+				}
+				return rt.WriteError(w, err)
+			})
+		}
 		q.Method, q.Name, q.Args = m.Method, target, args
 		if err := headersAgree(r.Header, m.Method, target, args); err != nil {
 			c.Fail(&rpcError{id: id, code: -32600, err: err})
