@@ -40,6 +40,10 @@ type MCP struct {
 	// tools"). Default true; false lists and calls a changed tool as any
 	// other.
 	PinTools bool `toml:"pin_tools"`
+	// AuditArguments puts each tools/call's arguments on its audit line,
+	// bounded and with token-shaped parts withheld. Default false: tool
+	// arguments may hold what the sandbox read, and never reach the log.
+	AuditArguments bool `toml:"audit_arguments"`
 }
 
 // MCPOAuth is [mcp.NAME.oauth]: how cproxy gets the server's access

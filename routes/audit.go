@@ -70,6 +70,9 @@ type Call struct {
 	version string
 	// refs are a push's ref updates, as git sent them.
 	refs []audit.RefUpdate
+	// pin and args are an MCP tool call's pinned definition digest and
+	// its arguments (only when the operator asked for them).
+	pin, args string
 	// decision is audit.Deny or audit.Error once cproxy refused or failed
 	// the request; empty means it was allowed.
 	decision string
@@ -239,6 +242,8 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 		Path:       a.r.URL.Path,
 		Target:     target,
 		Refs:       a.refs,
+		Pin:        a.pin,
+		Args:       a.args,
 		Decision:   a.decision,
 		Rule:       a.rule,
 		Status:     status,

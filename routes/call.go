@@ -60,6 +60,12 @@ func (a *Call) SetVersion(v string) { a.version = v }
 // SetRefs are a push's ref updates, as git sent them, for the audit line.
 func (a *Call) SetRefs(refs []audit.RefUpdate) { a.refs = refs }
 
+// SetMCPCall records an MCP tool call's pinned definition digest (empty:
+// none) and its arguments as compact JSON (empty: not recorded), for the
+// audit line, which bounds them and withholds token-shaped parts as it
+// does every client text.
+func (a *Call) SetMCPCall(pin, args string) { a.pin, a.args = pin, args }
+
 // SetRule names the policy rule that decided, for the audit line.
 func (a *Call) SetRule(rule string) { a.rule = rule }
 

@@ -233,7 +233,7 @@ func loadMCP(cfg *config.Config, loader *secrets.Loader, log *slog.Logger) ([]mc
 			return nil, fail("", "mcp.%s.url: %v", name, err)
 		}
 		s := mcp.Server{Name: name, URL: u, Header: http.CanonicalHeaderKey(m.Header), Value: m.CredentialValue, HeaderTimeout: m.HeaderTimeout.Duration,
-			Unpinned: !m.PinTools, Limits: routes.Limits{Concurrent: m.Concurrent, RequestsPerMinute: m.RequestsPerMinute}}
+			Unpinned: !m.PinTools, AuditArgs: m.AuditArguments, Limits: routes.Limits{Concurrent: m.Concurrent, RequestsPerMinute: m.RequestsPerMinute}}
 		if m.Credential != "" {
 			live, err := loader.Live("mcp."+name, secrets.Source(m.Credential), log)
 			if err != nil {

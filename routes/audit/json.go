@@ -60,6 +60,8 @@ func appendJSON(b []byte, rec *Record) []byte {
 		}
 		b = append(b, ']')
 	}
+	b = appendJSONField(b, `,"pin":`, rec.Pin)
+	b = appendJSONField(b, `,"args":`, rec.Args)
 	b = append(b, `,"decision":`...)
 	b = appendJSONString(b, rec.Decision)
 	b = appendJSONField(b, `,"rule":`, rec.Rule)

@@ -33,6 +33,11 @@ type Record struct {
 	// tarball; a relay's path.
 	Target string      `json:"target,omitempty"`
 	Refs   []RefUpdate `json:"refs,omitempty"`
+	// Pin is the digest of the pinned definition of the MCP tool a
+	// tools/call calls; Args the call's arguments, as compact JSON, when
+	// the operator asked for them ([mcp.NAME] audit_arguments).
+	Pin  string `json:"pin,omitempty"`
+	Args string `json:"args,omitempty"`
 	// Decision is Allow, Deny or Error.
 	Decision   string  `json:"decision"`
 	Rule       string  `json:"rule,omitempty"`
@@ -44,7 +49,7 @@ type Record struct {
 	BytesOut   int64   `json:"bytes_out"`
 	// Truncated names the fields cut to their bound, in the record's order:
 	// "session_id", "method", "path", "target", "refs" (a ref name cut, or
-	// more than MaxRefs updates), "reason". A cut string ends in "…".
+	// more than MaxRefs updates), "pin", "args", "reason". A cut string ends in "…".
 	// Empty: nothing was cut.
 	Truncated []string `json:"truncated,omitempty"`
 	// RefsOmitted is how many of a push's ref updates Refs does not list.
@@ -101,10 +106,12 @@ const (
 	maxRef       = 256
 	maxObjectID  = 64
 	maxReason    = 1024
+	maxPin       = 80
+	maxArgs      = 1024
 )
 
 // Bound bounds every string a client chose (the session id, method, path,
-// target, refs and reason) by Clip's rule, lists at most MaxRefs ref
+// target, refs, MCP pin and arguments, and reason) by Clip's rule, lists at most MaxRefs ref
 // updates, and names what it cut in Truncated. The caller fills those
 // fields in as the request had them and calls Bound once: it is the one
 // place that decides what of them a record keeps, for the JSON record and
@@ -124,6 +131,8 @@ func (rec *Record) Bound() {
 		}
 		rec.Refs = append(rec.Refs, RefUpdate{Ref: rec.bound("refs", u.Ref, maxRef), Old: rec.bound("refs", u.Old, maxObjectID), New: rec.bound("refs", u.New, maxObjectID)})
 	}
+	rec.Pin = rec.bound("pin", rec.Pin, maxPin)
+	rec.Args = rec.bound("args", rec.Args, maxArgs)
 	rec.Reason = rec.bound("reason", rec.Reason, maxReason)
 }
 

@@ -95,8 +95,10 @@ func attrs(rec *Record, d time.Duration) []slog.Attr {
 		slog.String("method", rec.Method),
 		slog.String("path", rec.Path),
 	)
-	if rec.Target != "" {
-		attrs = append(attrs, slog.String("target", rec.Target))
+	for _, f := range [...]struct{ key, value string }{{"target", rec.Target}, {"pin", rec.Pin}, {"args", rec.Args}} {
+		if f.value != "" {
+			attrs = append(attrs, slog.String(f.key, f.value))
+		}
 	}
 	if rec.Rule != "" {
 		attrs = append(attrs, slog.String("rule", rec.Rule))
@@ -143,6 +145,8 @@ func (h *textHandler) writeLine(rec *Record, d time.Duration, now time.Time) {
 	b = appendTextAttr(b, "method", rec.Method)
 	b = appendTextAttr(b, "path", rec.Path)
 	b = appendTextField(b, "target", rec.Target)
+	b = appendTextField(b, "pin", rec.Pin)
+	b = appendTextField(b, "args", rec.Args)
 	b = appendTextField(b, "rule", rec.Rule)
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)

@@ -54,6 +54,10 @@ type Server struct {
 	// tokens cproxy gets from the server's token endpoint and renews
 	// ([mcp.NAME.oauth]), sent as Authorization: Bearer.
 	OAuth *routes.OAuth
+	// AuditArgs puts each tools/call's arguments on its audit line
+	// ([mcp.NAME] audit_arguments), bounded and with token-shaped parts
+	// withheld as every client text is. False: never.
+	AuditArgs bool
 	// Unpinned leaves the server's tools unpinned (pin_tools = false):
 	// a changed definition is listed and called as any other. Zero: each
 	// tool is held to the definition first listed, or the one an operator
@@ -84,6 +88,10 @@ type sandboxKey struct{}
 
 // filterKey carries a list request's filter to its answer's check.
 type filterKey struct{}
+
+// callKey carries a tools/call's count to its answer's check: a call is
+// counted once the server has it.
+type callKey struct{}
 
 // New builds the route serving servers.
 func New(servers []Server, env routes.Env) routes.Route {
@@ -147,6 +155,20 @@ func (rt *route) Sources() []routes.Source {
 	return srcs
 }
 
+// auditArgs is what the audit line shows of a tool call's arguments:
+// their JSON, names sorted, when the server's arguments are audited; else
+// nothing.
+func (s *server) auditArgs(args map[string]any) string {
+	if !s.AuditArgs || args == nil {
+		return ""
+	}
+	b, err := json.Marshal(args, json.Deterministic(true))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
 // check refuses an answer that refuses cproxy's credential with a 502
 // naming it, so neither the server's 401 nor its WWW-Authenticate (whose
 // resource_metadata would start the client's own OAuth) reaches the
@@ -160,6 +182,9 @@ func (s *server) check(resp *http.Response) error {
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		return routes.Refuse(routes.ErrUpstream, "the MCP server %s refused cproxy's credential; the operator must fix mcp.%s.credential", s.Name, s.Name)
+	}
+	if count, ok := resp.Request.Context().Value(callKey{}).(func()); ok {
+		count()
 	}
 	if f, ok := resp.Request.Context().Value(filterKey{}).(*listFilter); ok {
 		if err := f.filter(resp); err != nil {
@@ -560,6 +585,9 @@ func (rt *route) Serve(c *routes.Call) {
 			})
 		}
 		q.Method, q.Name, q.Args = m.Method, target, args
+		if m.Method == "tools/call" {
+			c.SetMCPCall("", s.auditArgs(args))
+		}
 		if err := headersAgree(r.Header, m.Method, target, args); err != nil {
 			c.Fail(&rpcError{id: id, code: -32600, err: err})
 			return
@@ -615,12 +643,17 @@ func (rt *route) Serve(c *routes.Call) {
 		pins = &pinner{server: name, store: c.Store(), now: c.Now, log: c.Log(), changed: func() { c.Metrics().MCPPinChanged(name) }}
 	}
 	if pins != nil && q.Method == "tools/call" {
-		if err := pins.checkCall(r.Context(), id, q.Name); err != nil {
+		digest, err := pins.checkCall(r.Context(), id, q.Name)
+		c.SetMCPCall(digest, s.auditArgs(q.Args))
+		if err != nil {
 			c.Fail(err)
 			return
 		}
 	}
 	ctx := context.WithValue(r.Context(), sandboxKey{}, sandbox)
+	if q.Method == "tools/call" {
+		ctx = context.WithValue(ctx, callKey{}, func() { c.Metrics().MCPToolCall(name, q.Name) })
+	}
 	var t routes.Target
 	if l, ok := lists[q.Method]; ok {
 		f := &listFilter{server: name, member: l.member, name: l.name, method: l.method, prof: c.Session().Profile, ctx: ctx}

@@ -98,19 +98,20 @@ func (p *pinner) withheld(ctx context.Context, names []string, tools []map[strin
 	return out, nil
 }
 
-// checkCall refuses a call of a tool that is withheld; a tool never listed
-// is left to the policy alone.
-func (p *pinner) checkCall(ctx context.Context, id jsontext.Value, tool string) error {
+// checkCall refuses a call of a tool that is withheld, and returns the
+// digest of the definition the tool is pinned to for the audit line; a
+// tool never listed is left to the policy alone (no digest).
+func (p *pinner) checkCall(ctx context.Context, id jsontext.Value, tool string) (string, error) {
 	pin, err := p.store.MCPPin(ctx, p.server, tool)
 	switch {
 	case errors.Is(err, tokens.ErrNotFound):
-		return nil
+		return "", nil
 	case err != nil:
-		return &rpcError{id: id, code: -32603, err: p.errPins(err)}
+		return "", &rpcError{id: id, code: -32603, err: p.errPins(err)}
 	case pin.Withheld():
-		return &rpcError{id: id, code: -32001, err: routes.Refuse(routes.ErrForbidden,
+		return pin.Digest, &rpcError{id: id, code: -32001, err: routes.Refuse(routes.ErrForbidden,
 			"MCP server %s changed the definition of tool %s since it was pinned; an operator must accept the change (cproxy mcp pins accept %s %s)",
 			p.server, routes.Clip(tool, 128), p.server, routes.Clip(tool, 128))}
 	}
-	return nil
+	return pin.Digest, nil
 }

@@ -69,6 +69,12 @@ type Metrics struct {
 	// pinChanges counts the MCP tool definitions seen changed from their
 	// pins, by server (a config name).
 	pinChanges *prometheus.CounterVec
+	// toolCalls counts MCP tool calls forwarded, by server and tool;
+	// toolNames are the tool labels each server has, at most
+	// MaxToolLabels (past it: "other").
+	toolCalls *prometheus.CounterVec
+	toolMu    sync.Mutex
+	toolNames map[string]map[string]bool
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -156,6 +162,11 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 			Name: "cproxy_mcp_pin_changes_total",
 			Help: "Tool definitions an MCP server listed changed from their pins, each counted once when this process first saw it pending, by server ([mcp.NAME]).",
 		}, []string{"server"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_mcp_tool_calls_total",
+			Help: "MCP tools/call requests forwarded to their server, by server ([mcp.NAME]) and tool; a server's tools past the first 256 seen are counted as tool=\"other\".",
+		}, []string{"server", "tool"}),
+		toolNames: map[string]map[string]bool{},
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -182,7 +193,7 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges, m.toolCalls,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -433,6 +444,33 @@ func (m *Metrics) MCPPinChanged(server string) {
 	if m != nil {
 		m.pinChanges.WithLabelValues(server).Inc()
 	}
+}
+
+// MaxToolLabels bounds the tool labels of one MCP server's
+// cproxy_mcp_tool_calls_total: a policy that allows every tool lets the
+// sandbox name any, and each name would be a series kept for good.
+const MaxToolLabels = 256
+
+// MCPToolCall counts a tools/call of tool forwarded to server.
+func (m *Metrics) MCPToolCall(server, tool string) {
+	if m == nil {
+		return
+	}
+	m.toolMu.Lock()
+	names := m.toolNames[server]
+	if names == nil {
+		names = map[string]bool{}
+		m.toolNames[server] = names
+	}
+	if !names[tool] {
+		if len(names) >= MaxToolLabels {
+			tool = "other"
+		} else {
+			names[tool] = true
+		}
+	}
+	m.toolMu.Unlock()
+	m.toolCalls.WithLabelValues(server, tool).Inc()
 }
 
 // tokenCounts is cproxy_tokens: the store's tokens by state, counted at

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -164,4 +165,34 @@ func TestTokensCounted(t *testing.T) {
 	if store.asked != 2 {
 		t.Errorf("the store was asked %d times for its counts, want 2", store.asked)
 	}
+}
+
+// MCP tool calls are counted by server and tool, and one server's tool
+// labels stop at MaxToolLabels: past it, a sandbox that makes up names
+// adds to tool="other", never a new series.
+func TestMCPToolCallLabelsAreBounded(t *testing.T) {
+	m := newTestMetrics(t, &countingStore{}, nil)
+	m.MCPToolCall("docs", "search")
+	m.MCPToolCall("docs", "search")
+	for i := range MaxToolLabels + 10 {
+		m.MCPToolCall("wild", fmt.Sprintf("tool_%d", i))
+	}
+	m.MCPToolCall("wild", "tool_0")
+	s := scrape(t, m)
+	s.Want("cproxy_mcp_tool_calls_total", map[string]string{"server": "docs", "tool": "search"}, 2)
+	s.Want("cproxy_mcp_tool_calls_total", map[string]string{"server": "wild", "tool": "tool_0"}, 2)
+	s.Want("cproxy_mcp_tool_calls_total", map[string]string{"server": "wild", "tool": "other"}, 10)
+	wild := 0
+	for _, series := range s.Families["cproxy_mcp_tool_calls_total"].GetMetric() {
+		for _, l := range series.GetLabel() {
+			if l.GetName() == "server" && l.GetValue() == "wild" {
+				wild++
+			}
+		}
+	}
+	if wild != MaxToolLabels+1 {
+		t.Errorf("server wild has %d series, want %d and other", wild, MaxToolLabels)
+	}
+	var none *Metrics
+	none.MCPToolCall("docs", "search")
 }
