@@ -75,7 +75,7 @@ func TestReplicasShareBudget(t *testing.T) {
 	}
 	for i, r := range replicas {
 		u := listedUsage(t, r, "conv-budget")
-		if u.Requests != 10 || u.Output != 60 {
+		if u.Requests != 10 || u.OutputTokens != 60 {
 			t.Errorf("replica %d lists usage %+v, want 10 requests and 60 output tokens (6 per answer)", i, u)
 		}
 	}
@@ -86,7 +86,7 @@ func TestReplicasShareBudget(t *testing.T) {
 }
 
 // listedUsage is the usage GET /tokens on r lists for sandbox's token.
-func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, Output int64 }) {
+func listedUsage(t *testing.T, r *served, sandbox string) client.Usage {
 	t.Helper()
 	resp, err := http.Get(r.admin + "/tokens?sandbox=" + sandbox)
 	if err != nil {
@@ -97,7 +97,7 @@ func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, O
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Tokens) != 1 || out.Tokens[0].Usage == nil {
 		t.Fatalf("GET /tokens?sandbox=%s: %s %+v %v", sandbox, resp.Status, out, err)
 	}
-	return struct{ Requests, Output int64 }{out.Tokens[0].Usage.Requests, out.Tokens[0].Usage.OutputTokens}
+	return *out.Tokens[0].Usage
 }
 
 // The concurrency limit across three replicas: with a token's two slots
@@ -182,8 +182,8 @@ func TestReplicasShareMCPCalls(t *testing.T) {
 		t.Errorf("the server heard %d tool calls, want 2", n)
 	}
 	for i, r := range replicas {
-		if u := listedMCPCalls(t, r, "conv-mcp"); u != 2 {
-			t.Errorf("replica %d lists %d MCP calls, want 2", i, u)
+		if u := listedUsage(t, r, "conv-mcp"); u.MCPCalls != 2 {
+			t.Errorf("replica %d lists %d MCP calls, want 2", i, u.MCPCalls)
 		}
 	}
 }
@@ -211,20 +211,4 @@ func callTool(t *testing.T, s *served, tok, tool string) (string, error) {
 		}
 	}
 	return strings.Join(text, "\n"), nil
-}
-
-// listedMCPCalls is the MCP calls GET /tokens on r lists for sandbox's
-// token.
-func listedMCPCalls(t *testing.T, r *served, sandbox string) int64 {
-	t.Helper()
-	resp, err := http.Get(r.admin + "/tokens?sandbox=" + sandbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out client.TokenPage
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Tokens) != 1 || out.Tokens[0].Usage == nil {
-		t.Fatalf("GET /tokens?sandbox=%s: %s %+v %v", sandbox, resp.Status, out, err)
-	}
-	return out.Tokens[0].Usage.MCPCalls
 }
