@@ -172,6 +172,8 @@ type Budget struct {
 	CacheWriteTokens  int64  `json:"cache_write_tokens,omitempty"`
 	RequestsPerMinute int64  `json:"requests_per_minute,omitempty"`
 	Concurrent        int64  `json:"concurrent,omitempty"`
+	MCPCalls          int64  `json:"mcp_calls,omitempty"`
+	MCPCallsPerMinute int64  `json:"mcp_calls_per_minute,omitempty"`
 }
 
 // Usage is what a token has spent in its budget's current window.
@@ -181,6 +183,9 @@ type Usage struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// MCPCalls are MCP tool calls (tools/call); zero from a cproxy that
+	// does not count them.
+	MCPCalls int64 `json:"mcp_calls"`
 }
 
 // Token is a freshly minted sandbox token. Everything but Secret is safe to

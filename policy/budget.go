@@ -12,8 +12,8 @@ const (
 	WindowDay   = "day"   // each UTC day
 )
 
-// Budget caps what one token may spend on the model route
-// ([profile.NAME.budget], or per token at creation). Every limit is
+// Budget caps what one token may spend on the model route and in MCP tool
+// calls ([profile.NAME.budget], or per token at creation). Every limit is
 // optional: zero is no limit, except RequestsPerMinute and Concurrent,
 // where zero is DefaultRequestsPerMinute and DefaultConcurrent.
 type Budget struct {
@@ -33,6 +33,12 @@ type Budget struct {
 	// Concurrent caps the model-route requests in flight at once. Zero:
 	// DefaultConcurrent.
 	Concurrent int64 `toml:"concurrent" json:"concurrent,omitempty"`
+	// MCPCalls caps MCP tool calls (tools/call, every server together).
+	MCPCalls int64 `toml:"mcp_calls" json:"mcp_calls,omitempty"`
+	// MCPCallsPerMinute caps the rate of MCP tool calls, every server
+	// together. Zero: no rate but each server's ([mcp.NAME]
+	// requests_per_minute).
+	MCPCallsPerMinute int64 `toml:"mcp_calls_per_minute" json:"mcp_calls_per_minute,omitempty"`
 }
 
 // The bounds a token has when its budget sets none, so that one sandbox
@@ -53,7 +59,7 @@ const (
 // IsZero reports whether the budget limits nothing.
 func (b Budget) IsZero() bool {
 	return b.Requests == 0 && b.InputTokens == 0 && b.OutputTokens == 0 && b.CacheReadTokens == 0 &&
-		b.CacheWriteTokens == 0 && b.RequestsPerMinute == 0 && b.Concurrent == 0
+		b.CacheWriteTokens == 0 && b.RequestsPerMinute == 0 && b.Concurrent == 0 && b.MCPCalls == 0 && b.MCPCallsPerMinute == 0
 }
 
 // Over returns b with every limit o sets (and its window, if set) in place
@@ -74,6 +80,8 @@ func (b Budget) Over(o Budget) Budget {
 	set(&b.CacheWriteTokens, o.CacheWriteTokens)
 	set(&b.RequestsPerMinute, o.RequestsPerMinute)
 	set(&b.Concurrent, o.Concurrent)
+	set(&b.MCPCalls, o.MCPCalls)
+	set(&b.MCPCallsPerMinute, o.MCPCallsPerMinute)
 	return b
 }
 
@@ -87,7 +95,8 @@ func (b Budget) limits() []struct {
 		v   int64
 	}{{"requests", b.Requests}, {"input_tokens", b.InputTokens}, {"output_tokens", b.OutputTokens},
 		{"cache_read_tokens", b.CacheReadTokens}, {"cache_write_tokens", b.CacheWriteTokens},
-		{"requests_per_minute", b.RequestsPerMinute}, {"concurrent", b.Concurrent}}
+		{"requests_per_minute", b.RequestsPerMinute}, {"concurrent", b.Concurrent},
+		{"mcp_calls", b.MCPCalls}, {"mcp_calls_per_minute", b.MCPCallsPerMinute}}
 }
 
 // Check returns what is wrong with a budget given at token creation, or "".
@@ -109,7 +118,7 @@ func ParseBudget(raw []byte) (Budget, error) {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return Budget{}, fmt.Errorf("a budget is an object of window, requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, requests_per_minute and concurrent: %v", err)
+		return Budget{}, fmt.Errorf("a budget is an object of window, requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, requests_per_minute, concurrent, mcp_calls and mcp_calls_per_minute: %v", err)
 	}
 	if msg := b.Check(); msg != "" {
 		return Budget{}, fmt.Errorf("%s", msg)

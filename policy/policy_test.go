@@ -255,6 +255,16 @@ output_tokens = "lots"
 			`policy.toml:4:17: profile.web.budget.output_tokens: must be an integer, not a string`,
 		}},
 
+		{"budget of MCP calls", `[profile.web.budget]
+mcp_calls = -2
+mcp_calls_per_minute = -1
+mcp_call = 5
+`, []string{
+			`policy.toml:2:13: profile.web.budget.mcp_calls: must not be negative (leave it out for no limit)`,
+			`policy.toml:3:24: profile.web.budget.mcp_calls_per_minute: must not be negative (leave it out for no limit)`,
+			`policy.toml:4:1: unknown key "mcp_call" in [profile.web.budget] (did you mean "mcp_calls"?)`,
+		}},
+
 		{"config key in a policy", `[listen]
 proxy = "127.0.0.1:8080"
 [profile.default]

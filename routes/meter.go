@@ -10,12 +10,13 @@ import (
 	"github.com/cproxy/cproxy/tokens"
 )
 
-// meter settles one model request. Once the upstream has the request, it
-// bills it whatever the client does next, so from then on the request is
-// charged: with the usage its answer reports, and, for a count the answer
-// does not report (a stream cut short or left by the client, an answer too
-// large to read, no answer at all), what the request reserved for it. A
-// request that never reached the upstream is charged nothing.
+// meter settles one model request or MCP tool call. Once the upstream has
+// the request, it bills it (or acts on it) whatever the client does next,
+// so from then on the request is charged: with the usage its answer
+// reports, and, for a count the answer does not report (a stream cut short
+// or left by the client, an answer too large to read, no answer at all),
+// what the request reserved for it. A request that never reached the
+// upstream is charged nothing.
 type meter struct {
 	s       *Server
 	a       *Call
@@ -84,9 +85,12 @@ func (m *meter) end(u tokens.Usage, forwarded, input, output bool) {
 			output, u.Output = false, 0
 		}
 		reported := u
-		notReported := m.charged && forwarded && (!input || !output)
+		// Only a reservation of model tokens waits for a report of them:
+		// an MCP tool call is charged the call, and nothing else.
+		tokensHeld := m.want.Input > 0 || m.want.Output > 0 || m.want.CacheRead > 0 || m.want.CacheWrite > 0
+		notReported := m.charged && forwarded && tokensHeld && (!input || !output)
 		if m.charged && forwarded {
-			u.Requests = 1
+			u.Requests, u.MCPCalls = m.want.Requests, m.want.MCPCalls
 			if !input {
 				u.Input, u.CacheRead, u.CacheWrite = m.want.Input, m.want.CacheRead, m.want.CacheWrite
 				reported.Input, reported.CacheRead, reported.CacheWrite = 0, 0, 0

@@ -441,9 +441,7 @@ func (s *PostgresStore) LoadUsage(ctx context.Context, key string) (Usage, error
 		return Usage{}, err
 	}
 	u, err := read(ctx, func(ctx context.Context) (Usage, error) {
-		var u Usage
-		err := s.pool.QueryRow(ctx, `SELECT requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens
-			FROM usage WHERE key = $1`, key).Scan(&u.Requests, &u.Input, &u.Output, &u.CacheRead, &u.CacheWrite)
+		u, err := scanUsage(s.pool.QueryRow(ctx, `SELECT `+usageColumns+` FROM usage WHERE key = $1`, key))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Usage{}, nil
 		}
@@ -461,11 +459,11 @@ func (s *PostgresStore) SaveUsage(ctx context.Context, key string, u Usage) erro
 		return err
 	}
 	_, err := call(ctx, func(ctx context.Context) (pgconn.CommandTag, error) {
-		return s.pool.Exec(ctx, `INSERT INTO usage (key, requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-			VALUES ($1, $2, $3, $4, $5, $6)
+		return s.pool.Exec(ctx, `INSERT INTO usage (key, `+usageColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (key) DO UPDATE SET requests = $2, input_tokens = $3, output_tokens = $4,
-				cache_read_tokens = $5, cache_write_tokens = $6`,
-			key, u.Requests, u.Input, u.Output, u.CacheRead, u.CacheWrite)
+				cache_read_tokens = $5, cache_write_tokens = $6, mcp_calls = $7`,
+			key, u.Requests, u.Input, u.Output, u.CacheRead, u.CacheWrite, u.MCPCalls)
 	})
 	if err != nil {
 		return s.wrap("save usage "+key, err)
@@ -473,11 +471,11 @@ func (s *PostgresStore) SaveUsage(ctx context.Context, key string, u Usage) erro
 	return nil
 }
 
-const usageColumns = "requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens"
+const usageColumns = "requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, mcp_calls"
 
 func scanUsage(row pgx.Row) (Usage, error) {
 	var u Usage
-	err := row.Scan(&u.Requests, &u.Input, &u.Output, &u.CacheRead, &u.CacheWrite)
+	err := row.Scan(&u.Requests, &u.Input, &u.Output, &u.CacheRead, &u.CacheWrite, &u.MCPCalls)
 	return u, err
 }
 
@@ -500,16 +498,17 @@ func (s *PostgresStore) ReserveUsage(ctx context.Context, key string, want, limi
 	}
 	u, err := call(ctx, func(ctx context.Context) (Usage, error) {
 		return scanUsage(s.pool.QueryRow(ctx, `INSERT INTO usage AS u (key, `+usageColumns+`)
-			VALUES ($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint)
+			VALUES ($1, $2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint, $7::bigint)
 			ON CONFLICT (key) DO UPDATE SET
 				requests = u.requests + $2, input_tokens = u.input_tokens + $3, output_tokens = u.output_tokens + $4,
-				cache_read_tokens = u.cache_read_tokens + $5, cache_write_tokens = u.cache_write_tokens + $6
-			WHERE ($7::bigint = 0 OR u.requests + $2 <= $7) AND ($8::bigint = 0 OR u.input_tokens + $3 <= $8)
-				AND ($9::bigint = 0 OR u.output_tokens + $4 <= $9) AND ($10::bigint = 0 OR u.cache_read_tokens + $5 <= $10)
-				AND ($11::bigint = 0 OR u.cache_write_tokens + $6 <= $11)
+				cache_read_tokens = u.cache_read_tokens + $5, cache_write_tokens = u.cache_write_tokens + $6,
+				mcp_calls = u.mcp_calls + $7
+			WHERE ($8::bigint = 0 OR u.requests + $2 <= $8) AND ($9::bigint = 0 OR u.input_tokens + $3 <= $9)
+				AND ($10::bigint = 0 OR u.output_tokens + $4 <= $10) AND ($11::bigint = 0 OR u.cache_read_tokens + $5 <= $11)
+				AND ($12::bigint = 0 OR u.cache_write_tokens + $6 <= $12) AND ($13::bigint = 0 OR u.mcp_calls + $7 <= $13)
 			RETURNING `+usageColumns,
-			key, want.Requests, want.Input, want.Output, want.CacheRead, want.CacheWrite,
-			limit.Requests, limit.Input, limit.Output, limit.CacheRead, limit.CacheWrite))
+			key, want.Requests, want.Input, want.Output, want.CacheRead, want.CacheWrite, want.MCPCalls,
+			limit.Requests, limit.Input, limit.Output, limit.CacheRead, limit.CacheWrite, limit.MCPCalls))
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The row is there and the sum would pass a cap: nothing changed.
@@ -534,14 +533,14 @@ func (s *PostgresStore) AdjustUsage(ctx context.Context, key string, delta Usage
 	fresh := delta.floor()
 	u, err := call(ctx, func(ctx context.Context) (Usage, error) {
 		return scanUsage(s.pool.QueryRow(ctx, `INSERT INTO usage AS u (key, `+usageColumns+`)
-			VALUES ($1, $7::bigint, $8::bigint, $9::bigint, $10::bigint, $11::bigint)
+			VALUES ($1, $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint, $13::bigint)
 			ON CONFLICT (key) DO UPDATE SET
 				requests = greatest(u.requests + $2, 0), input_tokens = greatest(u.input_tokens + $3, 0),
 				output_tokens = greatest(u.output_tokens + $4, 0), cache_read_tokens = greatest(u.cache_read_tokens + $5, 0),
-				cache_write_tokens = greatest(u.cache_write_tokens + $6, 0)
+				cache_write_tokens = greatest(u.cache_write_tokens + $6, 0), mcp_calls = greatest(u.mcp_calls + $7, 0)
 			RETURNING `+usageColumns,
-			key, delta.Requests, delta.Input, delta.Output, delta.CacheRead, delta.CacheWrite,
-			fresh.Requests, fresh.Input, fresh.Output, fresh.CacheRead, fresh.CacheWrite))
+			key, delta.Requests, delta.Input, delta.Output, delta.CacheRead, delta.CacheWrite, delta.MCPCalls,
+			fresh.Requests, fresh.Input, fresh.Output, fresh.CacheRead, fresh.CacheWrite, fresh.MCPCalls))
 	})
 	if err != nil {
 		return Usage{}, s.wrap("adjust usage "+key, err)

@@ -68,6 +68,19 @@ func TestSharedLimitsReserveAndAdjustUsage(t *testing.T) {
 		if u, err := s.AdjustUsage(ctx, "tok_fresh", Usage{Requests: -1, Output: 7}); err != nil || u != (Usage{Output: 7}) {
 			t.Errorf("adjust of a fresh key = %+v, %v", u, err)
 		}
+		// MCP tool calls are capped as requests are.
+		calls := Usage{MCPCalls: 1}
+		for i := range 2 {
+			if u, err := s.ReserveUsage(ctx, "tok_m", calls, Usage{MCPCalls: 2}); err != nil || u.MCPCalls != int64(i+1) {
+				t.Fatalf("MCP call %d = %+v, %v", i+1, u, err)
+			}
+		}
+		if u, err := s.ReserveUsage(ctx, "tok_m", calls, Usage{MCPCalls: 2}); !errors.Is(err, ErrOverBudget) || u != (Usage{MCPCalls: 2}) {
+			t.Fatalf("a third MCP call of 2 = %+v, %v; want ErrOverBudget", u, err)
+		}
+		if u, err := s.AdjustUsage(ctx, "tok_m", Usage{MCPCalls: -5}); err != nil || u != (Usage{}) {
+			t.Errorf("MCP calls adjusted below zero = %+v, %v", u, err)
+		}
 		if u, err := reopen(s).LoadUsage(ctx, "tok_r"); err != nil || u.Output != 100 || u.Input != 3<<40 {
 			t.Errorf("usage after reopen = %+v, %v", u, err)
 		}

@@ -36,24 +36,30 @@ type Record struct {
 	Budget json.RawMessage `json:"budget,omitempty"`
 }
 
-// Usage is what a token has spent in one budget window: requests, and the
-// model's input, output, cache-read and cache-write tokens.
+// Usage is what a token has spent in one budget window: model requests,
+// the model's input, output, cache-read and cache-write tokens, and MCP
+// tool calls.
 type Usage struct {
 	Requests   int64 `json:"requests"`
 	Input      int64 `json:"input_tokens"`
 	Output     int64 `json:"output_tokens"`
 	CacheRead  int64 `json:"cache_read_tokens"`
 	CacheWrite int64 `json:"cache_write_tokens"`
+	// MCPCalls are tools/call requests forwarded to MCP servers. A usage
+	// saved before they were counted reads as zero.
+	MCPCalls int64 `json:"mcp_calls,omitempty"`
 }
 
 // Add returns u plus v.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{u.Requests + v.Requests, u.Input + v.Input, u.Output + v.Output, u.CacheRead + v.CacheRead, u.CacheWrite + v.CacheWrite}
+	return Usage{u.Requests + v.Requests, u.Input + v.Input, u.Output + v.Output, u.CacheRead + v.CacheRead, u.CacheWrite + v.CacheWrite,
+		u.MCPCalls + v.MCPCalls}
 }
 
 // Sub returns u minus v.
 func (u Usage) Sub(v Usage) Usage {
-	return Usage{u.Requests - v.Requests, u.Input - v.Input, u.Output - v.Output, u.CacheRead - v.CacheRead, u.CacheWrite - v.CacheWrite}
+	return Usage{u.Requests - v.Requests, u.Input - v.Input, u.Output - v.Output, u.CacheRead - v.CacheRead, u.CacheWrite - v.CacheWrite,
+		u.MCPCalls - v.MCPCalls}
 }
 
 // UsageKey is where the usage of token id in a budget window is kept:
@@ -162,12 +168,12 @@ var ErrOverBudget = errors.New("over budget")
 func (u Usage) Fits(limit Usage) bool {
 	ok := func(n, l int64) bool { return l <= 0 || n <= l }
 	return ok(u.Requests, limit.Requests) && ok(u.Input, limit.Input) && ok(u.Output, limit.Output) &&
-		ok(u.CacheRead, limit.CacheRead) && ok(u.CacheWrite, limit.CacheWrite)
+		ok(u.CacheRead, limit.CacheRead) && ok(u.CacheWrite, limit.CacheWrite) && ok(u.MCPCalls, limit.MCPCalls)
 }
 
 // floor returns u with every negative count raised to zero.
 func (u Usage) floor() Usage {
-	return Usage{max(u.Requests, 0), max(u.Input, 0), max(u.Output, 0), max(u.CacheRead, 0), max(u.CacheWrite, 0)}
+	return Usage{max(u.Requests, 0), max(u.Input, 0), max(u.Output, 0), max(u.CacheRead, 0), max(u.CacheWrite, 0), max(u.MCPCalls, 0)}
 }
 
 // checkRevoke refuses a RevokeSandbox that every store would refuse: a

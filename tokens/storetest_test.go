@@ -643,7 +643,7 @@ func TestStoreUsage(t *testing.T) {
 			t.Errorf("LoadUsage of nothing = %+v, %v; want zero", u, err)
 		}
 		day := UsageKey("tok_x", "2026-03-01")
-		u1 := Usage{Requests: 1, Input: 2, Output: 3, CacheRead: 4, CacheWrite: 5}
+		u1 := Usage{Requests: 1, Input: 2, Output: 3, CacheRead: 4, CacheWrite: 5, MCPCalls: 6}
 		if err := s.SaveUsage(ctx, day, u1); err != nil {
 			t.Fatal(err)
 		}

@@ -67,3 +67,31 @@ func TestUsageUpgrade(t *testing.T) {
 		t.Errorf("saving usage in an upgraded store: %v", err)
 	}
 }
+
+// A window's usage saved before MCP tool calls were counted (JSON without
+// mcp_calls) reads as having made none, and counts them from then on.
+func TestUsageBeforeMCPCalls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cproxy.db")
+	s, err := OpenBolt(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := UsageKey("tok_000000000003", "")
+	old := `{"requests":3,"input_tokens":100,"output_tokens":42,"cache_read_tokens":7,"cache_write_tokens":9}`
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketUsage).Put([]byte(key), []byte(old)) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	u, err := s.LoadUsage(ctx, key)
+	if want := (Usage{Requests: 3, Input: 100, Output: 42, CacheRead: 7, CacheWrite: 9}); err != nil || u != want {
+		t.Fatalf("an old record = %+v, %v; want %+v", u, err, want)
+	}
+	u.MCPCalls = 2
+	if err := s.SaveUsage(ctx, key, u); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LoadUsage(ctx, key); err != nil || got != u {
+		t.Errorf("after saving MCP calls: %+v, %v; want %+v", got, err, u)
+	}
+}

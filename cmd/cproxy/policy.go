@@ -373,13 +373,15 @@ func explainBudget(o explainOptions, lim policy.Budget) *budgetExplained {
 	return b
 }
 
-// describeBudget words a budget's limits: "per day: requests 500, output 1000000, 30/min, 4 at once".
+// describeBudget words a budget's limits: "per day: requests 500, output 1000000, 30/min, 4 at once,
+// mcp_calls 200, 20 mcp calls/min".
 func describeBudget(b policy.Budget) string {
 	var parts []string
 	for _, x := range []struct {
 		name string
 		v    int64
-	}{{"requests", b.Requests}, {"input", b.InputTokens}, {"output", b.OutputTokens}, {"cache_read", b.CacheReadTokens}, {"cache_write", b.CacheWriteTokens}} {
+	}{{"requests", b.Requests}, {"input", b.InputTokens}, {"output", b.OutputTokens}, {"cache_read", b.CacheReadTokens}, {"cache_write", b.CacheWriteTokens},
+		{"mcp_calls", b.MCPCalls}} {
 		if x.v > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", x.name, x.v))
 		}
@@ -389,6 +391,9 @@ func describeBudget(b policy.Budget) string {
 	}
 	if b.Concurrent > 0 {
 		parts = append(parts, fmt.Sprintf("%d at once", b.Concurrent))
+	}
+	if b.MCPCallsPerMinute > 0 {
+		parts = append(parts, fmt.Sprintf("%d mcp calls/min", b.MCPCallsPerMinute))
 	}
 	window := "per token"
 	if b.Window == policy.WindowDay {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cproxy/cproxy/client"
 	"github.com/cproxy/cproxy/internal/fakes"
@@ -71,7 +75,7 @@ func TestReplicasShareBudget(t *testing.T) {
 	}
 	for i, r := range replicas {
 		u := listedUsage(t, r, "conv-budget")
-		if u.Requests != 10 || u.Output != 60 {
+		if u.Requests != 10 || u.OutputTokens != 60 {
 			t.Errorf("replica %d lists usage %+v, want 10 requests and 60 output tokens (6 per answer)", i, u)
 		}
 	}
@@ -82,7 +86,7 @@ func TestReplicasShareBudget(t *testing.T) {
 }
 
 // listedUsage is the usage GET /tokens on r lists for sandbox's token.
-func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, Output int64 }) {
+func listedUsage(t *testing.T, r *served, sandbox string) client.Usage {
 	t.Helper()
 	resp, err := http.Get(r.admin + "/tokens?sandbox=" + sandbox)
 	if err != nil {
@@ -93,7 +97,7 @@ func listedUsage(t *testing.T, r *served, sandbox string) (u struct{ Requests, O
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Tokens) != 1 || out.Tokens[0].Usage == nil {
 		t.Fatalf("GET /tokens?sandbox=%s: %s %+v %v", sandbox, resp.Status, out, err)
 	}
-	return struct{ Requests, Output int64 }{out.Tokens[0].Usage.Requests, out.Tokens[0].Usage.OutputTokens}
+	return *out.Tokens[0].Usage
 }
 
 // The concurrency limit across three replicas: with a token's two slots
@@ -129,4 +133,82 @@ func TestReplicasShareConcurrency(t *testing.T) {
 	if got := status(t, replicas[2], tok); got != 200 {
 		t.Errorf("after they ended: %d, want 200", got)
 	}
+}
+
+// MCP tool calls are counted in the shared store: with mcp_calls = 2, a
+// call through each of two replicas passes (made by the official Go SDK's
+// client) and a third, through either, is refused with the budget's
+// JSON-RPC error before the server hears of it; both replicas list the two
+// calls.
+func TestReplicasShareMCPCalls(t *testing.T) {
+	t.Setenv("CPROXY_PG_DSN", pgTestDatabase(t))
+	t.Setenv("CPROXY_TEST_MCP_TOKEN", canaryMCP)
+	srv := fakes.NewMCPServer(fakes.MCPServerOptions{Token: canaryMCP})
+	t.Cleanup(srv.Close)
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	pol := "[profile.default.budget]\nmcp_calls = 2\n\n[profile.default.mcp.docs]\ntools = [\"search\"]\n"
+	// A table of its own after the [store] keys.
+	mcpTable := fmt.Sprintf("\n[mcp.docs]\nurl = %q\ncredential = \"env:CPROXY_TEST_MCP_TOKEN\"\n", srv.URL)
+	replicas := []*served{startReplicaWith(t, fake.URL, mcpTable, pol), startReplicaWith(t, fake.URL, mcpTable, pol)}
+	tok := replicas[0].mint("conv-mcp")
+
+	for i, r := range replicas {
+		if text, err := callTool(t, r, tok, "search"); err != nil || text != "fake docs search results for two" {
+			t.Fatalf("call %d through replica %d = %q, %v", i+1, i, text, err)
+		}
+	}
+	for i, r := range replicas {
+		req, _ := http.NewRequest("POST", r.proxy+"/mcp/docs", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"search","arguments":{"query":"more"}}}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 429 || !strings.Contains(string(body), `"id":9,"error":{"code":-32001,"message":"cproxy: sandbox conv-mcp's token is over its budget: mcp_calls: 2 of 2 used`) {
+			t.Errorf("a third call through replica %d = %s %s", i, resp.Status, body)
+		}
+	}
+	n := 0
+	for _, c := range srv.Calls() {
+		if c.Method == "tools/call" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("the server heard %d tool calls, want 2", n)
+	}
+	for i, r := range replicas {
+		if u := listedUsage(t, r, "conv-mcp"); u.MCPCalls != 2 {
+			t.Errorf("replica %d lists %d MCP calls, want 2", i, u.MCPCalls)
+		}
+	}
+}
+
+// callTool calls tool through s's /mcp/docs with tok, in a session of the
+// official Go SDK's client, and returns its result's text.
+func callTool(t *testing.T, s *served, tok, tool string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := sdk.NewClient(&sdk.Implementation{Name: "cproxy-test", Version: "1.0.0"}, nil)
+	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: s.proxy + "/mcp/docs", HTTPClient: &http.Client{Transport: bearer(tok)}, MaxRetries: -1}, nil)
+	if err != nil {
+		return "", err
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: map[string]any{"query": "two"}})
+	if err != nil {
+		return "", err
+	}
+	var text []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			text = append(text, tc.Text)
+		}
+	}
+	return strings.Join(text, "\n"), nil
 }

@@ -254,7 +254,8 @@ func usageOf(t client.TokenInfo) string {
 		name        string
 		used, limit int64
 	}{{"requests", u.Requests, b.Requests}, {"input", u.InputTokens, b.InputTokens}, {"output", u.OutputTokens, b.OutputTokens},
-		{"cache_read", u.CacheReadTokens, b.CacheReadTokens}, {"cache_write", u.CacheWriteTokens, b.CacheWriteTokens}} {
+		{"cache_read", u.CacheReadTokens, b.CacheReadTokens}, {"cache_write", u.CacheWriteTokens, b.CacheWriteTokens},
+		{"mcp_calls", u.MCPCalls, b.MCPCalls}} {
 		if x.limit > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d/%d", x.name, x.used, x.limit))
 		}

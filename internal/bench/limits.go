@@ -224,7 +224,8 @@ func usageOf(list []client.TokenInfo, id string) (tokens.Usage, error) {
 			return tokens.Usage{}, fmt.Errorf("GET /tokens: token %s has no budget or no usage: its profile's budget is not in force", id)
 		}
 		u := tok.Usage
-		return tokens.Usage{Requests: u.Requests, Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens}, nil
+		return tokens.Usage{Requests: u.Requests, Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens,
+			MCPCalls: u.MCPCalls}, nil
 	}
 	return tokens.Usage{}, fmt.Errorf("GET /tokens: no token %s", id)
 }

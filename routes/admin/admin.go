@@ -441,7 +441,7 @@ func (s *server) listTokens(w http.ResponseWriter, r *http.Request) {
 			info.Budget = &cb
 			if u, ok := s.Budgets().Usage(r.Context(), rec.ID, b); ok {
 				info.Usage = &client.Usage{Requests: u.Requests, InputTokens: u.Input, OutputTokens: u.Output,
-					CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite}
+					CacheReadTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite, MCPCalls: u.MCPCalls}
 			}
 		}
 		out.Tokens = append(out.Tokens, info)

@@ -91,11 +91,38 @@ type account struct {
 	gen uint64
 }
 
-// tokenLimit is a token's rate limiter and in-flight count.
+// tokenLimit is a token's rates and in-flight count.
 type tokenLimit struct {
-	limiter  *rate.Limiter
-	rpm      int64
+	rate     bucket // its requests
+	calls    bucket // its MCP tool calls (budget mcp_calls_per_minute)
 	inflight int64
+}
+
+// bucket is one rate of a token, counted in this process.
+type bucket struct {
+	limiter *rate.Limiter
+	rpm     int64
+}
+
+// take takes one event at now from a rate of rpm a minute (made anew, full,
+// when the bucket counted another rate), or returns how long until one
+// would be there.
+func (k *bucket) take(rpm int64, now time.Time) time.Duration {
+	if k.limiter == nil || k.rpm != rpm {
+		k.limiter = rate.NewLimiter(rate.Limit(float64(rpm)/60), int(min(rpm, math.MaxInt32)))
+		k.rpm = rpm
+	}
+	r := k.limiter.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return d
+	}
+	return 0
+}
+
+// full reports whether the bucket is as one never taken from.
+func (k *bucket) full(now time.Time) bool {
+	return k.limiter == nil || k.limiter.TokensAt(now) >= float64(k.limiter.Burst())
 }
 
 // New starts the budgets of store's tokens, and the flusher that saves
@@ -195,17 +222,27 @@ func (b *Budgets) Acquire(ctx context.Context, tok Token) (*Reservation, error) 
 	return res, nil
 }
 
-// Hold reserves want (charged: a POST /v1/messages) of the token's budget
-// in res, once the request's body has been read, or refuses (a *Refusal).
+// Hold reserves want (charged: a POST /v1/messages, or an MCP tool call)
+// of the token's budget in res, once the request's body has been read, or
+// refuses (a *Refusal). A want of MCP calls is first counted against the
+// token's mcp_calls_per_minute.
 func (res *Reservation) Hold(ctx context.Context, want tokens.Usage, charged bool) error {
 	b, tok, lim := res.b, res.tok, res.tok.Limits
-	if !charged || !metered(lim) {
+	if !charged {
 		return nil
 	}
 	now := b.now()
+	if want.MCPCalls > 0 && lim.MCPCallsPerMinute > 0 {
+		if err := b.takeCall(res, now); err != nil {
+			return err
+		}
+	}
+	if !metered(lim) {
+		return nil
+	}
 	if b.shared != nil {
 		key, reset := usageWindow(tok.ID, lim.Window, now)
-		held, err := b.shared.ReserveUsage(ctx, key, want, caps(lim))
+		held, err := b.shared.ReserveUsage(ctx, key, want, caps(limitsOf(lim, want)))
 		if err != nil {
 			return b.refusal(err, tok, held, want, now, reset)
 		}
@@ -255,7 +292,7 @@ func (res *Reservation) Fits(ctx context.Context, lim policy.Budget, want tokens
 			held = held.Sub(res.want)
 		}
 	}
-	if !held.Add(want).Fits(caps(lim)) {
+	if !held.Add(want).Fits(caps(limitsOf(lim, want))) {
 		return b.refusal(tokens.ErrOverBudget, tok, held, want, now, reset)
 	}
 	return nil
@@ -289,6 +326,21 @@ func (b *Budgets) acquireShared(ctx context.Context, res *Reservation) error {
 		if wait > 0 {
 			return rateError(tok, wait, lim.RequestsPerMinute, lim.RequestsPerMinute)
 		}
+	}
+	return nil
+}
+
+// takeCall counts an MCP tool call against the token's
+// mcp_calls_per_minute, in this process's memory also when replicas share
+// the store, as each MCP server's requests_per_minute is: it bounds what
+// one process forwards.
+func (b *Budgets) takeCall(res *Reservation, now time.Time) error {
+	tok, rpm := res.tok, res.tok.Limits.MCPCallsPerMinute
+	b.mu.Lock()
+	wait := res.tl.calls.take(rpm, now)
+	b.mu.Unlock()
+	if wait > 0 {
+		return overLimit(wait, "sandbox %s's token is over its rate of MCP tool calls (budget mcp_calls_per_minute = %d); retry after %ds", tok.Sandbox, rpm, RetrySeconds(wait))
 	}
 	return nil
 }
@@ -345,13 +397,7 @@ func (b *Budgets) admit(tok Token, now time.Time) (*Reservation, error) {
 		return nil, inFlightError(tok, tl.inflight, concurrent, lim.Concurrent)
 	}
 	if rpm > 0 {
-		if tl.limiter == nil || tl.rpm != rpm {
-			tl.limiter = rate.NewLimiter(rate.Limit(float64(rpm)/60), int(min(rpm, math.MaxInt32)))
-			tl.rpm = rpm
-		}
-		r := tl.limiter.ReserveN(now, 1)
-		if d := r.DelayFrom(now); d > 0 {
-			r.CancelAt(now)
+		if d := tl.rate.take(rpm, now); d > 0 {
 			return nil, rateError(tok, d, rpm, lim.RequestsPerMinute)
 		}
 	}
@@ -369,7 +415,7 @@ func (b *Budgets) holdLocal(ctx context.Context, res *Reservation, want tokens.U
 		return b.refusal(err, tok, tokens.Usage{}, want, now, reset)
 	}
 	held := acct.used.Add(acct.reserved)
-	if !held.Add(want).Fits(caps(lim)) {
+	if !held.Add(want).Fits(caps(limitsOf(lim, want))) {
 		return b.refusal(tokens.ErrOverBudget, tok, held, want, now, reset)
 	}
 	if lease, raise := leaseFor(acct.leased, held.Add(want), lim); raise {
@@ -396,7 +442,28 @@ func (b *Budgets) refusal(err error, tok Token, held, want tokens.Usage, now, re
 	if !reset.IsZero() {
 		retry = reset.Sub(now)
 	}
-	return overLimit(retry, "sandbox %s's token is over its budget: %s", tok.Sandbox, overBudget(held, want, tok.Limits))
+	msg := fmt.Sprintf("sandbox %s's token is over its budget: %s", tok.Sandbox, overBudget(held, want, limitsOf(tok.Limits, want)))
+	switch {
+	case want.MCPCalls == 0:
+		// A model client reads Retry-After; an MCP client shows the
+		// message alone, which says what to do.
+	case retry > 0:
+		msg += fmt.Sprintf("; the day's calls start again at midnight UTC, in %ds", RetrySeconds(retry))
+	default:
+		msg += "; they are spent for the token's lifetime: the sandbox needs a new token, or the operator a higher budget mcp_calls"
+	}
+	return overLimit(retry, "%s", msg)
+}
+
+// limitsOf is lim with only the limits a request wanting want is held to:
+// an MCP tool call's mcp_calls, a model request's the others, so that
+// neither is refused for what the other spent.
+func limitsOf(lim policy.Budget, want tokens.Usage) policy.Budget {
+	if want.MCPCalls > 0 {
+		return policy.Budget{Window: lim.Window, MCPCalls: lim.MCPCalls}
+	}
+	lim.MCPCalls = 0
+	return lim
 }
 
 // storeFailed logs a token store failure on the budget's path and is the
@@ -410,7 +477,7 @@ func (b *Budgets) storeFailed(err error, tok Token) error {
 // caps is what lim caps per window, as a usage (zero: no cap).
 func caps(lim policy.Budget) tokens.Usage {
 	return tokens.Usage{Requests: lim.Requests, Input: lim.InputTokens, Output: lim.OutputTokens,
-		CacheRead: lim.CacheReadTokens, CacheWrite: lim.CacheWriteTokens}
+		CacheRead: lim.CacheReadTokens, CacheWrite: lim.CacheWriteTokens, MCPCalls: lim.MCPCalls}
 }
 
 // Settle ends the reservation with what the request is charged (the
@@ -513,10 +580,11 @@ func (r *Reservation) release() {
 // Remaining is what lim leaves of each kind after used, for the budget
 // gauge (metrics' SetBudgetRemaining, whose order of kinds it follows):
 // -1 for a kind lim does not limit.
-func Remaining(lim policy.Budget, used tokens.Usage) [5]int64 {
-	left := [5]int64{}
-	for i, x := range [5]struct{ limit, used int64 }{{lim.Requests, used.Requests}, {lim.InputTokens, used.Input},
-		{lim.OutputTokens, used.Output}, {lim.CacheReadTokens, used.CacheRead}, {lim.CacheWriteTokens, used.CacheWrite}} {
+func Remaining(lim policy.Budget, used tokens.Usage) [6]int64 {
+	left := [6]int64{}
+	for i, x := range [6]struct{ limit, used int64 }{{lim.Requests, used.Requests}, {lim.InputTokens, used.Input},
+		{lim.OutputTokens, used.Output}, {lim.CacheReadTokens, used.CacheRead}, {lim.CacheWriteTokens, used.CacheWrite},
+		{lim.MCPCalls, used.MCPCalls}} {
 		left[i] = -1
 		if x.limit > 0 {
 			left[i] = max(0, x.limit-x.used)
@@ -558,7 +626,8 @@ func (b *Budgets) Usage(ctx context.Context, id string, lim policy.Budget) (toke
 
 // metered reports whether lim caps anything that is counted per window.
 func metered(lim policy.Budget) bool {
-	return lim.Requests > 0 || lim.InputTokens > 0 || lim.OutputTokens > 0 || lim.CacheReadTokens > 0 || lim.CacheWriteTokens > 0
+	return lim.Requests > 0 || lim.InputTokens > 0 || lim.OutputTokens > 0 || lim.CacheReadTokens > 0 || lim.CacheWriteTokens > 0 ||
+		lim.MCPCalls > 0
 }
 
 // usageWindow is the usage key of token id's current window, and when the
@@ -585,6 +654,7 @@ func overBudget(used, want tokens.Usage, lim policy.Budget) string {
 	check("input_tokens", lim.InputTokens, used.Input, want.Input, " (its body's size in bytes, an upper bound)")
 	check("cache_read_tokens", lim.CacheReadTokens, used.CacheRead, want.CacheRead, " (its body's size in bytes, an upper bound)")
 	check("cache_write_tokens", lim.CacheWriteTokens, used.CacheWrite, want.CacheWrite, " (its body's size in bytes, an upper bound)")
+	check("mcp_calls", lim.MCPCalls, used.MCPCalls, want.MCPCalls, " (MCP tool calls, every server together)")
 	return strings.Join(over, "; ")
 }
 
@@ -630,6 +700,7 @@ func eachKind(u *tokens.Usage, need tokens.Usage, lim policy.Budget, f func(l *i
 	f(&u.Output, need.Output, lim.OutputTokens)
 	f(&u.CacheRead, need.CacheRead, lim.CacheReadTokens)
 	f(&u.CacheWrite, need.CacheWrite, lim.CacheWriteTokens)
+	f(&u.MCPCalls, need.MCPCalls, lim.MCPCalls)
 }
 
 // trimLease is leased lowered to a leaseStep past need for each limit it
@@ -723,7 +794,7 @@ func (b *Budgets) flush(exact bool) {
 	// Every token that made a model request has a rate and a count: one
 	// with nothing in flight and a full rate bucket is as good as none.
 	for id, tl := range b.limit {
-		if tl.inflight == 0 && (tl.limiter == nil || tl.limiter.TokensAt(now) >= float64(tl.limiter.Burst())) {
+		if tl.inflight == 0 && tl.rate.full(now) && tl.calls.full(now) {
 			delete(b.limit, id)
 		}
 	}
@@ -785,7 +856,7 @@ func (b *Budgets) Close() {
 
 func maxUsage(a, c tokens.Usage) tokens.Usage {
 	return tokens.Usage{Requests: max(a.Requests, c.Requests), Input: max(a.Input, c.Input), Output: max(a.Output, c.Output),
-		CacheRead: max(a.CacheRead, c.CacheRead), CacheWrite: max(a.CacheWrite, c.CacheWrite)}
+		CacheRead: max(a.CacheRead, c.CacheRead), CacheWrite: max(a.CacheWrite, c.CacheWrite), MCPCalls: max(a.MCPCalls, c.MCPCalls)}
 }
 
 // RetrySeconds rounds a wait up to whole seconds, at least 1, as

@@ -122,3 +122,42 @@ func TestForget(t *testing.T) {
 		}
 	}
 }
+
+// Tool calls and model requests are each held to their own limits: a
+// token whose input tokens the upstream reported past their limit (input is
+// counted after the fact) may still call tools, and one whose mcp_calls
+// are spent may still make model requests.
+func TestMCPCallsAndModelLimitsApart(t *testing.T) {
+	store, err := tokens.OpenBolt(filepath.Join(t.TempDir(), "cproxy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	b := New(store, nil, slog.New(slog.DiscardHandler), time.Now)
+	defer b.Close()
+	ctx := context.Background()
+	tok := Token{ID: "tok_0123456789ab", Sandbox: "conv-1", Limits: policy.Budget{InputTokens: 100, MCPCalls: 1, Requests: 10}}
+	res, err := b.reserve(ctx, tok, tokens.Usage{Requests: 1, Input: 50}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Settle(tokens.Usage{Requests: 1, Input: 5_000})
+	call := tokens.Usage{MCPCalls: 1}
+	res, err = b.reserve(ctx, tok, call, true)
+	if err != nil {
+		t.Fatalf("a tool call of a token over its input_tokens: %v", err)
+	}
+	res.Settle(call)
+	if _, err := b.reserve(ctx, tok, call, true); err == nil || err.Error() != "sandbox conv-1's token is over its budget: mcp_calls: 1 of 1 used or held by requests in flight, and this request may use 1 (MCP tool calls, every server together); they are spent for the token's lifetime: the sandbox needs a new token, or the operator a higher budget mcp_calls" {
+		t.Errorf("a second tool call of 1: %v", err)
+	}
+	tok.Limits.InputTokens = 0
+	if res, err := b.reserve(ctx, tok, tokens.Usage{Requests: 1, Input: 50}, true); err != nil {
+		t.Errorf("a model request of a token whose tool calls are spent: %v", err)
+	} else {
+		res.Settle(tokens.Usage{Requests: 1, Input: 50})
+	}
+	if u, _ := b.Usage(ctx, tok.ID, tok.Limits); u != (tokens.Usage{Requests: 2, Input: 5_050, MCPCalls: 1}) {
+		t.Errorf("usage %+v", u)
+	}
+}

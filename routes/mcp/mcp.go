@@ -29,6 +29,7 @@ import (
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // Prefix is the route's prefix: every server is under it, as /mcp/NAME.
@@ -283,8 +284,9 @@ func (e *rpcError) Unwrap() error { return e.err }
 
 // WriteError answers a refusal as a JSON-RPC error: with the request's id
 // and HTTP 200 when a request was read and refused by the policy (what MCP
-// clients show the user), else with the refusal's HTTP status and a null
-// id.
+// clients show the user), else with the refusal's HTTP status (429 with
+// Retry-After for a limit or budget) and the request's id once it is
+// known, null before.
 func (rt *route) WriteError(w http.ResponseWriter, err error) int {
 	status, _ := routes.Status(err)
 	var me *methodError
@@ -647,6 +649,15 @@ func (rt *route) Serve(c *routes.Call) {
 		c.SetMCPCall(digest, s.auditArgs(q.Args))
 		if err != nil {
 			c.Fail(err)
+			return
+		}
+	}
+	if q.Method == "tools/call" {
+		// A tool call the policy allows is counted against the token's
+		// budget (mcp_calls_per_minute, mcp_calls), and charged once the
+		// server has it.
+		if err := c.Reserve(tokens.Usage{MCPCalls: 1}, true); err != nil {
+			c.Fail(&rpcError{id: id, code: -32001, err: err})
 			return
 		}
 	}

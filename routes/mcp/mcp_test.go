@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/cproxy/cproxy/routes/mcp"
 	"github.com/cproxy/cproxy/routes/routetest"
 	"github.com/cproxy/cproxy/secrets"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 const canary = "mcp_CANARYmcp0123456789abcdefghij"
@@ -425,5 +427,104 @@ func TestEachServerHasItsOwnLimits(t *testing.T) {
 	}
 	if up.count() != 5 {
 		t.Errorf("the servers heard %d requests, want 5", up.count())
+	}
+}
+
+// budgetEnv serves the stand-in as servers docs and wiki under pol.
+func budgetEnv(t *testing.T, pol string) (*routetest.Env, *upstream) {
+	up := &upstream{}
+	ts := httptest.NewServer(up)
+	t.Cleanup(ts.Close)
+	u, _ := url.Parse(ts.URL + "/mcp")
+	t.Setenv("MCP_DOCS_TOKEN", canary)
+	live, err := (&secrets.Loader{}).Live("mcp.docs", secrets.Source("env:MCP_DOCS_TOKEN"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := func(s string) string { return "Bearer " + s }
+	e := routetest.New(t, routetest.WithPolicy(t, pol+`
+[profile.default.mcp.docs]
+tools = ["search"]
+
+[profile.default.mcp.wiki]
+tools = ["search"]
+`), func(o *routetest.Options) {
+		o.MCP = []mcp.Server{
+			{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: bearer},
+			{Name: "wiki", URL: u, Header: "Authorization", Live: live, Value: bearer},
+		}
+		o.Canaries = append(o.Canaries, canary)
+	})
+	return e, up
+}
+
+// toolCall is a tools/call of tool with id.
+func toolCall(id int, tool string) string {
+	return `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"` + tool + `"}}`
+}
+
+// A token's budget caps its tool calls (mcp_calls), every server together:
+// the calls within it are forwarded and counted, the next is refused with
+// a JSON-RPC error carrying its id, 429, before the server hears of it. A
+// call the policy refuses, and a method other than tools/call, cost
+// nothing, and the model's limits of the budget do not hold calls back.
+func TestToolCallsCountAgainstTheBudget(t *testing.T) {
+	e, up := budgetEnv(t, "[profile.default.budget]\nmcp_calls = 2\nrequests = 1\n")
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	if r := e.Do("POST", "/mcp/docs", h, toolCall(1, "search")); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+		t.Fatalf("first call = %d %s", r.Status, r.Body)
+	}
+	if r := e.Do("POST", "/mcp/docs", h, toolCall(2, "delete_all")); !strings.Contains(r.Body, "is not allowed") {
+		t.Fatalf("a refused call = %d %s", r.Status, r.Body)
+	}
+	if r := e.Do("POST", "/mcp/docs", h, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+		t.Fatalf("a list = %d %s", r.Status, r.Body)
+	}
+	if got := e.Usage("conv-1"); got != (tokens.Usage{MCPCalls: 1}) {
+		t.Errorf("after one call, a refused one and a list: usage %+v", got)
+	}
+	if r := e.Do("POST", "/mcp/wiki", h, toolCall(4, "search")); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+		t.Fatalf("a call to another server = %d %s", r.Status, r.Body)
+	}
+	heard := up.count()
+	r := e.Do("POST", "/mcp/docs", h, toolCall(5, "search"))
+	want := `{"jsonrpc":"2.0","id":5,"error":{"code":-32001,"message":"cproxy: sandbox conv-1's token is over its budget: mcp_calls: 2 of 2 used or held by requests in flight, and this request may use 1 (MCP tool calls, every server together); they are spent for the token's lifetime: the sandbox needs a new token, or the operator a higher budget mcp_calls"}}`
+	if r.Status != 429 || strings.TrimSpace(r.Body) != want {
+		t.Errorf("a third call = %d %s\nwant 429 %s", r.Status, r.Body, want)
+	}
+	if up.count() != heard {
+		t.Errorf("the server heard the refused call")
+	}
+	if got := e.Usage("conv-1"); got != (tokens.Usage{MCPCalls: 2}) {
+		t.Errorf("usage %+v, want 2 calls", got)
+	}
+	if m := e.Metrics(); !strings.Contains(m, `cproxy_budget_remaining{kind="mcp_calls",sandbox="conv-1"} 0`) {
+		t.Errorf("no budget gauge of mcp_calls at 0 in:\n%s", m)
+	}
+}
+
+// budget.mcp_calls_per_minute is a rate of tool calls, every server
+// together: the call past it is refused 429 with Retry-After and a message
+// naming the key, before the server hears of it; other methods pass.
+func TestToolCallsHaveARate(t *testing.T) {
+	e, up := budgetEnv(t, "[profile.default.budget]\nmcp_calls_per_minute = 2\n")
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	for i, server := range []string{"docs", "wiki"} {
+		if r := e.Do("POST", "/mcp/"+server, h, toolCall(i+1, "search")); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+			t.Fatalf("call %d = %d %s", i+1, r.Status, r.Body)
+		}
+	}
+	heard := up.count()
+	r := e.Do("POST", "/mcp/docs", h, toolCall(3, "search"))
+	if r.Status != 429 || !strings.Contains(r.Body, `"id":3`) ||
+		!strings.Contains(r.Body, "cproxy: sandbox conv-1's token is over its rate of MCP tool calls (budget mcp_calls_per_minute = 2); retry after 30s") ||
+		r.Header.Get("Retry-After") != "30" {
+		t.Errorf("a third call in the minute = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if up.count() != heard {
+		t.Errorf("the server heard the refused call")
+	}
+	if r := e.Do("POST", "/mcp/docs", h, `{"jsonrpc":"2.0","id":4,"method":"ping"}`); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+		t.Errorf("a ping = %d %s", r.Status, r.Body)
 	}
 }

@@ -90,7 +90,7 @@ type Metrics struct {
 	// budgetSeries are each sandbox's cproxy_budget_remaining series, by
 	// kind in budgetKinds' order (nil: not looked up yet); DeleteBudget
 	// forgets a sandbox's with its series.
-	budgetSeries map[string][5]prometheus.Gauge
+	budgetSeries map[string][6]prometheus.Gauge
 }
 
 // RouteSeries are one route's series of the metrics labelled by route
@@ -199,7 +199,7 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.routes = make(map[string]*RouteSeries, len(routes))
-	m.budgetSeries = make(map[string][5]prometheus.Gauge)
+	m.budgetSeries = make(map[string][6]prometheus.Gauge)
 	for _, r := range routes {
 		m.routes[r] = m.newRouteSeries(r)
 	}
@@ -365,12 +365,13 @@ func (m *Metrics) ConnectionRefused() {
 
 // budgetKinds are cproxy_budget_remaining's kinds, in the order of
 // SetBudgetRemaining's left.
-var budgetKinds = [5]string{"requests", "input", "output", "cache_read", "cache_write"}
+var budgetKinds = [6]string{"requests", "input", "output", "cache_read", "cache_write", "mcp_calls"}
 
 // SetBudgetRemaining sets what is left of sandbox's budget, by kind:
-// requests, then input, output, cache read and cache write tokens. A kind
+// requests, then input, output, cache read and cache write tokens, then
+// MCP tool calls. A kind
 // at -1 (not limited) is left alone.
-func (m *Metrics) SetBudgetRemaining(sandbox string, left [5]int64) {
+func (m *Metrics) SetBudgetRemaining(sandbox string, left [6]int64) {
 	if m == nil {
 		return
 	}
@@ -388,7 +389,7 @@ func (m *Metrics) SetBudgetRemaining(sandbox string, left [5]int64) {
 // mu's write lock, which DeleteBudget holds while it deletes: a remembered
 // series is never one DeleteBudget has deleted. (A Set racing a deletion
 // may land on a deleted series once, as a look-up by label could.)
-func (m *Metrics) budgetGauges(sandbox string, left [5]int64) [5]prometheus.Gauge {
+func (m *Metrics) budgetGauges(sandbox string, left [6]int64) [6]prometheus.Gauge {
 	m.mu.RLock()
 	series, ok := m.budgetSeries[sandbox]
 	m.mu.RUnlock()
@@ -410,7 +411,7 @@ func (m *Metrics) budgetGauges(sandbox string, left [5]int64) [5]prometheus.Gaug
 }
 
 // hasBudgetGauges reports whether series has one for each kind left sets.
-func hasBudgetGauges(series [5]prometheus.Gauge, left [5]int64) bool {
+func hasBudgetGauges(series [6]prometheus.Gauge, left [6]int64) bool {
 	for i, v := range left {
 		if v >= 0 && series[i] == nil {
 			return false

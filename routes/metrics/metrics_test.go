@@ -95,8 +95,8 @@ func TestUsageAndBudget(t *testing.T) {
 
 // budgetLeft is SetBudgetRemaining's argument: left by kind, the kinds not
 // named not limited.
-func budgetLeft(left map[string]int64) [5]int64 {
-	out := [5]int64{-1, -1, -1, -1, -1}
+func budgetLeft(left map[string]int64) [6]int64 {
+	out := [6]int64{-1, -1, -1, -1, -1, -1}
 	for i, kind := range budgetKinds {
 		if v, ok := left[kind]; ok {
 			out[i] = v

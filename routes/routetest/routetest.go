@@ -216,7 +216,8 @@ func (e *Env) Usage(sandbox string) tokens.Usage {
 		e.t.Fatalf("sandbox %s has no one token with a budget: %+v", sandbox, page.Tokens)
 	}
 	u := page.Tokens[0].Usage
-	return tokens.Usage{Requests: u.Requests, Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens}
+	return tokens.Usage{Requests: u.Requests, Input: u.InputTokens, Output: u.OutputTokens, CacheRead: u.CacheReadTokens, CacheWrite: u.CacheWriteTokens,
+		MCPCalls: u.MCPCalls}
 }
 
 // Metrics is the admin API's GET /metrics, in Prometheus's text format.
