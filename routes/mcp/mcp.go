@@ -287,6 +287,17 @@ func (e *rpcError) Unwrap() error { return e.err }
 // clients show the user), else with the refusal's HTTP status (429 with
 // Retry-After for a limit or budget) and the request's id once it is
 // known, null before.
+// agentsToRead are the statuses of refusals the agent should read, and
+// may act on: the policy's (403), a budget or limit (429), the server's
+// credential or the server itself failing (502, 503, 504). With the
+// request's id known, they are answered 200 with the JSON-RPC error, which
+// MCP clients hand to the model; a client that fails an HTTP error shows
+// only its status ("Too Many Requests"). Retry-After goes with them.
+// 404 (a session gone: start another), 405 and 400 stay what they are:
+// clients act on those themselves.
+var agentsToRead = map[int]bool{http.StatusForbidden: true, http.StatusTooManyRequests: true,
+	http.StatusBadGateway: true, http.StatusServiceUnavailable: true, http.StatusGatewayTimeout: true}
+
 func (rt *route) WriteError(w http.ResponseWriter, err error) int {
 	status, _ := routes.Status(err)
 	var me *methodError
@@ -299,7 +310,7 @@ func (rt *route) WriteError(w http.ResponseWriter, err error) int {
 		code = re.code
 		if len(re.id) > 0 {
 			id = re.id
-			if status == http.StatusForbidden {
+			if agentsToRead[status] {
 				status = http.StatusOK
 			}
 		}
