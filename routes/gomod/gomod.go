@@ -63,6 +63,14 @@ type route struct {
 func newRoute(env routes.Env) routes.Route {
 	s := &route{now: env.Now, times: &timeCache{m: map[string]time.Time{}}}
 	s.fwd = env.NewForwarder(name, prefix, setCredential, s.checkResponse)
+	// Every answer go asks a module proxy for has a known length (.info,
+	// .mod, .zip, a list, the checksum database's lookups and tiles), and go
+	// reads each whole before it uses it. Flushing each write (the core's
+	// default) had a timer's goroutine flush the headers first, then the
+	// body after each write: two TLS records and two write(2)s where one
+	// does. With 0 an answer is written with its headers as it is copied; a
+	// large .zip still goes out 32 KiB at a time, as the copy reads it.
+	s.fwd.SetCopy(nil, 0)
 	return s
 }
 

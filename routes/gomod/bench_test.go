@@ -1,0 +1,102 @@
+package gomod
+
+import (
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cproxy/cproxy/internal/fakes"
+	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/routetest"
+	"github.com/cproxy/cproxy/secrets"
+)
+
+// BenchmarkRequest is the in-process cost of the route
+// (docs/benchmarks/go-mod-download.md): each request go mod download sends
+// for a module, directly to the fake module proxy and through the route
+// with the sandbox token as go sends it (Basic auth's password), over
+// plain HTTP both ways; age is the route under a min_release_age whose
+// .info time is already held. cpu-µs/op is the process's CPU per request
+// (client, route and fake): cproxy's less direct's is the route's.
+func BenchmarkRequest(b *testing.B) {
+	p, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryProxy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	files := map[string]string{"go.mod": "module example.com/lib\n\ngo 1.22\n", "lib.go": "package lib\n\nfunc Version() string { return \"v1.1.0\" }\n"}
+	if err := p.AddModule("example.com/lib", "v1.1.0", time.Now().Add(-30*24*time.Hour), files); err != nil {
+		b.Fatal(err)
+	}
+	u, _ := url.Parse(p.URL)
+	env := func(policy string) (*routetest.Env, string) {
+		e := routetest.New(b, routetest.Serve(Kind, routes.Upstream{URL: u, Credential: secrets.New(canaryProxy), HeaderTimeout: 10 * time.Second}),
+			routetest.WithPolicy(b, policy), func(o *routetest.Options) {
+				o.Limits = map[string]routes.RouteLimits{name: {Limits: routes.Limits{RequestsPerMinute: 1 << 30}}}
+			})
+		return e, "Basic " + base64.StdEncoding.EncodeToString([]byte("cproxy:"+e.Token("bench-1", "ttl=366d")))
+	}
+	plain, plainAuth := env("[profile.default.go]\nmodules = [\"example.com/*\"]\n")
+	aged, agedAuth := env("[profile.default.go]\nmodules = [\"example.com/*\"]\nmin_release_age = \"1d\"\n")
+	ways := []struct{ name, base, auth string }{
+		{"direct", p.URL, "Bearer " + canaryProxy},
+		{"cproxy", plain.Proxy.URL + "/gomod", plainAuth},
+		{"age", aged.Proxy.URL + "/gomod", agedAuth},
+	}
+	for _, path := range []string{
+		"/example.com/lib/@v/v1.1.0.info",
+		"/example.com/lib/@v/v1.1.0.mod",
+		"/example.com/lib/@v/v1.1.0.zip",
+		"/sumdb/sum.golang.org/lookup/example.com/lib@v1.1.0",
+	} {
+		for _, w := range ways {
+			if w.name == "age" && strings.HasPrefix(path, "/sumdb/") {
+				continue // the same as cproxy: no version is checked
+			}
+			kind := path[strings.LastIndexAny(path, "./"):]
+			if strings.HasPrefix(path, "/sumdb/") {
+				kind = "lookup"
+			}
+			b.Run(kind+"/"+w.name, func(b *testing.B) { benchGet(b, w.base+path, w.auth) })
+		}
+	}
+}
+
+// benchGet sends GET url b.N times over kept-alive connections and checks
+// each answer is a 200.
+func benchGet(b *testing.B, url, auth string) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	b.Cleanup(client.CloseIdleConnections)
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", auth)
+	b.ReportAllocs()
+	cpu0 := processCPU(b)
+	for b.Loop() {
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET %s: %d %s", url, resp.StatusCode, out)
+		}
+	}
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// processCPU is the CPU time (user and system) the process has used: on a
+// shared machine a steadier measure than wall time of what the route costs,
+// the client's and the fake's CPU being the same both ways.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
