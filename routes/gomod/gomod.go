@@ -105,6 +105,11 @@ type served struct {
 	prof    *policy.Profile
 	sandbox string
 	now     time.Time
+	// timed, when set, is a .info request still to be decided on the
+	// time the answer holds (Serve's first ask deferred it), and call the
+	// request's, whose rule that decision sets.
+	timed *question
+	call  *routes.Call
 }
 
 type servedKey struct{}
@@ -142,6 +147,17 @@ func (s *route) Serve(a *routes.Call) {
 	q := &question{req: req, sandbox: sess.Sandbox, now: s.now()}
 	a.AskAgain(q.decide)
 	rule, err := q.decide(sess.Profile)
+	sv := served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}
+	if err == errNeedsTime && req.Kind == KindInfo && !s.times.has(req.Module, req.Version) {
+		// The release age is the .info Time, and the .info is what go
+		// asks for (before the .mod and .zip): one request upstream, not
+		// two, decided by checkResponse on the time it holds, before any
+		// of it is passed on.
+		sv.timed, sv.call = q, a
+		a.SetRule(rule)
+		s.forward(a, sv, routes.Target{Path: "/" + req.path()})
+		return
+	}
 	if err == errNeedsTime {
 		// The release age is the .info Time: fetch it, then ask again.
 		var published time.Time
@@ -157,7 +173,7 @@ func (s *route) Serve(a *routes.Call) {
 	if req.Version == "" {
 		q.filtered = true
 	}
-	s.forward(a, served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}, routes.Target{Path: "/" + req.path()})
+	s.forward(a, sv, routes.Target{Path: "/" + req.path()})
 }
 
 // forward sends the request to t, asking for an answer cproxy can read
@@ -229,6 +245,9 @@ func (s *route) checkResponse(resp *http.Response) error {
 		return err
 	}
 	sv, _ := resp.Request.Context().Value(servedKey{}).(served)
+	if sv.timed != nil {
+		return s.checkTimed(resp, sv)
+	}
 	code := resp.StatusCode
 	switch {
 	case code >= 400:
@@ -267,6 +286,34 @@ func (s *route) checkResponse(resp *http.Response) error {
 		}
 		replaceBody(resp, body)
 	}
+	return nil
+}
+
+// checkTimed decides a .info request on the time its answer holds, as
+// Serve does on a time it fetched first (infoTime): an answer other than a
+// 200 is refused as get refuses it, and one whose version is hidden is
+// never passed on. A visible one is passed with the upstream's headers and
+// bytes.
+func (s *route) checkTimed(resp *http.Response, sv served) error {
+	req, host := sv.req, resp.Request.URL.Host
+	what := req.describe()
+	if err := needOK(resp, host, what); err != nil {
+		resp.Body.Close()
+		return err
+	}
+	body, err := readAnswer(resp, maxInfoBytes, what)
+	if err != nil {
+		return err
+	}
+	published, err := s.readInfoTime(host, req.Module, req.Version, body)
+	sv.timed.published = &published
+	rule, err := sv.timed.decideErr(sv.prof, err)
+	sv.call.SetRule(rule)
+	if err != nil {
+		return err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
 	return nil
 }
 
@@ -373,14 +420,23 @@ func (s *route) get(ctx context.Context, req Request, limit int64) ([]byte, erro
 	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
 		return nil, err
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound, http.StatusGone:
-		return nil, routes.Refuse(routes.ErrNotFound, "the module proxy %s has no %s", host, what)
-	default:
-		return nil, routes.Refuse(routes.ErrUpstream, "the module proxy %s answered %d for %s, which cproxy needs to check the policy", host, resp.StatusCode, what)
+	if err := needOK(resp, host, what); err != nil {
+		return nil, err
 	}
 	return readAnswer(resp, limit, what)
+}
+
+// needOK refuses an answer other than a 200 to a request whose answer
+// cproxy reads to check the policy: what the proxy lacks is not found,
+// anything else the upstream's fault.
+func needOK(resp *http.Response, host, what string) error {
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusNotFound, http.StatusGone:
+		return routes.Refuse(routes.ErrNotFound, "the module proxy %s has no %s", host, what)
+	}
+	return routes.Refuse(routes.ErrUpstream, "the module proxy %s answered %d for %s, which cproxy needs to check the policy", host, resp.StatusCode, what)
 }
 
 // describe names the request in messages: "the version list of M",
@@ -405,9 +461,15 @@ func (s *route) infoTime(ctx context.Context, mod, version string) (time.Time, e
 	if err != nil {
 		return time.Time{}, err
 	}
+	return s.readInfoTime(s.fwd.Upstream().URL.Host, mod, version, body)
+}
+
+// readInfoTime reads the Time of body, the .info of mod@version host
+// answered, and keeps it.
+func (s *route) readInfoTime(host, mod, version string, body []byte) (time.Time, error) {
 	var info infoJSON
 	if err := json.Unmarshal(body, &info); err != nil || info.Version != version {
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the module proxy %s's .info for %s@%s is not one cproxy can read", s.fwd.Upstream().URL.Host, mod, version)
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the module proxy %s's .info for %s@%s is not one cproxy can read", host, mod, version)
 	}
 	s.times.put(mod, version, info.Time)
 	return info.Time, nil
@@ -461,6 +523,12 @@ func (c *timeCache) get(mod, version string) (time.Time, bool) {
 	defer c.mu.Unlock()
 	t, ok := c.m[mod+"@"+version]
 	return t, ok
+}
+
+// has reports whether the time of mod@version is held.
+func (c *timeCache) has(mod, version string) bool {
+	_, ok := c.get(mod, version)
+	return ok
 }
 
 func (c *timeCache) put(mod, version string, t time.Time) {
