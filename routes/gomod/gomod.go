@@ -145,14 +145,20 @@ func (s *route) Serve(a *routes.Call) {
 	}
 	sess := a.Session()
 	q := &question{req: req, sandbox: sess.Sandbox, now: s.now()}
+	if prof := sess.Profile; req.Version != "" && prof != nil && prof.Go.MinReleaseAge.Duration > 0 {
+		// A time cproxy holds answers the release age at the first ask.
+		if t, ok := s.times.get(req.Module, req.Version); ok {
+			q.published = &t
+		}
+	}
 	a.AskAgain(q.decide)
 	rule, err := q.decide(sess.Profile)
 	sv := served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}
-	if err == errNeedsTime && req.Kind == KindInfo && !s.times.has(req.Module, req.Version) {
-		// The release age is the .info Time, and the .info is what go
-		// asks for (before the .mod and .zip): one request upstream, not
-		// two, decided by checkResponse on the time it holds, before any
-		// of it is passed on.
+	if err == errNeedsTime && req.Kind == KindInfo {
+		// The release age is the .info Time, not held yet, and the .info
+		// is what go asks for (before the .mod and .zip): one request
+		// upstream, not two, decided by checkResponse on the time it
+		// holds, before any of it is passed on.
 		sv.timed, sv.call = q, a
 		a.SetRule(rule)
 		s.forward(a, sv, routes.Target{Path: "/" + req.path()})
@@ -179,16 +185,27 @@ func (s *route) Serve(a *routes.Call) {
 // forward sends the request to t, asking for an answer cproxy can read
 // (no compression, no validators: go sends neither, and what a list
 // holds depends on the policy and the clock as well as the upstream).
+// The client's header is copied only to drop one of these: go sends
+// none, so its requests go without a copy of their header each.
 func (s *route) forward(a *routes.Call, sv served, t routes.Target) {
 	r := a.Request()
-	r.Header = r.Header.Clone()
-	r.Header.Set("Accept-Encoding", "identity")
-	for _, h := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
-		r.Header.Del(h)
+	for _, h := range conditionalHeaders {
+		if _, ok := r.Header[h]; ok {
+			r.Header = r.Header.Clone()
+			for _, h := range conditionalHeaders {
+				delete(r.Header, h)
+			}
+			break
+		}
 	}
+	t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	r = r.WithContext(context.WithValue(r.Context(), servedKey{}, sv))
 	s.fwd.Forward(a, r, t)
 }
+
+// conditionalHeaders ask for part of an answer, or none when it has not
+// changed; canonical, as net/http keys a request's header.
+var conditionalHeaders = []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"}
 
 // question is what Serve asks a profile about one request, kept so that
 // it can be asked again of another profile (a reload while it runs).
@@ -523,12 +540,6 @@ func (c *timeCache) get(mod, version string) (time.Time, bool) {
 	defer c.mu.Unlock()
 	t, ok := c.m[mod+"@"+version]
 	return t, ok
-}
-
-// has reports whether the time of mod@version is held.
-func (c *timeCache) has(mod, version string) bool {
-	_, ok := c.get(mod, version)
-	return ok
 }
 
 func (c *timeCache) put(mod, version string, t time.Time) {

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -328,6 +329,34 @@ profile = "strict"
 		r := e.Do("GET", path, lax, "")
 		if f == "list" && (r.Status != 200 || r.Body != "") || f != "list" && r.Status != 403 {
 			t.Errorf("default %s after the reload = %d %q; want it hidden", f, r.Status, r.Body)
+		}
+	}
+}
+
+// TestForwardedHeaders: the upstream is asked for an answer cproxy can
+// read whole, uncompressed and unconditional, whatever the client sent.
+func TestForwardedHeaders(t *testing.T) {
+	got := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		io.WriteString(w, "module example.com/lib\n")
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, HeaderTimeout: 10 * time.Second}),
+		routetest.WithPolicy(t, "[profile.default.go]\nmodules = [\"example.com/*\"]\n"))
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Accept-Encoding", "gzip", "If-None-Match", `"abc"`,
+		"If-Modified-Since", "Mon, 07 Dec 2026 00:00:00 GMT", "Range", "bytes=0-10", "If-Range", `"abc"`)
+	if r := e.Do("GET", "/gomod/example.com/lib/@v/v1.0.0.mod", h, ""); r.Status != 200 || r.Body != "module example.com/lib\n" {
+		t.Fatalf(".mod = %d %q", r.Status, r.Body)
+	}
+	sent := <-got
+	if ae := sent.Values("Accept-Encoding"); len(ae) != 1 || ae[0] != "identity" {
+		t.Errorf("Accept-Encoding upstream = %q, want identity", ae)
+	}
+	for _, k := range conditionalHeaders {
+		if v, ok := sent[k]; ok {
+			t.Errorf("%s reached the upstream: %q", k, v)
 		}
 	}
 }
