@@ -156,9 +156,11 @@ func (s *route) Serve(a *routes.Call) {
 	sv := served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}
 	if err == errNeedsTime && req.Kind == KindInfo {
 		// The release age is the .info Time, not held yet, and the .info
-		// is what go asks for (before the .mod and .zip): one request
-		// upstream, not two, decided by checkResponse on the time it
-		// holds, before any of it is passed on.
+		// is what go asks for (first, when it resolves a version: go get,
+		// go list -m): one request upstream, not two, decided by
+		// checkResponse on the time it holds, before any of it is passed
+		// on. (go mod download asks for the .mod first: its time is
+		// fetched then, and held for the .info and .zip.)
 		sv.timed, sv.call = q, a
 		a.SetRule(rule)
 		s.forward(a, sv, routes.Target{Path: "/" + req.path()})
