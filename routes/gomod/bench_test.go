@@ -1,9 +1,12 @@
 package gomod
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"syscall"
@@ -20,11 +23,13 @@ import (
 // (docs/benchmarks/go-mod-download.md): each request go mod download sends
 // for a module, directly to the fake module proxy and through the route
 // with the sandbox token as go sends it (Basic auth's password), over
-// plain HTTP both ways; age is the route under a min_release_age whose
-// .info time is already held. cpu-µs/op is the process's CPU per request
+// plain HTTP, and over HTTPS (HTTP/1.1, as go reaches cproxy's TLS
+// listener) to cproxy and to the fake, cproxy reaching the fake over plain
+// HTTP either way; age is the route under a min_release_age whose .info
+// time is already held. cpu-µs/op is the process's CPU per request
 // (client, route and fake): cproxy's less direct's is the route's.
 func BenchmarkRequest(b *testing.B) {
-	p, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryProxy})
+	p, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryProxy, TLS: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,10 +48,20 @@ func BenchmarkRequest(b *testing.B) {
 	}
 	plain, plainAuth := env("[profile.default.go]\nmodules = [\"example.com/*\"]\n")
 	aged, agedAuth := env("[profile.default.go]\nmodules = [\"example.com/*\"]\nmin_release_age = \"1d\"\n")
-	ways := []struct{ name, base, auth string }{
-		{"direct", p.URL, "Bearer " + canaryProxy},
-		{"cproxy", plain.Proxy.URL + "/gomod", plainAuth},
-		{"age", aged.Proxy.URL + "/gomod", agedAuth},
+	listener := httptest.NewTLSServer(plain.Server.ProxyHandler())
+	b.Cleanup(listener.Close)
+	fakeCA := x509.NewCertPool()
+	fakeCA.AppendCertsFromPEM(p.CertPEM)
+	trusting := func(pool *x509.CertPool) *tls.Config { return &tls.Config{RootCAs: pool} }
+	ways := []struct {
+		name, base, auth string
+		tls              *tls.Config
+	}{
+		{"direct", p.URL, "Bearer " + canaryProxy, nil},
+		{"direct-tls", p.TLSURL, "Bearer " + canaryProxy, trusting(fakeCA)},
+		{"cproxy", plain.Proxy.URL + "/gomod", plainAuth, nil},
+		{"cproxy-tls", listener.URL + "/gomod", plainAuth, listener.Client().Transport.(*http.Transport).TLSClientConfig},
+		{"age", aged.Proxy.URL + "/gomod", agedAuth, nil},
 	}
 	for _, path := range []string{
 		"/example.com/lib/@v/v1.1.0.info",
@@ -62,15 +77,15 @@ func BenchmarkRequest(b *testing.B) {
 			if strings.HasPrefix(path, "/sumdb/") {
 				kind = "lookup"
 			}
-			b.Run(kind+"/"+w.name, func(b *testing.B) { benchGet(b, w.base+path, w.auth) })
+			b.Run(kind+"/"+w.name, func(b *testing.B) { benchGet(b, w.base+path, w.auth, w.tls) })
 		}
 	}
 }
 
-// benchGet sends GET url b.N times over kept-alive connections and checks
-// each answer is a 200.
-func benchGet(b *testing.B, url, auth string) {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+// benchGet sends GET url b.N times over kept-alive connections (over TLS
+// with tlsConfig, when not nil) and checks each answer is a 200.
+func benchGet(b *testing.B, url, auth string, tlsConfig *tls.Config) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, TLSClientConfig: tlsConfig}}
 	b.Cleanup(client.CloseIdleConnections)
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", auth)
