@@ -260,12 +260,12 @@ func (q *question) decide(prof *policy.Profile) (string, error) {
 // the core kept on cproxy and errors pass; a list is filtered and an
 // @latest answered for a visible version.
 func (s *route) checkResponse(resp *http.Response) error {
-	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
-		return err
-	}
 	sv, _ := resp.Request.Context().Value(servedKey{}).(served)
 	if sv.timed != nil {
 		return s.checkTimed(resp, sv)
+	}
+	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
+		return err
 	}
 	code := resp.StatusCode
 	switch {
@@ -309,22 +309,27 @@ func (s *route) checkResponse(resp *http.Response) error {
 }
 
 // checkTimed decides a .info request on the time its answer holds, as
-// Serve does on a time it fetched first (infoTime): an answer other than a
-// 200 is refused as get refuses it, and one whose version is hidden is
-// never passed on. A visible one is passed with the upstream's headers and
-// bytes.
+// Serve does on a time it fetched first (infoTime, get): an answer other
+// than a 200 is refused in the same words, with no rule, and one whose
+// version is hidden is never passed on. A visible one is passed with the
+// upstream's headers and bytes.
 func (s *route) checkTimed(resp *http.Response, sv served) error {
 	req, host := sv.req, resp.Request.URL.Host
 	what := req.describe()
-	if err := needOK(resp, host, what); err != nil {
-		resp.Body.Close()
-		return err
+	var body []byte
+	err := routes.CredentialRefused(resp, name, "Go module proxy")
+	if err == nil {
+		err = needOK(resp, host, what)
 	}
-	body, err := readAnswer(resp, maxInfoBytes, what)
 	if err != nil {
-		return err
+		resp.Body.Close()
+	} else {
+		body, err = readAnswer(resp, maxInfoBytes, what)
 	}
-	published, err := s.readInfoTime(host, req.Module, req.Version, body)
+	var published time.Time
+	if err == nil {
+		published, err = s.readInfoTime(host, req.Module, req.Version, body)
+	}
 	sv.timed.published = &published
 	rule, err := sv.timed.decideErr(sv.prof, err)
 	sv.call.SetRule(rule)
