@@ -201,11 +201,14 @@ func (p *bufferPool) Get() []byte  { return *p.pool.Get().(*[]byte) }
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // SetCopy sets how f copies an upstream's answers to the client: the pool
-// its copy buffers come from, and how often a copied answer is flushed
-// (ReverseProxy's FlushInterval: -1, the default, flushes each write; 0
-// flushes only an answer of unknown length or a stream). Call it before the
-// first Forward.
+// its copy buffers come from (nil: the core's own, of 32 KiB), and how
+// often a copied answer is flushed (ReverseProxy's FlushInterval: -1, the
+// default, flushes each write; 0 flushes only an answer of unknown length
+// or a stream). Call it before the first Forward.
 func (f *Forwarder) SetCopy(pool httputil.BufferPool, flushInterval time.Duration) {
+	if pool == nil {
+		pool = copyBuffers
+	}
 	f.proxy.BufferPool, f.proxy.FlushInterval = pool, flushInterval
 }
 

@@ -63,6 +63,14 @@ type route struct {
 func newRoute(env routes.Env) routes.Route {
 	s := &route{now: env.Now, times: &timeCache{m: map[string]time.Time{}}}
 	s.fwd = env.NewForwarder(name, prefix, setCredential, s.checkResponse)
+	// Every answer go asks a module proxy for has a known length (.info,
+	// .mod, .zip, a list, the checksum database's lookups and tiles), and go
+	// reads each whole before it uses it. Flushing each write (the core's
+	// default) had a timer's goroutine flush the headers first, then the
+	// body after each write: two TLS records and two write(2)s where one
+	// does. With 0 an answer is written with its headers as it is copied; a
+	// large .zip still goes out 32 KiB at a time, as the copy reads it.
+	s.fwd.SetCopy(nil, 0)
 	return s
 }
 
@@ -97,6 +105,11 @@ type served struct {
 	prof    *policy.Profile
 	sandbox string
 	now     time.Time
+	// timed, when set, is a .info request still to be decided on the
+	// time the answer holds (Serve's first ask deferred it), and call the
+	// request's, whose rule that decision sets.
+	timed *question
+	call  *routes.Call
 }
 
 type servedKey struct{}
@@ -132,8 +145,27 @@ func (s *route) Serve(a *routes.Call) {
 	}
 	sess := a.Session()
 	q := &question{req: req, sandbox: sess.Sandbox, now: s.now()}
+	if prof := sess.Profile; req.Version != "" && prof != nil && prof.Go.MinReleaseAge.Duration > 0 {
+		// A time cproxy holds answers the release age at the first ask.
+		if t, ok := s.times.get(req.Module, req.Version); ok {
+			q.published = &t
+		}
+	}
 	a.AskAgain(q.decide)
 	rule, err := q.decide(sess.Profile)
+	sv := served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}
+	if err == errNeedsTime && req.Kind == KindInfo {
+		// The release age is the .info Time, not held yet, and the .info
+		// is what go asks for (first, when it resolves a version: go get,
+		// go list -m): one request upstream, not two, decided by
+		// checkResponse on the time it holds, before any of it is passed
+		// on. (go mod download asks for the .mod first: its time is
+		// fetched then, and held for the .info and .zip.)
+		sv.timed, sv.call = q, a
+		a.SetRule(rule)
+		s.forward(a, sv, routes.Target{Path: "/" + req.path()})
+		return
+	}
 	if err == errNeedsTime {
 		// The release age is the .info Time: fetch it, then ask again.
 		var published time.Time
@@ -149,22 +181,33 @@ func (s *route) Serve(a *routes.Call) {
 	if req.Version == "" {
 		q.filtered = true
 	}
-	s.forward(a, served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}, routes.Target{Path: "/" + req.path()})
+	s.forward(a, sv, routes.Target{Path: "/" + req.path()})
 }
 
 // forward sends the request to t, asking for an answer cproxy can read
 // (no compression, no validators: go sends neither, and what a list
 // holds depends on the policy and the clock as well as the upstream).
+// The client's header is copied only to drop one of these: go sends
+// none, so its requests go without a copy of their header each.
 func (s *route) forward(a *routes.Call, sv served, t routes.Target) {
 	r := a.Request()
-	r.Header = r.Header.Clone()
-	r.Header.Set("Accept-Encoding", "identity")
-	for _, h := range []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"} {
-		r.Header.Del(h)
+	for _, h := range conditionalHeaders {
+		if _, ok := r.Header[h]; ok {
+			r.Header = r.Header.Clone()
+			for _, h := range conditionalHeaders {
+				delete(r.Header, h)
+			}
+			break
+		}
 	}
+	t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	r = r.WithContext(context.WithValue(r.Context(), servedKey{}, sv))
 	s.fwd.Forward(a, r, t)
 }
+
+// conditionalHeaders ask for part of an answer, or none when it has not
+// changed; canonical, as net/http keys a request's header.
+var conditionalHeaders = []string{"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"}
 
 // question is what Serve asks a profile about one request, kept so that
 // it can be asked again of another profile (a reload while it runs).
@@ -217,10 +260,13 @@ func (q *question) decide(prof *policy.Profile) (string, error) {
 // the core kept on cproxy and errors pass; a list is filtered and an
 // @latest answered for a visible version.
 func (s *route) checkResponse(resp *http.Response) error {
+	sv, _ := resp.Request.Context().Value(servedKey{}).(served)
+	if sv.timed != nil {
+		return s.checkTimed(resp, sv)
+	}
 	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
 		return err
 	}
-	sv, _ := resp.Request.Context().Value(servedKey{}).(served)
 	code := resp.StatusCode
 	switch {
 	case code >= 400:
@@ -259,6 +305,39 @@ func (s *route) checkResponse(resp *http.Response) error {
 		}
 		replaceBody(resp, body)
 	}
+	return nil
+}
+
+// checkTimed decides a .info request on the time its answer holds, as
+// Serve does on a time it fetched first (infoTime, get): an answer other
+// than a 200 is refused in the same words, with no rule, and one whose
+// version is hidden is never passed on. A visible one is passed with the
+// upstream's headers and bytes.
+func (s *route) checkTimed(resp *http.Response, sv served) error {
+	req, host := sv.req, resp.Request.URL.Host
+	what := req.describe()
+	var body []byte
+	err := routes.CredentialRefused(resp, name, "Go module proxy")
+	if err == nil {
+		err = needOK(resp, host, what)
+	}
+	if err != nil {
+		resp.Body.Close()
+	} else {
+		body, err = readAnswer(resp, maxInfoBytes, what)
+	}
+	var published time.Time
+	if err == nil {
+		published, err = s.readInfoTime(host, req.Module, req.Version, body)
+	}
+	sv.timed.published = &published
+	rule, err := sv.timed.decideErr(sv.prof, err)
+	sv.call.SetRule(rule)
+	if err != nil {
+		return err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
 	return nil
 }
 
@@ -365,14 +444,23 @@ func (s *route) get(ctx context.Context, req Request, limit int64) ([]byte, erro
 	if err := routes.CredentialRefused(resp, name, "Go module proxy"); err != nil {
 		return nil, err
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound, http.StatusGone:
-		return nil, routes.Refuse(routes.ErrNotFound, "the module proxy %s has no %s", host, what)
-	default:
-		return nil, routes.Refuse(routes.ErrUpstream, "the module proxy %s answered %d for %s, which cproxy needs to check the policy", host, resp.StatusCode, what)
+	if err := needOK(resp, host, what); err != nil {
+		return nil, err
 	}
 	return readAnswer(resp, limit, what)
+}
+
+// needOK refuses an answer other than a 200 to a request whose answer
+// cproxy reads to check the policy: what the proxy lacks is not found,
+// anything else the upstream's fault.
+func needOK(resp *http.Response, host, what string) error {
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusNotFound, http.StatusGone:
+		return routes.Refuse(routes.ErrNotFound, "the module proxy %s has no %s", host, what)
+	}
+	return routes.Refuse(routes.ErrUpstream, "the module proxy %s answered %d for %s, which cproxy needs to check the policy", host, resp.StatusCode, what)
 }
 
 // describe names the request in messages: "the version list of M",
@@ -397,9 +485,15 @@ func (s *route) infoTime(ctx context.Context, mod, version string) (time.Time, e
 	if err != nil {
 		return time.Time{}, err
 	}
+	return s.readInfoTime(s.fwd.Upstream().URL.Host, mod, version, body)
+}
+
+// readInfoTime reads the Time of body, the .info of mod@version host
+// answered, and keeps it.
+func (s *route) readInfoTime(host, mod, version string, body []byte) (time.Time, error) {
 	var info infoJSON
 	if err := json.Unmarshal(body, &info); err != nil || info.Version != version {
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the module proxy %s's .info for %s@%s is not one cproxy can read", s.fwd.Upstream().URL.Host, mod, version)
+		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the module proxy %s's .info for %s@%s is not one cproxy can read", host, mod, version)
 	}
 	s.times.put(mod, version, info.Time)
 	return info.Time, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -222,4 +223,140 @@ func fetch(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestInfoTimeOnce: under a min_release_age, a .info whose time cproxy
+// does not hold yet costs one request upstream, not a fetch of the time
+// and then the forward, and is decided as before: a visible version byte
+// for byte, a version too new, with no time or unknown refused in the
+// same words, nothing of a refused answer passed on.
+func TestInfoTimeOnce(t *testing.T) {
+	p := newGoProxy(t)
+	e := newEnv(t, p)
+	auth := routetest.Bearer(e.Token("conv-42"))
+	infos := func() int {
+		n := 0
+		for _, r := range p.Requests() {
+			if strings.Contains(r, ".info ") {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		version string
+		status  int
+		want    string
+	}{
+		{"v1.1.0", 200, fetch(t, p.URL+"/example.com/lib/@v/v1.1.0.info")},
+		{"v1.3.0", 403, "cproxy: example.com/lib@v1.3.0 is not allowed for sandbox conv-42: "},
+		{"v1.0.1", 403, "no time"},
+		{"v1.9.9", 404, "cproxy: the module proxy 127.0.0.1"},
+	} {
+		before := infos()
+		r := e.Do("GET", "/gomod/example.com/lib/@v/"+c.version+".info", auth, "")
+		if r.Status != c.status || !strings.Contains(r.Body, c.want) || (c.status == 200) != (r.Body == c.want) {
+			t.Errorf("%s.info = %d %q; want %d %q", c.version, r.Status, r.Body, c.status, c.want)
+		}
+		if n := infos() - before; n != 1 {
+			t.Errorf("%s.info: %d .info requests upstream, want 1", c.version, n)
+		}
+		if c.status != 200 && strings.Contains(r.Body, `"Version"`) {
+			t.Errorf("%s.info: a refusal passed on the upstream's answer: %q", c.version, r.Body)
+		}
+	}
+	// The time read from the answer is held: the .mod and .zip are
+	// decided on it without asking again.
+	before := infos()
+	for _, f := range []string{"mod", "zip"} {
+		if r := e.Do("GET", "/gomod/example.com/lib/@v/v1.1.0."+f, auth, ""); r.Status != 200 {
+			t.Errorf(".%s = %d %q", f, r.Status, r.Body)
+		}
+	}
+	if n := infos() - before; n != 0 {
+		t.Errorf(".mod and .zip after the .info: %d .info requests upstream, want 0", n)
+	}
+}
+
+// TestTimeCachePerProfile: the .info times cproxy keeps are the
+// upstream's facts, never a decision. A time fetched for one profile
+// decides each other profile by its own min_release_age, and a reload
+// that raises a profile's minimum hides what was visible before.
+func TestTimeCachePerProfile(t *testing.T) {
+	p, err := fakes.NewGoProxy(fakes.GoProxyOptions{Token: canaryProxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if err := p.AddModule("example.com/lib", "v1.0.0", time.Now().Add(-10*24*time.Hour), map[string]string{"lib.go": "package lib\n"}); err != nil {
+		t.Fatal(err)
+	}
+	const two = `
+[profile.default.go]
+modules = ["example.com/*"]
+min_release_age = "1d"
+
+[profile.strict.go]
+modules = ["example.com/*"]
+min_release_age = "30d"
+
+[[sandbox]]
+match = "strict-*"
+profile = "strict"
+`
+	u, _ := url.Parse(p.URL)
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, Credential: secrets.New(canaryProxy), HeaderTimeout: 10 * time.Second}),
+		routetest.WithPolicy(t, two))
+	lax, strict := routetest.Bearer(e.Token("conv-1")), routetest.Bearer(e.Token("strict-1"))
+	for _, f := range []string{"info", "mod", "zip"} {
+		path := "/gomod/example.com/lib/@v/v1.0.0." + f
+		if r := e.Do("GET", path, lax, ""); r.Status != 200 {
+			t.Errorf("default %s = %d %q", f, r.Status, r.Body)
+		}
+		if r := e.Do("GET", path, strict, ""); r.Status != 403 || !strings.Contains(r.Body, "strict-1") {
+			t.Errorf("strict %s after default's = %d %q; want 403", f, r.Status, r.Body)
+		}
+	}
+	if r := e.Do("GET", "/gomod/example.com/lib/@v/list", strict, ""); r.Status != 200 || r.Body != "" {
+		t.Errorf("strict list = %d %q; want it empty", r.Status, r.Body)
+	}
+	e.Server.SetPolicy(routetest.MustPolicy(t, strings.Replace(two, `min_release_age = "1d"`, `min_release_age = "14d"`, 1)))
+	for _, f := range []string{"info", "mod", "zip", "list"} {
+		path := "/gomod/example.com/lib/@v/v1.0.0." + f
+		if f == "list" {
+			path = "/gomod/example.com/lib/@v/list"
+		}
+		r := e.Do("GET", path, lax, "")
+		if f == "list" && (r.Status != 200 || r.Body != "") || f != "list" && r.Status != 403 {
+			t.Errorf("default %s after the reload = %d %q; want it hidden", f, r.Status, r.Body)
+		}
+	}
+}
+
+// TestForwardedHeaders: the upstream is asked for an answer cproxy can
+// read whole, uncompressed and unconditional, whatever the client sent.
+func TestForwardedHeaders(t *testing.T) {
+	got := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		io.WriteString(w, "module example.com/lib\n")
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	e := routetest.New(t, routetest.Serve(Kind, routes.Upstream{URL: u, HeaderTimeout: 10 * time.Second}),
+		routetest.WithPolicy(t, "[profile.default.go]\nmodules = [\"example.com/*\"]\n"))
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Accept-Encoding", "gzip", "If-None-Match", `"abc"`,
+		"If-Modified-Since", "Mon, 07 Dec 2026 00:00:00 GMT", "Range", "bytes=0-10", "If-Range", `"abc"`)
+	if r := e.Do("GET", "/gomod/example.com/lib/@v/v1.0.0.mod", h, ""); r.Status != 200 || r.Body != "module example.com/lib\n" {
+		t.Fatalf(".mod = %d %q", r.Status, r.Body)
+	}
+	sent := <-got
+	if ae := sent.Values("Accept-Encoding"); len(ae) != 1 || ae[0] != "identity" {
+		t.Errorf("Accept-Encoding upstream = %q, want identity", ae)
+	}
+	for _, k := range conditionalHeaders {
+		if v, ok := sent[k]; ok {
+			t.Errorf("%s reached the upstream: %q", k, v)
+		}
+	}
 }
