@@ -138,9 +138,9 @@ func (pr *Profile) AskFetch(repo string) Answer {
 // RefUpdate is one ref-update command of a push.
 type RefUpdate struct {
 	// Ref is the full ref name ("refs/heads/agent/x").
-	Ref string
+	Ref string `json:"ref"`
 	// Delete says the command deletes the ref.
-	Delete bool
+	Delete bool `json:"delete,omitempty"`
 }
 
 // AskPush asks whether the profile may push updates to a repository: a

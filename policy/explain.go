@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -68,3 +69,58 @@ func (p *Policy) SameText(q *Policy) bool {
 
 // Key is the profile's table as rules name it, e.g. "profile.web".
 func (pr *Profile) Key() string { return pr.rule("") }
+
+// RuleAt is the line and column in the policy file of the key a rule
+// names ("profile.web.models[\"claude-*\"]", "profile.web.repos[2].refs",
+// "profile.web.npm.min_release_age", with or without ": why" after it),
+// or of the nearest table that holds it; 0, 0 for a policy not loaded from
+// a file or a rule that names no key (a route's own words).
+func (p *Policy) RuleAt(rule string) (line, col int) {
+	if p.ix == nil || !strings.HasPrefix(rule, "profile.") && !strings.HasPrefix(rule, "[") {
+		return 0, 0
+	}
+	rule, why, _ := strings.Cut(rule, ": ")
+	if key, ok := strings.CutPrefix(why, "no "); ok {
+		// "profile.web: no models entry matches": the list that did not.
+		if key, _, ok = strings.Cut(key, " entry matches"); ok && !strings.ContainsAny(key, " .[\"") {
+			rule += "." + key
+		}
+	}
+	rule = strings.TrimSuffix(strings.TrimPrefix(rule, "["), "]")
+	var k path
+	for i := 0; i < len(rule); {
+		switch c := rule[i]; {
+		case c == '.':
+			i++
+		case c == '"':
+			end := strings.IndexByte(rule[i+1:], '"')
+			if end < 0 {
+				return p.ix.find(k, true)
+			}
+			k = k.key(rule[i+1 : i+1+end])
+			i += end + 2
+		case c == '[':
+			end := strings.IndexByte(rule[i:], ']')
+			if end < 0 {
+				return p.ix.find(k, true)
+			}
+			n, err := strconv.Atoi(rule[i+1 : i+end])
+			if err != nil {
+				// A value the rule matched (["claude-*"]): its list's key.
+				return p.ix.find(k, true)
+			}
+			k = k.elem(n, false)
+			i += end + 1
+		case c == ' ':
+			return p.ix.find(k, true)
+		default:
+			end := strings.IndexAny(rule[i:], ".[ ")
+			if end < 0 {
+				end = len(rule) - i
+			}
+			k = k.key(rule[i : i+end])
+			i += end
+		}
+	}
+	return p.ix.find(k, true)
+}

@@ -61,3 +61,35 @@ func TestSameText(t *testing.T) {
 		t.Error("different policies are the same")
 	}
 }
+
+// A rule is found at its key in the file, or at the table that holds it.
+func TestRuleAt(t *testing.T) {
+	src := `[profile.default]
+models = ["claude-sonnet-*"]
+repos = [
+  { repo = "acme/app", access = "read" },
+  { repo = "acme/web", access = "push", refs = ["refs/heads/agent/*"] },
+]
+
+[profile.default.npm]
+min_release_age = "7d"
+`
+	p, err := ParsePolicy("policy.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rule, want := range map[string][2]int{
+		`profile.default.models["claude-sonnet-*"]`:                {2, 1},
+		`profile.default.models: no pattern matches "claude-opus"`: {2, 1},
+		`profile.default.repos[1].refs["refs/heads/agent/*"]`:      {5, 41},
+		`profile.default: no models entry matches`:                 {2, 1},
+		`profile.default.npm.min_release_age`:                      {9, 1},
+		`profile.default.nothing_here`:                             {1, 10},
+		`mcp: initialize is a lifecycle method`:                    {0, 0},
+	} {
+		line, col := p.RuleAt(rule)
+		if [2]int{line, col} != want {
+			t.Errorf("RuleAt(%s) = %d:%d, want %d:%d", rule, line, col, want[0], want[1])
+		}
+	}
+}

@@ -337,3 +337,21 @@ func (p *Policy) CheckMCP(servers []string, config string) Problems {
 	sortProblems(d.probs)
 	return d.probs
 }
+
+// MCPHasArgRules reports whether the profile has args rules on the tool of
+// the server: whether a call's arguments are needed to decide it.
+func (pr *Profile) MCPHasArgRules(server, tool string) bool {
+	if pr == nil {
+		return false
+	}
+	s, ok := pr.MCP[server]
+	if !ok {
+		return false
+	}
+	for _, r := range s.Args {
+		if matchGlob(r.Tool, tool) {
+			return true
+		}
+	}
+	return false
+}

@@ -2,12 +2,14 @@ package routes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/metrics"
 )
@@ -73,6 +75,11 @@ type Call struct {
 	// pin and args are an MCP tool call's pinned definition digest and
 	// its arguments (only when the operator asked for them).
 	pin, args string
+	// question is the request's policy question, for the JSON record;
+	// answer the policy's answer to it (audit.Allow or audit.Deny) when
+	// Decide asked it.
+	question *policy.Question
+	answer   string
 	// decision is audit.Deny or audit.Error once cproxy refused or failed
 	// the request; empty means it was allowed.
 	decision string
@@ -244,6 +251,7 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 		Refs:       a.refs,
 		Pin:        a.pin,
 		Args:       a.args,
+		Answer:     a.answer,
 		Decision:   a.decision,
 		Rule:       a.rule,
 		Status:     status,
@@ -258,6 +266,13 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 			rec.Profile = a.session.Profile.Name
 		}
 		rec.SessionID = a.r.Header.Get("X-Claude-Code-Session-Id")
+	}
+	if a.question != nil && a.sink != nil {
+		// Only the JSON record carries it: marshalled for that alone.
+		if a.session != nil {
+			a.question.Profile = a.session.Minted
+		}
+		rec.Question, _ = json.Marshal(a.question)
 	}
 	rec.Bound()
 	if rec.Decision == "" {

@@ -28,6 +28,9 @@ type Session struct {
 	// Budget is what the token may spend: its profile's budget, with what
 	// the token was minted with over it.
 	Budget policy.Budget
+	// Minted is the profile the token was created with; empty: the one
+	// the policy chooses for the sandbox.
+	Minted string
 	// hash is the token's hash, to look it up again; expires is when it
 	// stops working.
 	hash    tokens.Hash
@@ -171,7 +174,7 @@ func (s *Server) authenticate(r *http.Request) (*Session, error) {
 	if err != nil {
 		return &Session{TokenID: rec.ID, Sandbox: rec.Sandbox}, err
 	}
-	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof, Budget: prof.Budget, hash: tok.Hash(), expires: rec.ExpiresAt}
+	sess := &Session{TokenID: rec.ID, Sandbox: rec.Sandbox, Profile: prof, Budget: prof.Budget, Minted: rec.Profile, hash: tok.Hash(), expires: rec.ExpiresAt}
 	if err := checkChannel(r, rec, prof); err != nil {
 		return sess, err
 	}

@@ -78,8 +78,25 @@ func (a *Call) Decide(d Decide) error {
 	a.decide = d
 	rule, err := d(a.session.Profile)
 	a.rule = rule
+	a.Answered(err == nil)
 	return err
 }
+
+// Answered records the policy's answer to the request's question, for
+// the JSON audit record: what Decide does, for a route that asks its
+// question its own way.
+func (a *Call) Answered(allowed bool) {
+	a.answer = audit.Deny
+	if allowed {
+		a.answer = audit.Allow
+	}
+}
+
+// SetQuestion records the request's policy question as the route asked
+// it, for the JSON audit record, so that it can be asked again of another
+// policy (cproxy policy replay). A route sets it before it Decides, and
+// again as it learns more (a push's ref updates, a version's publish time).
+func (a *Call) SetQuestion(q policy.Question) { a.question = &q }
 
 // AskAgain makes d the request's policy question from now on, without
 // asking it: for a route that asked its parts itself (a push's ref

@@ -23,7 +23,7 @@ func policyCommand() *cli.Command {
 
    cproxy policy check cproxy.toml policy.toml
    cproxy policy explain --config cproxy.toml --sandbox conv-42 --model claude-opus-4-1`,
-		Subcommands: []*cli.Command{policyCheckCommand(), policyExplainCommand()},
+		Subcommands: []*cli.Command{policyCheckCommand(), policyExplainCommand(), policyReplayCommand()},
 	}
 }
 

@@ -62,6 +62,11 @@ func appendJSON(b []byte, rec *Record) []byte {
 	}
 	b = appendJSONField(b, `,"pin":`, rec.Pin)
 	b = appendJSONField(b, `,"args":`, rec.Args)
+	if len(rec.Question) > 0 {
+		b = append(b, `,"question":`...)
+		b = append(b, EscapeLineBreakers(rec.Question)...)
+		b = appendJSONField(b, `,"answer":`, rec.Answer)
+	}
 	b = append(b, `,"decision":`...)
 	b = appendJSONString(b, rec.Decision)
 	b = appendJSONField(b, `,"rule":`, rec.Rule)

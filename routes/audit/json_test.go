@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,8 @@ func TestAuditRecordAsJSONMarshalsIt(t *testing.T) {
 		{"long duration", Record{DurationMS: 1e21}},
 		{"negative duration", Record{DurationMS: -0.001, Usage: &Usage{}}},
 		{"large numbers", Record{RefsOmitted: -3, Status: -1, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, Usage: &Usage{CacheWrite: -7}}},
+		{"an MCP call", Record{Route: "mcp", Target: "docs tools/call search", Pin: "sha256:" + strings.Repeat("ab", 32), Args: `{"q":"<x>"}`,
+			Question: json.RawMessage(`{"route":"mcp","server":"docs","method":"tools/call","name":"search","args":{"q":"\u003cx\u003e"}}`), Answer: "allow", Decision: "allow"}},
 		{"usage not reported", Record{Status: 200, Usage: &Usage{Input: 203, Output: 40, CacheRead: 203, CacheWrite: 203, NotReported: true}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,4 +88,20 @@ func FuzzAuditRecord(f *testing.F) {
 			t.Fatalf("appendJSON wrote\n%s\njson.Marshal writes\n%s", got, want)
 		}
 	})
+}
+
+// A question is kept whole or not at all: token-shaped parts withheld (the
+// JSON stays valid), one too long left out and named in truncated.
+func TestQuestionBound(t *testing.T) {
+	tok := "cpx_" + strings.Repeat("A1b2", 12)
+	rec := Record{Question: json.RawMessage(`{"route":"model","model":"` + tok + `"}`), Answer: "deny"}
+	rec.Bound()
+	if string(rec.Question) != `{"route":"model","model":"[token-withheld]"}` || !json.Valid(rec.Question) || rec.Answer != "deny" {
+		t.Errorf("question %s answer %q", rec.Question, rec.Answer)
+	}
+	rec = Record{Question: json.RawMessage(`{"route":"model","model":"` + strings.Repeat("m", 5000) + `"}`), Answer: "deny"}
+	rec.Bound()
+	if rec.Question != nil || rec.Answer != "" || !slices.Contains(rec.Truncated, "question") {
+		t.Errorf("a long question: %q %q %v", rec.Question, rec.Answer, rec.Truncated)
+	}
 }

@@ -8,6 +8,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/cproxy/cproxy/tokens"
@@ -38,6 +39,15 @@ type Record struct {
 	// the operator asked for them ([mcp.NAME] audit_arguments).
 	Pin  string `json:"pin,omitempty"`
 	Args string `json:"args,omitempty"`
+	// Question is the request's policy question as JSON (a
+	// policy.Question), for asking it again of another policy (cproxy
+	// policy replay), and Answer the policy's answer to it then, Allow or
+	// Deny (a request the policy allowed may still have been refused
+	// for something else: its budget, its body). Empty: the request got
+	// no policy question (no token, a path no route has, a malformed
+	// request). The JSON record has them; the text line does not.
+	Question json.RawMessage `json:"question,omitempty"`
+	Answer   string          `json:"answer,omitempty"`
 	// Decision is Allow, Deny or Error.
 	Decision   string  `json:"decision"`
 	Rule       string  `json:"rule,omitempty"`
@@ -49,7 +59,8 @@ type Record struct {
 	BytesOut   int64   `json:"bytes_out"`
 	// Truncated names the fields cut to their bound, in the record's order:
 	// "session_id", "method", "path", "target", "refs" (a ref name cut, or
-	// more than MaxRefs updates), "pin", "args", "reason". A cut string ends in "…".
+	// more than MaxRefs updates), "question" (left out whole), "pin",
+	// "args", "reason". A cut string ends in "…".
 	// Empty: nothing was cut.
 	Truncated []string `json:"truncated,omitempty"`
 	// RefsOmitted is how many of a push's ref updates Refs does not list.
@@ -108,6 +119,7 @@ const (
 	maxReason    = 1024
 	maxPin       = 80
 	maxArgs      = 1024
+	maxQuestion  = 4096
 )
 
 // Bound bounds every string a client chose (the session id, method, path,
@@ -130,6 +142,17 @@ func (rec *Record) Bound() {
 			break
 		}
 		rec.Refs = append(rec.Refs, RefUpdate{Ref: rec.bound("refs", u.Ref, maxRef), Old: rec.bound("refs", u.Old, maxObjectID), New: rec.bound("refs", u.New, maxObjectID)})
+	}
+	if len(rec.Question) > 0 {
+		// Token-shaped parts withheld as everywhere; the marker keeps the
+		// JSON valid. A question too long to keep whole is left out, not
+		// cut: asked again, a cut one could be answered otherwise.
+		q, _ := tokens.Withhold(string(rec.Question), withheldToken)
+		rec.Question = json.RawMessage(q)
+		if len(q) > maxQuestion {
+			rec.Question, rec.Answer = nil, ""
+			rec.markCut("question")
+		}
 	}
 	rec.Pin = rec.bound("pin", rec.Pin, maxPin)
 	rec.Args = rec.bound("args", rec.Args, maxArgs)

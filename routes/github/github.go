@@ -185,6 +185,7 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 		return
 	}
 	sandbox := a.Session().Sandbox
+	a.SetQuestion(policy.Question{Route: "git", Repo: g.repo(), Push: g.push()})
 	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRepo(prof, sandbox, g) }); err != nil {
 		if g.advertise {
 			a.FailWith(gitAdvertisementError(g.service), err)
@@ -317,8 +318,10 @@ func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command,
 	}
 	a.SetRefs(updates)
 	a.SetTarget(g.repo() + " " + strings.Join(refs, ","))
+	a.SetQuestion(policy.Question{Route: "git", Repo: g.repo(), Push: true, Refs: pushUpdates(p.commands)})
 	ans := askPush(a.Session().Profile, g.repo(), p.commands)
 	a.SetRule(ans.Rule)
+	a.Answered(ans.Allow)
 	denials := pushDenials(ans, p.commands)
 	if denials == nil {
 		return p.commands, true
@@ -512,11 +515,16 @@ func validRefName(ref string) bool {
 // rewriting its own history (a rebase) is usually wanted. So the policy has
 // no force-push key: protect branches on GitHub.
 func askPush(prof *policy.Profile, repo string, cmds []*packp.Command) policy.Answer {
+	return prof.AskPush(repo, pushUpdates(cmds))
+}
+
+// pushUpdates are a push's commands as the policy asks about them.
+func pushUpdates(cmds []*packp.Command) []policy.RefUpdate {
 	updates := make([]policy.RefUpdate, len(cmds))
 	for i, c := range cmds {
 		updates[i] = policy.RefUpdate{Ref: c.Name.String(), Delete: c.New == plumbing.ZeroHash}
 	}
-	return prof.AskPush(repo, updates)
+	return updates
 }
 
 // pushDenials words askPush's answer for git's push report: nil when the

@@ -129,6 +129,7 @@ func (g *route) Serve(a *routes.Call) {
 		return
 	}
 	ask := policy.APIQuestion{Repo: q.repo(), Permission: q.ep.perm}
+	a.SetQuestion(apiQuestion(ask))
 	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decide(prof, sandbox, ask) }); err != nil {
 		a.Fail(err)
 		return
@@ -157,6 +158,7 @@ func (g *route) Serve(a *routes.Call) {
 			return
 		}
 		a.SetTarget(q.repo() + " " + q.method + " " + q.ep.path + " " + ask.Head + "->" + ask.Base)
+		a.SetQuestion(apiQuestion(ask))
 		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decide(prof, sandbox, ask) }); err != nil {
 			a.Fail(err)
 			return
@@ -385,4 +387,9 @@ func setCredential(h http.Header, cred secrets.Secret) {
 // sandbox token's fault.
 func checkResponse(resp *http.Response) error {
 	return routes.CredentialRefused(resp, "githubapi", "GitHub API")
+}
+
+// apiQuestion is q as the audit record keeps it.
+func apiQuestion(q policy.APIQuestion) policy.Question {
+	return policy.Question{Route: "api", Repo: q.Repo, Permission: q.Permission, Head: q.Head, Base: q.Base}
 }

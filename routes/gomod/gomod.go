@@ -153,6 +153,7 @@ func (s *route) Serve(a *routes.Call) {
 	}
 	a.AskAgain(q.decide)
 	rule, err := q.decide(sess.Profile)
+	q.record(a, err)
 	sv := served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}
 	if err == errNeedsTime && req.Kind == KindInfo {
 		// The release age is the .info Time, not held yet, and the .info
@@ -170,8 +171,12 @@ func (s *route) Serve(a *routes.Call) {
 		// The release age is the .info Time: fetch it, then ask again.
 		var published time.Time
 		published, err = s.infoTime(r.Context(), req.Module, req.Version)
+		fetched := err == nil
 		q.published = &published
 		rule, err = q.decideErr(sess.Profile, err)
+		if fetched {
+			q.record(a, err)
+		}
 	}
 	a.SetRule(rule)
 	if err != nil {
@@ -220,6 +225,15 @@ type question struct {
 	// the profile asked first.
 	filtered bool
 	now      time.Time
+}
+
+// record puts q on a's audit record with the policy's answer (err from
+// decide), unless that answer waits for the version's time.
+func (q *question) record(a *routes.Call, err error) {
+	a.SetQuestion(policy.Question{Route: "go", Package: q.req.Module, Version: q.req.Version, Published: q.published})
+	if err != errNeedsTime {
+		a.Answered(err == nil)
+	}
 }
 
 // errNeedsTime is question.decide's answer about a version when the
@@ -330,9 +344,13 @@ func (s *route) checkTimed(resp *http.Response, sv served) error {
 	if err == nil {
 		published, err = s.readInfoTime(host, req.Module, req.Version, body)
 	}
+	fetched := err == nil
 	sv.timed.published = &published
 	rule, err := sv.timed.decideErr(sv.prof, err)
 	sv.call.SetRule(rule)
+	if fetched {
+		sv.timed.record(sv.call, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -156,6 +156,20 @@ func (rt *route) Sources() []routes.Source {
 	return srcs
 }
 
+// question is q as the audit record keeps it: a tool call's arguments
+// only when the server's arguments are audited.
+func (s *server) question(q policy.MCPQuestion) policy.Question {
+	pq := policy.Question{Route: "mcp", Server: q.Server, Method: q.Method, Name: q.Name}
+	if len(q.Args) > 0 {
+		if s.AuditArgs {
+			pq.Args = q.Args
+		} else {
+			pq.ArgsUnknown = true
+		}
+	}
+	return pq
+}
+
 // auditArgs is what the audit line shows of a tool call's arguments:
 // their JSON, names sorted, when the server's arguments are audited; else
 // nothing.
@@ -628,6 +642,7 @@ func (rt *route) Serve(c *routes.Call) {
 		c.Fail(&rpcError{id: id, code: -32001, err: err})
 		return
 	}
+	c.SetQuestion(s.question(q))
 	if err := c.Decide(func(prof *policy.Profile) (string, error) {
 		ans := prof.AskMCP(q)
 		if step, refused := ans.Refusal(); refused {

@@ -171,6 +171,7 @@ func (m *modelRoute) check(a *routes.Call, r *http.Request) (routes.Target, int6
 		return routes.Target{}, 0, err
 	}
 	a.SetTarget(model)
+	a.SetQuestion(policy.Question{Route: "model", Model: model})
 	sandbox := a.Session().Sandbox
 	return t, maxTokens, a.Decide(func(prof *policy.Profile) (string, error) { return m.decide(prof, sandbox, model) })
 }

@@ -305,6 +305,9 @@ func (s *route) Serve(a *routes.Call) {
 		q.audit, err = readAudit(a)
 		rule, err = q.decideErr(a.Session().Profile, err)
 	}
+	if err != errNeedsPublished {
+		a.Answered(err == nil)
+	}
 	// Only once the policy allows the request (or needs only the publish
 	// time, which is fetched with the credential): a sandbox is told that a
 	// package is not allowed, not to wait for an operator, for what it may
@@ -317,9 +320,13 @@ func (s *route) Serve(a *routes.Call) {
 		var published time.Time
 		published, err = s.npmPublished(r.Context(), n, n.version())
 		q.published = &published
-		rule, err = q.decideErr(a.Session().Profile, err)
+		if rule = ""; err == nil {
+			rule, err = q.decide(a.Session().Profile)
+			a.Answered(err == nil)
+		}
 	}
 	a.SetRule(rule)
+	a.SetQuestion(q.question())
 	if err != nil {
 		a.Fail(err)
 		return
@@ -377,6 +384,18 @@ func (q *npmQuestion) decideErr(prof *policy.Profile, err error) (string, error)
 		return "", err
 	}
 	return q.decide(prof)
+}
+
+// question is the request's question as the audit record keeps it.
+func (q *npmQuestion) question() policy.Question {
+	pq := policy.Question{Route: "npm", Search: q.n.kind == npmSearch, Audit: q.n.kind == npmAudit}
+	if q.n.kind == npmPackument || q.n.kind == npmTarball {
+		pq.Package, pq.Published = q.n.name, q.published
+	}
+	if q.n.kind == npmTarball {
+		pq.Version = q.n.version()
+	}
+	return pq
 }
 
 // errNeedsPublished is npmQuestion.decide's answer about a tarball when

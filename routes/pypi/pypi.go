@@ -199,11 +199,13 @@ func (s *route) Serve(a *routes.Call) {
 		return
 	}
 	question := &question{req: q, sandbox: a.Session().Sandbox, now: s.now}
+	a.SetQuestion(question.policy())
 	err = a.Decide(question.decide)
 	if err == errNeedsUploaded {
 		var at time.Time
 		if at, err = s.uploaded(r.Context(), q); err == nil {
 			question.uploaded = &at
+			a.SetQuestion(question.policy())
 			err = a.Decide(question.decide)
 		}
 	}
@@ -255,6 +257,11 @@ type question struct {
 	// profile asked first.
 	filtered bool
 	now      func() time.Time
+}
+
+// policy is q as the audit record keeps it.
+func (q *question) policy() policy.Question {
+	return policy.Question{Route: "pypi", Package: q.req.project, Version: q.req.version(), Published: q.uploaded}
 }
 
 // errNeedsUploaded is question.decide's answer about a file when the

@@ -109,6 +109,7 @@ func (rr *route) Serve(a *routes.Call) {
 	r := a.Request()
 	cfg := rr.Rules
 	sandbox := a.Session().Sandbox
+	a.SetQuestion(policy.Question{Route: "relay", Relay: cfg.Name})
 	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decideRelay(prof, sandbox, cfg) }); err != nil {
 		a.Fail(err)
 		return
@@ -119,8 +120,10 @@ func (rr *route) Serve(a *routes.Call) {
 		return
 	}
 	a.SetTarget(p.path)
+	a.SetQuestion(policy.Question{Route: "relay", Relay: cfg.Name, Method: r.Method, Path: p.path})
 	ans := a.Session().Profile.AskRelay(policy.RelayQuestion{Relay: cfg, Method: r.Method, Path: p.path})
 	a.SetRule(ans.Rule)
+	a.Answered(ans.Allow)
 	if step, refused := ans.Refusal(); refused {
 		err := routes.Refuse(routes.ErrForbidden, "relay %s does not forward %s", cfg.Name, routes.Clip(p.path, 128))
 		if step.Key == "methods" {
