@@ -352,6 +352,17 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 			if c.f.up.HeaderTimeout > 0 {
 				c.timer.stop()
 			}
+			// More than one Location, of any status, on any route: clients
+			// differ on which one they follow (curl, and so git, skips an
+			// empty one and takes the next), so no single value checked
+			// would be the one followed, and no upstream sends two.
+			if locs := resp.Header.Values("Location"); len(locs) > 1 {
+				route := ""
+				if f.redirects != nil {
+					route = f.redirects.route
+				}
+				return manyLocations(route, f.up.URL.Host, resp.StatusCode, len(locs))
+			}
 			if f.redirects != nil {
 				if err := f.redirects.check(resp, c.r); err != nil {
 					return err
@@ -367,6 +378,16 @@ func NewForwarder(up Upstream, setCredential func(http.Header, secrets.Secret), 
 		},
 	}
 	return f
+}
+
+// manyLocations refuses an upstream's answer with n Location headers;
+// route, if not empty, names the route ("relay mod").
+func manyLocations(route, host string, code, n int) error {
+	if route != "" {
+		route += " route: "
+	}
+	return Refuse(ErrUpstream, "%sthe upstream %s answered %d with %d Location headers, which cproxy does not pass on (a client could follow any of them); do not retry",
+		route, host, code, n)
 }
 
 // url is t's URL on the upstream.

@@ -50,15 +50,12 @@ func (f *Forwarder) CheckRedirects(within func(in *http.Request, path, query str
 
 // check rewrites or refuses resp when it is a redirect with a Location; in
 // is the request as the client sent it to cproxy. An answer with more than
-// one Location, of any status, is refused: clients differ on which one they
-// follow (curl, and so git, skips an empty one and takes the next), so
-// every value would have to be checked and rewritten, and no upstream sends
-// two.
+// one Location is refused here too, though the Forwarder refuses every
+// such answer on every route before it asks (manyLocations).
 func (m *Redirects) check(resp *http.Response, in *http.Request) error {
 	locs := resp.Header.Values("Location")
 	if len(locs) > 1 {
-		return Refuse(ErrUpstream, "%s route: the upstream %s answered %d with %d Location headers, which cproxy does not pass on (a client could follow any of them); do not retry",
-			m.route, m.base.Host, resp.StatusCode, len(locs))
+		return manyLocations(m.route, m.base.Host, resp.StatusCode, len(locs))
 	}
 	if resp.StatusCode < 300 || resp.StatusCode > 399 || len(locs) == 0 || locs[0] == "" {
 		return nil

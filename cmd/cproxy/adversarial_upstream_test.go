@@ -100,9 +100,10 @@ func advTwoLocations(t *testing.T, other string) *advRecorder {
 
 // TestAdversarialTwoLocations: an upstream's redirect with two Location
 // headers, an empty one then one to another host, is refused on the github
-// route (real git, which would follow the second) and on a relay (curl -L,
-// likewise): the client gets cproxy's 502 naming the problem, and the other
-// host hears nothing.
+// route (real git, which would follow the second), on a relay (curl -L,
+// likewise) and on the model route, which keeps no redirect on cproxy: the
+// client gets cproxy's 502 naming the problem, and the other host hears
+// nothing.
 func TestAdversarialTwoLocations(t *testing.T) {
 	t.Parallel()
 	other, otherLog := rawHTTPOtherHost(t)
@@ -156,8 +157,22 @@ relays = ["mod"]
 			t.Errorf("curl did not get cproxy's 502 refusal:\n%s", out)
 		}
 	})
-	if got := up.requests(); len(got) != 2 {
-		t.Errorf("the upstream received %q, want git's info/refs and the relay's events", got)
+	// The model route passes its upstream's redirects as sent, but not an
+	// answer with two Locations: the refusal is the Forwarder's, for every
+	// route, whatever it does with redirects.
+	t.Run("model", func(t *testing.T) {
+		out, err := exec.Command("curl", "-sS", "-L", "-H", "Authorization: Bearer "+tok, "-H", "Anthropic-Version: 2023-06-01",
+			"-H", "Content-Type: application/json", "--data-binary", advHello, "-w", "\nHTTP %{http_code}\n", s.proxy+"/v1/messages").CombinedOutput()
+		advNoSecrets(t, "curl's output", string(out))
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "\nHTTP 502\n") || !strings.Contains(string(out), "cproxy: "+want) {
+			t.Errorf("curl did not get cproxy's 502 refusal:\n%s", out)
+		}
+	})
+	if got := up.requests(); len(got) != 3 {
+		t.Errorf("the upstream received %q, want git's info/refs, the relay's events and the model's messages", got)
 	}
 	if n := otherLog.len(); n != 0 {
 		t.Errorf("the other host received %d requests: %v", n, otherLog.all())

@@ -23,6 +23,7 @@ import (
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/fakes"
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes"
 )
 
 // boundsStream opens a streamed model request and returns its response
@@ -91,30 +92,24 @@ func TestDefaultConcurrentBoundsAToken(t *testing.T) {
 	}
 }
 
-// A token whose budget sets no requests_per_minute is throttled to
-// policy.DefaultRequestsPerMinute: requests sent as fast as the client
-// can meet a 429 once the bucket is empty, and none of the refused ones
-// reaches the upstream.
-func TestDefaultRateThrottlesAToken(t *testing.T) {
-	s, fake, _ := serveWithFake(t)
-	tok := s.mint("conv-1")
-	// The bucket holds DefaultRequestsPerMinute and refills at a sixtieth
-	// of it a second: far more requests than that can only all pass at a
-	// rate no faster than the refill, which a loopback client outruns.
-	const most = 20 * policy.DefaultRequestsPerMinute
+// untilRateRefused sends newReq's requests from 8 clients at once, as
+// fast as they go, until one is refused 429 or most have been sent; each
+// other answer must have status ok. It returns how many were sent and the
+// refusal's Retry-After and body, "" when none was refused. A token
+// bucket refills at a sixtieth of its rate a second: far more requests
+// than it holds can only all pass at a rate no faster than the refill,
+// which a loopback client outruns.
+func untilRateRefused(t *testing.T, most int64, ok int, newReq func() *http.Request) (int64, string) {
+	t.Helper()
 	var sent, refused atomic.Int64
-	var mu sync.Mutex
-	var refusal string
+	var refusal atomic.Value
 	var wg sync.WaitGroup
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	defer hc.CloseIdleConnections()
 	for range 8 {
 		wg.Go(func() {
 			for refused.Load() == 0 && sent.Add(1) <= most {
-				req, _ := http.NewRequest("GET", s.proxy+"/v1/models", nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				req.Header.Set("Anthropic-Version", "2023-06-01")
-				resp, err := hc.Do(req)
+				resp, err := hc.Do(newReq())
 				if err != nil {
 					t.Error(err)
 					return
@@ -122,11 +117,9 @@ func TestDefaultRateThrottlesAToken(t *testing.T) {
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				switch resp.StatusCode {
-				case 200:
+				case ok:
 				case 429:
-					mu.Lock()
-					refusal = resp.Header.Get("Retry-After") + " " + string(b)
-					mu.Unlock()
+					refusal.Store(resp.Header.Get("Retry-After") + " " + string(b))
 					refused.Add(1)
 				default:
 					t.Errorf("%s %s", resp.Status, b)
@@ -136,12 +129,91 @@ func TestDefaultRateThrottlesAToken(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	got, _ := refusal.Load().(string)
+	return min(sent.Load(), most), got
+}
+
+// A token whose budget sets no requests_per_minute is throttled to
+// policy.DefaultRequestsPerMinute: requests sent as fast as the client
+// can meet a 429 once the bucket is empty, and none of the refused ones
+// reaches the upstream.
+func TestDefaultRateThrottlesAToken(t *testing.T) {
+	s, fake, _ := serveWithFake(t)
+	tok := s.mint("conv-1")
+	const most = 20 * policy.DefaultRequestsPerMinute
+	sent, refusal := untilRateRefused(t, most, 200, func() *http.Request {
+		req, _ := http.NewRequest("GET", s.proxy+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		return req
+	})
 	want := fmt.Sprintf("budget requests_per_minute = %d, cproxy's default", policy.DefaultRequestsPerMinute)
-	if refused.Load() == 0 || !strings.Contains(refusal, want) || strings.HasPrefix(refusal, " ") {
-		t.Fatalf("%d requests from one token: %d refused (%q); want a 429 with Retry-After naming %q", min(sent.Load(), most), refused.Load(), refusal, want)
+	if !strings.Contains(refusal, want) || strings.HasPrefix(refusal, " ") {
+		t.Fatalf("%d requests from one token: refused with %q; want a 429 with Retry-After naming %q", sent, refusal, want)
 	}
 	if got := len(fake.Requests()); got < policy.DefaultRequestsPerMinute {
 		t.Errorf("the upstream got %d requests before the first refusal, want the bucket's %d at least", got, policy.DefaultRequestsPerMinute)
+	}
+}
+
+// Every route bounds a token even where neither the route nor the config
+// sets a limit: the core gives it routes.DefaultLimits. A relay holds at
+// most that many of one token's requests open (the next is refused 429,
+// naming relay.NAME.concurrent), another token keeps its own count; and a
+// token's requests to the github route and to a relay are refused 429 past
+// their rate, counted at authentication, before the route reads a request
+// (here requests the policy refuses, so the upstream is not involved).
+func TestDefaultRouteLimits(t *testing.T) {
+	t.Parallel()
+	relay := newHeldStreams(t)
+	s, _, _, _ := inflightServe(t, inflightPolicy, relay.URL)
+	lim := routes.DefaultLimits
+
+	t.Run("concurrent", func(t *testing.T) {
+		tok := s.mint("conv-1")
+		for range lim.Concurrent {
+			relayStream(t, s, tok)
+		}
+		req, _ := http.NewRequest("GET", s.proxy+"/mod/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := fmt.Sprintf("(relay.mod.concurrent = %d)", lim.Concurrent)
+		if resp.StatusCode != 429 || !strings.Contains(string(b), want) || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("stream %d of one token: %s %s, want 429 naming %q with Retry-After", lim.Concurrent+1, resp.Status, b, want)
+		}
+		relayStream(t, s, s.mint("conv-2"))
+		if n := int64(relay.open.Load()); n != lim.Concurrent+1 {
+			t.Errorf("%d streams open upstream, want %d", n, lim.Concurrent+1)
+		}
+	})
+
+	for _, c := range []struct {
+		route, target, key string
+		status             int // of a request within the rate
+	}{
+		{"github", "/github/acme/other.git/HEAD", "upstream.github", 403},
+		{"relay", "/mod/not-a-path", "relay.mod", 403},
+	} {
+		t.Run("rate "+c.route, func(t *testing.T) {
+			tok := s.mint("rate-" + c.route)
+			sent, got := untilRateRefused(t, 20*lim.RequestsPerMinute, c.status, func() *http.Request {
+				req, _ := http.NewRequest("GET", s.proxy+c.target, nil)
+				req.Header.Set("Authorization", "Bearer "+tok)
+				return req
+			})
+			want := fmt.Sprintf("over its rate on the %s route (%s.requests_per_minute = %d)", strings.TrimPrefix(c.key, "upstream."), c.key, lim.RequestsPerMinute)
+			if !strings.Contains(got, want) || strings.HasPrefix(got, " ") {
+				t.Fatalf("%d requests of one token: refused with %q; want a 429 with Retry-After naming %q", sent, got, want)
+			}
+			if sent <= lim.RequestsPerMinute {
+				t.Errorf("refused after %d requests, before the bucket's %d", sent, lim.RequestsPerMinute)
+			}
+		})
 	}
 }
 

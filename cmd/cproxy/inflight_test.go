@@ -820,3 +820,60 @@ func TestPushCutOnReload(t *testing.T) {
 		t.Fatalf("the upstream completed the push after the reload: %s is %s", ref, got)
 	}
 }
+
+// fetchPolicy lets the default profile fetch acme/app.
+const fetchPolicy = `
+[profile.default]
+repos = [{ repo = "acme/app", access = "read" }]
+`
+
+// A reload that takes a repository away cuts a fetch whose pack is
+// streaming back to git, as it cuts a push: the upstream's answer stops
+// reaching the client, the upstream sees its request cancelled, and the
+// log says why.
+func TestFetchCutOnReload(t *testing.T) {
+	t.Parallel()
+	cancelled := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/git-upload-pack") {
+			http.NotFound(w, r)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-result")
+		io.WriteString(w, "0008NAK\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-time.After(heldDeadline):
+		}
+	}))
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	advWrite(t, dir, fmt.Sprintf(`
+[upstream.github]
+url = %q
+credential = "file:github.key"
+`, up.URL), fetchPolicy)
+	s := startServe(t, dir)
+
+	req, err := http.NewRequest("POST", s.proxy+"/github/acme/app.git/git-upload-pack", strings.NewReader("0000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+	br := openStream(t, req, s.mint("conv-1"))
+	if line, err := br.ReadString('\n'); err != nil || line != "0008NAK\n" {
+		t.Fatalf("the pack's first line: %q %v", line, err)
+	}
+	reloadPolicy(t, s, dir, strings.Replace(fetchPolicy, "acme/app", "acme/other", 1))
+	wantCut(t, "the fetch", br)
+	select {
+	case <-cancelled:
+	case <-time.After(heldDeadline):
+		t.Fatal("the upstream's answer was never cancelled")
+	}
+	waitLog(t, s, `msg="requests in flight cut by a policy reload" count=1`)
+	waitLog(t, s, "no longer allows it: repository acme/app is not allowed for sandbox conv-1")
+}
