@@ -420,7 +420,11 @@ func suggest(key string, known []string) string {
 			continue
 		}
 		dist := editDistance(strings.ToLower(key), k)
-		if dist < bestDist && (dist <= 1 || dist == 2 && len(k) >= 7) {
+		// On a tie, a key that is the unknown one and more ("model",
+		// "models") over one that is less ("mode"): a key left short is
+		// the likelier slip.
+		tie := dist == bestDist && best != "" && strings.HasPrefix(k, strings.ToLower(key)) && !strings.HasPrefix(best, strings.ToLower(key))
+		if (dist < bestDist || tie) && (dist <= 1 || dist == 2 && len(k) >= 7) {
 			best, bestDist = k, dist
 		}
 	}

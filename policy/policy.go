@@ -63,9 +63,24 @@ type Profile struct {
 	// only on its own sandbox's Unix socket (listen.sandbox_sockets). Empty:
 	// any proxy listener.
 	Bind string `toml:"bind"`
+	// Mode is ModeWarn for a profile whose refusals are only warned
+	// about: a request the policy would refuse is forwarded, and its
+	// audit line says decision warn, with the rule and what it would have
+	// said. Empty or ModeEnforce: refused.
+	Mode string `toml:"mode"`
 
 	sources []netip.Prefix // Sources, parsed by validate
 }
+
+// The modes of a profile.
+const (
+	ModeEnforce = "enforce"
+	ModeWarn    = "warn"
+)
+
+// Warns reports whether the profile is in warn mode: its refusals are
+// logged and the requests forwarded.
+func (pr *Profile) Warns() bool { return pr != nil && pr.Mode == ModeWarn }
 
 // BindSocket is the Bind of a profile, and of a token, valid only on its
 // sandbox's own Unix socket.
@@ -323,6 +338,11 @@ func (pr *Profile) validateBinding(d *decoder, pp path) {
 		}
 	default:
 		d.atValue(pp.key("bind"), `%s: %q is not a binding (use "socket", or leave bind out for any listener)`, pp.key("bind"), pr.Bind)
+	}
+	switch pr.Mode {
+	case "", ModeEnforce, ModeWarn:
+	default:
+		d.atValue(pp.key("mode"), `%s: %q is not a mode (use "warn" to forward what the profile would refuse and log it, or "enforce", the default)`, pp.key("mode"), pr.Mode)
 	}
 }
 

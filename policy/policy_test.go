@@ -243,7 +243,7 @@ profiel = "default"
 
 		{"unknown key without a near miss", `[profile.web]
 quota = 10
-`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: bind, budget, go, mcp, models, npm, packages, pypi, relays, repos, sources)`}},
+`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: bind, budget, go, mcp, mode, models, npm, packages, pypi, relays, repos, sources)`}},
 
 		{"budget", `[profile.web.budget]
 window = "week"

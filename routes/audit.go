@@ -80,6 +80,9 @@ type Call struct {
 	// Decide asked it.
 	question *policy.Question
 	answer   string
+	// warning is the refusal a profile in warn mode let pass: the record's
+	// decision is warn, with it as the reason.
+	warning string
 	// decision is audit.Deny or audit.Error once cproxy refused or failed
 	// the request; empty means it was allowed.
 	decision string
@@ -273,6 +276,9 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 			a.question.Profile = a.session.Minted
 		}
 		rec.Question, _ = json.Marshal(a.question)
+	}
+	if a.warning != "" && rec.Decision == "" {
+		rec.Decision, rec.Reason = audit.Warn, a.warning
 	}
 	rec.Bound()
 	if rec.Decision == "" {

@@ -75,12 +75,42 @@ func (a *Call) SetRule(rule string) { a.rule = rule }
 // sent, and when a body that streams to the upstream ends, d is asked
 // again if a policy reload has given the token another profile.
 func (a *Call) Decide(d Decide) error {
-	a.decide = d
+	a.decide = a.warnOnly(d)
 	rule, err := d(a.session.Profile)
 	a.rule = rule
 	a.Answered(err == nil)
-	return err
+	return a.warned(a.session.Profile, err)
 }
+
+// warnOnly is d, whose refusals by the policy a profile in warn mode
+// only warns about: asked again at forward, a warn profile's refusal
+// does not stop the request either.
+func (a *Call) warnOnly(d Decide) Decide {
+	return func(prof *policy.Profile) (string, error) {
+		rule, err := d(prof)
+		return rule, a.warned(prof, err)
+	}
+}
+
+// warned is err, unless it is the policy's refusal (not a deferred
+// question, a budget or anything else) and prof is in warn mode: then the
+// request goes on, and its audit line says decision warn with the
+// refusal it would have had.
+func (a *Call) warned(prof *policy.Profile, err error) error {
+	if err == nil || !prof.Warns() || !policyRefusal(err) {
+		return err
+	}
+	if a.warning == "" {
+		a.warning = Message(err)
+		a.metrics.PolicyWarned(a.route, prof.Name)
+	}
+	return nil
+}
+
+// Warned is for a route that asks its policy question its own way (a
+// push's ref updates): err, the policy's refusal, unless the profile is in
+// warn mode (nil then, and the audit line says warn).
+func (a *Call) Warned(err error) error { return a.warned(a.session.Profile, err) }
 
 // Answered records the policy's answer to the request's question, for
 // the JSON audit record: what Decide does, for a route that asks its
@@ -101,7 +131,7 @@ func (a *Call) SetQuestion(q policy.Question) { a.question = &q }
 // AskAgain makes d the request's policy question from now on, without
 // asking it: for a route that asked its parts itself (a push's ref
 // updates, once read) and wants the whole asked again before sending.
-func (a *Call) AskAgain(d Decide) { a.decide = d }
+func (a *Call) AskAgain(d Decide) { a.decide = a.warnOnly(d) }
 
 // Fail answers the request with err, written as the route writes a
 // refusal.

@@ -43,6 +43,9 @@ type refusal struct {
 	// retryAfter, when set, is how long until retrying can succeed
 	// (a limit's window or rate); zero: retrying will not help.
 	retryAfter time.Duration
+	// deferred marks a policy question that cannot be answered yet
+	// (Deferred): not the policy's refusal.
+	deferred bool
 }
 
 func (e *refusal) Error() string { return e.msg }
@@ -52,6 +55,24 @@ func (e *refusal) Unwrap() error { return e.kind }
 // cproxy's words from the upstream's.
 func Refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: "cproxy: " + fmt.Sprintf(format, args...)}
+}
+
+// Deferred is a route's answer to its own policy question when the
+// question needs more than it has (a version's publish time, not fetched
+// yet): a refusal (ErrForbidden) if it is ever sent, but not the policy's,
+// so a profile in warn mode does not let it pass. The route fetches what
+// it needs and asks again.
+func Deferred(format string, args ...any) error {
+	err := Refuse(ErrForbidden, format, args...).(*refusal)
+	err.deferred = true
+	return err
+}
+
+// policyRefusal reports whether err is a refusal by the policy's answer:
+// ErrForbidden, and not Deferred.
+func policyRefusal(err error) bool {
+	var r *refusal
+	return errors.As(err, &r) && !r.deferred && errors.Is(err, ErrForbidden)
 }
 
 // IsRefusal reports whether err is, or wraps, a refusal (Refuse): an

@@ -258,7 +258,9 @@ type explanation struct {
 	Sandbox string `json:"sandbox"`
 	// Profile is the profile's name; empty when none applies, and then
 	// NoProfile says why.
-	Profile   string `json:"profile,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	// Mode is the profile's mode when it is warn: a refusal is forwarded.
+	Mode      string `json:"mode,omitempty"`
 	ChosenBy  string `json:"chosen_by,omitempty"`
 	ChosenAt  string `json:"chosen_at,omitempty"`
 	NoProfile string `json:"no_profile,omitempty"`
@@ -329,6 +331,9 @@ func runExplain(o explainOptions, w io.Writer) (bool, error) {
 	} else {
 		pr := choice.Profile
 		e.Profile, e.ChosenBy, e.ChosenAt = pr.Name, choice.Rule, choice.At
+		if pr.Warns() {
+			e.Mode = policy.ModeWarn
+		}
 		e.ask(o, pr, relay)
 		if !pr.Budget.IsZero() {
 			e.Budget = explainBudget(o, pr.Budget)
@@ -520,6 +525,9 @@ func (e explanation) printText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "profile:  %s, chosen by %s%s\n", e.Profile, e.ChosenBy, at)
 	}
+	if e.Mode == policy.ModeWarn {
+		fmt.Fprintln(w, "mode:     warn: what this profile refuses is forwarded and logged as decision warn")
+	}
 	if b := e.Budget; b != nil {
 		fmt.Fprintf(w, "budget:   %s\n", describeBudget(b.Limits))
 		for _, t := range b.Tokens {
@@ -540,7 +548,11 @@ func (e explanation) printText(w io.Writer) {
 	for _, n := range e.Notes {
 		fmt.Fprintf(w, "note:     %s\n", n)
 	}
-	fmt.Fprintf(w, "decision: %s by %s\n", verdict(e.Allow), e.Rule)
+	warned := ""
+	if e.Mode == policy.ModeWarn && !e.Allow {
+		warned = "; forwarded all the same, the profile being in warn mode"
+	}
+	fmt.Fprintf(w, "decision: %s by %s%s\n", verdict(e.Allow), e.Rule, warned)
 }
 
 func verdict(allow bool) string {

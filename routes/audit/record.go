@@ -99,6 +99,7 @@ const (
 	Allow = "allow" // cproxy forwarded the request (whatever the upstream answered)
 	Deny  = "deny"  // cproxy refused it: token, policy, or a request it does not forward
 	Error = "error" // cproxy could not serve it: no credential, store or upstream down, time-out
+	Warn  = "warn"  // the policy would have refused it, but its profile is in warn mode: forwarded
 )
 
 // TimeFormat is the record's time: RFC 3339 with milliseconds.

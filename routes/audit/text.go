@@ -103,6 +103,9 @@ func attrs(rec *Record, d time.Duration) []slog.Attr {
 	if rec.Rule != "" {
 		attrs = append(attrs, slog.String("rule", rec.Rule))
 	}
+	if rec.Decision == Warn {
+		attrs = append(attrs, slog.String("decision", Warn))
+	}
 	attrs = append(attrs,
 		slog.Int("status", rec.Status),
 		slog.Duration("duration", d),
@@ -148,6 +151,9 @@ func (h *textHandler) writeLine(rec *Record, d time.Duration, now time.Time) {
 	b = appendTextField(b, "pin", rec.Pin)
 	b = appendTextField(b, "args", rec.Args)
 	b = appendTextField(b, "rule", rec.Rule)
+	if rec.Decision == Warn {
+		b = append(b, " decision=warn"...)
+	}
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = append(b, " duration="...)

@@ -71,6 +71,11 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 		{"line breakers", testRecord("model", "s", "t", "p", "\u0085", "POST", "/v1/\u2028", "a\u009b[2J\u202eb", "", "\u2066x\u2069\u200f", Usage{}, true, true), at, 5},
 		{"cut", testRecord("model", "s", "t", "p", "", "POST", "/"+strings.Repeat("p", 300), strings.Repeat("m", 300), "", "", Usage{}, true, true), at, 5},
 		{"a sandbox token in the session id", testRecord("model", "s", "t", "p", "cpx_abc", "POST", "/v1/messages", strings.Repeat("m", 300), "", "", Usage{}, true, true), at, 5},
+		{"warned, with an MCP call's pin and arguments", func() Record {
+			r := testRecord("mcp", "s", "t", "p", "", "POST", "/mcp/docs", "docs tools/call search", "profile.p.mcp.docs", "cproxy: tool search is not allowed", Usage{}, true, true)
+			r.Decision, r.Pin, r.Args = Warn, "sha256:ab", `{"q":"x y"}`
+			return r
+		}(), at, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, got := auditLinePair(t, c.rec, 200, c.d, c.now)

@@ -323,7 +323,7 @@ func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command,
 	a.SetRule(ans.Rule)
 	a.Answered(ans.Allow)
 	denials := pushDenials(ans, p.commands)
-	if denials == nil {
+	if denials == nil || a.Warned(routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))) == nil {
 		return p.commands, true
 	}
 	// Read what is left (the pack) before answering, so git reads the

@@ -153,7 +153,7 @@ func (s *route) Serve(a *routes.Call) {
 	}
 	a.AskAgain(q.decide)
 	rule, err := q.decide(sess.Profile)
-	q.record(a, err)
+	err = q.record(a, err)
 	sv := served{req: req, prof: sess.Profile, sandbox: sess.Sandbox, now: q.now}
 	if err == errNeedsTime && req.Kind == KindInfo {
 		// The release age is the .info Time, not held yet, and the .info
@@ -175,7 +175,7 @@ func (s *route) Serve(a *routes.Call) {
 		q.published = &published
 		rule, err = q.decideErr(sess.Profile, err)
 		if fetched {
-			q.record(a, err)
+			err = q.record(a, err)
 		}
 	}
 	a.SetRule(rule)
@@ -228,12 +228,15 @@ type question struct {
 }
 
 // record puts q on a's audit record with the policy's answer (err from
-// decide), unless that answer waits for the version's time.
-func (q *question) record(a *routes.Call, err error) {
+// decide), unless that answer waits for the version's time, and returns
+// err, or nil for a refusal a warn-mode profile lets pass.
+func (q *question) record(a *routes.Call, err error) error {
 	a.SetQuestion(policy.Question{Route: "go", Package: q.req.Module, Version: q.req.Version, Published: q.published})
-	if err != errNeedsTime {
-		a.Answered(err == nil)
+	if err == errNeedsTime {
+		return err
 	}
+	a.Answered(err == nil)
+	return a.Warned(err)
 }
 
 // errNeedsTime is question.decide's answer about a version when the
@@ -241,7 +244,7 @@ func (q *question) record(a *routes.Call, err error) {
 // fetched: Serve fetches it and asks again. Asked again of a new profile
 // (a reload) before forwarding, it refuses the request, which may be sent
 // again; so does a list being filtered for the profile before.
-var errNeedsTime = routes.Refuse(routes.ErrForbidden, "the policy's Go module version rules changed while the request was under way; send it again")
+var errNeedsTime = routes.Deferred("the policy's Go module version rules changed while the request was under way; send it again")
 
 func (q *question) decideErr(prof *policy.Profile, err error) (string, error) {
 	if err != nil {
@@ -349,7 +352,7 @@ func (s *route) checkTimed(resp *http.Response, sv served) error {
 	rule, err := sv.timed.decideErr(sv.prof, err)
 	sv.call.SetRule(rule)
 	if fetched {
-		sv.timed.record(sv.call, err)
+		err = sv.timed.record(sv.call, err)
 	}
 	if err != nil {
 		return err

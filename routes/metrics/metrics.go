@@ -73,6 +73,8 @@ type Metrics struct {
 	// toolNames are the tool labels each server has, at most
 	// MaxToolLabels (past it: "other").
 	toolCalls *prometheus.CounterVec
+	// warned counts requests a profile in warn mode let through.
+	warned    *prometheus.CounterVec
 	toolMu    sync.Mutex
 	toolNames map[string]map[string]bool
 
@@ -167,6 +169,10 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 			Help: "MCP tools/call requests forwarded to their server, by server ([mcp.NAME]) and tool; a server's tools past the first 256 seen are counted as tool=\"other\".",
 		}, []string{"server", "tool"}),
 		toolNames: map[string]map[string]bool{},
+		warned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_policy_warnings_total",
+			Help: "Requests the policy would have refused but forwarded because their profile is in warn mode (mode = \"warn\"), by route and profile.",
+		}, []string{"route", "profile"}),
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -193,7 +199,7 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges, m.toolCalls,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges, m.toolCalls, m.warned,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -444,6 +450,13 @@ func (m *Metrics) TokensPruned(n int) {
 func (m *Metrics) MCPPinChanged(server string) {
 	if m != nil {
 		m.pinChanges.WithLabelValues(server).Inc()
+	}
+}
+
+// PolicyWarned counts a request a warn-mode profile let through.
+func (m *Metrics) PolicyWarned(route, profile string) {
+	if m != nil {
+		m.warned.WithLabelValues(route, profile).Inc()
 	}
 }
 

@@ -307,6 +307,7 @@ func (s *route) Serve(a *routes.Call) {
 	}
 	if err != errNeedsPublished {
 		a.Answered(err == nil)
+		err = a.Warned(err)
 	}
 	// Only once the policy allows the request (or needs only the publish
 	// time, which is fetched with the credential): a sandbox is told that a
@@ -323,6 +324,7 @@ func (s *route) Serve(a *routes.Call) {
 		if rule = ""; err == nil {
 			rule, err = q.decide(a.Session().Profile)
 			a.Answered(err == nil)
+			err = a.Warned(err)
 		}
 	}
 	a.SetRule(rule)
@@ -403,7 +405,7 @@ func (q *npmQuestion) question() policy.Question {
 // fetched: serveNPM fetches it and asks again. Asked again of a new profile
 // (a reload) at forward, it refuses the request, which may be sent again;
 // so does a packument whose rewrite was set up for the profile before.
-var errNeedsPublished = routes.Refuse(routes.ErrForbidden, "the policy's npm version rules changed while the request was under way; send it again")
+var errNeedsPublished = routes.Deferred("the policy's npm version rules changed while the request was under way; send it again")
 
 // decide asks prof about the request (policy's AskNPMSearch, AskNPMAudit
 // and, for a package, AskNPM) and words its refusal for npm: the search

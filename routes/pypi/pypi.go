@@ -269,7 +269,7 @@ func (q *question) policy() policy.Question {
 // Serve reads it and asks again. Asked again of a new profile (a reload) at
 // forward, it refuses the request, which may be sent again; so does an index
 // page filtered for the profile before.
-var errNeedsUploaded = routes.Refuse(routes.ErrForbidden, "the policy's PyPI version rules changed while the request was under way; send it again")
+var errNeedsUploaded = routes.Deferred("the policy's PyPI version rules changed while the request was under way; send it again")
 
 // decide asks prof about the request (policy's AskPyPI) and words the
 // refusal for pip's user.

@@ -129,8 +129,10 @@ func (rr *route) Serve(a *routes.Call) {
 		if step.Key == "methods" {
 			err = routes.Refuse(routes.ErrForbidden, "relay %s does not forward %s (it forwards %s)", cfg.Name, r.Method, strings.Join(cfg.Methods, ", "))
 		}
-		a.Fail(err)
-		return
+		if err = a.Warned(err); err != nil {
+			a.Fail(err)
+			return
+		}
 	}
 	t := routes.Target{Path: "/" + p.path, RawPath: "/" + p.raw}
 	if r.URL.RawQuery != "" || r.URL.ForceQuery {
