@@ -38,6 +38,8 @@ var (
 	bucketUsage = []byte("usage")
 	// bucketMCPPins holds the MCP route's tool pins (key: server + "\x00" + tool, value: JSON MCPPin).
 	bucketMCPPins = []byte("mcp_pins")
+	// bucketApprovals holds the approval requests and their grants (key: Approval.ID, value: JSON Approval).
+	bucketApprovals = []byte("approvals")
 
 	keySchema = []byte("schema_version")
 )
@@ -65,6 +67,8 @@ var boltMigrations = []boltMigration{
 	{3, "records may carry values and a budget (Record.Values, Record.Budget); the usage bucket holds what each token has spent", createBuckets(bucketUsage)},
 	// An older cproxy would not hold MCP tools to their pins.
 	{4, "the MCP route's tool pins (MCPPin)", createBuckets(bucketMCPPins)},
+	// An older cproxy would not know the approvals an operator gave.
+	{5, "approval requests and their grants (Approval)", createBuckets(bucketApprovals)},
 }
 
 // BoltSchemaVersion is the newest schema of the embedded store this cproxy knows.
@@ -225,7 +229,7 @@ func prepare(tx *bolt.Tx, path string) error {
 			return fmt.Errorf("upgrade token store %s: %w", path, err)
 		}
 	}
-	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil || tx.Bucket(bucketMCPPins) == nil {
+	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil || tx.Bucket(bucketMCPPins) == nil || tx.Bucket(bucketApprovals) == nil {
 		return notAStore(path, errors.New("missing buckets"))
 	}
 	return nil
@@ -836,4 +840,150 @@ func (s *BoltStore) updatePin(ctx context.Context, server, tool string, f pinUpd
 		return b.Put(pinKey(server, tool), out)
 	})
 	return p, err
+}
+
+// RequestApproval looks for the live approval among every one kept: there
+// are few, and only a request that needs one asks.
+func (s *BoltStore) RequestApproval(ctx context.Context, a Approval) (Approval, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, false, err
+	}
+	if err := checkApproval(a); err != nil {
+		return Approval{}, false, err
+	}
+	a.State, a.CreatedAt, a.ExpiresAt = ApprovalPending, a.CreatedAt.UTC(), a.ExpiresAt.UTC()
+	out, created := a, false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		err := b.ForEach(func(_, v []byte) error {
+			var e Approval
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("corrupt approval: %w", err)
+			}
+			if e.Sandbox == a.Sandbox && e.Route == a.Route && e.Subject == a.Subject && e.live(a.CreatedAt) {
+				out = e
+				return errFound
+			}
+			return nil
+		})
+		if errors.Is(err, errFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		created = true
+		v, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(a.ID), v)
+	})
+	if err != nil {
+		return Approval{}, false, fmt.Errorf("request approval: %w", err)
+	}
+	return out, created, nil
+}
+
+// errFound ends a bucket's ForEach at what it looked for.
+var errFound = errors.New("found")
+
+func (s *BoltStore) Approval(ctx context.Context, id string) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, err
+	}
+	var a Approval
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketApprovals).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &a)
+	})
+	return a, err
+}
+
+func (s *BoltStore) Approvals(ctx context.Context) ([]Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []Approval
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketApprovals).ForEach(func(_, v []byte) error {
+			var a Approval
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("corrupt approval: %w", err)
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list approvals: %w", err)
+	}
+	sortApprovals(out)
+	return out, nil
+}
+
+func (s *BoltStore) DecideApproval(ctx context.Context, id string, approve bool, by string, at time.Time, grant time.Duration) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, err
+	}
+	var a Approval
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		v := b.Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("corrupt approval: %w", err)
+		}
+		if err := decideApproval(&a, approve, by, at, grant); err != nil {
+			return err
+		}
+		out, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), out)
+	})
+	return a, err
+}
+
+func (s *BoltStore) UseGrant(ctx context.Context, sandbox, route, subject string, at time.Time) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, err
+	}
+	var a Approval
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		err := b.ForEach(func(_, v []byte) error {
+			var e Approval
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("corrupt approval: %w", err)
+			}
+			if e.Sandbox == sandbox && e.Route == route && e.Subject == subject && e.StateAt(at) == ApprovalApproved {
+				a = e
+				return errFound
+			}
+			return nil
+		})
+		if err == nil {
+			return ErrNoGrant
+		}
+		if !errors.Is(err, errFound) {
+			return err
+		}
+		a.State, a.UsedAt = ApprovalUsed, at.UTC()
+		out, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(a.ID), out)
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return a, nil
 }
