@@ -48,7 +48,7 @@ type Approval struct {
 	State     string    `json:"state"`
 	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when a pending request lapses, and, once approved, when
-	// the grant does.
+	// the grant does; a denial stands until it.
 	ExpiresAt time.Time `json:"expires_at"`
 	// DecidedAt is when it was approved or denied, DecidedBy by whom as
 	// the operator said (empty: not said). Zero and empty: undecided.
@@ -68,10 +68,11 @@ func (a Approval) StateAt(now time.Time) string {
 }
 
 // live reports whether a is the approval a request of its subject is
-// answered with at now: pending, or approved and not yet used.
+// answered with at now: pending, approved and not yet used, or denied,
+// before its ExpiresAt (a denial stands for as long as the request would
+// have waited, so that retrying does not ask again at once).
 func (a Approval) live(now time.Time) bool {
-	s := a.StateAt(now)
-	return s == ApprovalPending || s == ApprovalApproved
+	return (a.State == ApprovalPending || a.State == ApprovalApproved || a.State == ApprovalDenied) && now.Before(a.ExpiresAt)
 }
 
 var approvalIDRE = regexp.MustCompile(`^apr_[0-9a-f]{16}$`)
@@ -98,9 +99,9 @@ var ErrNoGrant = errors.New("no grant")
 // grants, shared by every replica on the store: a grant made through one
 // is used through any, once.
 type Approvals interface {
-	// RequestApproval returns the live approval (pending, or approved and
-	// unused, not expired at a.CreatedAt) of a.Sandbox, a.Route and
-	// a.Subject, or stores a, pending, as a new one (created true), in
+	// RequestApproval returns the live approval (pending, approved and
+	// unused, or denied, before its ExpiresAt at a.CreatedAt) of
+	// a.Sandbox, a.Route and a.Subject, or stores a, pending, as a new one (created true), in
 	// one atomic step: the same request asked twice, through any replica,
 	// has one approval.
 	RequestApproval(ctx context.Context, a Approval) (ap Approval, created bool, err error)

@@ -87,13 +87,20 @@ func TestStoreApprovals(t *testing.T) {
 		if _, err := s.UseGrant(ctx, "conv-1", "github", a.Subject, t0.Add(8*time.Minute)); !errors.Is(err, ErrNoGrant) {
 			t.Fatalf("denied request used: %v", err)
 		}
+		// A denial stands until the request would have lapsed.
+		if got, created := ask(a.Subject, t0.Add(9*time.Minute)); created || got.ID != next.ID || got.State != ApprovalDenied {
+			t.Fatalf("asked after a denial: %+v, created %v", got, created)
+		}
 		// A pending request past its time is expired: it cannot be
 		// decided, and the same request asks anew.
-		third, _ := ask(a.Subject, t0.Add(10*time.Minute))
-		if _, err := s.DecideApproval(ctx, third.ID, true, "", t0.Add(80*time.Minute), time.Hour); !errors.Is(err, ErrNotPending) {
+		third, _ := ask(a.Subject, t0.Add(70*time.Minute))
+		if third.ID == next.ID {
+			t.Fatal("a denial outlived its request's time")
+		}
+		if _, err := s.DecideApproval(ctx, third.ID, true, "", t0.Add(140*time.Minute), time.Hour); !errors.Is(err, ErrNotPending) {
 			t.Fatalf("expired request approved: %v", err)
 		}
-		if fourth, created := ask(a.Subject, t0.Add(81*time.Minute)); !created || fourth.ID == third.ID {
+		if fourth, created := ask(a.Subject, t0.Add(141*time.Minute)); !created || fourth.ID == third.ID {
 			t.Fatalf("asked after expiry: %+v, created %v", fourth, created)
 		}
 		// An approved grant past its time is not used.

@@ -50,18 +50,18 @@ func (s *PostgresStore) RequestApproval(ctx context.Context, a Approval) (Approv
 			var out Approval
 			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 				created = false
-				if _, err := tx.Exec(ctx, `UPDATE approvals SET state = 'expired' WHERE sandbox = $1 AND route = $2 AND subject = $3
-					AND state IN ('pending', 'approved') AND expires_at <= $4`, a.Sandbox, a.Route, a.Subject, a.CreatedAt); err != nil {
+				if _, err := tx.Exec(ctx, `UPDATE approvals SET closed = true WHERE sandbox = $1 AND route = $2 AND subject = $3
+					AND NOT closed AND expires_at <= $4`, a.Sandbox, a.Route, a.Subject, a.CreatedAt); err != nil {
 					return err
 				}
 				var err error
 				out, err = scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE sandbox = $1 AND route = $2
-					AND subject = $3 AND state IN ('pending', 'approved')`, a.Sandbox, a.Route, a.Subject))
+					AND subject = $3 AND NOT closed`, a.Sandbox, a.Route, a.Subject))
 				if !errors.Is(err, pgx.ErrNoRows) {
 					return err
 				}
 				tag, err := tx.Exec(ctx, `INSERT INTO approvals (`+approvalColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, '', NULL)
-					ON CONFLICT (sandbox, route, subject) WHERE state IN ('pending', 'approved') DO NOTHING`,
+					ON CONFLICT (sandbox, route, subject) WHERE NOT closed DO NOTHING`,
 					a.ID, a.Sandbox, a.Route, a.Subject, nullText(a.Detail), a.TokenID, a.State, a.CreatedAt, a.ExpiresAt)
 				if err == nil && tag.RowsAffected() != 1 {
 					return errApprovalRace
@@ -156,8 +156,8 @@ func (s *PostgresStore) UseGrant(ctx context.Context, sandbox, route, subject st
 		return Approval{}, err
 	}
 	a, err := call(ctx, func(ctx context.Context) (Approval, error) {
-		a, err := scanApproval(s.pool.QueryRow(ctx, `UPDATE approvals SET state = 'used', used_at = $4
-			WHERE sandbox = $1 AND route = $2 AND subject = $3 AND state = 'approved' AND expires_at > $4
+		a, err := scanApproval(s.pool.QueryRow(ctx, `UPDATE approvals SET state = 'used', used_at = $4, closed = true
+			WHERE sandbox = $1 AND route = $2 AND subject = $3 AND NOT closed AND state = 'approved' AND expires_at > $4
 			RETURNING `+approvalColumns, sandbox, route, subject, at.UTC()))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return Approval{}, ErrNoGrant

@@ -68,6 +68,10 @@ func Handler(srv *routes.Server, serving client.Serving) http.Handler {
 	mux.HandleFunc("GET /mcp/pins", s.listPins)
 	mux.HandleFunc("POST /mcp/pins/accept", s.decidePin(true))
 	mux.HandleFunc("POST /mcp/pins/reject", s.decidePin(false))
+	mux.HandleFunc("GET /approvals", s.listApprovals)
+	mux.HandleFunc("GET /approvals/{id}", s.getApproval)
+	mux.HandleFunc("POST /approvals/{id}/approve", s.decideApproval(true))
+	mux.HandleFunc("POST /approvals/{id}/deny", s.decideApproval(false))
 	health := struct {
 		Status string `json:"status"`
 		client.Serving
@@ -109,7 +113,7 @@ type server struct {
 // Allow header.
 var adminMethods = map[string]string{
 	"/tokens": "GET, POST, DELETE", "/tokens/prune": "POST", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
-	"/mcp/pins": "GET", "/mcp/pins/accept": "POST", "/mcp/pins/reject": "POST",
+	"/mcp/pins": "GET", "/mcp/pins/accept": "POST", "/mcp/pins/reject": "POST", "/approvals": "GET",
 }
 
 // methodNotAllowed answers 405 with the methods path takes.
@@ -127,6 +131,15 @@ func allowedMethods(path string) string {
 	}
 	if id, ok := strings.CutPrefix(path, "/tokens/"); ok && id != "" && !strings.Contains(id, "/") {
 		return "DELETE"
+	}
+	if rest, ok := strings.CutPrefix(path, "/approvals/"); ok && rest != "" {
+		id, verb, _ := strings.Cut(rest, "/")
+		switch {
+		case id != "" && verb == "":
+			return "GET"
+		case id != "" && (verb == "approve" || verb == "deny"):
+			return "POST"
+		}
 	}
 	return ""
 }

@@ -34,8 +34,11 @@ type Record struct {
 	Target string      `json:"target,omitempty"`
 	Refs   []RefUpdate `json:"refs,omitempty"`
 	// Decision is Allow, Deny or Error.
-	Decision   string  `json:"decision"`
-	Rule       string  `json:"rule,omitempty"`
+	Decision string `json:"decision"`
+	Rule     string `json:"rule,omitempty"`
+	// Approval is the id of the approval request a request that needs
+	// one filed or found ("apr_…"), or of the grant it used. Empty: none.
+	Approval   string  `json:"approval,omitempty"`
 	Status     int     `json:"status"`
 	Reason     string  `json:"reason,omitempty"`
 	Usage      *Usage  `json:"usage,omitempty"`

@@ -101,6 +101,9 @@ func attrs(rec *Record, d time.Duration) []slog.Attr {
 	if rec.Rule != "" {
 		attrs = append(attrs, slog.String("rule", rec.Rule))
 	}
+	if rec.Approval != "" {
+		attrs = append(attrs, slog.String("approval", rec.Approval))
+	}
 	attrs = append(attrs,
 		slog.Int("status", rec.Status),
 		slog.Duration("duration", d),
@@ -144,6 +147,7 @@ func (h *textHandler) writeLine(rec *Record, d time.Duration, now time.Time) {
 	b = appendTextAttr(b, "path", rec.Path)
 	b = appendTextField(b, "target", rec.Target)
 	b = appendTextField(b, "rule", rec.Rule)
+	b = appendTextField(b, "approval", rec.Approval)
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = append(b, " duration="...)

@@ -69,6 +69,9 @@ type Metrics struct {
 	// pinChanges counts the MCP tool definitions seen changed from their
 	// pins, by server (a config name).
 	pinChanges *prometheus.CounterVec
+	// approvals counts what happens to approval requests, by route and
+	// event.
+	approvals *prometheus.CounterVec
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -156,6 +159,10 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 			Name: "cproxy_mcp_pin_changes_total",
 			Help: "Tool definitions an MCP server listed changed from their pins, each counted once when this process first saw it pending, by server ([mcp.NAME]).",
 		}, []string{"server"}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_approvals_total",
+			Help: "Approval requests and grants, by route and event: requested (a new request filed), refused (a request that needs one refused while it waits, or denied), approved, denied, used (a grant used by its request's retry), spent (a grant found used or expired when its request was sent).",
+		}, []string{"route", "event"}),
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -182,7 +189,7 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges, m.approvals,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -432,6 +439,14 @@ func (m *Metrics) TokensPruned(n int) {
 func (m *Metrics) MCPPinChanged(server string) {
 	if m != nil {
 		m.pinChanges.WithLabelValues(server).Inc()
+	}
+}
+
+// Approval counts an event of an approval request of route: "requested",
+// "refused", "approved", "denied", "used" or "spent".
+func (m *Metrics) Approval(route, event string) {
+	if m != nil {
+		m.approvals.WithLabelValues(route, event).Inc()
 	}
 }
 

@@ -1,7 +1,8 @@
 -- 7: approval requests and their grants (Approval), one row each. At most
--- one live approval (pending, or approved and unused) per sandbox, route
--- and subject, so that replicas asked the same at once make one; a live
--- row whose time has passed is marked expired before another is made.
+-- one open approval (pending, approved and unused, or denied) per sandbox,
+-- route and subject, so that replicas asked the same at once make one; an
+-- open row whose time has passed is closed before another is made, and a
+-- used grant is closed when it is used.
 
 CREATE TABLE approvals (
 	id text PRIMARY KEY,
@@ -15,6 +16,7 @@ CREATE TABLE approvals (
 	expires_at timestamptz NOT NULL,
 	decided_at timestamptz,
 	decided_by text NOT NULL DEFAULT '',
-	used_at timestamptz
+	used_at timestamptz,
+	closed boolean NOT NULL DEFAULT false
 );
-CREATE UNIQUE INDEX approvals_live ON approvals (sandbox, route, subject) WHERE state IN ('pending', 'approved');
+CREATE UNIQUE INDEX approvals_open ON approvals (sandbox, route, subject) WHERE NOT closed;
