@@ -104,7 +104,7 @@ func decideApproval(approve bool) cli.ActionFunc {
 		if approve {
 			path = "cproxy approvals approve"
 		}
-		if c.NArg() != 1 {
+		if c.NArg() != 1 || c.Args().First() == "" {
 			return usageError(path, "", "%s takes the approval's id: %s ID (cproxy approvals list shows them)", path, path)
 		}
 		decide := admin.Deny
