@@ -202,7 +202,7 @@ type NPMQuestion struct {
 }
 
 // AskNPM asks whether the profile may have an npm package: its packages,
-// then for a version npm.deny and npm.min_release_age. A packument's
+// then for a version npm.deny, npm.min_release_age and npm.ask. A packument's
 // versions are each decided when it is rewritten, and a release age needs
 // the version's publish time: both are deferred steps. The answer's Rule
 // is the package's rule unless a version rule refuses.
@@ -212,6 +212,7 @@ func (pr *Profile) AskNPM(q NPMQuestion) Answer {
 		allow: pr.Package(q.Name), allowKey: "packages", section: "npm", hasPolicy: pr.HasNPMVersionPolicy(),
 		minAge: pr.NPM.MinReleaseAge, timeFrom: "the registry's publish time", placeholder: "NAME@VERSION",
 		deny: func() (Decision, string) { d := pr.NPMDeny(q.Name, q.Version); return d.Decision, d.Reason },
+		ask:  func() Decision { return pr.NPMAsk(q.Name, q.Version) },
 		aged: func(published time.Time) (Decision, string) {
 			d := pr.NPMVersion(q.Name, q.Version, published, q.Now)
 			return d.Decision, d.Reason
@@ -234,6 +235,8 @@ type versionedQuestion struct {
 	placeholder         string // how explain names a version: "NAME@VERSION"
 	deny                func() (Decision, string)
 	aged                func(published time.Time) (Decision, string)
+	// ask is SECTION.ask's decision, asked last; nil: the section has none.
+	ask func() Decision
 }
 
 // askVersioned asks a package route's steps: the name's rule, then for a
@@ -257,18 +260,26 @@ func (pr *Profile) askVersioned(q versionedQuestion) Answer {
 	if d, reason := q.deny(); !a.ask("version "+nv, q.section+".deny", d, reason) {
 		return a
 	}
-	if q.minAge.Duration <= 0 {
-		return a
+	if q.minAge.Duration > 0 {
+		ageKey := q.section + ".min_release_age"
+		if q.published == nil {
+			text, _ := q.minAge.MarshalText()
+			a.later("release age of "+nv, ageKey, pr.rule(".%s", ageKey),
+				fmt.Sprintf("release age checked against %s at request time (%s.%s = %q)", q.timeFrom, pr.Key(), ageKey, text))
+			return a
+		}
+		d, reason := q.aged(*q.published)
+		if !a.ask("release age of "+nv, ageKey, d, reason) {
+			return a
+		}
 	}
-	ageKey := q.section + ".min_release_age"
-	if q.published == nil {
-		text, _ := q.minAge.MarshalText()
-		a.later("release age of "+nv, ageKey, pr.rule(".%s", ageKey),
-			fmt.Sprintf("release age checked against %s at request time (%s.%s = %q)", q.timeFrom, pr.Key(), ageKey, text))
-		return a
+	// Asked last, once nothing refuses: an approval is asked for only
+	// of a version that would otherwise be served.
+	if q.ask != nil {
+		if d := q.ask(); d.Ask {
+			a.ask("approval of "+nv, q.section+".ask", d, "")
+		}
 	}
-	d, reason := q.aged(*q.published)
-	a.ask("release age of "+nv, ageKey, d, reason)
 	return a
 }
 

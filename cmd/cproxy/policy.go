@@ -509,7 +509,7 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 	if a.Ask {
 		// The rule that asked, not the last allowed after it.
 		e.Rule = a.Rule
-		e.Notes = append(e.Notes, "a push that needs approval is refused with an approval request's id; once an operator approves it (cproxy approvals approve ID), the same push goes through once")
+		e.Notes = append(e.Notes, "a request that needs approval is refused with an approval request's id; once an operator approves it (cproxy approvals approve ID), the same request goes through once")
 	}
 }
 
