@@ -121,6 +121,19 @@ type Approvals interface {
 	// that of any number of requests, through any replica, one uses it.
 	// ErrNoGrant when there is none.
 	UseGrant(ctx context.Context, sandbox, route, subject string, at time.Time) (Approval, error)
+	// PruneApprovals deletes the approvals that ended (DeadSince) at or
+	// before cutoff and returns how many it deleted.
+	PruneApprovals(ctx context.Context, cutoff time.Time) (int, error)
+}
+
+// DeadSince is when the approval stopped mattering: when its grant was
+// used, else when it expires (a pending request lapses, a grant lapses, a
+// denial stops standing).
+func (a Approval) DeadSince() time.Time {
+	if a.State == ApprovalUsed {
+		return a.UsedAt
+	}
+	return a.ExpiresAt
 }
 
 // decideApproval is DecideApproval's step on an approval read in a

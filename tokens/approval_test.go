@@ -126,5 +126,16 @@ func TestStoreApprovals(t *testing.T) {
 				t.Fatalf("list not oldest first: %v after %v", all[i].CreatedAt, all[i-1].CreatedAt)
 			}
 		}
+		// Pruned once they have ended: the used one (at +5m), the denied
+		// (until +66m) and the expired; not those still open at the cutoff.
+		if n, err := s.PruneApprovals(ctx, t0.Add(5*time.Minute)); err != nil || n != 2 {
+			t.Fatalf("prune at +5m: %d, %v; want 2 (the used one, the expired grant)", n, err)
+		}
+		if n, err := s.PruneApprovals(ctx, t0.Add(24*time.Hour)); err != nil || n != 3 {
+			t.Fatalf("prune at +24h: %d, %v; want the 3 left", n, err)
+		}
+		if all, err := s.Approvals(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("after pruning: %d approvals, %v", len(all), err)
+		}
 	})
 }

@@ -987,3 +987,38 @@ func (s *BoltStore) UseGrant(ctx context.Context, sandbox, route, subject string
 	}
 	return a, nil
 }
+
+func (s *BoltStore) PruneApprovals(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		var dead [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var a Approval
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("corrupt approval: %w", err)
+			}
+			if !a.DeadSince().After(cutoff) {
+				dead = append(dead, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(dead)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune approvals: %w", err)
+	}
+	return n, nil
+}

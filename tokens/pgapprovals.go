@@ -169,3 +169,17 @@ func (s *PostgresStore) UseGrant(ctx context.Context, sandbox, route, subject st
 	}
 	return a, err
 }
+
+func (s *PostgresStore) PruneApprovals(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := call(ctx, func(ctx context.Context) (int, error) {
+		tag, err := s.pool.Exec(ctx, `DELETE FROM approvals WHERE CASE WHEN state = 'used' THEN used_at ELSE expires_at END <= $1`, cutoff.UTC())
+		return int(tag.RowsAffected()), err
+	})
+	if err != nil {
+		return 0, s.wrap("prune approvals", err)
+	}
+	return n, nil
+}
