@@ -17,6 +17,14 @@ const (
 	// DefaultRequestLifetime is how long a request waits for a decision,
 	// and a denial stands.
 	DefaultRequestLifetime = 24 * time.Hour
+	// maxApprovalSubject bounds what a request asks, as its route words
+	// it: a push of a few dozen refs. It is stored, listed, logged and sent
+	// to the webhook; a larger request is refused rather than filed.
+	maxApprovalSubject = 16 << 10
+	// maxPendingPerSandbox bounds the requests one sandbox may have
+	// waiting at once, so that an agent pushing commit after commit cannot
+	// flood the operator (and the webhook) with requests.
+	maxPendingPerSandbox = 20
 )
 
 // ApprovalOptions say how the Server files the requests a policy answers
@@ -64,11 +72,17 @@ func (s *Server) GrantLifetime() time.Duration { return s.approvals.GrantLifetim
 // that names it; the route writes it in its client's words.
 func (a *Call) NeedApproval(req ApprovalRequest) error {
 	s := a.srv
+	if len(req.Subject) > maxApprovalSubject {
+		return Refuse(ErrForbidden, "%s needs approval, and is too large a request to ask about (over %d KiB of refs or names): make it smaller, one ref or package at a time", req.What, maxApprovalSubject>>10)
+	}
 	detail, err := json.Marshal(req.Detail)
 	if err != nil {
 		return err
 	}
 	now := s.now()
+	if err := a.checkPending(req, now); err != nil {
+		return err
+	}
 	ap, created, err := s.store.RequestApproval(a.r.Context(), tokens.Approval{
 		ID: tokens.NewApprovalID(), Sandbox: a.session.Sandbox, Route: a.route, Subject: req.Subject,
 		Detail: detail, TokenID: a.session.TokenID, CreatedAt: now, ExpiresAt: now.Add(s.approvals.RequestLifetime),
@@ -80,7 +94,7 @@ func (a *Call) NeedApproval(req ApprovalRequest) error {
 	a.approval = ap.ID
 	if created {
 		s.metrics.Approval(a.route, "requested")
-		s.log.Info("approval requested", "approval", ap.ID, "route", a.route, "sandbox", ap.Sandbox, "subject", ap.Subject)
+		s.log.Info("approval requested", "approval", ap.ID, "route", a.route, "sandbox", ap.Sandbox, "subject", Clip(ap.Subject, 256))
 		if s.approvals.Notify != nil {
 			s.approvals.Notify(ap)
 		}
@@ -95,6 +109,35 @@ func (a *Call) NeedApproval(req ApprovalRequest) error {
 	}
 	s.metrics.Approval(a.route, "refused")
 	return Refuse(ErrForbidden, "%s needs approval (request %s); retry after it is approved", req.What, ap.ID)
+}
+
+// checkPending refuses a new request of a sandbox that already has
+// maxPendingPerSandbox waiting; one already filed is found as before. The
+// count is read apart from the filing, so replicas asked at once may pass
+// it by a few: it bounds a flood, not an exact number.
+func (a *Call) checkPending(req ApprovalRequest, now time.Time) error {
+	all, err := a.srv.store.Approvals(a.r.Context())
+	if err != nil {
+		a.srv.log.Error("the approval requests could not be listed", "err", err)
+		return Refuse(ErrUnavailable, "%s needs approval, and the token store did not answer; retry later", req.What)
+	}
+	pending := 0
+	for _, ap := range all {
+		if ap.Sandbox != a.session.Sandbox {
+			continue
+		}
+		if ap.Route == a.route && ap.Subject == req.Subject && ap.StateAt(now) != tokens.ApprovalUsed && now.Before(ap.ExpiresAt) {
+			return nil // filed already
+		}
+		if ap.StateAt(now) == tokens.ApprovalPending {
+			pending++
+		}
+	}
+	if pending >= maxPendingPerSandbox {
+		a.srv.metrics.Approval(a.route, "refused")
+		return Refuse(ErrTooManyRequests, "%s needs approval, and sandbox %s has %d requests waiting for an operator already; retry after they are decided", req.What, a.session.Sandbox, pending)
+	}
+	return nil
 }
 
 // Approved reports whether the request holds the grant of an approval of
