@@ -121,6 +121,11 @@ type Approvals interface {
 	// that of any number of requests, through any replica, one uses it.
 	// ErrNoGrant when there is none.
 	UseGrant(ctx context.Context, sandbox, route, subject string, at time.Time) (Approval, error)
+	// WithdrawApprovals ends, at at, the sandbox's approvals still waiting
+	// or approved and unused (they expire at at), and returns how many:
+	// a sandbox's revocation leaves no grant for a later sandbox of the
+	// same id. Denials stand.
+	WithdrawApprovals(ctx context.Context, sandbox string, at time.Time) (int, error)
 	// PruneApprovals deletes the approvals that ended (DeadSince) at or
 	// before cutoff and returns how many it deleted.
 	PruneApprovals(ctx context.Context, cutoff time.Time) (int, error)

@@ -126,13 +126,35 @@ func TestStoreApprovals(t *testing.T) {
 				t.Fatalf("list not oldest first: %v after %v", all[i].CreatedAt, all[i-1].CreatedAt)
 			}
 		}
+		// A sandbox's revocation withdraws what waits or is approved, not
+		// its denials, nor another sandbox's.
+		w1, _ := ask("acme/app refs/heads/w 0 1", t0.Add(142*time.Minute))
+		w2, _ := ask("acme/app refs/heads/w 0 2", t0.Add(142*time.Minute))
+		if _, err := s.DecideApproval(ctx, w2.ID, true, "", t0.Add(143*time.Minute), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.WithdrawApprovals(ctx, "conv-2", t0.Add(144*time.Minute)); err != nil || n != 0 {
+			t.Fatalf("withdraw another sandbox's: %d, %v", n, err)
+		}
+		if n, err := s.WithdrawApprovals(ctx, "conv-1", t0.Add(144*time.Minute)); err != nil || n != 3 {
+			t.Fatalf("withdraw: %d, %v; want 3 (two pending, one approved)", n, err)
+		}
+		if _, err := s.UseGrant(ctx, "conv-1", "github", w2.Subject, t0.Add(145*time.Minute)); !errors.Is(err, ErrNoGrant) {
+			t.Fatalf("withdrawn grant used: %v", err)
+		}
+		if got, created := ask(w1.Subject, t0.Add(145*time.Minute)); !created || got.ID == w1.ID {
+			t.Fatalf("asked after withdrawal: %+v, created %v", got, created)
+		}
+		if d, _ := s.Approval(ctx, next.ID); d.State != ApprovalDenied {
+			t.Fatalf("a denial withdrawn: %+v", d)
+		}
 		// Pruned once they have ended: the used one (at +5m), the denied
 		// (until +66m) and the expired; not those still open at the cutoff.
 		if n, err := s.PruneApprovals(ctx, t0.Add(5*time.Minute)); err != nil || n != 2 {
 			t.Fatalf("prune at +5m: %d, %v; want 2 (the used one, the expired grant)", n, err)
 		}
-		if n, err := s.PruneApprovals(ctx, t0.Add(24*time.Hour)); err != nil || n != 3 {
-			t.Fatalf("prune at +24h: %d, %v; want the 3 left", n, err)
+		if n, err := s.PruneApprovals(ctx, t0.Add(24*time.Hour)); err != nil || n != 6 {
+			t.Fatalf("prune at +24h: %d, %v; want the 6 left", n, err)
 		}
 		if all, err := s.Approvals(ctx); err != nil || len(all) != 0 {
 			t.Fatalf("after pruning: %d approvals, %v", len(all), err)

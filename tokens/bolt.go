@@ -843,7 +843,7 @@ func (s *BoltStore) updatePin(ctx context.Context, server, tool string, f pinUpd
 }
 
 // RequestApproval looks for the live approval among every one kept: there
-// are few, and only a request that needs one asks.
+// are few (pruned with the tokens), and only a request that needs one asks.
 func (s *BoltStore) RequestApproval(ctx context.Context, a Approval) (Approval, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return Approval{}, false, err
@@ -855,34 +855,59 @@ func (s *BoltStore) RequestApproval(ctx context.Context, a Approval) (Approval, 
 	out, created := a, false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketApprovals)
-		err := b.ForEach(func(_, v []byte) error {
-			var e Approval
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("corrupt approval: %w", err)
-			}
-			if e.Sandbox == a.Sandbox && e.Route == a.Route && e.Subject == a.Subject && e.live(a.CreatedAt) {
-				out = e
-				return errFound
-			}
-			return nil
+		found, err := findApproval(b, func(e Approval) bool {
+			return e.Sandbox == a.Sandbox && e.Route == a.Route && e.Subject == a.Subject && e.live(a.CreatedAt)
 		})
-		if errors.Is(err, errFound) {
-			return nil
-		}
-		if err != nil {
+		if err != nil || found != nil {
+			if found != nil {
+				out = *found
+			}
 			return err
 		}
 		created = true
-		v, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(a.ID), v)
+		return putApproval(b, a)
 	})
 	if err != nil {
 		return Approval{}, false, fmt.Errorf("request approval: %w", err)
 	}
 	return out, created, nil
+}
+
+// eachApproval calls f with every approval in b, in id order, until f
+// fails.
+func eachApproval(b *bolt.Bucket, f func(Approval) error) error {
+	return b.ForEach(func(_, v []byte) error {
+		var a Approval
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("corrupt approval: %w", err)
+		}
+		return f(a)
+	})
+}
+
+// findApproval is the first approval in b that match takes; nil when
+// none does.
+func findApproval(b *bolt.Bucket, match func(Approval) bool) (*Approval, error) {
+	var found *Approval
+	err := eachApproval(b, func(a Approval) error {
+		if match(a) {
+			found = &a
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		err = nil
+	}
+	return found, err
+}
+
+func putApproval(b *bolt.Bucket, a Approval) error {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(a.ID), v)
 }
 
 // errFound ends a bucket's ForEach at what it looked for.
@@ -909,11 +934,7 @@ func (s *BoltStore) Approvals(ctx context.Context) ([]Approval, error) {
 	}
 	var out []Approval
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketApprovals).ForEach(func(_, v []byte) error {
-			var a Approval
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("corrupt approval: %w", err)
-			}
+		return eachApproval(tx.Bucket(bucketApprovals), func(a Approval) error {
 			out = append(out, a)
 			return nil
 		})
@@ -942,11 +963,7 @@ func (s *BoltStore) DecideApproval(ctx context.Context, id string, approve bool,
 		if err := decideApproval(&a, approve, by, at, grant); err != nil {
 			return err
 		}
-		out, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(id), out)
+		return putApproval(b, a)
 	})
 	return a, err
 }
@@ -958,29 +975,18 @@ func (s *BoltStore) UseGrant(ctx context.Context, sandbox, route, subject string
 	var a Approval
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketApprovals)
-		err := b.ForEach(func(_, v []byte) error {
-			var e Approval
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("corrupt approval: %w", err)
-			}
-			if e.Sandbox == sandbox && e.Route == route && e.Subject == subject && e.StateAt(at) == ApprovalApproved {
-				a = e
-				return errFound
-			}
-			return nil
+		found, err := findApproval(b, func(e Approval) bool {
+			return e.Sandbox == sandbox && e.Route == route && e.Subject == subject && e.StateAt(at) == ApprovalApproved
 		})
-		if err == nil {
+		switch {
+		case err != nil:
+			return err
+		case found == nil:
 			return ErrNoGrant
 		}
-		if !errors.Is(err, errFound) {
-			return err
-		}
+		a = *found
 		a.State, a.UsedAt = ApprovalUsed, at.UTC()
-		out, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(a.ID), out)
+		return putApproval(b, a)
 	})
 	if err != nil {
 		return Approval{}, err
@@ -988,37 +994,65 @@ func (s *BoltStore) UseGrant(ctx context.Context, sandbox, route, subject string
 	return a, nil
 }
 
-func (s *BoltStore) PruneApprovals(ctx context.Context, cutoff time.Time) (int, error) {
+// updateApprovals applies f to every approval in one transaction, writes
+// back those it changed and deletes those it drops, and returns how many it
+// changed or dropped.
+func (s *BoltStore) updateApprovals(ctx context.Context, f func(a *Approval) (changed, drop bool)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketApprovals)
-		var dead [][]byte
-		err := b.ForEach(func(k, v []byte) error {
-			var a Approval
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("corrupt approval: %w", err)
-			}
-			if !a.DeadSince().After(cutoff) {
-				dead = append(dead, k)
+		var put []Approval
+		var dropped []string
+		err := eachApproval(b, func(a Approval) error {
+			changed, drop := f(&a)
+			switch {
+			case drop:
+				dropped = append(dropped, a.ID)
+			case changed:
+				put = append(put, a)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range dead {
-			if err := b.Delete(k); err != nil {
+		for _, a := range put {
+			if err := putApproval(b, a); err != nil {
 				return err
 			}
 		}
-		n = len(dead)
+		for _, id := range dropped {
+			if err := b.Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+		n = len(put) + len(dropped)
 		return nil
 	})
+	return n, err
+}
+
+func (s *BoltStore) PruneApprovals(ctx context.Context, cutoff time.Time) (int, error) {
+	n, err := s.updateApprovals(ctx, func(a *Approval) (bool, bool) { return false, !a.DeadSince().After(cutoff) })
 	if err != nil {
 		return 0, fmt.Errorf("prune approvals: %w", err)
+	}
+	return n, nil
+}
+
+func (s *BoltStore) WithdrawApprovals(ctx context.Context, sandbox string, at time.Time) (int, error) {
+	n, err := s.updateApprovals(ctx, func(a *Approval) (bool, bool) {
+		if st := a.StateAt(at); a.Sandbox != sandbox || (st != ApprovalPending && st != ApprovalApproved) {
+			return false, false
+		}
+		a.ExpiresAt = at.UTC()
+		return true, false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("withdraw approvals: %w", err)
 	}
 	return n, nil
 }

@@ -183,3 +183,18 @@ func (s *PostgresStore) PruneApprovals(ctx context.Context, cutoff time.Time) (i
 	}
 	return n, nil
 }
+
+func (s *PostgresStore) WithdrawApprovals(ctx context.Context, sandbox string, at time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := call(ctx, func(ctx context.Context) (int, error) {
+		tag, err := s.pool.Exec(ctx, `UPDATE approvals SET expires_at = $2, closed = true
+			WHERE sandbox = $1 AND NOT closed AND state IN ('pending', 'approved') AND expires_at > $2`, sandbox, at.UTC())
+		return int(tag.RowsAffected()), err
+	})
+	if err != nil {
+		return 0, s.wrap("withdraw approvals", err)
+	}
+	return n, nil
+}

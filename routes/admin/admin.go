@@ -356,6 +356,13 @@ func (s *server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log().Info("tokens revoked", "sandbox", sandbox, "count", n)
+	// Its approvals end too: a later sandbox of the same id starts
+	// with none. The tokens are revoked already; a failure is logged.
+	if ap, err := s.Store().WithdrawApprovals(r.Context(), sandbox, s.Now()); err != nil {
+		s.Log().Error("withdrawing a revoked sandbox's approvals failed", "sandbox", sandbox, "err", err)
+	} else if ap > 0 {
+		s.Log().Info("approvals withdrawn", "sandbox", sandbox, "count", ap)
+	}
 	s.Metrics().DeleteBudget(sandbox)
 	if s.Sockets() != nil {
 		s.Sockets().Remove(sandbox)
