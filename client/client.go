@@ -647,3 +647,90 @@ func (c *Client) decidePin(ctx context.Context, path, server, tool, digest strin
 	err := c.do(ctx, http.MethodPost, path, q, nil, http.StatusOK, &out)
 	return out, err
 }
+
+// Approvals is the answer to GET /approvals.
+type Approvals struct {
+	Approvals []Approval `json:"approvals"`
+}
+
+// Approval is a request that the policy lets through only with an
+// operator's approval, and, once approved, the single-use grant for
+// exactly that request (docs/approvals.md).
+type Approval struct {
+	// ID is "apr_" and 16 hex digits.
+	ID      string `json:"id"`
+	Sandbox string `json:"sandbox"`
+	// Route is the route that asked ("github").
+	Route string `json:"route"`
+	// Subject is exactly what was asked: a grant is used only by a
+	// request of the same sandbox and route with the same subject. For a
+	// push: the repository, then each ref with its old and new object id.
+	Subject string `json:"subject"`
+	// Detail is the route's account of the request, a JSON object (a
+	// push: repository, and refs with ref, old, new, and ask for those
+	// the policy asks about).
+	Detail json.RawMessage `json:"detail,omitempty"`
+	// TokenID is the id of the token whose request asked.
+	TokenID string `json:"token_id,omitempty"`
+	// State is pending, approved, denied, used or expired, as of the
+	// answer.
+	State     string    `json:"state"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when a pending request lapses, and, once approved,
+	// when its grant does; a denial stands until it.
+	ExpiresAt time.Time `json:"expires_at"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// DecidedBy is who decided, as they said (?by=); empty: not said.
+	DecidedBy string    `json:"decided_by,omitempty"`
+	UsedAt    time.Time `json:"used_at,omitzero"`
+}
+
+// Approvals lists the approval requests, oldest first: those in state
+// (pending, approved, denied, used, expired; empty: any) of sandbox
+// (empty: any) (GET /approvals).
+func (c *Client) Approvals(ctx context.Context, state, sandbox string) ([]Approval, error) {
+	q := url.Values{}
+	if state != "" {
+		q.Set("state", state)
+	}
+	if sandbox != "" {
+		q.Set("sandbox", sandbox)
+	}
+	var out Approvals
+	err := c.do(ctx, http.MethodGet, "/approvals", q, nil, http.StatusOK, &out)
+	return out.Approvals, err
+}
+
+// Approval returns the approval with id (GET /approvals/ID); an *Error
+// with StatusCode 404 when there is none.
+func (c *Client) Approval(ctx context.Context, id string) (Approval, error) {
+	var out Approval
+	err := c.do(ctx, http.MethodGet, "/approvals/"+url.PathEscape(id), nil, nil, http.StatusOK, &out)
+	return out, err
+}
+
+// Approve approves the pending approval id (POST /approvals/ID/approve):
+// the request's retry goes through once, within the grant lifetime. by,
+// when not empty, names who approved, for the record. An *Error with
+// StatusCode 409 when it is not pending (decided, used or expired), 404
+// when there is none.
+func (c *Client) Approve(ctx context.Context, id, by string) (Approval, error) {
+	return c.decideApproval(ctx, id, "approve", by)
+}
+
+// Deny denies the pending approval id (POST /approvals/ID/deny): the
+// request stays refused until the approval would have expired. by and
+// errors as for Approve.
+func (c *Client) Deny(ctx context.Context, id, by string) (Approval, error) {
+	return c.decideApproval(ctx, id, "deny", by)
+}
+
+func (c *Client) decideApproval(ctx context.Context, id, verb, by string) (Approval, error) {
+	q := url.Values{}
+	if by != "" {
+		q.Set("by", by)
+	}
+	var out Approval
+	err := c.do(ctx, http.MethodPost, "/approvals/"+url.PathEscape(id)+"/"+verb, q, nil, http.StatusOK, &out)
+	return out, err
+}

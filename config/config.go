@@ -48,6 +48,9 @@ type Config struct {
 	// MCP are the [mcp.NAME] tables: remote MCP servers, reached at
 	// /mcp/NAME on the proxy listener (docs/mcp.md).
 	MCP map[string]*MCP `toml:"mcp"`
+	// Approvals is [approvals]: how requests the policy answers with ask
+	// wait for an operator (docs/approvals.md); every key has a default.
+	Approvals Approvals `toml:"approvals"`
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
@@ -203,6 +206,55 @@ type Log struct {
 	// it resolved), that serve appends JSON lines to, creating it with mode
 	// 0600; its directory must exist.
 	Audit string `toml:"audit"`
+}
+
+// Approvals is how requests the policy answers with ask (a push rule's ask)
+// are filed for an operator's approval.
+type Approvals struct {
+	// GrantLifetime is how long an approved request's grant may be used by
+	// the request's retry, once. Default 1h; must be more than 0.
+	GrantLifetime Duration `toml:"grant_lifetime"`
+	// RequestLifetime is how long a request waits for a decision before it
+	// expires, and how long a denial stands (the same request is refused
+	// without asking again). Default 24h; must be more than 0.
+	RequestLifetime Duration `toml:"request_lifetime"`
+	// Webhook is an http or https URL that gets a POST of each new approval
+	// request, a JSON body (WebhookFormat). It is never logged or echoed:
+	// a Slack incoming webhook's URL is its secret. Empty: none is sent.
+	Webhook string `toml:"webhook"`
+	// WebhookFormat is the webhook's body: "json" (the approval and a line
+	// of text, the default) or "slack" (a Slack incoming webhook's
+	// {"text": …}).
+	WebhookFormat string `toml:"webhook_format"`
+}
+
+// The webhook formats of approvals.webhook_format.
+const (
+	WebhookJSON  = "json"
+	WebhookSlack = "slack"
+)
+
+func (a Approvals) validate(f *policy.File) {
+	checkPositive(f, policy.KeyOf("approvals", "grant_lifetime"), a.GrantLifetime, "1h")
+	checkPositive(f, policy.KeyOf("approvals", "request_lifetime"), a.RequestLifetime, "24h")
+	if a.Webhook != "" {
+		// The URL is never echoed: its path may be its secret.
+		p := policy.KeyOf("approvals", "webhook")
+		u, err := url.Parse(a.Webhook)
+		switch {
+		case err != nil || !u.IsAbs() || u.Opaque != "" || (u.Scheme != "http" && u.Scheme != "https"):
+			f.AtValue(p, "%s: not an absolute http or https URL (e.g. \"https://hooks.example.com/cproxy\")", p)
+		case u.User != nil:
+			f.AtValue(p, "%s: the URL must not carry user info", p)
+		case u.Hostname() == "":
+			f.AtValue(p, "%s: the URL has no host", p)
+		case u.Fragment != "" || strings.Contains(a.Webhook, "#"):
+			f.AtValue(p, "%s: the URL must not have a fragment", p)
+		}
+	}
+	if a.WebhookFormat != WebhookJSON && a.WebhookFormat != WebhookSlack {
+		f.AtValue(policy.KeyOf("approvals", "webhook_format"), "approvals.webhook_format: %q is not a format (use %q or %q)", a.WebhookFormat, WebhookJSON, WebhookSlack)
+	}
 }
 
 // Runtime is how much of the machine cproxy serve uses.
@@ -384,6 +436,7 @@ func Default() *Config {
 		Log:          Log{Format: "text", Level: "info"},
 		Keyring:      Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
 		Runtime:      Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
+		Approvals:    Approvals{GrantLifetime: Duration{time.Hour}, RequestLifetime: Duration{24 * time.Hour}, WebhookFormat: WebhookJSON},
 		Rules:        policy.DefaultPolicy(),
 	}
 }
@@ -578,6 +631,7 @@ func (c *Config) validate(f *policy.File) {
 	c.Claude.validate(f)
 	c.validateRelays(f)
 	c.validateMCP(f)
+	c.Approvals.validate(f)
 
 	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
 		f.AtValue(policy.KeyOf("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)

@@ -19,6 +19,9 @@ const (
 	// (a version not named, a publish time not yet fetched); the request
 	// is decided by it later, when that is known.
 	Deferred
+	// Asked: the rule lets the request go on only with an operator's
+	// approval of exactly it (a rule's ask, docs/approvals.md).
+	Asked
 )
 
 // Step is one rule looked at in answering a question.
@@ -52,8 +55,14 @@ type Answer struct {
 	// unless it was deferred.
 	Steps []Step
 	// Allow is whether the request may go ahead as far as the question
-	// could tell: no step refused it. The zero Answer denies.
+	// could tell: no step refused it, and none asked. The zero Answer
+	// denies.
 	Allow bool
+	// Ask is set, with Allow false, when no step refused the request and
+	// one or more asked: it may go ahead with an operator's approval of
+	// exactly it. A route that does not ask for approvals refuses it, as
+	// it refuses any answer that does not allow.
+	Ask bool
 	// Rule is the rule the route records as the one that decided (the
 	// audit line's rule=): for a refusal the refusing step's; for an
 	// allowed request the one the question names as deciding, which is not
@@ -93,19 +102,26 @@ func (a Answer) Decided() Step {
 	return Step{}
 }
 
-// ask adds a step decided by d and reports whether it allowed the request.
-// The first step to refuse names the answer's Rule; while every step
-// allows, the question sets Rule to the one it names as deciding.
+// ask adds a step decided by d and reports whether it let the request go
+// on (allowed it, or asked). The first step to refuse names the answer's
+// Rule, else the first to ask; while every step allows, the question sets
+// Rule to the one it names as deciding.
 func (a *Answer) ask(check, key string, d Decision, reason string) bool {
 	o := Refused
-	if d.Allow {
+	switch {
+	case d.Allow:
 		o = Allowed
+	case d.Ask:
+		o = Asked
 	}
 	a.Steps = append(a.Steps, Step{Check: check, Key: key, Outcome: o, Rule: d.Rule, Reason: reason})
-	if !d.Allow && a.Allow {
-		a.Allow, a.Rule = false, d.Rule
+	switch {
+	case o == Refused && (a.Allow || a.Ask):
+		a.Allow, a.Ask, a.Rule = false, false, d.Rule
+	case o == Asked && a.Allow:
+		a.Allow, a.Ask, a.Rule = false, true, d.Rule
 	}
-	return d.Allow
+	return o != Refused
 }
 
 // later adds a step that waits for something the question did not hold.
@@ -145,9 +161,10 @@ type RefUpdate struct {
 
 // AskPush asks whether the profile may push updates to a repository: a
 // repos rule with push access, then every update against its refs, tags
-// and delete. Every update is asked, so that a push refused for one ref
-// can say what of each; the answer's Rule is the first refused update's
-// rule, or the first update's when all are allowed. With no updates (git's
+// and delete (and ask). Every update is asked, so that a push refused for
+// one ref can say what of each; the answer's Rule is the first refused
+// update's rule, else the first asking update's, or the first update's
+// when all are allowed. With no updates (git's
 // first request of a push, or its probe) only the repository is asked.
 func (pr *Profile) AskPush(repo string, updates []RefUpdate) Answer {
 	a := newAnswer()
@@ -185,7 +202,7 @@ type NPMQuestion struct {
 }
 
 // AskNPM asks whether the profile may have an npm package: its packages,
-// then for a version npm.deny and npm.min_release_age. A packument's
+// then for a version npm.deny, npm.min_release_age and npm.ask. A packument's
 // versions are each decided when it is rewritten, and a release age needs
 // the version's publish time: both are deferred steps. The answer's Rule
 // is the package's rule unless a version rule refuses.
@@ -195,6 +212,7 @@ func (pr *Profile) AskNPM(q NPMQuestion) Answer {
 		allow: pr.Package(q.Name), allowKey: "packages", section: "npm", hasPolicy: pr.HasNPMVersionPolicy(),
 		minAge: pr.NPM.MinReleaseAge, timeFrom: "the registry's publish time", placeholder: "NAME@VERSION",
 		deny: func() (Decision, string) { d := pr.NPMDeny(q.Name, q.Version); return d.Decision, d.Reason },
+		ask:  func() Decision { return pr.NPMAsk(q.Name, q.Version) },
 		aged: func(published time.Time) (Decision, string) {
 			d := pr.NPMVersion(q.Name, q.Version, published, q.Now)
 			return d.Decision, d.Reason
@@ -217,6 +235,8 @@ type versionedQuestion struct {
 	placeholder         string // how explain names a version: "NAME@VERSION"
 	deny                func() (Decision, string)
 	aged                func(published time.Time) (Decision, string)
+	// ask is SECTION.ask's decision, asked last; nil: the section has none.
+	ask func() Decision
 }
 
 // askVersioned asks a package route's steps: the name's rule, then for a
@@ -240,18 +260,26 @@ func (pr *Profile) askVersioned(q versionedQuestion) Answer {
 	if d, reason := q.deny(); !a.ask("version "+nv, q.section+".deny", d, reason) {
 		return a
 	}
-	if q.minAge.Duration <= 0 {
-		return a
+	if q.minAge.Duration > 0 {
+		ageKey := q.section + ".min_release_age"
+		if q.published == nil {
+			text, _ := q.minAge.MarshalText()
+			a.later("release age of "+nv, ageKey, pr.rule(".%s", ageKey),
+				fmt.Sprintf("release age checked against %s at request time (%s.%s = %q)", q.timeFrom, pr.Key(), ageKey, text))
+			return a
+		}
+		d, reason := q.aged(*q.published)
+		if !a.ask("release age of "+nv, ageKey, d, reason) {
+			return a
+		}
 	}
-	ageKey := q.section + ".min_release_age"
-	if q.published == nil {
-		text, _ := q.minAge.MarshalText()
-		a.later("release age of "+nv, ageKey, pr.rule(".%s", ageKey),
-			fmt.Sprintf("release age checked against %s at request time (%s.%s = %q)", q.timeFrom, pr.Key(), ageKey, text))
-		return a
+	// Asked last, once nothing refuses: an approval is asked for only
+	// of a version that would otherwise be served.
+	if q.ask != nil {
+		if d := q.ask(); d.Ask {
+			a.ask("approval of "+nv, q.section+".ask", d, "")
+		}
 	}
-	d, reason := q.aged(*q.published)
-	a.ask("release age of "+nv, ageKey, d, reason)
 	return a
 }
 

@@ -45,6 +45,14 @@
 // also needs tags = true, and deleting any ref needs delete = true. Force pushes are
 // not told apart from other updates.
 //
+// Ask is the policy's third answer, beside allow and deny: the request may go ahead
+// only with an operator's approval of exactly it (Decision.Ask, Answer.Ask, the step
+// outcome Asked). A push rule's ask lists ref globs a push may update only so; a ref
+// an ask glob matches asks even when refs also match it, and tags and delete apply
+// to it as to refs. A push rule needs refs or ask. One refused ref refuses the push,
+// whatever else asks. [profile.NAME.npm]'s ask lists version ranges, shaped as deny's,
+// whose tarballs need an approval; deny and min_release_age are asked first.
+//
 // A rule's api lists what the sandbox may do through GitHub's REST API on its
 // repositories (APIPermissions: read, pulls:create, pulls:request-reviewers,
 // issues:create, issues:comment); without it, nothing. A pull request (pulls:create)

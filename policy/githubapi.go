@@ -154,7 +154,13 @@ func (pr *Profile) AskAPI(q APIQuestion) Answer {
 		a.later("pull request base", "pr_bases", pr.rule(".repos[%q].pr_bases", q.Repo), "the base branch is read from the request's body")
 		return a
 	}
-	if !a.ask("head refs/heads/"+q.Head, "refs", pr.Ref(q.Repo, "refs/heads/"+q.Head, false, false), "") {
+	head := pr.Ref(q.Repo, "refs/heads/"+q.Head, false, false)
+	if head.Ask {
+		// The API route files no approvals: a branch pushed only with
+		// one is no head it opens a pull request from.
+		head = Decision{Rule: head.Rule + ": pushed only with an approval"}
+	}
+	if !a.ask("head refs/heads/"+q.Head, "refs", head, "") {
 		return a
 	}
 	a.ask("base "+q.Base, "pr_bases", pr.PRBase(q.Repo, q.Base), "")

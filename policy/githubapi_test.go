@@ -62,3 +62,20 @@ repos = [{ repo = "a/b", access = "push", refs = ["refs/heads/x/*"], api = ["pul
 		}
 	}
 }
+
+// A head branch pushed only with an approval is refused as a pull
+// request's head: the API route files no approvals.
+func TestAPIHeadUnderAsk(t *testing.T) {
+	p, err := ParsePolicy("policy.toml", []byte(`
+[profile.web]
+repos = [{ repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], ask = ["refs/heads/release/*"], api = ["pulls:create"], pr_bases = ["main"] }]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.Profiles["web"].AskAPI(APIQuestion{Repo: "acme/app", Permission: APIPullsCreate, Head: "release/1", Base: "main"})
+	step, refused := a.Refusal()
+	if a.Allow || a.Ask || !refused || step.Key != "refs" || step.Rule != `profile.web.repos["acme/app"].ask["refs/heads/release/*"]: pushed only with an approval` {
+		t.Errorf("got %+v", a)
+	}
+}

@@ -21,6 +21,11 @@ type NPMPolicy struct {
 	MinReleaseAge Age `toml:"min_release_age"`
 	// Deny lists version ranges that are never served, per package glob.
 	Deny []NPMDenyRule `toml:"deny"`
+	// Ask lists version ranges, per package glob, whose tarballs are served
+	// only with an operator's approval of exactly that package version
+	// (docs/approvals.md); the packument keeps them, so npm can resolve
+	// them. Deny and the release age are asked first. Empty: none asks.
+	Ask []NPMDenyRule `toml:"ask"`
 	// Search lets the sandbox run npm search (GET /-/v1/search). Default false.
 	Search bool `toml:"search"`
 	// Audit lets the sandbox run npm audit (the bulk advisory endpoint) for
@@ -99,9 +104,14 @@ func parseRange(s string) (*semver.Constraints, error) {
 func (pr *Profile) validateNPM(d *decoder, pp path) {
 	np := pp.key("npm")
 	pr.checkMinAge(d, np, pr.NPM.MinReleaseAge)
-	dp := np.key("deny")
-	for i := range pr.NPM.Deny {
-		r := &pr.NPM.Deny[i]
+	pr.validateNPMRules(d, np.key("deny"), pr.NPM.Deny)
+	pr.validateNPMRules(d, np.key("ask"), pr.NPM.Ask)
+}
+
+// validateNPMRules checks npm.deny's or npm.ask's entries, at dp.
+func (pr *Profile) validateNPMRules(d *decoder, dp path, rules []NPMDenyRule) {
+	for i := range rules {
+		r := &rules[i]
 		ep := dp.elem(i, isArrayOfTables(d, dp, i))
 		if !d.has(ep.key("package")) {
 			d.missing(ep.key("package"), ep, `%s: entry needs package, a package-name glob (e.g. package = "event-stream")`, dp)
@@ -265,5 +275,27 @@ func (pr *Profile) npmSwitch(key string, on bool) Decision {
 
 // HasNPMVersionPolicy reports whether the profile filters npm versions at all.
 func (pr *Profile) HasNPMVersionPolicy() bool {
-	return pr != nil && (pr.NPM.MinReleaseAge.Duration > 0 || len(pr.NPM.Deny) > 0)
+	return pr != nil && (pr.NPM.MinReleaseAge.Duration > 0 || len(pr.NPM.Deny) > 0 || len(pr.NPM.Ask) > 0)
+}
+
+// NPMAsk decides a version of an allowed package against the profile's ask
+// list: it asks (Decision.Ask) when a rule's package glob (in any case, as
+// deny's) and range both match, and when a rule's glob matches a version
+// that is not semver, which an operator can still judge; else it allows.
+func (pr *Profile) NPMAsk(name, version string) Decision {
+	if pr == nil {
+		return Decision{Rule: "no profile"}
+	}
+	name = strings.ToLower(name)
+	for i, r := range pr.NPM.Ask {
+		glob, _, _ := r.rule()
+		if !matchGlob(glob, name) {
+			continue
+		}
+		v, err := semver.StrictNewVersion(version)
+		if err != nil || r.has(v) {
+			return Decision{Ask: true, Rule: pr.rule(".npm.ask[%d]", i)}
+		}
+	}
+	return Decision{Allow: true, Rule: pr.rule(".npm")}
 }

@@ -149,3 +149,40 @@ packages = ["*"]
 		t.Errorf("search = \"yes\": %v", (&probs).Error())
 	}
 }
+
+func TestNPMAsk(t *testing.T) {
+	p, err := ParsePolicy("policy.toml", []byte(`
+[profile.web]
+packages = ["is-*", "left-pad"]
+[profile.web.npm]
+min_release_age = "3d"
+deny = [{ package = "is-thing", versions = "2.0.1" }]
+ask = [{ package = "is-*", versions = ">=2.0.0" }]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := p.Profiles["web"]
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	old, young := now.Add(-10*24*time.Hour), now.Add(-time.Hour)
+	for _, c := range []struct {
+		name, version string
+		published     *time.Time
+		allow, ask    bool
+		rule          string
+	}{
+		{"is-thing", "1.0.0", &old, true, false, `profile.web.packages["is-*"]`},
+		{"is-thing", "2.0.0", &old, false, true, `profile.web.npm.ask[0]`},
+		{"IS-THING", "2.0.0", &old, false, false, `profile.web: no packages entry matches`},
+		{"is-thing", "2.0.1", &old, false, false, `profile.web.npm.deny[0]`},
+		{"is-thing", "2.0.0", &young, false, false, `profile.web.npm.min_release_age`},
+		{"is-thing", "2.0.0", nil, true, false, `profile.web.packages["is-*"]`}, // deferred: the age first
+		{"is-other", "latest-ish", &old, false, true, `profile.web.npm.ask[0]`},
+		{"left-pad", "9.0.0", &old, true, false, `profile.web.packages["left-pad"]`},
+	} {
+		a := pr.AskNPM(NPMQuestion{Name: c.name, Version: c.version, Published: c.published, Now: now})
+		if a.Allow != c.allow || a.Ask != c.ask || a.Rule != c.rule {
+			t.Errorf("%s@%s: allow %v ask %v rule %s; want %v %v %s", c.name, c.version, a.Allow, a.Ask, a.Rule, c.allow, c.ask, c.rule)
+		}
+	}
+}

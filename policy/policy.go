@@ -103,9 +103,14 @@ type RepoRule struct {
 	// Push only, and required with push: a push rule without refs is refused at load
 	// rather than silently meaning "no ref" or "every ref".
 	Refs []string `toml:"refs"`
-	// Tags lets a push create or move tags (refs/tags/…) matching Refs. Push only; default false.
+	// Ask are full ref-name globs a push may create or update only with an
+	// operator's approval of exactly that push (docs/approvals.md): a ref
+	// one matches needs the approval even when Refs (of this rule or
+	// another) match it too. Push only. Empty: no ref asks.
+	Ask []string `toml:"ask"`
+	// Tags lets a push create or move tags (refs/tags/…) matching Refs or Ask. Push only; default false.
 	Tags bool `toml:"tags"`
-	// Delete lets a push delete refs matching Refs. Push only; default false.
+	// Delete lets a push delete refs matching Refs or Ask. Push only; default false.
 	Delete bool `toml:"delete"`
 	// API is what the sandbox may do through GitHub's REST API on the
 	// repositories Repo matches: names of APIPermissions ("read",
@@ -131,6 +136,9 @@ type SandboxRule struct {
 type Decision struct {
 	// Allow is whether the request may go ahead; the zero Decision denies.
 	Allow bool
+	// Ask is set, with Allow false, when the request may go ahead only
+	// with an operator's approval of exactly it (a rule's ask).
+	Ask bool
 	// Rule says which rule decided, for logs and denial messages, e.g.
 	// `profile.web.models["claude-sonnet-*"]` or `profile.web: no models entry matches`.
 	Rule string
@@ -380,7 +388,8 @@ func (pr *Profile) Repo(ownerName string, push bool) Decision {
 // the full ref name ("refs/heads/agent/x"), tag whether it names a tag (any ref under
 // refs/tags/ counts as one regardless), del whether the command deletes it. It is
 // allowed when a push rule for the repository has a refs glob matching ref, and Tags
-// for a tag, and Delete for a deletion.
+// for a tag, and Delete for a deletion; it asks (Decision.Ask) when such a rule has an
+// ask glob matching it, whatever refs say.
 func (pr *Profile) Ref(ownerName, ref string, tag, del bool) Decision {
 	if pr == nil {
 		return Decision{Rule: "no profile"}
@@ -394,6 +403,7 @@ func (pr *Profile) Ref(ownerName, ref string, tag, del bool) Decision {
 	}
 	tag = tag || strings.HasPrefix(ref, "refs/tags/")
 	blocked, pushRepo := "", ""
+	var allowed *Decision
 	for _, r := range pr.Repos {
 		if r.Access != AccessPush || !matchGlob(strings.ToLower(r.Repo), name) {
 			continue
@@ -401,22 +411,34 @@ func (pr *Profile) Ref(ownerName, ref string, tag, del bool) Decision {
 		if pushRepo == "" {
 			pushRepo = r.Repo
 		}
-		for _, g := range r.Refs {
-			if !matchGlob(g, ref) {
-				continue
+		// An ask glob is looked at first, in every rule: a ref it
+		// matches needs an approval whatever refs allow.
+		for _, key := range []string{"ask", "refs"} {
+			globs := r.Ask
+			if key == "refs" {
+				globs = r.Refs
 			}
-			rule := pr.rule(".repos[%q].refs[%q]", r.Repo, g)
-			switch {
-			case tag && !r.Tags:
-				blocked = cmpOr(blocked, rule+": tags = false")
-			case del && !r.Delete:
-				blocked = cmpOr(blocked, rule+": delete = false")
-			default:
-				return Decision{Allow: true, Rule: rule}
+			for _, g := range globs {
+				if !matchGlob(g, ref) {
+					continue
+				}
+				rule := pr.rule(".repos[%q].%s[%q]", r.Repo, key, g)
+				switch {
+				case tag && !r.Tags:
+					blocked = cmpOr(blocked, rule+": tags = false")
+				case del && !r.Delete:
+					blocked = cmpOr(blocked, rule+": delete = false")
+				case key == "ask":
+					return Decision{Ask: true, Rule: rule}
+				case allowed == nil:
+					allowed = &Decision{Allow: true, Rule: rule}
+				}
 			}
 		}
 	}
 	switch {
+	case allowed != nil:
+		return *allowed
 	case blocked != "":
 		return Decision{Rule: blocked}
 	case pushRepo != "":
@@ -577,13 +599,13 @@ func checkRepoRule(d *decoder, p path, i int, rules []RepoRule) {
 	case !d.has(ep.key("access")):
 		d.missing(ep.key("access"), ep, `%s: entry needs access = "read" or "push"`, p)
 	case r.Access == AccessRead:
-		for _, k := range []string{"refs", "tags", "delete"} {
+		for _, k := range []string{"refs", "ask", "tags", "delete"} {
 			if d.has(ep.key(k)) {
 				d.atKey(ep.key(k), `%s.%s: only for access = "push" (this entry has access = "read")`, p, k)
 			}
 		}
 	case r.Access == AccessPush:
-		if len(r.Refs) == 0 {
+		if len(r.Refs) == 0 && len(r.Ask) == 0 {
 			at := ep.key("access")
 			if d.has(ep.key("refs")) {
 				at = ep.key("refs")
@@ -591,13 +613,14 @@ func checkRepoRule(d *decoder, p path, i int, rules []RepoRule) {
 			d.atValue(at, `%s: access = "push" needs refs, the refs a push may update (e.g. refs = ["refs/heads/agent/*"], or ["refs/heads/**"] for every branch)`, p)
 		}
 		checkGlobs(d, ep.key("refs"), r.Refs, checkRefGlob)
+		checkGlobs(d, ep.key("ask"), r.Ask, checkRefGlob)
 	default:
 		d.atValue(ep.key("access"), `%s.access: %q is not an access level (use "read" or "push")`, p, r.Access)
 	}
 	checkAPI(d, ep, r)
 
 	for j := range i {
-		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) {
+		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && slices.Equal(q.Ask, r.Ask) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) {
 			line, _ := d.ix.find(p.elem(j, false), false)
 			d.atValue(ep, "%s: entry for %q is the same as the one on line %d (remove one)", p, r.Repo, line)
 			break

@@ -69,42 +69,42 @@ func TestExamplePolicyDecisions(t *testing.T) {
 		got  Decision
 		want Decision
 	}{
-		{"web sonnet", web.Model("claude-sonnet-4-5-20250929"), Decision{true, `profile.web.models["claude-sonnet-*"]`}},
-		{"web haiku", web.Model("claude-haiku-4-5"), Decision{true, `profile.web.models["claude-haiku-*"]`}},
-		{"web opus", web.Model("claude-opus-4-1"), Decision{false, `profile.web: no models entry matches`}},
-		{"web empty model", web.Model(""), Decision{false, `profile.web: no model named`}},
-		{"model case", web.Model("Claude-sonnet-4"), Decision{false, `profile.web: no models entry matches`}},
-		{"default opus", def.Model("claude-opus-4-1"), Decision{true, `profile.default.models["claude-*"]`}},
-		{"default gpt", def.Model("gpt-5"), Decision{false, `profile.default: no models entry matches`}},
+		{"web sonnet", web.Model("claude-sonnet-4-5-20250929"), Decision{Allow: true, Rule: `profile.web.models["claude-sonnet-*"]`}},
+		{"web haiku", web.Model("claude-haiku-4-5"), Decision{Allow: true, Rule: `profile.web.models["claude-haiku-*"]`}},
+		{"web opus", web.Model("claude-opus-4-1"), Decision{Allow: false, Rule: `profile.web: no models entry matches`}},
+		{"web empty model", web.Model(""), Decision{Allow: false, Rule: `profile.web: no model named`}},
+		{"model case", web.Model("Claude-sonnet-4"), Decision{Allow: false, Rule: `profile.web: no models entry matches`}},
+		{"default opus", def.Model("claude-opus-4-1"), Decision{Allow: true, Rule: `profile.default.models["claude-*"]`}},
+		{"default gpt", def.Model("gpt-5"), Decision{Allow: false, Rule: `profile.default: no models entry matches`}},
 
-		{"fetch app", web.Repo("acme/app", false), Decision{true, `profile.web.repos["acme/app"]`}},
-		{"push app", web.Repo("acme/app", true), Decision{true, `profile.web.repos["acme/app"]`}},
-		{"push app any case, .git", web.Repo("ACME/App.git", true), Decision{true, `profile.web.repos["acme/app"]`}},
-		{"fetch docs", web.Repo("acme/api-docs", false), Decision{true, `profile.web.repos["acme/*-docs"]`}},
-		{"push docs", web.Repo("acme/api-docs", true), Decision{false, `profile.web.repos["acme/*-docs"]: access = "read"`}},
-		{"fetch other", web.Repo("acme/other", false), Decision{false, `profile.web: no repos entry matches`}},
-		{"fetch other owner", web.Repo("evil/app", false), Decision{false, `profile.web: no repos entry matches`}},
-		{"default no repos", def.Repo("acme/app", false), Decision{false, `profile.default: no repos entry matches`}},
-		{"bad repo name", web.Repo("acme/app/x", false), Decision{false, `profile.web: "acme/app/x" is not an owner/name repository`}},
-		{"dotdot repo", web.Repo("acme/..", false), Decision{false, `profile.web: "acme/.." is not an owner/name repository`}},
+		{"fetch app", web.Repo("acme/app", false), Decision{Allow: true, Rule: `profile.web.repos["acme/app"]`}},
+		{"push app", web.Repo("acme/app", true), Decision{Allow: true, Rule: `profile.web.repos["acme/app"]`}},
+		{"push app any case, .git", web.Repo("ACME/App.git", true), Decision{Allow: true, Rule: `profile.web.repos["acme/app"]`}},
+		{"fetch docs", web.Repo("acme/api-docs", false), Decision{Allow: true, Rule: `profile.web.repos["acme/*-docs"]`}},
+		{"push docs", web.Repo("acme/api-docs", true), Decision{Allow: false, Rule: `profile.web.repos["acme/*-docs"]: access = "read"`}},
+		{"fetch other", web.Repo("acme/other", false), Decision{Allow: false, Rule: `profile.web: no repos entry matches`}},
+		{"fetch other owner", web.Repo("evil/app", false), Decision{Allow: false, Rule: `profile.web: no repos entry matches`}},
+		{"default no repos", def.Repo("acme/app", false), Decision{Allow: false, Rule: `profile.default: no repos entry matches`}},
+		{"bad repo name", web.Repo("acme/app/x", false), Decision{Allow: false, Rule: `profile.web: "acme/app/x" is not an owner/name repository`}},
+		{"dotdot repo", web.Repo("acme/..", false), Decision{Allow: false, Rule: `profile.web: "acme/.." is not an owner/name repository`}},
 
-		{"ref agent", web.Ref("acme/app", "refs/heads/agent/fix-1", false, false), Decision{true, `profile.web.repos["acme/app"].refs["refs/heads/agent/*"]`}},
-		{"ref agent nested", web.Ref("acme/app", "refs/heads/agent/a/b", false, false), Decision{false, `profile.web.repos["acme/app"]: no refs entry matches`}},
-		{"ref main", web.Ref("acme/app", "refs/heads/main", false, false), Decision{false, `profile.web.repos["acme/app"]: no refs entry matches`}},
-		{"ref delete", web.Ref("acme/app", "refs/heads/agent/x", false, true), Decision{false, `profile.web.repos["acme/app"].refs["refs/heads/agent/*"]: delete = false`}},
-		{"ref tag flag", web.Ref("acme/app", "refs/heads/agent/x", true, false), Decision{false, `profile.web.repos["acme/app"].refs["refs/heads/agent/*"]: tags = false`}},
-		{"ref tag path", web.Ref("acme/app", "refs/tags/v1", false, false), Decision{false, `profile.web.repos["acme/app"]: no refs entry matches`}},
-		{"ref short name", web.Ref("acme/app", "agent/x", false, false), Decision{false, `profile.web: "agent/x" is not a full ref name (refs/…)`}},
-		{"ref read-only repo", web.Ref("acme/api-docs", "refs/heads/agent/x", false, false), Decision{false, `profile.web: no repos entry allows push`}},
+		{"ref agent", web.Ref("acme/app", "refs/heads/agent/fix-1", false, false), Decision{Allow: true, Rule: `profile.web.repos["acme/app"].refs["refs/heads/agent/*"]`}},
+		{"ref agent nested", web.Ref("acme/app", "refs/heads/agent/a/b", false, false), Decision{Allow: false, Rule: `profile.web.repos["acme/app"]: no refs entry matches`}},
+		{"ref main", web.Ref("acme/app", "refs/heads/main", false, false), Decision{Allow: false, Rule: `profile.web.repos["acme/app"]: no refs entry matches`}},
+		{"ref delete", web.Ref("acme/app", "refs/heads/agent/x", false, true), Decision{Allow: false, Rule: `profile.web.repos["acme/app"].refs["refs/heads/agent/*"]: delete = false`}},
+		{"ref tag flag", web.Ref("acme/app", "refs/heads/agent/x", true, false), Decision{Allow: false, Rule: `profile.web.repos["acme/app"].refs["refs/heads/agent/*"]: tags = false`}},
+		{"ref tag path", web.Ref("acme/app", "refs/tags/v1", false, false), Decision{Allow: false, Rule: `profile.web.repos["acme/app"]: no refs entry matches`}},
+		{"ref short name", web.Ref("acme/app", "agent/x", false, false), Decision{Allow: false, Rule: `profile.web: "agent/x" is not a full ref name (refs/…)`}},
+		{"ref read-only repo", web.Ref("acme/api-docs", "refs/heads/agent/x", false, false), Decision{Allow: false, Rule: `profile.web: no repos entry allows push`}},
 
-		{"react", web.Package("react"), Decision{true, `profile.web.packages["react"]`}},
-		{"react-dom", web.Package("react-dom"), Decision{true, `profile.web.packages["react-dom"]`}},
-		{"@types/node", web.Package("@types/node"), Decision{true, `profile.web.packages["@types/*"]`}},
-		{"@types nested", web.Package("@types/node/x"), Decision{false, `profile.web: no packages entry matches`}},
-		{"lodash", web.Package("lodash"), Decision{false, `profile.web: no packages entry matches`}},
-		{"react-native", web.Package("react-native"), Decision{false, `profile.web: no packages entry matches`}},
-		{"empty package", web.Package(""), Decision{false, `profile.web: no package named`}},
-		{"default no packages", def.Package("react"), Decision{false, `profile.default: no packages entry matches`}},
+		{"react", web.Package("react"), Decision{Allow: true, Rule: `profile.web.packages["react"]`}},
+		{"react-dom", web.Package("react-dom"), Decision{Allow: true, Rule: `profile.web.packages["react-dom"]`}},
+		{"@types/node", web.Package("@types/node"), Decision{Allow: true, Rule: `profile.web.packages["@types/*"]`}},
+		{"@types nested", web.Package("@types/node/x"), Decision{Allow: false, Rule: `profile.web: no packages entry matches`}},
+		{"lodash", web.Package("lodash"), Decision{Allow: false, Rule: `profile.web: no packages entry matches`}},
+		{"react-native", web.Package("react-native"), Decision{Allow: false, Rule: `profile.web: no packages entry matches`}},
+		{"empty package", web.Package(""), Decision{Allow: false, Rule: `profile.web: no package named`}},
+		{"default no packages", def.Package("react"), Decision{Allow: false, Rule: `profile.default: no packages entry matches`}},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -126,13 +126,13 @@ repos = [
 		tag, del bool
 		want     Decision
 	}{
-		{"refs/heads/agent/a/b", false, false, Decision{true, `profile.rel.repos["acme/app"].refs["refs/heads/agent/**"]`}},
-		{"refs/heads/agent/a", false, true, Decision{true, `profile.rel.repos["acme/app"].refs["refs/heads/agent/**"]`}},
-		{"refs/tags/v1.2", true, false, Decision{true, `profile.rel.repos["acme/app"].refs["refs/tags/v*"]`}},
-		{"refs/tags/v1.2", false, false, Decision{true, `profile.rel.repos["acme/app"].refs["refs/tags/v*"]`}},
-		{"refs/tags/v1.2", true, true, Decision{false, `profile.rel.repos["acme/app"].refs["refs/tags/v*"]: delete = false`}},
-		{"refs/tags/x", true, false, Decision{false, `profile.rel.repos["acme/app"]: no refs entry matches`}},
-		{"refs/heads/main", false, false, Decision{false, `profile.rel.repos["acme/app"]: no refs entry matches`}},
+		{"refs/heads/agent/a/b", false, false, Decision{Allow: true, Rule: `profile.rel.repos["acme/app"].refs["refs/heads/agent/**"]`}},
+		{"refs/heads/agent/a", false, true, Decision{Allow: true, Rule: `profile.rel.repos["acme/app"].refs["refs/heads/agent/**"]`}},
+		{"refs/tags/v1.2", true, false, Decision{Allow: true, Rule: `profile.rel.repos["acme/app"].refs["refs/tags/v*"]`}},
+		{"refs/tags/v1.2", false, false, Decision{Allow: true, Rule: `profile.rel.repos["acme/app"].refs["refs/tags/v*"]`}},
+		{"refs/tags/v1.2", true, true, Decision{Allow: false, Rule: `profile.rel.repos["acme/app"].refs["refs/tags/v*"]: delete = false`}},
+		{"refs/tags/x", true, false, Decision{Allow: false, Rule: `profile.rel.repos["acme/app"]: no refs entry matches`}},
+		{"refs/heads/main", false, false, Decision{Allow: false, Rule: `profile.rel.repos["acme/app"]: no refs entry matches`}},
 	}
 	for _, tt := range tests {
 		if got := pr.Ref("acme/app", tt.ref, tt.tag, tt.del); got != tt.want {
@@ -545,5 +545,72 @@ func TestSuggest(t *testing.T) {
 		if got := suggest(key, known); got != want {
 			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
 		}
+	}
+}
+
+func TestRefAsk(t *testing.T) {
+	p, err := ParsePolicy("policy.toml", []byte(`
+[profile.web]
+repos = [
+  { repo = "acme/app", access = "push", refs = ["refs/heads/**"], ask = ["refs/heads/main", "refs/heads/release/*"] },
+  { repo = "acme/app", access = "push", refs = ["refs/tags/v*"], ask = ["refs/tags/stable"], tags = true },
+  { repo = "acme/lib", access = "push", ask = ["refs/heads/main"] },
+]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := p.Profiles["web"]
+	for _, c := range []struct {
+		repo, ref string
+		del       bool
+		allow     bool
+		ask       bool
+		rule      string
+	}{
+		{"acme/app", "refs/heads/agent/x", false, true, false, `profile.web.repos["acme/app"].refs["refs/heads/**"]`},
+		{"acme/app", "refs/heads/main", false, false, true, `profile.web.repos["acme/app"].ask["refs/heads/main"]`},
+		{"acme/app", "refs/heads/release/1", false, false, true, `profile.web.repos["acme/app"].ask["refs/heads/release/*"]`},
+		{"acme/app", "refs/heads/main", true, false, false, `profile.web.repos["acme/app"].ask["refs/heads/main"]: delete = false`},
+		{"acme/app", "refs/tags/stable", false, false, true, `profile.web.repos["acme/app"].ask["refs/tags/stable"]`},
+		{"acme/app", "refs/tags/v1", false, true, false, `profile.web.repos["acme/app"].refs["refs/tags/v*"]`},
+		{"acme/lib", "refs/heads/main", false, false, true, `profile.web.repos["acme/lib"].ask["refs/heads/main"]`},
+		{"acme/lib", "refs/heads/dev", false, false, false, `profile.web.repos["acme/lib"]: no refs entry matches`},
+	} {
+		d := pr.Ref(c.repo, c.ref, false, c.del)
+		if d.Allow != c.allow || d.Ask != c.ask || d.Rule != c.rule {
+			t.Errorf("Ref(%s, %s, delete %v) = %+v; want allow %v ask %v by %s", c.repo, c.ref, c.del, d, c.allow, c.ask, c.rule)
+		}
+	}
+	// A push with an allowed ref and an asking one asks; one with a
+	// refused ref is refused, whatever else asks.
+	a := pr.AskPush("acme/app", []RefUpdate{{Ref: "refs/heads/agent/x"}, {Ref: "refs/heads/main"}})
+	if a.Allow || !a.Ask || a.Rule != `profile.web.repos["acme/app"].ask["refs/heads/main"]` || a.Steps[2].Outcome != Asked {
+		t.Errorf("push of an allowed and an asking ref: %+v", a)
+	}
+	a = pr.AskPush("acme/app", []RefUpdate{{Ref: "refs/heads/main"}, {Ref: "refs/heads/main", Delete: true}})
+	if a.Allow || a.Ask || a.Rule != `profile.web.repos["acme/app"].ask["refs/heads/main"]: delete = false` {
+		t.Errorf("push of an asking and a refused ref: %+v", a)
+	}
+	if _, refused := a.Refusal(); !refused {
+		t.Errorf("no refusal in %+v", a)
+	}
+}
+
+func TestRefAskChecked(t *testing.T) {
+	_, err := ParsePolicy("policy.toml", []byte(`
+[profile.web]
+repos = [
+  { repo = "acme/app", access = "read", ask = ["refs/heads/main"] },
+  { repo = "acme/lib", access = "push", ask = ["heads/main", "refs/heads/main", "refs/heads/main"] },
+]
+`))
+	want := []string{
+		`policy.toml:4:41: profile.web.repos.ask: only for access = "push" (this entry has access = "read")`,
+		`policy.toml:5:48: profile.web.repos.ask: "heads/main" is not a full ref name pattern: start it with refs/ (e.g. "refs/heads/agent/*", "refs/tags/v*")`,
+		`policy.toml:5:81: profile.web.repos.ask: "refs/heads/main" is listed twice (remove one)`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("got\n%v\nwant\n%s", err, strings.Join(want, "\n"))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/metrics"
+	"github.com/cproxy/cproxy/tokens"
 )
 
 // auditWriter counts what a response sends, for the audit line. It unwraps
@@ -98,6 +99,12 @@ type Call struct {
 	// flight is the request as its token's revocation or expiry ends it,
 	// from its authentication on.
 	flight flight
+	// approval is the id of the approval request the request filed or
+	// found, or of the grant it used; empty: none.
+	approval string
+	// grant is the approved grant NeedApproval found, used when the
+	// request is sent (useGrant); nil: none.
+	grant *tokens.Approval
 	// decide asks the route's policy question again of another profile,
 	// when a reload has changed the token's (Server.recheck); nil: the
 	// request is refused then.
@@ -257,6 +264,7 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 		Answer:     a.answer,
 		Decision:   a.decision,
 		Rule:       a.rule,
+		Approval:   a.approval,
 		Status:     status,
 		Reason:     a.reason,
 		DurationMS: float64(d.Microseconds()) / 1000,

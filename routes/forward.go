@@ -653,6 +653,12 @@ func (f *Forwarder) Forward(a *Call, r *http.Request, t Target) {
 		a.fail(writeErr, err)
 		return
 	}
+	// Once the request is decided as it is sent, and not before: a
+	// grant is used by the request that reaches the upstream.
+	if err := a.useGrant(r.Context()); err != nil {
+		a.fail(writeErr, err)
+		return
+	}
 	if a.meter != nil && a.meter.charged {
 		// A charged model request is charged once the upstream has it.
 		ctx = httptrace.WithClientTrace(ctx, a.meter.clientTrace())

@@ -89,6 +89,13 @@ func (s *Server) Prune(ctx context.Context, before time.Time, why, value string)
 	if n > 0 {
 		s.log.Info("tokens pruned", "count", n, "before", before.UTC(), why, value)
 	}
+	if err == nil {
+		// Approval requests that ended as long ago go with the tokens.
+		var ap int
+		if ap, err = s.store.PruneApprovals(ctx, before); ap > 0 {
+			s.log.Info("approvals pruned", "count", ap, "before", before.UTC(), why, value)
+		}
+	}
 	return n, err
 }
 

@@ -170,6 +170,9 @@ type Options struct {
 	// PruneInterval is how often the store is pruned; zero means
 	// DefaultPruneInterval.
 	PruneInterval time.Duration
+	// Approvals say how requests the policy answers with ask are filed
+	// for an operator's approval, and how long a grant lasts.
+	Approvals ApprovalOptions
 }
 
 // Server holds what the listeners share.
@@ -200,6 +203,7 @@ type Server struct {
 	conns                *budget.ConnLimit       // nil: no bound
 	limits               map[string]*routeLimits // by route name; read only after New
 	retention            time.Duration
+	approvals            ApprovalOptions
 	pruneStop            func() // stops the pruner and waits for it; nil: none runs
 }
 
@@ -265,6 +269,13 @@ func New(o Options) *Server {
 		s.sockets.conns = s.conns
 	}
 	s.retention = o.Retention
+	s.approvals = o.Approvals
+	if s.approvals.GrantLifetime <= 0 {
+		s.approvals.GrantLifetime = DefaultGrantLifetime
+	}
+	if s.approvals.RequestLifetime <= 0 {
+		s.approvals.RequestLifetime = DefaultRequestLifetime
+	}
 	s.startPruning(o.Retention, o.PruneInterval)
 	return s
 }

@@ -38,6 +38,8 @@ var (
 	bucketUsage = []byte("usage")
 	// bucketMCPPins holds the MCP route's tool pins (key: server + "\x00" + tool, value: JSON MCPPin).
 	bucketMCPPins = []byte("mcp_pins")
+	// bucketApprovals holds the approval requests and their grants (key: Approval.ID, value: JSON Approval).
+	bucketApprovals = []byte("approvals")
 
 	keySchema = []byte("schema_version")
 )
@@ -65,6 +67,8 @@ var boltMigrations = []boltMigration{
 	{3, "records may carry values and a budget (Record.Values, Record.Budget); the usage bucket holds what each token has spent", createBuckets(bucketUsage)},
 	// An older cproxy would not hold MCP tools to their pins.
 	{4, "the MCP route's tool pins (MCPPin)", createBuckets(bucketMCPPins)},
+	// An older cproxy would not know the approvals an operator gave.
+	{5, "approval requests and their grants (Approval)", createBuckets(bucketApprovals)},
 }
 
 // BoltSchemaVersion is the newest schema of the embedded store this cproxy knows.
@@ -225,7 +229,7 @@ func prepare(tx *bolt.Tx, path string) error {
 			return fmt.Errorf("upgrade token store %s: %w", path, err)
 		}
 	}
-	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil || tx.Bucket(bucketMCPPins) == nil {
+	if tx.Bucket(bucketTokens) == nil || tx.Bucket(bucketSandboxes) == nil || tx.Bucket(bucketUsage) == nil || tx.Bucket(bucketMCPPins) == nil || tx.Bucket(bucketApprovals) == nil {
 		return notAStore(path, errors.New("missing buckets"))
 	}
 	return nil
@@ -836,4 +840,219 @@ func (s *BoltStore) updatePin(ctx context.Context, server, tool string, f pinUpd
 		return b.Put(pinKey(server, tool), out)
 	})
 	return p, err
+}
+
+// RequestApproval looks for the live approval among every one kept: there
+// are few (pruned with the tokens), and only a request that needs one asks.
+func (s *BoltStore) RequestApproval(ctx context.Context, a Approval) (Approval, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, false, err
+	}
+	if err := checkApproval(a); err != nil {
+		return Approval{}, false, err
+	}
+	a.State, a.CreatedAt, a.ExpiresAt = ApprovalPending, a.CreatedAt.UTC(), a.ExpiresAt.UTC()
+	out, created := a, false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		found, err := findApproval(b, func(e Approval) bool {
+			return e.Sandbox == a.Sandbox && e.Route == a.Route && e.Subject == a.Subject && e.live(a.CreatedAt)
+		})
+		if err != nil || found != nil {
+			if found != nil {
+				out = *found
+			}
+			return err
+		}
+		created = true
+		return putApproval(b, a)
+	})
+	if err != nil {
+		return Approval{}, false, fmt.Errorf("request approval: %w", err)
+	}
+	return out, created, nil
+}
+
+// eachApproval calls f with every approval in b, in id order, until f
+// fails.
+func eachApproval(b *bolt.Bucket, f func(Approval) error) error {
+	return b.ForEach(func(_, v []byte) error {
+		var a Approval
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("corrupt approval: %w", err)
+		}
+		return f(a)
+	})
+}
+
+// findApproval is the first approval in b that match takes; nil when
+// none does.
+func findApproval(b *bolt.Bucket, match func(Approval) bool) (*Approval, error) {
+	var found *Approval
+	err := eachApproval(b, func(a Approval) error {
+		if match(a) {
+			found = &a
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		err = nil
+	}
+	return found, err
+}
+
+func putApproval(b *bolt.Bucket, a Approval) error {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(a.ID), v)
+}
+
+// errFound ends a bucket's ForEach at what it looked for.
+var errFound = errors.New("found")
+
+func (s *BoltStore) Approval(ctx context.Context, id string) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, err
+	}
+	var a Approval
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketApprovals).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		return json.Unmarshal(v, &a)
+	})
+	return a, err
+}
+
+func (s *BoltStore) Approvals(ctx context.Context) ([]Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []Approval
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return eachApproval(tx.Bucket(bucketApprovals), func(a Approval) error {
+			out = append(out, a)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list approvals: %w", err)
+	}
+	sortApprovals(out)
+	return out, nil
+}
+
+func (s *BoltStore) DecideApproval(ctx context.Context, id string, approve bool, by string, at time.Time, grant time.Duration) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, err
+	}
+	var a Approval
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		v := b.Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		if err := json.Unmarshal(v, &a); err != nil {
+			return fmt.Errorf("corrupt approval: %w", err)
+		}
+		if err := decideApproval(&a, approve, by, at, grant); err != nil {
+			return err
+		}
+		return putApproval(b, a)
+	})
+	return a, err
+}
+
+func (s *BoltStore) UseGrant(ctx context.Context, sandbox, route, subject string, at time.Time) (Approval, error) {
+	if err := ctx.Err(); err != nil {
+		return Approval{}, err
+	}
+	var a Approval
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		found, err := findApproval(b, func(e Approval) bool {
+			return e.Sandbox == sandbox && e.Route == route && e.Subject == subject && e.StateAt(at) == ApprovalApproved
+		})
+		switch {
+		case err != nil:
+			return err
+		case found == nil:
+			return ErrNoGrant
+		}
+		a = *found
+		a.State, a.UsedAt = ApprovalUsed, at.UTC()
+		return putApproval(b, a)
+	})
+	if err != nil {
+		return Approval{}, err
+	}
+	return a, nil
+}
+
+// updateApprovals applies f to every approval in one transaction, writes
+// back those it changed and deletes those it drops, and returns how many it
+// changed or dropped.
+func (s *BoltStore) updateApprovals(ctx context.Context, f func(a *Approval) (changed, drop bool)) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketApprovals)
+		var put []Approval
+		var dropped []string
+		err := eachApproval(b, func(a Approval) error {
+			changed, drop := f(&a)
+			switch {
+			case drop:
+				dropped = append(dropped, a.ID)
+			case changed:
+				put = append(put, a)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, a := range put {
+			if err := putApproval(b, a); err != nil {
+				return err
+			}
+		}
+		for _, id := range dropped {
+			if err := b.Delete([]byte(id)); err != nil {
+				return err
+			}
+		}
+		n = len(put) + len(dropped)
+		return nil
+	})
+	return n, err
+}
+
+func (s *BoltStore) PruneApprovals(ctx context.Context, cutoff time.Time) (int, error) {
+	n, err := s.updateApprovals(ctx, func(a *Approval) (bool, bool) { return false, !a.DeadSince().After(cutoff) })
+	if err != nil {
+		return 0, fmt.Errorf("prune approvals: %w", err)
+	}
+	return n, nil
+}
+
+func (s *BoltStore) WithdrawApprovals(ctx context.Context, sandbox string, at time.Time) (int, error) {
+	n, err := s.updateApprovals(ctx, func(a *Approval) (bool, bool) {
+		if st := a.StateAt(at); a.Sandbox != sandbox || (st != ApprovalPending && st != ApprovalApproved) {
+			return false, false
+		}
+		a.ExpiresAt = at.UTC()
+		return true, false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("withdraw approvals: %w", err)
+	}
+	return n, nil
 }

@@ -124,6 +124,9 @@ type Store interface {
 	// MCPPins keeps the MCP route's tool pins, so that every replica on the store holds a tool to the same
 	// definition.
 	MCPPins
+	// Approvals keeps the requests that need an operator's approval and the grants approving them makes, so
+	// that a grant made through one replica is used, once, through any.
+	Approvals
 	Close() error
 }
 

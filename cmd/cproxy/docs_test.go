@@ -949,6 +949,8 @@ var docShapes = []struct {
 }{
 	{regexp.MustCompile(`cpx_[A-Za-z0-9]{20,}`), "cpx_TOKEN"},
 	{regexp.MustCompile(`tok_[0-9a-f]{12}`), "tok_ID"},
+	{regexp.MustCompile(`apr_[0-9a-f]{16}`), "apr_ID"},
+	{regexp.MustCompile(`\b[0-9a-f]{40}\b`), "OBJECT_ID"},
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`), "TIME"},
 	{regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`), "UUID"},
 	{regexp.MustCompile(`\b(duration|bytes_in|bytes_out|pid|usage\.[a-z_]+)=[^ \n]+`), "$1=N"},

@@ -53,6 +53,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			npmrcCommand(),
 			mcpConfigCommand(),
 			mcpCommand(),
+			approvalsCommand(),
 			policyCommand(),
 			secretCommand(),
 			caCommand(),

@@ -294,6 +294,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"envsubst":      cmdEnvsubst,
 			"gitrepo":       cmdGitRepo,
 			"gitref":        cmdGitRef,
+			"gitsetref":     cmdGitSetRef,
 			"gitcommit":     cmdGitCommit,
 			"gitrequests":   cmdGitRequests,
 			"gitmoved":      cmdGitMoved,
@@ -971,6 +972,15 @@ func cmdGitRef(ts *testscript.TestScript, neg bool, args []string) {
 	if id := gitServer(ts).Ref(args[0], args[1]); id != "" {
 		fmt.Fprintln(ts.Stdout(), id)
 	}
+}
+
+// gitsetref OWNER/NAME REF ID: point a ref of a repository of the fake
+// GitHub at an object id, as another pusher would.
+func cmdGitSetRef(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: gitsetref OWNER/NAME REF ID")
+	}
+	ts.Check(gitServer(ts).SetRef(args[0], args[1], args[2]))
 }
 
 // gitrequests [-body] [HEADER...]: print the requests the fake GitHub received

@@ -128,7 +128,7 @@ const explainUsage = "cproxy policy explain --sandbox ID (--model M | --repo OWN
 func policyExplainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "explain",
-		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied",
+		Usage:     "say which profile a sandbox gets and whether it may make a request, by which rule; exit 0 allowed, 1 denied or needing approval",
 		ArgsUsage: " ",
 		Description: `One question per run: --model, --repo (with --push REF, or --api PERMISSION), --package, --pypi, --go, --relay or --mcp.
 
@@ -271,12 +271,16 @@ type explanation struct {
 	Checks []checkStep      `json:"checks"`
 	Notes  []string         `json:"notes,omitempty"`
 	Allow  bool             `json:"allow"`
-	Rule   string           `json:"rule"`
+	// Ask is set when the request may go ahead only with an approval
+	// (docs/approvals.md); Allow is false then.
+	Ask  bool   `json:"ask,omitempty"`
+	Rule string `json:"rule"`
 }
 
 type checkStep struct {
 	Check string `json:"check"`
 	Allow bool   `json:"allow"`
+	Ask   bool   `json:"ask,omitempty"`
 	Rule  string `json:"rule"`
 }
 
@@ -505,13 +509,18 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 	}
 	for _, s := range a.Steps {
 		if s.Outcome != policy.Deferred {
-			e.Checks = append(e.Checks, checkStep{Check: s.Check, Allow: s.Outcome == policy.Allowed, Rule: s.Rule})
+			e.Checks = append(e.Checks, checkStep{Check: s.Check, Allow: s.Outcome == policy.Allowed, Ask: s.Outcome == policy.Asked, Rule: s.Rule})
 		}
 		if s.Reason != "" {
 			e.Notes = append(e.Notes, s.Reason)
 		}
 	}
-	e.Allow, e.Rule = a.Allow, a.Decided().Rule
+	e.Allow, e.Ask, e.Rule = a.Allow, a.Ask, a.Decided().Rule
+	if a.Ask {
+		// The rule that asked, not the last allowed after it.
+		e.Rule = a.Rule
+		e.Notes = append(e.Notes, "a request that needs approval is refused with an approval request's id; once an operator approves it (cproxy approvals approve ID), the same request goes through once")
+	}
 }
 
 func (e explanation) printText(w io.Writer) {
@@ -543,21 +552,24 @@ func (e explanation) printText(w io.Writer) {
 		}
 	}
 	for _, c := range e.Checks {
-		fmt.Fprintf(w, "check:    %s %s by %s\n", verdict(c.Allow), c.Check, c.Rule)
+		fmt.Fprintf(w, "check:    %s %s by %s\n", verdict(c.Allow, c.Ask), c.Check, c.Rule)
 	}
 	for _, n := range e.Notes {
 		fmt.Fprintf(w, "note:     %s\n", n)
 	}
 	warned := ""
-	if e.Mode == policy.ModeWarn && !e.Allow {
+	if e.Mode == policy.ModeWarn && !e.Allow && !e.Ask {
 		warned = "; forwarded all the same, the profile being in warn mode"
 	}
-	fmt.Fprintf(w, "decision: %s by %s%s\n", verdict(e.Allow), e.Rule, warned)
+	fmt.Fprintf(w, "decision: %s by %s%s\n", verdict(e.Allow, e.Ask), e.Rule, warned)
 }
 
-func verdict(allow bool) string {
-	if allow {
+func verdict(allow, ask bool) string {
+	switch {
+	case allow:
 		return "allow"
+	case ask:
+		return "ask"
 	}
 	return "deny"
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/cproxy/cproxy/routes/builtin"
 	"github.com/cproxy/cproxy/routes/mcp"
 	"github.com/cproxy/cproxy/routes/relay"
+	"github.com/cproxy/cproxy/routes/webhook"
 	"github.com/cproxy/cproxy/secrets"
 	"github.com/cproxy/cproxy/tokens"
 )
@@ -452,12 +453,26 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	defer adminLn.Close()
 
 	public := tarballBase(cfg, proxyLn.Addr(), proxyTLS != nil)
+	approvals := routes.ApprovalOptions{GrantLifetime: cfg.Approvals.GrantLifetime.Duration, RequestLifetime: cfg.Approvals.RequestLifetime.Duration}
+	if cfg.Approvals.Webhook != "" {
+		hook, err := webhook.New(cfg.Approvals.Webhook, cfg.Approvals.WebhookFormat, log)
+		if err != nil {
+			return fail("", "%s", cfg.ProblemAt("approvals.webhook", "%v", err))
+		}
+		approvals.Notify = hook.Notify
+		defer func() {
+			// Notices under way get a moment to arrive, not the drain's.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hook.Wait(ctx)
+		}()
+	}
 	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
 		Routes: append(builtin.Kinds.Routes(upstreams, relays, public, log, nil), mcp.New(mcpServers, routes.Env{PublicURL: public, Log: log})), Limits: builtin.Kinds.Limits(upstreams, relays),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, BodyMemorySandbox: cfg.Runtime.BodyMemorySandboxMiB << 20,
 		MaxConnections: maxConnections(cfg), BodyTimeout: cfg.Listen.BodyTimeout.Duration,
-		Retention: cfg.Store.Retention.Duration})
+		Retention: cfg.Store.Retention.Duration, Approvals: approvals})
 	defer srv.Close()
 	if cache, ok := store.(*tokens.PostgresCache); ok {
 		// Another replica's revocation ends this one's requests in flight

@@ -361,6 +361,17 @@ func (g *GitServer) Ref(ownerName, ref string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// SetRef points ref at the object id in the repository, as a push of
+// someone else's would move it.
+func (g *GitServer) SetRef(ownerName, ref, id string) error {
+	cmd := exec.Command(g.git, "--git-dir", g.repoDir(ownerName), "update-ref", ref, id)
+	cmd.Env = g.gitEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git update-ref %s %s: %v: %s", ref, id, err, out)
+	}
+	return nil
+}
+
 func (g *GitServer) repoDir(ownerName string) string {
 	return filepath.Join(g.Root, filepath.FromSlash(strings.ToLower(ownerName))+".git")
 }

@@ -35,6 +35,7 @@ var mayImport = map[string][]string{
 	"routes/budget":        {"policy", "tokens", "routes/metrics"},
 	"routes/internal/memo": {},
 	"routes/admin":         {"routes", "client", "policy", "tokens"}, // the core's client; the core does not import it
+	"routes/webhook":       {"tokens"},
 	"routes/builtin":       {"routes", "routes/..."},
 	"routes/routetest":     {"routes", "routes/admin", "routes/relay", "routes/mcp", "client", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
 	"routes/internal/...":  routePackage,

@@ -68,6 +68,10 @@ func Handler(srv *routes.Server, serving client.Serving) http.Handler {
 	mux.HandleFunc("GET /mcp/pins", s.listPins)
 	mux.HandleFunc("POST /mcp/pins/accept", s.decidePin(true))
 	mux.HandleFunc("POST /mcp/pins/reject", s.decidePin(false))
+	mux.HandleFunc("GET /approvals", s.listApprovals)
+	mux.HandleFunc("GET /approvals/{id}", s.getApproval)
+	mux.HandleFunc("POST /approvals/{id}/approve", s.decideApproval(true))
+	mux.HandleFunc("POST /approvals/{id}/deny", s.decideApproval(false))
 	health := struct {
 		Status string `json:"status"`
 		client.Serving
@@ -109,7 +113,7 @@ type server struct {
 // Allow header.
 var adminMethods = map[string]string{
 	"/tokens": "GET, POST, DELETE", "/tokens/prune": "POST", "/healthz": "GET", "/readyz": "GET", "/metrics": "GET",
-	"/mcp/pins": "GET", "/mcp/pins/accept": "POST", "/mcp/pins/reject": "POST",
+	"/mcp/pins": "GET", "/mcp/pins/accept": "POST", "/mcp/pins/reject": "POST", "/approvals": "GET",
 }
 
 // methodNotAllowed answers 405 with the methods path takes.
@@ -127,6 +131,15 @@ func allowedMethods(path string) string {
 	}
 	if id, ok := strings.CutPrefix(path, "/tokens/"); ok && id != "" && !strings.Contains(id, "/") {
 		return "DELETE"
+	}
+	if rest, ok := strings.CutPrefix(path, "/approvals/"); ok && rest != "" {
+		id, verb, _ := strings.Cut(rest, "/")
+		switch {
+		case id != "" && verb == "":
+			return "GET"
+		case id != "" && (verb == "approve" || verb == "deny"):
+			return "POST"
+		}
 	}
 	return ""
 }
@@ -343,6 +356,13 @@ func (s *server) revokeTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.Log().Info("tokens revoked", "sandbox", sandbox, "count", n)
+	// Its approvals end too: a later sandbox of the same id starts
+	// with none. The tokens are revoked already; a failure is logged.
+	if ap, err := s.Store().WithdrawApprovals(r.Context(), sandbox, s.Now()); err != nil {
+		s.Log().Error("withdrawing a revoked sandbox's approvals failed", "sandbox", sandbox, "err", err)
+	} else if ap > 0 {
+		s.Log().Info("approvals withdrawn", "sandbox", sandbox, "count", ap)
+	}
 	s.Metrics().DeleteBudget(sandbox)
 	if s.Sockets() != nil {
 		s.Sockets().Remove(sandbox)

@@ -70,6 +70,7 @@ func appendJSON(b []byte, rec *Record) []byte {
 	b = append(b, `,"decision":`...)
 	b = appendJSONString(b, rec.Decision)
 	b = appendJSONField(b, `,"rule":`, rec.Rule)
+	b = appendJSONField(b, `,"approval":`, rec.Approval)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = appendJSONField(b, `,"reason":`, rec.Reason)

@@ -49,8 +49,11 @@ type Record struct {
 	Question json.RawMessage `json:"question,omitempty"`
 	Answer   string          `json:"answer,omitempty"`
 	// Decision is Allow, Deny or Error.
-	Decision   string  `json:"decision"`
-	Rule       string  `json:"rule,omitempty"`
+	Decision string `json:"decision"`
+	Rule     string `json:"rule,omitempty"`
+	// Approval is the id of the approval request a request that needs
+	// one filed or found ("apr_…"), or of the grant it used. Empty: none.
+	Approval   string  `json:"approval,omitempty"`
 	Status     int     `json:"status"`
 	Reason     string  `json:"reason,omitempty"`
 	Usage      *Usage  `json:"usage,omitempty"`

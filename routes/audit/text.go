@@ -106,6 +106,9 @@ func attrs(rec *Record, d time.Duration) []slog.Attr {
 	if rec.Decision == Warn {
 		attrs = append(attrs, slog.String("decision", Warn))
 	}
+	if rec.Approval != "" {
+		attrs = append(attrs, slog.String("approval", rec.Approval))
+	}
 	attrs = append(attrs,
 		slog.Int("status", rec.Status),
 		slog.Duration("duration", d),
@@ -154,6 +157,7 @@ func (h *textHandler) writeLine(rec *Record, d time.Duration, now time.Time) {
 	if rec.Decision == Warn {
 		b = append(b, " decision=warn"...)
 	}
+	b = appendTextField(b, "approval", rec.Approval)
 	b = append(b, " status="...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = append(b, " duration="...)

@@ -206,7 +206,7 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 		if !ok {
 			return
 		}
-		a.AskAgain(func(prof *policy.Profile) (string, error) { return decidePushAgain(prof, sandbox, g, cmds) })
+		a.AskAgain(func(prof *policy.Profile) (string, error) { return decidePushAgain(a, prof, sandbox, g, cmds) })
 	}
 	t := g.target()
 	if gr.app != nil {
@@ -250,12 +250,20 @@ func decideRepo(prof *policy.Profile, sandbox string, g gitRequest) (string, err
 
 // decidePushAgain is a push's decision asked again of another profile
 // (Server.recheck): the repository, then every command. Its refusal is
-// plain, not a push report: the request may already be on its way.
-func decidePushAgain(prof *policy.Profile, sandbox string, g gitRequest, cmds []*packp.Command) (string, error) {
+// plain, not a push report: the request may already be on its way. A
+// push the profile asks about goes on only with the grant of exactly it
+// that the request holds.
+func decidePushAgain(a *routes.Call, prof *policy.Profile, sandbox string, g gitRequest, cmds []*packp.Command) (string, error) {
 	if rule, err := decideRepo(prof, sandbox, g); err != nil {
 		return rule, err
 	}
 	ans := askPush(prof, g.repo(), cmds)
+	if ans.Ask {
+		if a.Approved(pushSubject(g, cmds)) {
+			return ans.Rule, nil
+		}
+		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s needs approval; send it again to ask for it", pushApproval(g, cmds, ans).What)
+	}
 	if denials := pushDenials(ans, cmds); denials != nil {
 		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
 	}
@@ -322,8 +330,16 @@ func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command,
 	ans := askPush(a.Session().Profile, g.repo(), p.commands)
 	a.SetRule(ans.Rule)
 	a.Answered(ans.Allow)
-	denials := pushDenials(ans, p.commands)
-	if denials == nil || a.Warned(routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))) == nil {
+	var denials []string
+	var refusal error
+	if ans.Ask {
+		// Approved, the push goes on, and its grant is used as it is
+		// sent; else it is refused with the approval request's id.
+		if refusal = a.NeedApproval(pushApproval(g, p.commands, ans)); refusal == nil {
+			return p.commands, true
+		}
+		denials = askDenials(ans, p.commands, routes.Message(refusal))
+	} else if denials = pushDenials(ans, p.commands); denials == nil || a.Warned(routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))) == nil {
 		return p.commands, true
 	}
 	// Read what is left (the pack) before answering, so git reads the
@@ -331,7 +347,10 @@ func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command,
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
 	reason := firstDenial(denials)
 	if !p.report {
-		a.Fail(routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(reason, "cproxy: ")))
+		if refusal == nil {
+			refusal = routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(reason, "cproxy: "))
+		}
+		a.Fail(refusal)
 		return nil, false
 	}
 	a.Denied(reason)
@@ -544,7 +563,8 @@ func pushDenials(ans policy.Answer, cmds []*packp.Command) []string {
 		if 1+i < len(ans.Steps) {
 			step = ans.Steps[1+i]
 		}
-		if step.Outcome == policy.Allowed {
+		if step.Outcome == policy.Allowed || step.Outcome == policy.Asked {
+			// Asked, it is not pushed for the ref refused.
 			continue
 		}
 		ref := c.Name.String()
@@ -566,6 +586,82 @@ func pushDenials(ans policy.Answer, cmds []*packp.Command) []string {
 	for i := range reasons {
 		if reasons[i] == "" {
 			reasons[i] = fmt.Sprintf("cproxy: not pushed: %s in the same push is not allowed", refused)
+		}
+	}
+	return reasons
+}
+
+// pushSubject is what an approval of a push to g's repository covers:
+// the repository as the push names it, and every command as the push
+// sends it (ref, old and new object id), in order, so that a grant is
+// used only by the very same push.
+func pushSubject(g gitRequest, cmds []*packp.Command) string {
+	var b strings.Builder
+	b.WriteString(g.repo())
+	for i, c := range cmds {
+		sep := " "
+		if i > 0 {
+			sep = ", "
+		}
+		b.WriteString(sep + c.Name.String() + " " + c.Old.String() + " " + c.New.String())
+	}
+	return b.String()
+}
+
+// pushDetail is a push's account in its approval request.
+type pushDetail struct {
+	Repository string    `json:"repository"`
+	Refs       []pushRef `json:"refs"`
+}
+
+// pushRef is one command of a push: Ask when it is one the policy asks
+// about.
+type pushRef struct {
+	Ref string `json:"ref"`
+	Old string `json:"old"`
+	New string `json:"new"`
+	Ask bool   `json:"ask,omitempty"`
+}
+
+// pushApproval is the approval request of a push the policy answered
+// with ask.
+func pushApproval(g gitRequest, cmds []*packp.Command, ans policy.Answer) routes.ApprovalRequest {
+	d := pushDetail{Repository: g.repo(), Refs: make([]pushRef, len(cmds))}
+	var asked []string
+	for i, c := range cmds {
+		d.Refs[i] = pushRef{Ref: c.Name.String(), Old: c.Old.String(), New: c.New.String()}
+		if 1+i < len(ans.Steps) && ans.Steps[1+i].Outcome == policy.Asked {
+			d.Refs[i].Ask = true
+			asked = append(asked, c.Name.String())
+		}
+	}
+	what := "push to " + g.repo()
+	switch {
+	case len(asked) == 1:
+		what = "push to " + asked[0]
+	case len(asked) > 1:
+		what = fmt.Sprintf("push to %s and %d more refs", asked[0], len(asked)-1)
+	}
+	return routes.ApprovalRequest{Subject: pushSubject(g, cmds), Detail: d, What: what}
+}
+
+// askDenials words a push that needs approval for git's push report: the
+// refs the policy asks about with the refusal, the others as not pushed
+// because of the first of them.
+func askDenials(ans policy.Answer, cmds []*packp.Command, refusal string) []string {
+	reasons := make([]string, len(cmds))
+	asked := ""
+	for i, c := range cmds {
+		if 1+i < len(ans.Steps) && ans.Steps[1+i].Outcome == policy.Asked {
+			reasons[i] = refusal
+			if asked == "" {
+				asked = c.Name.String()
+			}
+		}
+	}
+	for i := range reasons {
+		if reasons[i] == "" {
+			reasons[i] = fmt.Sprintf("cproxy: not pushed: %s in the same push needs approval", asked)
 		}
 	}
 	return reasons

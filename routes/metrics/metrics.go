@@ -77,6 +77,9 @@ type Metrics struct {
 	warned    *prometheus.CounterVec
 	toolMu    sync.Mutex
 	toolNames map[string]map[string]bool
+	// approvals counts what happens to approval requests, by route and
+	// event.
+	approvals *prometheus.CounterVec
 
 	// routes are each configured route's series, looked up once: a label
 	// look-up hashes and checks its values on every call. Read-only once
@@ -173,6 +176,10 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 			Name: "cproxy_policy_warnings_total",
 			Help: "Requests the policy would have refused but forwarded because their profile is in warn mode (mode = \"warn\"), by route and profile.",
 		}, []string{"route", "profile"}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cproxy_approvals_total",
+			Help: "Approval requests and grants, by route and event: requested (a new request filed), refused (a request that needs one refused while it waits, or denied), approved, denied, used (a grant used by its request's retry), spent (a grant found used or expired when its request was sent).",
+		}, []string{"route", "event"}),
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -199,7 +206,7 @@ func New(version string, store tokens.Store, now func() time.Time, log *slog.Log
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.requests, m.upstream, m.bytesIn, m.bytesOut, m.open, m.modelTokens, m.notReported, m.budget, build,
-		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges, m.toolCalls, m.warned,
+		m.bodyMemory, m.bodyRefused, m.connections, m.connLimit, m.connRefused, m.pruned, m.pinChanges, m.toolCalls, m.warned, m.approvals,
 		&tokenCounts{store: store, now: now, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -485,6 +492,14 @@ func (m *Metrics) MCPToolCall(server, tool string) {
 	}
 	m.toolMu.Unlock()
 	m.toolCalls.WithLabelValues(server, tool).Inc()
+}
+
+// Approval counts an event of an approval request of route: "requested",
+// "refused", "approved", "denied", "used" or "spent".
+func (m *Metrics) Approval(route, event string) {
+	if m != nil {
+		m.approvals.WithLabelValues(route, event).Inc()
+	}
 }
 
 // tokenCounts is cproxy_tokens: the store's tokens by state, counted at

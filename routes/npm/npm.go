@@ -287,7 +287,7 @@ func (s *route) Serve(a *routes.Call) {
 	// The questions are asked in this order, each only if the one before
 	// allowed the request: the audit's body is read, and a tarball's
 	// publish time fetched, only for what the profile may ask for.
-	q := &npmQuestion{n: n, sandbox: a.Session().Sandbox, now: s.now}
+	q := &npmQuestion{n: n, sandbox: a.Session().Sandbox, now: s.now, call: a}
 	switch n.kind {
 	case npmSearch:
 		a.SetTarget("search")
@@ -377,6 +377,34 @@ type npmQuestion struct {
 	// profile asked first.
 	rewritten bool
 	now       func() time.Time
+	// call is the request, for a tarball the policy asks about
+	// (approval); filed says its approval request was filed or found.
+	call  *routes.Call
+	filed bool
+}
+
+// npmDetail is a tarball's account in its approval request.
+type npmDetail struct {
+	Package string `json:"package"`
+	Version string `json:"version"`
+}
+
+// approval answers a tarball the policy asks about (npm.ask): the request
+// goes on with the grant of exactly this package version; without one, the
+// first time it is asked, its approval request is filed (or found) and its
+// refusal names it. Asked again of another profile (a reload), it goes on
+// only with the grant it holds.
+func (q *npmQuestion) approval() error {
+	n := q.n
+	subject := n.name + "@" + n.version()
+	if q.call.Approved(subject) {
+		return nil
+	}
+	if q.filed {
+		return routes.Refuse(routes.ErrForbidden, "package %s needs approval; send the request again to ask for it", subject)
+	}
+	q.filed = true
+	return q.call.NeedApproval(routes.ApprovalRequest{Subject: subject, Detail: npmDetail{Package: n.name, Version: n.version()}, What: "package " + subject})
 }
 
 // decideErr is decide, unless err (reading the audit, fetching the
@@ -445,6 +473,12 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 		case n.kind == npmTarball && ans.Deferred():
 			// The release age needs the version's publish time.
 			return ans.Rule, errNeedsPublished
+		case n.kind == npmTarball && ans.Ask:
+			return ans.Rule, q.approval()
+		case !ans.Allow:
+			// Deny by default: an answer that neither allows nor
+			// refuses nor waits is refused.
+			return ans.Rule, routes.Refuse(routes.ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
 		}
 		return ans.Rule, nil
 	}
