@@ -104,8 +104,10 @@ func quotedList(items []string) string {
 }
 
 // MCPLifecycle are the methods every MCP session needs, allowed whenever
-// the server is.
-var MCPLifecycle = []string{"initialize", "notifications/initialized", "ping", "notifications/cancelled"}
+// the server is: the handshake of the sessions of 2025-11-25 and before
+// (initialize, notifications/initialized, ping) and its stateless
+// replacement of 2026-07-28 (server/discover).
+var MCPLifecycle = []string{"initialize", "notifications/initialized", "ping", "notifications/cancelled", "server/discover"}
 
 // MCPDefaultMethods are the methods a server's table allows when it lists
 // no methods: listing and using tools, resources and prompts (each use

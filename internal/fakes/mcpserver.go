@@ -43,6 +43,16 @@ type MCPServerOptions struct {
 	// with it, so that a tools/list is as long as a large server's. Zero
 	// means none.
 	Tools int
+	// Stateless serves the SDK's handler stateless, as a server of the
+	// 2026-07-28 revision is: no sessions, no GET stream, and that
+	// revision's requests (server/discover, each request's _meta) served,
+	// which the SDK serves only stateless. False: the sessions of
+	// 2025-11-25, a server/discover answered with the versions before
+	// 2026-07-28, so that clients fall back to initialize.
+	Stateless bool
+	// Versions are the protocol versions the server speaks (the SDK's
+	// SupportedProtocolVersions). Empty: every version the SDK knows.
+	Versions []string
 }
 
 // MCPCall is one HTTP request an MCPServer received, recorded before any
@@ -80,7 +90,7 @@ type MCPServer struct {
 
 // NewMCPServer starts a fake MCP server. Close it when done.
 func NewMCPServer(o MCPServerOptions) *MCPServer {
-	s := &MCPServer{opts: o, server: newDocsServer()}
+	s := &MCPServer{opts: o, server: newDocsServer(&mcp.ServerOptions{SupportedProtocolVersions: o.Versions})}
 	for i := range o.Tools {
 		name := fmt.Sprintf("tool_%03d", i)
 		mcp.AddTool(s.server, &mcp.Tool{Name: name, Description: "Generated tool " + name + " of the fake docs server"},
@@ -88,7 +98,7 @@ func NewMCPServer(o MCPServerOptions) *MCPServer {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + ": " + in.Query}}}, nil, nil
 			})
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{Stateless: o.Stateless})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.record(h))
 	s.srv = httptest.NewServer(mux)
@@ -179,8 +189,8 @@ func addSearch(s *mcp.Server, description string) {
 }
 
 // newDocsServer is the SDK server behind every MCPServer.
-func newDocsServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "fake-docs", Version: "1.0.0"}, nil)
+func newDocsServer(opts *mcp.ServerOptions) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "fake-docs", Version: "1.0.0"}, opts)
 	text := func(t string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: t}}}
 	}
