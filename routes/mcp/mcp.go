@@ -552,6 +552,33 @@ func stripCapabilities(m message, allowed func(string) bool) ([]string, []byte, 
 	return kept, out, nil
 }
 
+// listenSubscriptions are the resource URIs a subscriptions/listen asks
+// to hear of (params.notifications.resourceSubscriptions), read as the
+// server could read them: its params and notifications objects, no name
+// twice nor one a case-folding decoder could read as one of them, the URIs
+// a list of strings.
+func listenSubscriptions(m message) ([]string, error) {
+	bad := routes.Refuse(routes.ErrBadRequest, "subscriptions/listen's params need notifications, an object whose resourceSubscriptions, when sent, is a list of URIs; each name once")
+	var p, n map[string]jsontext.Value
+	if m.Params.Kind() != '{' || json.Unmarshal(m.Params, &p) != nil {
+		return nil, bad
+	}
+	raw, ok := p["notifications"]
+	if _, folds := foldsOnto(slices.Collect(maps.Keys(p)), []string{"notifications"}); folds || !ok || raw.Kind() != '{' || json.Unmarshal(raw, &n) != nil {
+		return nil, bad
+	}
+	if _, folds := foldsOnto(slices.Collect(maps.Keys(n)), []string{"resourceSubscriptions"}); folds {
+		return nil, bad
+	}
+	var uris []string
+	if raw, ok := n["resourceSubscriptions"]; ok && raw.Kind() != 'n' {
+		if raw.Kind() != '[' || json.Unmarshal(raw, &uris) != nil {
+			return nil, bad
+		}
+	}
+	return uris, nil
+}
+
 // headersAgree checks the headers by which a client of the 2026-07-28
 // transport names what its message does, for the middleboxes that route on
 // them: Mcp-Method the message's method, Mcp-Name its tool or prompt name
@@ -684,6 +711,12 @@ func (rt *route) Serve(c *routes.Call) {
 			return
 		}
 		q.Capabilities = kept
+		if m.Method == "subscriptions/listen" {
+			if q.Subscriptions, err = listenSubscriptions(m); err != nil {
+				c.Fail(&rpcError{id: id, code: -32602, err: err})
+				return
+			}
+		}
 		c.SetTarget(strings.TrimSpace(name + " " + m.Method + " " + routes.Clip(target, 128)))
 	default:
 		c.ResponseWriter().Header().Set("Allow", "GET, POST, DELETE")
@@ -699,14 +732,20 @@ func (rt *route) Serve(c *routes.Call) {
 		ans := prof.AskMCP(q)
 		if step, refused := ans.Refusal(); refused {
 			var err error
-			switch step.Key {
-			case "mcp":
+			uri, isResource := strings.CutPrefix(step.Check, "resource ")
+			listen := q.Method == "subscriptions/listen"
+			switch {
+			case step.Key == "mcp":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s is not allowed for sandbox %s (the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, prof.Name, name)
-			case "mcp.methods":
+			case listen && step.Key == "mcp.methods":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resources, and resources/subscribe is not allowed for sandbox %s (%s); listen without resourceSubscriptions", name, sandbox, step.Rule)
+			case listen && isResource:
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resource %q, which is not allowed for sandbox %s (%s)", name, routes.Clip(uri, 128), sandbox, step.Rule)
+			case step.Key == "mcp.methods":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
-			case "mcp.capabilities":
+			case step.Key == "mcp.capabilities":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the policy in force no longer gives the server a client capability this %s declares (%s); send it again", name, routes.Clip(q.Method, 64), step.Rule)
-			case "mcp.args":
+			case step.Key == "mcp.args":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: tool %s is not allowed for sandbox %s with these arguments: %s (%s)", name, routes.Clip(q.Name, 128), sandbox, step.Reason, step.Rule)
 			default:
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: %s %q is not allowed for sandbox %s (%s)", name, step.Check[:strings.IndexByte(step.Check, ' ')], routes.Clip(q.Name, 128), sandbox, step.Rule)

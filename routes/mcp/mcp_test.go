@@ -52,6 +52,14 @@ capabilities = ["roots"]
 match = "roots-*"
 profile = "roots"
 
+[profile.subs.mcp.docs]
+methods = ["resources/read", "resources/subscribe"]
+resources = ["docs://public/**"]
+
+[[sandbox]]
+match = "subs-*"
+profile = "subs"
+
 [profile.other]
 models = ["claude-*"]
 
@@ -408,6 +416,45 @@ func TestStatelessClientCapabilitiesStripped(t *testing.T) {
 		r := e.Do("POST", "/mcp/docs", h("conv-1"), `{"jsonrpc":"2.0","id":7,"method":"`+method+`","params":`+c.params+`}`)
 		if !strings.Contains(r.Body, c.want) || !strings.Contains(r.Body, `"error"`) {
 			t.Errorf("%s: %d %s, want %s", c.params, r.Status, r.Body, c.want)
+		}
+	}
+	if up.count() != n {
+		t.Errorf("the server heard %v", up.heard[n:])
+	}
+}
+
+// subscriptions/listen, the 2026-07-28 revision's stream of the server's
+// notifications, is allowed whenever the server is, as the GET stream of a
+// session is; each resource it subscribes to is decided as a
+// resources/subscribe of it, and params cproxy cannot read are refused.
+func TestSubscriptionsListen(t *testing.T) {
+	e, up := newEnv(t, canary)
+	listen := func(subs string) string {
+		return `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"notifications":{"toolsListChanged":true` + subs + `}}}`
+	}
+	for _, c := range []struct{ sandbox, subs string }{
+		{"conv-1", ``},
+		{"conv-1", `,"resourceSubscriptions":[]`},
+		{"subs-1", `,"resourceSubscriptions":["docs://public/readme"]`},
+	} {
+		n := up.count()
+		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token(c.sandbox)), "Content-Type", "application/json"), listen(c.subs))
+		if r.Status != 200 || strings.Contains(r.Body, "cproxy:") || up.count() != n+1 {
+			t.Errorf("%s %s: %d %s", c.sandbox, c.subs, r.Status, r.Body)
+		}
+	}
+	n := up.count()
+	for _, c := range []struct{ sandbox, body, want string }{
+		{"conv-1", listen(`,"resourceSubscriptions":["docs://public/readme"]`), `subscriptions/listen subscribes to resources, and resources/subscribe is not allowed for sandbox conv-1`},
+		{"subs-1", listen(`,"resourceSubscriptions":["docs://public/readme","docs://private/secret"]`), `subscriptions/listen subscribes to resource \"docs://private/secret\", which is not allowed for sandbox subs-1 (profile.subs.mcp.docs: no resources entry matches)`},
+		{"subs-1", listen(`,"resourceSubscriptions":"docs://private/secret"`), `subscriptions/listen's params need notifications`},
+		{"subs-1", listen(`,"ResourceSubscriptions":["docs://private/secret"]`), `subscriptions/listen's params need notifications`},
+		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{}}`, `subscriptions/listen's params need notifications`},
+		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{"notifications":{},"Notifications":{"resourceSubscriptions":["docs://private/secret"]}}}`, `params have a member \"Notifications\"`},
+	} {
+		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token(c.sandbox)), "Content-Type", "application/json"), c.body)
+		if !strings.Contains(r.Body, `"id":8,"error"`) || !strings.Contains(r.Body, c.want) {
+			t.Errorf("%s: %d %s, want %s", c.body, r.Status, r.Body, c.want)
 		}
 	}
 	if up.count() != n {

@@ -424,3 +424,32 @@ func TestStatelessPins(t *testing.T) {
 		t.Errorf("the server heard search: %+v", h)
 	}
 }
+
+// A client that wants to hear of list changes opens subscriptions/listen
+// as it connects, and hears through cproxy the server's change.
+func TestStatelessListenHearsAListChange(t *testing.T) {
+	e, up := newSDKEnv(t, stateless)
+	changed := make(chan struct{}, 1)
+	cs := connectAt(t, e, e.Token("conv-1"), "", &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	defer cs.Close()
+	var listening bool
+	for _, c := range up.Calls() {
+		listening = listening || c.Method == "subscriptions/listen"
+	}
+	if !listening {
+		t.Fatal("the client opened no subscriptions/listen")
+	}
+	up.SetSearchDescription("Search the docs again")
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client heard no notifications/tools/list_changed")
+	}
+}
