@@ -285,6 +285,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"fakeanswers": cmdFakeAnswers,
 			"faketooluse": cmdFakeToolUse,
 			"mcpcalls":    cmdMCPCalls,
+			"mcpcaps":     cmdMCPCaps,
 			"oauth":       cmdOAuth,
 			"mcpsearch":   cmdMCPSearch,
 			"mcpclient":   cmdMCPClient,
@@ -625,6 +626,30 @@ func cmdMCPCalls(ts *testscript.TestScript, neg bool, args []string) {
 		fmt.Fprintln(w, strings.Join(strings.Fields(c.HTTPMethod+" "+c.Method+" "+c.Name), " ")+" auth="+cred)
 	}
 	*seen = len(calls)
+}
+
+// mcpcaps [oauth|stateless]: print, for each request the fake MCP server
+// (as mcpcalls) received whose _meta declares the client's capabilities
+// (the 2026-07-28 revision's), its JSON-RPC method and those capabilities
+// as JSON, one line each: what the server was told it may ask of the
+// client.
+func cmdMCPCaps(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) > 1 || len(args) == 1 && args[0] != "oauth" && args[0] != "stateless" {
+		ts.Fatalf("usage: mcpcaps [oauth|stateless]")
+	}
+	for _, c := range ts.Value("mcp" + strings.Join(args, "")).(*fakes.MCPServer).Calls() {
+		var m struct {
+			Params struct {
+				Meta map[string]json.RawMessage `json:"_meta"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(c.Body, &m) != nil {
+			continue
+		}
+		if caps, ok := m.Params.Meta["io.modelcontextprotocol/clientCapabilities"]; ok {
+			fmt.Fprintf(ts.Stdout(), "%s caps=%s\n", c.Method, caps)
+		}
+	}
 }
 
 // oauth exchanges | oauth end: print each exchange the fake OAuth token
