@@ -261,6 +261,7 @@ func stateless(o *fakes.MCPServerOptions) { o.Stateless, o.Versions = true, []st
 // server could use back: sampling and elicitation (by their handlers),
 // and roots (the SDK's default).
 var withAllCapabilities = &sdk.ClientOptions{
+	//lint:ignore SA1019 sampling is deprecated in 2026-07-28, and a client that still declares it is what cproxy must strip
 	CreateMessageHandler: func(context.Context, *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
 		return nil, errors.New("no model here")
 	},
