@@ -25,6 +25,8 @@ const (
 	// docs://private/secret's.
 	MCPPublicText = "the public readme of the fake docs server"
 	MCPSecretText = "the private secret of the fake docs server"
+	// MCPConfirmedAnswer is get_confirmed's answer once the user confirmed.
+	MCPConfirmedAnswer = "confirmed by the user"
 )
 
 // MCPServerOptions configures a fake MCP server.
@@ -53,6 +55,12 @@ type MCPServerOptions struct {
 	// Versions are the protocol versions the server speaks (the SDK's
 	// SupportedProtocolVersions). Empty: every version the SDK knows.
 	Versions []string
+	// Confirms adds the tool get_confirmed, which asks the user to confirm
+	// before it answers MCPConfirmedAnswer: in the 2026-07-28 revision, a
+	// result of type input_required asking for an elicitation, and the
+	// answer once the call is sent again with the user's. False: no such
+	// tool.
+	Confirms bool
 }
 
 // MCPCall is one HTTP request an MCPServer received, recorded before any
@@ -97,6 +105,14 @@ func NewMCPServer(o MCPServerOptions) *MCPServer {
 			func(_ context.Context, _ *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + ": " + in.Query}}}, nil, nil
 			})
+	}
+	if o.Confirms {
+		mcp.AddTool(s.server, &mcp.Tool{Name: "get_confirmed", Description: "Answer once the user confirms"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if len(req.Params.InputResponses) == 0 {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{Message: "Really?"}}, RequestState: "asked"}, nil, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: MCPConfirmedAnswer}}}, nil, nil
+		})
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{Stateless: o.Stateless})
 	mux := http.NewServeMux()

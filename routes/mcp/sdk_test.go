@@ -454,3 +454,24 @@ func TestStatelessListenHearsAListChange(t *testing.T) {
 		t.Fatal("the client heard no notifications/tools/list_changed")
 	}
 }
+
+// A tool that asks the user before it answers (an input_required result
+// asking for an elicitation) reaches the server once; the client's call
+// sent again with the user's answer is refused, since cproxy cannot see
+// what it answers, and the server never hears it.
+func TestAMultiRoundTripContinuationIsRefused(t *testing.T) {
+	e, up := newSDKEnv(t, stateless, func(o *fakes.MCPServerOptions) { o.Confirms = true })
+	cs := connectAt(t, e, e.Token("conv-1"), "", &sdk.ClientOptions{
+		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			return &sdk.ElicitResult{Action: "accept"}, nil
+		},
+	})
+	defer cs.Close()
+	res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "get_confirmed", Arguments: map[string]any{}})
+	if err == nil || !strings.Contains(err.Error(), "cproxy: tools/call carries inputResponses, the continuation of a multi-round-trip request") {
+		t.Errorf("get_confirmed = %+v, %v", res, err)
+	}
+	if h := heard(up, "get_confirmed"); len(h) != 1 || strings.Contains(string(h[0].Body), "inputResponses") {
+		t.Errorf("the server heard get_confirmed %d times", len(h))
+	}
+}
