@@ -87,7 +87,8 @@ type sessionKey struct{ server, id string }
 // which records the session the server opened for it.
 type sandboxKey struct{}
 
-// filterKey carries a list request's filter to its answer's check.
+// filterKey carries the filter of a request's answer (an answerFilter)
+// to its answer's check.
 type filterKey struct{}
 
 // callKey carries a tools/call's count to its answer's check: a call is
@@ -187,8 +188,8 @@ func (s *server) check(resp *http.Response) error {
 	if count, ok := resp.Request.Context().Value(callKey{}).(func()); ok {
 		count()
 	}
-	if f, ok := resp.Request.Context().Value(filterKey{}).(*listFilter); ok {
-		if err := f.filter(resp); err != nil {
+	if f, ok := resp.Request.Context().Value(filterKey{}).(answerFilter); ok {
+		if err := filter(resp, s.Name, f); err != nil {
 			return err
 		}
 	}
@@ -788,7 +789,12 @@ func (rt *route) Serve(c *routes.Call) {
 		if q.Method == "tools/list" {
 			f.pins = pins
 		}
-		ctx = context.WithValue(ctx, filterKey{}, f)
+		ctx = context.WithValue(ctx, filterKey{}, answerFilter(f))
+		t.Header = http.Header{"Accept-Encoding": {"identity"}}
+	}
+	switch q.Method {
+	case "tools/call", "prompts/get", "resources/read":
+		ctx = context.WithValue(ctx, filterKey{}, answerFilter(&inputFilter{server: name, method: q.Method}))
 		t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	}
 	s.fwd.Forward(c, r.WithContext(ctx), t)

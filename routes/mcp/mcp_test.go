@@ -450,7 +450,7 @@ func TestSubscriptionsListen(t *testing.T) {
 		{"subs-1", listen(`,"resourceSubscriptions":"docs://private/secret"`), `subscriptions/listen's params need notifications`},
 		{"subs-1", listen(`,"ResourceSubscriptions":["docs://private/secret"]`), `subscriptions/listen's params need notifications`},
 		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{}}`, `subscriptions/listen's params need notifications`},
-		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{"notifications":{},"Notifications":{"resourceSubscriptions":["docs://private/secret"]}}}`, `params have a member \"Notifications\"`},
+		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{"notifications":{},"Notifications":{"resourceSubscriptions":["docs://private/secret"]}}}`, `which a server could read as \"notifications\"`},
 	} {
 		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token(c.sandbox)), "Content-Type", "application/json"), c.body)
 		if !strings.Contains(r.Body, `"id":8,"error"`) || !strings.Contains(r.Body, c.want) {

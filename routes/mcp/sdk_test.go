@@ -456,22 +456,27 @@ func TestStatelessListenHearsAListChange(t *testing.T) {
 }
 
 // A tool that asks the user before it answers (an input_required result
-// asking for an elicitation) reaches the server once; the client's call
-// sent again with the user's answer is refused, since cproxy cannot see
-// what it answers, and the server never hears it.
-func TestAMultiRoundTripContinuationIsRefused(t *testing.T) {
+// asking for an elicitation) reaches the server once, and its question
+// never reaches the client: cproxy answers with an error instead, since
+// it would refuse the call sent again with the user's answer.
+func TestAMultiRoundTripQuestionIsNotPassedOn(t *testing.T) {
 	e, up := newSDKEnv(t, stateless, func(o *fakes.MCPServerOptions) { o.Confirms = true })
+	asked := false
 	cs := connectAt(t, e, e.Token("conv-1"), "", &sdk.ClientOptions{
 		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			asked = true
 			return &sdk.ElicitResult{Action: "accept"}, nil
 		},
 	})
 	defer cs.Close()
 	res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "get_confirmed", Arguments: map[string]any{}})
-	if err == nil || !strings.Contains(err.Error(), "cproxy: tools/call carries inputResponses, the continuation of a multi-round-trip request") {
+	if err == nil || !strings.Contains(err.Error(), "cproxy: the MCP server docs asked for the client's input to answer tools/call (an input_required result); cproxy does not carry multi-round-trip requests") {
 		t.Errorf("get_confirmed = %+v, %v", res, err)
 	}
-	if h := heard(up, "get_confirmed"); len(h) != 1 || strings.Contains(string(h[0].Body), "inputResponses") {
+	if asked {
+		t.Error("the client was asked for the user's input")
+	}
+	if h := heard(up, "get_confirmed"); len(h) != 1 {
 		t.Errorf("the server heard get_confirmed %d times", len(h))
 	}
 }
