@@ -104,8 +104,12 @@ func quotedList(items []string) string {
 }
 
 // MCPLifecycle are the methods every MCP session needs, allowed whenever
-// the server is.
-var MCPLifecycle = []string{"initialize", "notifications/initialized", "ping", "notifications/cancelled"}
+// the server is: the handshake of the sessions of 2025-11-25 and before
+// (initialize, notifications/initialized, ping) and its stateless
+// replacements of 2026-07-28 (server/discover, and subscriptions/listen,
+// the stream of the server's notifications that the GET of a session was;
+// each resource it subscribes to is decided as a resources/subscribe).
+var MCPLifecycle = []string{"initialize", "notifications/initialized", "ping", "notifications/cancelled", "server/discover", "subscriptions/listen"}
 
 // MCPDefaultMethods are the methods a server's table allows when it lists
 // no methods: listing and using tools, resources and prompts (each use
@@ -137,6 +141,9 @@ type MCPQuestion struct {
 	// Capabilities are the client capabilities an initialize declares to
 	// the server, each of which the server's capabilities must allow.
 	Capabilities []string
+	// Subscriptions are the resource URIs a subscriptions/listen asks to
+	// hear of, each decided as a resources/subscribe of it.
+	Subscriptions []string
 }
 
 // AskMCP answers q: the server's table, the method, then the tool,
@@ -189,6 +196,24 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 			return a
 		}
 	}
+	if q.Method == "subscriptions/listen" {
+		for _, uri := range q.Subscriptions {
+			sd := Decision{Rule: pr.rule("%s.methods: resources/subscribe is not one of %s", sp, strings.Join(allowed, ", "))}
+			if slices.Contains(allowed, "resources/subscribe") {
+				sd = Decision{Allow: true, Rule: pr.rule("%s.methods[%q]", sp, "resources/subscribe")}
+			}
+			a.Rule = sd.Rule
+			if !a.ask("method resources/subscribe of "+uri, "mcp.methods", sd, "") {
+				return a
+			}
+			nd := pr.nameDecision(sp, "resources", "resource", s.Resources, uri)
+			a.Rule = nd.Rule
+			if !a.ask("resource "+uri, "mcp.resources", nd, "") {
+				return a
+			}
+		}
+		return a
+	}
 	var key, what string
 	var globs []string
 	switch q.Method {
@@ -201,16 +226,7 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 	default:
 		return a
 	}
-	nd := Decision{Rule: pr.rule("%s: no %s named", sp, what)}
-	if q.Name != "" {
-		nd.Rule = pr.rule("%s: no %s entry matches", sp, key)
-		for _, g := range globs {
-			if matchGlob(g, q.Name) {
-				nd = Decision{Allow: true, Rule: pr.rule("%s.%s[%q]", sp, key, g)}
-				break
-			}
-		}
-	}
+	nd := pr.nameDecision(sp, key, what, globs, q.Name)
 	a.Rule = nd.Rule
 	if !a.ask(what+" "+q.Name, "mcp."+key, nd, "") || q.Method != "tools/call" || q.Listed {
 		return a
@@ -228,6 +244,21 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 		}
 	}
 	return a
+}
+
+// nameDecision decides name, a tool or prompt name or a resource URI (a
+// what), by the globs of the server's key (tools, resources, prompts);
+// sp is the server's table.
+func (pr *Profile) nameDecision(sp, key, what string, globs []string, name string) Decision {
+	if name == "" {
+		return Decision{Rule: pr.rule("%s: no %s named", sp, what)}
+	}
+	for _, g := range globs {
+		if matchGlob(g, name) {
+			return Decision{Allow: true, Rule: pr.rule("%s.%s[%q]", sp, key, g)}
+		}
+	}
+	return Decision{Rule: pr.rule("%s: no %s entry matches", sp, key)}
 }
 
 // MCPCapability reports whether the profile gives the MCP server the

@@ -16,6 +16,10 @@ prompts = ["summary"]
 [profile.narrow.mcp.docs]
 methods = ["tools/call"]
 tools = ["search"]
+
+[profile.subs.mcp.docs]
+methods = ["resources/subscribe"]
+resources = ["docs://public/**"]
 `
 
 func TestAskMCP(t *testing.T) {
@@ -23,7 +27,7 @@ func TestAskMCP(t *testing.T) {
 	if len(probs) > 0 {
 		t.Fatal(probs)
 	}
-	web, narrow := p.Profiles["web"], p.Profiles["narrow"]
+	web, narrow, subs := p.Profiles["web"], p.Profiles["narrow"], p.Profiles["subs"]
 	for _, c := range []struct {
 		pr    *Profile
 		q     MCPQuestion
@@ -43,6 +47,11 @@ func TestAskMCP(t *testing.T) {
 		{web, MCPQuestion{Server: "docs", Method: "sampling/createMessage"}, false, "mcp: sampling/createMessage is not a method cproxy knows"},
 		{narrow, MCPQuestion{Server: "docs", Method: "tools/list"}, false, "profile.narrow.mcp.docs.methods: tools/list is not one of tools/call"},
 		{narrow, MCPQuestion{Server: "docs", Method: "ping"}, true, "mcp: ping is a lifecycle method"},
+		{narrow, MCPQuestion{Server: "docs", Method: "server/discover"}, true, "mcp: server/discover is a lifecycle method"},
+		{narrow, MCPQuestion{Server: "docs", Method: "subscriptions/listen"}, true, "mcp: subscriptions/listen is a lifecycle method"},
+		{web, MCPQuestion{Server: "docs", Method: "subscriptions/listen", Subscriptions: []string{"docs://public/a"}}, false, "profile.web.mcp.docs.methods: resources/subscribe is not one of tools/list, tools/call, resources/list, resources/templates/list, resources/read, prompts/list, prompts/get"},
+		{subs, MCPQuestion{Server: "docs", Method: "subscriptions/listen", Subscriptions: []string{"docs://public/a"}}, true, `profile.subs.mcp.docs.resources["docs://public/**"]`},
+		{subs, MCPQuestion{Server: "docs", Method: "subscriptions/listen", Subscriptions: []string{"docs://public/a", "docs://private/b"}}, false, "profile.subs.mcp.docs: no resources entry matches"},
 		{nil, MCPQuestion{Server: "docs"}, false, "no profile"},
 	} {
 		a := c.pr.AskMCP(c.q)

@@ -167,6 +167,12 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			env.Values["oauthseen"] = new(int)
 			env.Values["mcpoauth"] = mcpOAuth
 			env.Values["mcpoauthseen"] = new(int)
+			// A third, speaking only the stateless 2026-07-28 revision,
+			// for mcp_stateless.txt.
+			mcpStateless := fakes.NewMCPServer(fakes.MCPServerOptions{Token: canaryMCP, Stateless: true, Versions: []string{"2026-07-28"}})
+			env.Defer(mcpStateless.Close)
+			env.Values["mcpstateless"] = mcpStateless
+			env.Values["mcpstatelessseen"] = new(int)
 			relay := fakes.NewEcho()
 			env.Defer(relay.Close)
 			env.Values["relay"] = relay
@@ -229,8 +235,9 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 				"CANARY_MOD":      canaryMod,
 				// The fake MCP server (the official Go SDK's) and its
 				// token, for mcp_*.txt.
-				"FAKE_MCP":   mcpServer.URL,
-				"CANARY_MCP": canaryMCP,
+				"FAKE_MCP":           mcpServer.URL,
+				"FAKE_MCP_STATELESS": mcpStateless.URL,
+				"CANARY_MCP":         canaryMCP,
 				// The MCP server behind OAuth, its token endpoint and its
 				// client's secret and first refresh token.
 				"FAKE_MCP_OAUTH":       mcpOAuth.URL,
@@ -278,6 +285,7 @@ func scriptParams(t *testing.T, dir string) testscript.Params {
 			"fakeanswers": cmdFakeAnswers,
 			"faketooluse": cmdFakeToolUse,
 			"mcpcalls":    cmdMCPCalls,
+			"mcpcaps":     cmdMCPCaps,
 			"oauth":       cmdOAuth,
 			"mcpsearch":   cmdMCPSearch,
 			"mcpclient":   cmdMCPClient,
@@ -590,15 +598,16 @@ func cmdFakeToolUse(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// mcpcalls [oauth]: print each request the fake MCP server (with oauth:
-// the one behind OAuth) received since the last mcpcalls, one line each:
+// mcpcalls [oauth|stateless]: print each request the fake MCP server
+// (with oauth: the one behind OAuth; with stateless: the one speaking only
+// the 2026-07-28 revision) received since the last mcpcalls, one line each:
 // the HTTP method, the JSON-RPC method and the tool, prompt or resource it
 // names, and the credential it came with (mcp: the server's token; none;
 // an OAuth access token by its name, at_1, at_2…; other). It fails if any
 // carried a sandbox token.
 func cmdMCPCalls(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) > 1 || len(args) == 1 && args[0] != "oauth" {
-		ts.Fatalf("usage: mcpcalls [oauth]")
+	if neg || len(args) > 1 || len(args) == 1 && args[0] != "oauth" && args[0] != "stateless" {
+		ts.Fatalf("usage: mcpcalls [oauth|stateless]")
 	}
 	server := "mcp" + strings.Join(args, "")
 	calls := ts.Value(server).(*fakes.MCPServer).Calls()
@@ -618,6 +627,30 @@ func cmdMCPCalls(ts *testscript.TestScript, neg bool, args []string) {
 		fmt.Fprintln(w, strings.Join(strings.Fields(c.HTTPMethod+" "+c.Method+" "+c.Name), " ")+" auth="+cred)
 	}
 	*seen = len(calls)
+}
+
+// mcpcaps [oauth|stateless]: print, for each request the fake MCP server
+// (as mcpcalls) received whose _meta declares the client's capabilities
+// (the 2026-07-28 revision's), its JSON-RPC method and those capabilities
+// as JSON, one line each: what the server was told it may ask of the
+// client.
+func cmdMCPCaps(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) > 1 || len(args) == 1 && args[0] != "oauth" && args[0] != "stateless" {
+		ts.Fatalf("usage: mcpcaps [oauth|stateless]")
+	}
+	for _, c := range ts.Value("mcp" + strings.Join(args, "")).(*fakes.MCPServer).Calls() {
+		var m struct {
+			Params struct {
+				Meta map[string]json.RawMessage `json:"_meta"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(c.Body, &m) != nil {
+			continue
+		}
+		if caps, ok := m.Params.Meta["io.modelcontextprotocol/clientCapabilities"]; ok {
+			fmt.Fprintf(ts.Stdout(), "%s caps=%s\n", c.Method, caps)
+		}
+	}
 }
 
 // oauth exchanges | oauth end: print each exchange the fake OAuth token

@@ -25,6 +25,8 @@ const (
 	// docs://private/secret's.
 	MCPPublicText = "the public readme of the fake docs server"
 	MCPSecretText = "the private secret of the fake docs server"
+	// MCPConfirmedAnswer is get_confirmed's answer once the user confirmed.
+	MCPConfirmedAnswer = "confirmed by the user"
 )
 
 // MCPServerOptions configures a fake MCP server.
@@ -43,6 +45,22 @@ type MCPServerOptions struct {
 	// with it, so that a tools/list is as long as a large server's. Zero
 	// means none.
 	Tools int
+	// Stateless serves the SDK's handler stateless, as a server of the
+	// 2026-07-28 revision is: no sessions, no GET stream, and that
+	// revision's requests (server/discover, each request's _meta) served,
+	// which the SDK serves only stateless. False: the sessions of
+	// 2025-11-25, a server/discover answered with the versions before
+	// 2026-07-28, so that clients fall back to initialize.
+	Stateless bool
+	// Versions are the protocol versions the server speaks (the SDK's
+	// SupportedProtocolVersions). Empty: every version the SDK knows.
+	Versions []string
+	// Confirms adds the tool get_confirmed, which asks the user to confirm
+	// before it answers MCPConfirmedAnswer: in the 2026-07-28 revision, a
+	// result of type input_required asking for an elicitation, and the
+	// answer once the call is sent again with the user's. False: no such
+	// tool.
+	Confirms bool
 }
 
 // MCPCall is one HTTP request an MCPServer received, recorded before any
@@ -80,7 +98,7 @@ type MCPServer struct {
 
 // NewMCPServer starts a fake MCP server. Close it when done.
 func NewMCPServer(o MCPServerOptions) *MCPServer {
-	s := &MCPServer{opts: o, server: newDocsServer()}
+	s := &MCPServer{opts: o, server: newDocsServer(&mcp.ServerOptions{SupportedProtocolVersions: o.Versions})}
 	for i := range o.Tools {
 		name := fmt.Sprintf("tool_%03d", i)
 		mcp.AddTool(s.server, &mcp.Tool{Name: name, Description: "Generated tool " + name + " of the fake docs server"},
@@ -88,7 +106,15 @@ func NewMCPServer(o MCPServerOptions) *MCPServer {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + ": " + in.Query}}}, nil, nil
 			})
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, nil)
+	if o.Confirms {
+		mcp.AddTool(s.server, &mcp.Tool{Name: "get_confirmed", Description: "Answer once the user confirms"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			if len(req.Params.InputResponses) == 0 {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{Message: "Really?"}}, RequestState: "asked"}, nil, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: MCPConfirmedAnswer}}}, nil, nil
+		})
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{Stateless: o.Stateless})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.record(h))
 	s.srv = httptest.NewServer(mux)
@@ -179,8 +205,8 @@ func addSearch(s *mcp.Server, description string) {
 }
 
 // newDocsServer is the SDK server behind every MCPServer.
-func newDocsServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "fake-docs", Version: "1.0.0"}, nil)
+func newDocsServer(opts *mcp.ServerOptions) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "fake-docs", Version: "1.0.0"}, opts)
 	text := func(t string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: t}}}
 	}

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -17,8 +18,8 @@ import (
 	"github.com/cproxy/cproxy/routes"
 )
 
-// maxAnswer bounds one JSON answer, or one SSE event, of a list cproxy
-// filters.
+// maxAnswer bounds one JSON answer, or one SSE event, cproxy reads: a
+// list's, or a call's that may ask for the client's input.
 const maxAnswer = 16 << 20
 
 // lists are the list methods whose answers are filtered: the result's
@@ -132,29 +133,36 @@ func marshal(v any) (jsontext.Value, bool) {
 	return b, err == nil
 }
 
-// filter rewrites a list's answer, a JSON body read whole or an SSE
-// stream event by event; an answer cproxy cannot read is refused.
-func (f *listFilter) filter(resp *http.Response) error {
+// answerFilter rewrites each JSON-RPC message of an answer cproxy reads
+// before the sandbox does: a list's (listFilter), a call's (inputFilter).
+// A message it cannot read is an error.
+type answerFilter interface {
+	message(data []byte) ([]byte, error)
+}
+
+// filter rewrites the answer of server by f, a JSON body read whole or an
+// SSE stream event by event; an answer cproxy cannot read is refused.
+func filter(resp *http.Response, server string, f answerFilter) error {
 	if resp.StatusCode != http.StatusOK {
 		return nil
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.Header.Get("Content-Encoding") != "" {
-		return routes.Refuse(routes.ErrUpstream, "the MCP server %s sent its list encoded (%s), which cproxy cannot filter", f.server, routes.Clip(resp.Header.Get("Content-Encoding"), 32))
+		return routes.Refuse(routes.ErrUpstream, "the MCP server %s sent its answer encoded (%s), which cproxy cannot read", server, routes.Clip(resp.Header.Get("Content-Encoding"), 32))
 	}
 	switch ct {
 	case "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 		resp.Body.Close()
 		if err != nil || len(body) > maxAnswer {
-			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's list answer could not be read whole (at most %d MiB)", f.server, maxAnswer>>20)
+			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's answer could not be read whole (at most %d MiB)", server, maxAnswer>>20)
 		}
 		out, err := f.message(body)
 		if pinErr(err) {
 			return err
 		}
 		if err != nil {
-			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's list answer is not JSON cproxy can read (one object, no name twice), so it is not passed on", f.server)
+			return routes.Refuse(routes.ErrUpstream, "the MCP server %s's answer is not JSON cproxy can read (one object, no name twice), so it is not passed on", server)
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(out))
 		resp.ContentLength = int64(len(out))
@@ -166,13 +174,13 @@ func (f *listFilter) filter(resp *http.Response) error {
 		resp.Header.Del("Content-Length")
 		return nil
 	}
-	return routes.Refuse(routes.ErrUpstream, "the MCP server %s answered a list as %s, which cproxy cannot filter", f.server, routes.Clip(ct, 64))
+	return routes.Refuse(routes.ErrUpstream, "the MCP server %s answered as %s, which cproxy cannot read", server, routes.Clip(ct, 64))
 }
 
 // sseFilter passes an SSE stream on one event at a time, each event's
 // data filtered as one JSON-RPC message.
 type sseFilter struct {
-	f    *listFilter
+	f    answerFilter
 	in   *bufio.Reader
 	body io.Closer
 	out  []byte // what is left of the event passed on
@@ -270,6 +278,53 @@ func (s *sseFilter) readLong(start []byte) ([]byte, error) {
 	}
 }
 
-// errEvent ends a list's stream whose event cproxy cannot read or is too
-// big: the stream is cut rather than passed on unfiltered.
-var errEvent = routes.Refuse(routes.ErrUpstream, "an event of the MCP server's list stream could not be read as one JSON-RPC message, so the stream ends")
+// errEvent ends a stream whose event cproxy cannot read or is too big:
+// the stream is cut rather than passed on unfiltered.
+var errEvent = routes.Refuse(routes.ErrUpstream, "an event of the MCP server's answer stream could not be read as one JSON-RPC message, so the stream ends")
+
+// inputFilter replaces an answer that asks for the client's input to
+// finish a call (the 2026-07-28 revision's multi-round-trip request: a
+// result of type input_required, with inputRequests for a completion of
+// the client's model, the user's input or the client's folders) with a
+// JSON-RPC error. cproxy refuses the call sent again with the client's
+// answers, which it cannot see to decide, so passing the question on would
+// only have the client ask its model or its user for nothing; and what
+// the server asks for may be what the profile does not give it.
+type inputFilter struct{ server, method string }
+
+func (f *inputFilter) message(data []byte) ([]byte, error) {
+	var m map[string]jsontext.Value
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	var r map[string]jsontext.Value
+	if res, ok := m["result"]; !ok || res.Kind() != '{' {
+		return data, nil
+	} else if err := json.Unmarshal(res, &r); err != nil {
+		return nil, err
+	}
+	asks := false
+	// Names are matched in any letter case, as a client whose decoder
+	// folds case (Go's encoding/json) reads them.
+	for k, v := range r {
+		switch {
+		case strings.EqualFold(k, "inputRequests"):
+			asks = true
+		case strings.EqualFold(k, "resultType") && string(v) != `"complete"`:
+			asks = true
+		}
+	}
+	if !asks {
+		return data, nil
+	}
+	id := m["id"]
+	if validID(id) == nil {
+		id = jsontext.Value("null")
+	}
+	msg, _ := json.Marshal("cproxy: the MCP server " + f.server + " asked for the client's input to answer " + f.method + " (an input_required result); cproxy does not carry multi-round-trip requests, whose answers it cannot see to decide")
+	out := []byte(`{"jsonrpc":"2.0","id":`)
+	out = append(out, id...)
+	out = append(out, `,"error":{"code":-32001,"message":`...)
+	out = append(out, msg...)
+	return append(out, "}}"...), nil
+}

@@ -26,3 +26,31 @@ func TestListCacheScope(t *testing.T) {
 		}
 	}
 }
+
+// An answer that asks for the client's input, in any letter case a
+// case-folding client would read, becomes an error with its id; any other
+// passes as sent, and one cproxy cannot read is refused.
+func TestInputRequestsAreNotPassedOn(t *testing.T) {
+	f := &inputFilter{server: "docs", method: "tools/call"}
+	const refused = `{"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"cproxy: the MCP server docs asked for the client's input to answer tools/call (an input_required result); cproxy does not carry multi-round-trip requests, whose answers it cannot see to decide"}}`
+	for _, c := range []struct{ answer, want string }{
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"resultType":"complete"}}`, ""},
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[]}}`, ""},
+		{`{"jsonrpc":"2.0","id":4,"error":{"code":1,"message":"x"}}`, ""},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`, ""},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"c":{"method":"elicitation/create","params":{"message":"Really?"}}},"requestState":"s"}}`, refused},
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"InputRequests":{"c":{"method":"roots/list"}}}}`, refused},
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"ResultType":"input_required"}}`, refused},
+	} {
+		want := c.want
+		if want == "" {
+			want = c.answer
+		}
+		if out, err := f.message([]byte(c.answer)); err != nil || string(out) != want {
+			t.Errorf("%s = %s, %v; want %s", c.answer, out, err, want)
+		}
+	}
+	if _, err := f.message([]byte(`{"jsonrpc":"2.0","id":4,"result":{"resultType":"complete","resultType":"input_required"}}`)); err == nil {
+		t.Error("a result naming resultType twice was passed on")
+	}
+}

@@ -87,7 +87,8 @@ type sessionKey struct{ server, id string }
 // which records the session the server opened for it.
 type sandboxKey struct{}
 
-// filterKey carries a list request's filter to its answer's check.
+// filterKey carries the filter of a request's answer (an answerFilter)
+// to its answer's check.
 type filterKey struct{}
 
 // callKey carries a tools/call's count to its answer's check: a call is
@@ -201,8 +202,8 @@ func (s *server) check(resp *http.Response) error {
 	if count, ok := resp.Request.Context().Value(callKey{}).(func()); ok {
 		count()
 	}
-	if f, ok := resp.Request.Context().Value(filterKey{}).(*listFilter); ok {
-		if err := f.filter(resp); err != nil {
+	if f, ok := resp.Request.Context().Value(filterKey{}).(answerFilter); ok {
+		if err := filter(resp, s.Name, f); err != nil {
 			return err
 		}
 	}
@@ -442,59 +443,155 @@ func parse(body []byte) (message, string, map[string]any, error) {
 	return m, name, args, nil
 }
 
-// stripCapabilities takes out of an initialize the client capabilities
+// metaCapabilities is the member of a request's params._meta in which a
+// client of the 2026-07-28 revision, which has no initialize, declares its
+// capabilities on every request.
+const metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
+
+// continuations are the params members by which a request of the
+// 2026-07-28 revision continues a multi-round-trip request: the client's
+// answers to what the server asked of it in an input_required result, and
+// the server's opaque state. cproxy does not carry a client's answers to
+// a server (a JSON-RPC response of the earlier revisions is refused too):
+// it cannot see what they answer, nor what the state holds.
+var continuations = []string{"inputResponses", "requestState"}
+
+// stripCapabilities takes out of a request the client capabilities
 // (policy.MCPCapabilities) that allowed does not give the server, so that
-// it never asks the sandbox's client for them. It returns the ones kept,
-// and the message to send, re-encoded, when one was taken out (nil when
-// the message goes as it is).
+// it never asks the sandbox's client for them: those an initialize
+// declares in params.capabilities, and those any request of the
+// 2026-07-28 revision declares in params._meta's metaCapabilities. It
+// returns the ones kept, and the message to send, re-encoded, when one was
+// taken out (nil when the message goes as it is). A request that
+// continues a multi-round-trip request, or whose params, _meta or
+// capabilities cproxy cannot read as the server could (not an object, a
+// name twice, a name the server could read as one of them), is refused.
 func stripCapabilities(m message, allowed func(string) bool) ([]string, []byte, error) {
-	if len(m.Params) == 0 {
+	if len(m.Params) == 0 || (m.Method != "initialize" && m.Params.Kind() != '{') {
 		return nil, nil, nil
 	}
-	bad := routes.Refuse(routes.ErrBadRequest, "initialize's params and their capabilities must be objects, each name once")
-	var p, caps map[string]jsontext.Value
+	bad := routes.Refuse(routes.ErrBadRequest, "%s's params, their _meta and the client capabilities must be objects, each name once", routes.Clip(m.Method, 64))
+	var p map[string]jsontext.Value
 	if m.Params.Kind() != '{' || json.Unmarshal(m.Params, &p) != nil {
 		return nil, nil, bad
 	}
-	if raw, ok := p["capabilities"]; ok && (raw.Kind() != '{' || json.Unmarshal(raw, &caps) != nil) {
-		return nil, nil, bad
+	decides := []string{"_meta"}
+	if m.Method == "initialize" {
+		decides = append(decides, "capabilities")
 	}
-	if n, ok := foldsOnto(slices.Collect(maps.Keys(p)), []string{"capabilities"}); ok {
-		return nil, nil, routes.Refuse(routes.ErrBadRequest, "initialize's params have a member %q, which a server could read as %q: send each name once, in lower case", routes.Clip(n, 32), strings.ToLower(n))
+	if n, ok := foldsOnto(slices.Collect(maps.Keys(p)), append(decides, continuations...)); ok {
+		return nil, nil, routes.Refuse(routes.ErrBadRequest, "%s's params have a member %q, which a server could read as %q: send each name once, as the revision spells it", routes.Clip(m.Method, 64), routes.Clip(n, 32), strings.ToLower(n))
 	}
-	if n, ok := foldsOnto(slices.Collect(maps.Keys(caps)), policy.MCPCapabilities); ok {
-		return nil, nil, routes.Refuse(routes.ErrBadRequest, "initialize's capabilities have a member %q, which a server could read as %q: send each name once, in lower case", routes.Clip(n, 32), strings.ToLower(n))
+	for _, c := range continuations {
+		if _, ok := p[c]; ok {
+			return nil, nil, routes.Refuse(routes.ErrForbidden, "%s carries %s, the continuation of a multi-round-trip request: cproxy does not carry a client's answers to what a server asks of it (sampling, elicitation, roots), which it cannot decide; the server must answer without them", routes.Clip(m.Method, 64), c)
+		}
 	}
 	var kept []string
+	// strip takes the capabilities allowed does not give out of the
+	// object at *raw, where says which, and reports whether it took one.
+	strip := func(raw *jsontext.Value, where string) (bool, error) {
+		var caps map[string]jsontext.Value
+		if raw.Kind() != '{' || json.Unmarshal(*raw, &caps) != nil {
+			return false, bad
+		}
+		if n, ok := foldsOnto(slices.Collect(maps.Keys(caps)), policy.MCPCapabilities); ok {
+			return false, routes.Refuse(routes.ErrBadRequest, "%s have a member %q, which a server could read as %q: send each name once, in lower case", where, routes.Clip(n, 32), strings.ToLower(n))
+		}
+		changed := false
+		for _, c := range policy.MCPCapabilities {
+			if _, ok := caps[c]; !ok {
+				continue
+			}
+			if allowed(c) {
+				if !slices.Contains(kept, c) {
+					kept = append(kept, c)
+				}
+				continue
+			}
+			delete(caps, c)
+			changed = true
+		}
+		if !changed {
+			return false, nil
+		}
+		out, ok := marshal(caps)
+		if !ok {
+			return false, bad
+		}
+		*raw = out
+		return true, nil
+	}
 	stripped := false
-	for _, c := range policy.MCPCapabilities {
-		if _, ok := caps[c]; !ok {
-			continue
+	if raw, ok := p["capabilities"]; ok && m.Method == "initialize" {
+		changed, err := strip(&raw, "initialize's capabilities")
+		if err != nil {
+			return nil, nil, err
 		}
-		if allowed(c) {
-			kept = append(kept, c)
-			continue
+		p["capabilities"], stripped = raw, changed
+	}
+	if raw, ok := p["_meta"]; ok {
+		var meta map[string]jsontext.Value
+		if raw.Kind() != '{' || json.Unmarshal(raw, &meta) != nil {
+			return nil, nil, bad
 		}
-		delete(caps, c)
-		stripped = true
+		if n, ok := foldsOnto(slices.Collect(maps.Keys(meta)), []string{metaCapabilities}); ok {
+			return nil, nil, routes.Refuse(routes.ErrBadRequest, "%s's _meta has a member %q, which a server could read as %q: send each name once, as the revision spells it", routes.Clip(m.Method, 64), routes.Clip(n, 64), metaCapabilities)
+		}
+		if caps, ok := meta[metaCapabilities]; ok {
+			changed, err := strip(&caps, "the client capabilities in "+routes.Clip(m.Method, 64)+"'s _meta")
+			if err != nil {
+				return nil, nil, err
+			}
+			if changed {
+				meta[metaCapabilities] = caps
+				if p["_meta"], ok = marshal(meta); !ok {
+					return nil, nil, bad
+				}
+				stripped = true
+			}
+		}
 	}
 	if !stripped {
 		return kept, nil, nil
 	}
-	var err error
-	if p["capabilities"], err = json.Marshal(caps, json.Deterministic(true)); err != nil {
-		return nil, nil, bad
-	}
-	params, err := json.Marshal(p, json.Deterministic(true))
-	if err != nil {
+	params, ok := marshal(p)
+	if !ok {
 		return nil, nil, bad
 	}
 	m.Params = params
-	out, err := json.Marshal(m, json.Deterministic(true))
-	if err != nil {
+	out, ok := marshal(m)
+	if !ok {
 		return nil, nil, bad
 	}
 	return kept, out, nil
+}
+
+// listenSubscriptions are the resource URIs a subscriptions/listen asks
+// to hear of (params.notifications.resourceSubscriptions), read as the
+// server could read them: its params and notifications objects, no name
+// twice nor one a case-folding decoder could read as one of them, the URIs
+// a list of strings.
+func listenSubscriptions(m message) ([]string, error) {
+	bad := routes.Refuse(routes.ErrBadRequest, "subscriptions/listen's params need notifications, an object whose resourceSubscriptions, when sent, is a list of URIs; each name once")
+	var p, n map[string]jsontext.Value
+	if m.Params.Kind() != '{' || json.Unmarshal(m.Params, &p) != nil {
+		return nil, bad
+	}
+	raw, ok := p["notifications"]
+	if _, folds := foldsOnto(slices.Collect(maps.Keys(p)), []string{"notifications"}); folds || !ok || raw.Kind() != '{' || json.Unmarshal(raw, &n) != nil {
+		return nil, bad
+	}
+	if _, folds := foldsOnto(slices.Collect(maps.Keys(n)), []string{"resourceSubscriptions"}); folds {
+		return nil, bad
+	}
+	var uris []string
+	if raw, ok := n["resourceSubscriptions"]; ok && raw.Kind() != 'n' {
+		if raw.Kind() != '[' || json.Unmarshal(raw, &uris) != nil {
+			return nil, bad
+		}
+	}
+	return uris, nil
 }
 
 // headersAgree checks the headers by which a client of the 2026-07-28
@@ -619,17 +716,21 @@ func (rt *route) Serve(c *routes.Call) {
 			c.Fail(&rpcError{id: id, code: -32600, err: err})
 			return
 		}
-		if m.Method == "initialize" {
-			kept, out, err := stripCapabilities(m, func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) })
-			if err != nil {
+		kept, out, err := stripCapabilities(m, func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) })
+		if err != nil {
+			c.Fail(&rpcError{id: id, code: -32602, err: err})
+			return
+		}
+		if out != nil && !c.ShrinkBody(out) {
+			c.Fail(&rpcError{id: id, code: -32603, err: routes.Refuse(routes.ErrBadRequest, "the %s could not be sent without the client capabilities the policy does not give the server", routes.Clip(m.Method, 64))})
+			return
+		}
+		q.Capabilities = kept
+		if m.Method == "subscriptions/listen" {
+			if q.Subscriptions, err = listenSubscriptions(m); err != nil {
 				c.Fail(&rpcError{id: id, code: -32602, err: err})
 				return
 			}
-			if out != nil && !c.ShrinkBody(out) {
-				c.Fail(&rpcError{id: id, code: -32603, err: routes.Refuse(routes.ErrBadRequest, "the initialize could not be sent without the client capabilities the policy does not give the server")})
-				return
-			}
-			q.Capabilities = kept
 		}
 		c.SetTarget(strings.TrimSpace(name + " " + m.Method + " " + routes.Clip(target, 128)))
 	default:
@@ -647,14 +748,20 @@ func (rt *route) Serve(c *routes.Call) {
 		ans := prof.AskMCP(q)
 		if step, refused := ans.Refusal(); refused {
 			var err error
-			switch step.Key {
-			case "mcp":
+			uri, isResource := strings.CutPrefix(step.Check, "resource ")
+			listen := q.Method == "subscriptions/listen"
+			switch {
+			case step.Key == "mcp":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s is not allowed for sandbox %s (the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, prof.Name, name)
-			case "mcp.methods":
+			case listen && step.Key == "mcp.methods":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resources, and resources/subscribe is not allowed for sandbox %s (%s); listen without resourceSubscriptions", name, sandbox, step.Rule)
+			case listen && isResource:
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resource %q, which is not allowed for sandbox %s (%s)", name, routes.Clip(uri, 128), sandbox, step.Rule)
+			case step.Key == "mcp.methods":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
-			case "mcp.capabilities":
-				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the policy in force no longer gives the server a client capability this initialize declares (%s); send it again", name, step.Rule)
-			case "mcp.args":
+			case step.Key == "mcp.capabilities":
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the policy in force no longer gives the server a client capability this %s declares (%s); send it again", name, routes.Clip(q.Method, 64), step.Rule)
+			case step.Key == "mcp.args":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: tool %s is not allowed for sandbox %s with these arguments: %s (%s)", name, routes.Clip(q.Name, 128), sandbox, step.Reason, step.Rule)
 			default:
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: %s %q is not allowed for sandbox %s (%s)", name, step.Check[:strings.IndexByte(step.Check, ' ')], routes.Clip(q.Name, 128), sandbox, step.Rule)
@@ -697,7 +804,12 @@ func (rt *route) Serve(c *routes.Call) {
 		if q.Method == "tools/list" {
 			f.pins = pins
 		}
-		ctx = context.WithValue(ctx, filterKey{}, f)
+		ctx = context.WithValue(ctx, filterKey{}, answerFilter(f))
+		t.Header = http.Header{"Accept-Encoding": {"identity"}}
+	}
+	switch q.Method {
+	case "tools/call", "prompts/get", "resources/read":
+		ctx = context.WithValue(ctx, filterKey{}, answerFilter(&inputFilter{server: name, method: q.Method}))
 		t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	}
 	s.fwd.Forward(c, r.WithContext(ctx), t)

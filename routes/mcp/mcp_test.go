@@ -52,6 +52,14 @@ capabilities = ["roots"]
 match = "roots-*"
 profile = "roots"
 
+[profile.subs.mcp.docs]
+methods = ["resources/read", "resources/subscribe"]
+resources = ["docs://public/**"]
+
+[[sandbox]]
+match = "subs-*"
+profile = "subs"
+
 [profile.other]
 models = ["claude-*"]
 
@@ -356,6 +364,116 @@ func TestClientCapabilitiesStripped(t *testing.T) {
 		`{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"capabilities":{"Sampling":{}}}}`)
 	if !strings.Contains(r.Body, `capabilities have a member \"Sampling\"`) || up.count() != n {
 		t.Errorf("Sampling: %d %s", r.Status, r.Body)
+	}
+}
+
+// A request of the stateless 2026-07-28 revision declares its client's
+// capabilities in its _meta: they are taken out as initialize's are,
+// whatever the method, and the rest goes as sent. A _meta or capabilities
+// cproxy cannot read as the server could, and a continuation of a
+// multi-round-trip request, are refused before the server hears of them.
+func TestStatelessClientCapabilitiesStripped(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := func(sandbox string) map[string]string {
+		return routetest.With(routetest.Bearer(e.Token(sandbox)), "Content-Type", "application/json")
+	}
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{},"roots":{},"elicitation":{"form":{}},"experimental":{"x":1}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}`
+	for _, c := range []struct{ sandbox, body, want string }{
+		{"conv-1", `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{` + meta + `}}`,
+			`POST {"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"experimental":{"x":1}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`},
+		{"roots-1", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"},` + meta + `}}`,
+			`POST {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"experimental":{"x":1},"roots":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"arguments":{"query":"a"},"name":"search"}}`},
+		// Nothing to take out: the bytes as sent.
+		{"conv-2", `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"experimental":{}}}}}`,
+			`POST {"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"experimental":{}}}}}`},
+	} {
+		n := up.count()
+		r := e.Do("POST", "/mcp/docs", h(c.sandbox), c.body)
+		if r.Status != 200 || strings.Contains(r.Body, "cproxy:") || up.count() != n+1 {
+			t.Fatalf("%s: %d %s", c.sandbox, r.Status, r.Body)
+		}
+		if got := up.heard[n]; !strings.HasPrefix(got, c.want+" session=") {
+			t.Errorf("%s: the server heard\n%s\nwant\n%s", c.sandbox, got, c.want)
+		}
+	}
+	n := up.count()
+	for _, c := range []struct{ params, want string }{
+		{`{"_meta":"x"}`, `tools/list's params, their _meta and the client capabilities must be objects`},
+		{`{"_meta":{"a":1,"a":2}}`, `the body names a member twice`},
+		{`{"_meta":{"io.modelcontextprotocol/clientCapabilities":[]}}`, `must be objects`},
+		{`{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"Sampling":{}}}}`, `the client capabilities in tools/list's _meta have a member \"Sampling\"`},
+		{`{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{},"ROOTS":{}}}}`, `have a member \"ROOTS\"`},
+		{`{"_meta":{"io.modelcontextprotocol/ClientCapabilities":{"sampling":{}}}}`, `_meta has a member \"io.modelcontextprotocol/ClientCapabilities\"`},
+		{`{"_Meta":{}}`, `params have a member \"_Meta\"`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"roots":[]}}}`, `carries inputResponses, the continuation of a multi-round-trip request`},
+		{`{"name":"search","arguments":{"query":"a"},"requestState":"opaque"}`, `carries requestState`},
+		{`{"name":"search","arguments":{"query":"a"},"RequestState":"opaque"}`, `params have a member \"RequestState\"`},
+	} {
+		method := "tools/list"
+		if strings.Contains(c.params, `"name"`) {
+			method = "tools/call"
+		}
+		r := e.Do("POST", "/mcp/docs", h("conv-1"), `{"jsonrpc":"2.0","id":7,"method":"`+method+`","params":`+c.params+`}`)
+		if !strings.Contains(r.Body, c.want) || !strings.Contains(r.Body, `"error"`) {
+			t.Errorf("%s: %d %s, want %s", c.params, r.Status, r.Body, c.want)
+		}
+	}
+	if up.count() != n {
+		t.Errorf("the server heard %v", up.heard[n:])
+	}
+}
+
+// subscriptions/listen, the 2026-07-28 revision's stream of the server's
+// notifications, is allowed whenever the server is, as the GET stream of a
+// session is; each resource it subscribes to is decided as a
+// resources/subscribe of it, and params cproxy cannot read are refused.
+func TestSubscriptionsListen(t *testing.T) {
+	e, up := newEnv(t, canary)
+	listen := func(subs string) string {
+		return `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"notifications":{"toolsListChanged":true` + subs + `}}}`
+	}
+	for _, c := range []struct{ sandbox, subs string }{
+		{"conv-1", ``},
+		{"conv-1", `,"resourceSubscriptions":[]`},
+		{"subs-1", `,"resourceSubscriptions":["docs://public/readme"]`},
+	} {
+		n := up.count()
+		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token(c.sandbox)), "Content-Type", "application/json"), listen(c.subs))
+		if r.Status != 200 || strings.Contains(r.Body, "cproxy:") || up.count() != n+1 {
+			t.Errorf("%s %s: %d %s", c.sandbox, c.subs, r.Status, r.Body)
+		}
+	}
+	n := up.count()
+	for _, c := range []struct{ sandbox, body, want string }{
+		{"conv-1", listen(`,"resourceSubscriptions":["docs://public/readme"]`), `subscriptions/listen subscribes to resources, and resources/subscribe is not allowed for sandbox conv-1`},
+		{"subs-1", listen(`,"resourceSubscriptions":["docs://public/readme","docs://private/secret"]`), `subscriptions/listen subscribes to resource \"docs://private/secret\", which is not allowed for sandbox subs-1 (profile.subs.mcp.docs: no resources entry matches)`},
+		{"subs-1", listen(`,"resourceSubscriptions":"docs://private/secret"`), `subscriptions/listen's params need notifications`},
+		{"subs-1", listen(`,"ResourceSubscriptions":["docs://private/secret"]`), `subscriptions/listen's params need notifications`},
+		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{}}`, `subscriptions/listen's params need notifications`},
+		{"subs-1", `{"jsonrpc":"2.0","id":8,"method":"subscriptions/listen","params":{"notifications":{},"Notifications":{"resourceSubscriptions":["docs://private/secret"]}}}`, `which a server could read as \"notifications\"`},
+	} {
+		r := e.Do("POST", "/mcp/docs", routetest.With(routetest.Bearer(e.Token(c.sandbox)), "Content-Type", "application/json"), c.body)
+		if !strings.Contains(r.Body, `"id":8,"error"`) || !strings.Contains(r.Body, c.want) {
+			t.Errorf("%s: %d %s, want %s", c.body, r.Status, r.Body, c.want)
+		}
+	}
+	if up.count() != n {
+		t.Errorf("the server heard %v", up.heard[n:])
+	}
+}
+
+// A stateless request carries no Mcp-Session-Id, and the session check
+// lets it through; one that carries an id is checked as every other.
+func TestStatelessRequestsAndSessions(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	if r := e.Do("POST", "/mcp/docs", h, list); r.Status != 200 || strings.Contains(r.Body, "cproxy:") || up.count() != 1 {
+		t.Fatalf("without a session: %d %s", r.Status, r.Body)
+	}
+	r := e.Do("POST", "/mcp/docs", routetest.With(h, "Mcp-Session-Id", "session-z"), list)
+	if r.Status != 404 || !strings.Contains(r.Body, `no session \"session-z\"`) || up.count() != 1 {
+		t.Errorf("with a session cproxy does not know: %d %s", r.Status, r.Body)
 	}
 }
 
