@@ -43,9 +43,10 @@ type refusal struct {
 	// retryAfter, when set, is how long until retrying can succeed
 	// (a limit's window or rate); zero: retrying will not help.
 	retryAfter time.Duration
-	// deferred marks a policy question that cannot be answered yet
-	// (Deferred): not the policy's refusal.
-	deferred bool
+	// firm marks a refusal that is not the policy's plain answer, which
+	// warn mode must not let pass: a question that cannot be answered yet
+	// (Deferred), a request that waits for an operator's approval.
+	firm bool
 }
 
 func (e *refusal) Error() string { return e.msg }
@@ -63,16 +64,21 @@ func Refuse(kind error, format string, args ...any) error {
 // so a profile in warn mode does not let it pass. The route fetches what
 // it needs and asks again.
 func Deferred(format string, args ...any) error {
+	return refuseFirm(format, args...)
+}
+
+// refuseFirm is an ErrForbidden refusal that warn mode does not let pass.
+func refuseFirm(format string, args ...any) error {
 	err := Refuse(ErrForbidden, format, args...).(*refusal)
-	err.deferred = true
+	err.firm = true
 	return err
 }
 
 // policyRefusal reports whether err is a refusal by the policy's answer:
-// ErrForbidden, and not Deferred.
+// ErrForbidden, and not a firm one (Deferred, an approval's).
 func policyRefusal(err error) bool {
 	var r *refusal
-	return errors.As(err, &r) && !r.deferred && errors.Is(err, ErrForbidden)
+	return errors.As(err, &r) && !r.firm && errors.Is(err, ErrForbidden)
 }
 
 // IsRefusal reports whether err is, or wraps, a refusal (Refuse): an
