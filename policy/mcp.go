@@ -37,6 +37,21 @@ type MCPServer struct {
 // input, the client's folders).
 var MCPCapabilities = []string{"elicitation", "roots", "sampling"}
 
+// MCPServerRequests are the requests a server may send the client, by
+// method, with the client capability each needs ("" for none): a client's
+// JSON-RPC response to one is asked as an MCPQuestion whose Method is
+// MCPResponse and whose Name is the request's method.
+var MCPServerRequests = map[string]string{
+	"sampling/createMessage": "sampling",
+	"elicitation/create":     "elicitation",
+	"roots/list":             "roots",
+	"ping":                   "",
+}
+
+// MCPResponse is the Method of an MCPQuestion that asks whether a client
+// may answer the server's request named by its Name.
+const MCPResponse = "response"
+
 // MCPArgRule is a rule on one argument of the tools a glob names: the
 // argument, a top-level member of the call's arguments, must be sent and
 // must be equal to Equals, match Glob, be one of In, or be a number within
@@ -126,7 +141,9 @@ var mcpNameGlobRE = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
 // MCPQuestion asks whether a sandbox may send one message to the MCP
 // server Server: its JSON-RPC Method ("" asks of the server alone, as a GET
 // or DELETE of the session does) and, for tools/call, resources/read and
-// prompts/get, the Name (tool or prompt name, resource URI) it names.
+// prompts/get, the Name (tool or prompt name, resource URI) it names. A
+// client's response to a request of the server is Method MCPResponse, with
+// Name the request's method (MCPServerRequests).
 type MCPQuestion struct {
 	Server string
 	Method string
@@ -164,6 +181,25 @@ func (pr *Profile) AskMCP(q MCPQuestion) Answer {
 		return a
 	}
 	sp := fmt.Sprintf(".mcp.%s", tomlKey(q.Server))
+	if q.Method == MCPResponse {
+		// A response is decided by the capability the request it answers
+		// needs, which the server asks for only if the profile gives it.
+		c, known := MCPServerRequests[q.Name]
+		var cd Decision
+		switch {
+		case !known:
+			cd = Decision{Rule: fmt.Sprintf("mcp: %q is not a request of the server cproxy knows", q.Name)}
+		case c == "":
+			cd = Decision{Allow: true, Rule: fmt.Sprintf("mcp: %s needs no client capability", q.Name)}
+		case slices.Contains(s.Capabilities, c):
+			cd = Decision{Allow: true, Rule: pr.rule("%s.capabilities[%q]", sp, c)}
+		default:
+			cd = Decision{Rule: pr.rule("%s.capabilities: %s is not given", sp, c)}
+		}
+		a.Rule = cd.Rule
+		a.ask("response to "+q.Name, "mcp.capabilities", cd, "")
+		return a
+	}
 	allowed := s.Methods
 	if len(allowed) == 0 {
 		allowed = MCPDefaultMethods

@@ -186,6 +186,27 @@ func TestMCPCapabilities(t *testing.T) {
 	if a.Allow || a.Rule != "profile.web.mcp.docs.capabilities: sampling is not given" {
 		t.Errorf("sampling: %v %q", a.Allow, a.Rule)
 	}
+	// A client's response to a request of the server is decided by the
+	// capability the request needs; ping needs none.
+	for _, c := range []struct {
+		answers string
+		allow   bool
+		rule    string
+	}{
+		{"roots/list", true, `profile.web.mcp.docs.capabilities["roots"]`},
+		{"sampling/createMessage", false, "profile.web.mcp.docs.capabilities: sampling is not given"},
+		{"elicitation/create", false, "profile.web.mcp.docs.capabilities: elicitation is not given"},
+		{"ping", true, "mcp: ping needs no client capability"},
+		{"tasks/get", false, `mcp: "tasks/get" is not a request of the server cproxy knows`},
+	} {
+		a := web.AskMCP(MCPQuestion{Server: "docs", Method: MCPResponse, Name: c.answers})
+		if a.Allow != c.allow || a.Rule != c.rule {
+			t.Errorf("response to %s: %v %q", c.answers, a.Allow, a.Rule)
+		}
+	}
+	if a := web.AskMCP(MCPQuestion{Server: "other", Method: MCPResponse, Name: "ping"}); a.Allow {
+		t.Errorf("response to another server's ping: %q", a.Rule)
+	}
 	_, probs = loadPolicy("policy.toml", []byte("[profile.web.mcp.docs]\ncapabilities = [\"roots\", \"files\"]\n"))
 	if got := probs.Error(); !strings.Contains(got, `policy.toml:2:26: profile.web.mcp.docs.capabilities: "files" is not a client capability a server may be given (elicitation, roots, sampling)`) {
 		t.Errorf("problems: %s", got)

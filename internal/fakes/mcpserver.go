@@ -61,6 +61,13 @@ type MCPServerOptions struct {
 	// answer once the call is sent again with the user's. False: no such
 	// tool.
 	Confirms bool
+	// AsksClient adds the tools ask_model, which asks the client's model
+	// for a completion of its prompt (sampling) and answers with the
+	// completion's text, and list_roots, which asks the client for its
+	// roots and answers with their URIs, one a line: requests of the
+	// server in the call's answer stream, in the sessions of 2025-11-25.
+	// False: no such tools.
+	AsksClient bool
 }
 
 // MCPCall is one HTTP request an MCPServer received, recorded before any
@@ -113,6 +120,9 @@ func NewMCPServer(o MCPServerOptions) *MCPServer {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: MCPConfirmedAnswer}}}, nil, nil
 		})
+	}
+	if o.AsksClient {
+		addAsks(s.server)
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{Stateless: o.Stateless})
 	mux := http.NewServeMux()
@@ -228,4 +238,41 @@ func newDocsServer(opts *mcp.ServerOptions) *mcp.Server {
 		})
 	}
 	return s
+}
+
+type promptArgs struct {
+	Prompt string `json:"prompt" jsonschema:"what to ask the client's model"`
+}
+
+// addAsks adds MCPServerOptions.AsksClient's tools to s.
+func addAsks(s *mcp.Server) {
+	fail := func(err error) *mcp.CallToolResult {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_model", Description: "Ask the client's model"}, func(ctx context.Context, req *mcp.CallToolRequest, in promptArgs) (*mcp.CallToolResult, any, error) {
+		//lint:ignore SA1019 sampling is deprecated in 2026-07-28, and servers of 2025-11-25 still ask for it
+		msgs := []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: in.Prompt}}}
+		//lint:ignore SA1019 as above
+		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 100, Messages: msgs})
+		if err != nil {
+			return fail(err), nil, nil
+		}
+		text, _ := res.Content.(*mcp.TextContent)
+		if text == nil {
+			return fail(fmt.Errorf("the completion is not text")), nil, nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text.Text}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "list_roots", Description: "List the client's roots"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		//lint:ignore SA1019 roots are deprecated in 2026-07-28, and servers of 2025-11-25 still ask for them
+		res, err := req.Session.ListRoots(ctx, nil)
+		if err != nil {
+			return fail(err), nil, nil
+		}
+		var uris []string
+		for _, r := range res.Roots {
+			uris = append(uris, r.URI)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(uris, "\n")}}}, nil, nil
+	})
 }

@@ -134,8 +134,9 @@ func marshal(v any) (jsontext.Value, bool) {
 }
 
 // answerFilter rewrites each JSON-RPC message of an answer cproxy reads
-// before the sandbox does: a list's (listFilter), a call's (inputFilter).
-// A message it cannot read is an error.
+// before the sandbox does: a list's (listFilter), a call's (inputFilter),
+// the server's requests in a session's stream (requestWatcher). A message
+// it cannot read is an error; one it does not pass on is nil.
 type answerFilter interface {
 	message(data []byte) ([]byte, error)
 }
@@ -254,6 +255,11 @@ func (s *sseFilter) event() ([]byte, error) {
 				return nil, err
 			} else if err != nil {
 				return nil, errEvent
+			}
+			if msg == nil {
+				// A message not passed on (requestWatcher): the
+				// event goes with it.
+				return nil, nil
 			}
 		}
 		for _, l := range bytes.Split(msg, []byte("\n")) {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -79,6 +80,9 @@ type route struct {
 	// sessions are the upstream sessions open through this replica, by
 	// server and Mcp-Session-Id, with the sandbox that opened each.
 	sessions map[sessionKey]string
+	// asked are the requests each session's server sent the client and
+	// waits for the answer of, by JSON-RPC id (idKey).
+	asked map[sessionKey]map[string]asked
 }
 
 type sessionKey struct{ server, id string }
@@ -91,6 +95,10 @@ type sandboxKey struct{}
 // to its answer's check.
 type filterKey struct{}
 
+// watchKey carries a request's requestWatcher, without its session, to
+// its answer's check, which reads the answer's server requests.
+type watchKey struct{}
+
 // callKey carries a tools/call's count to its answer's check: a call is
 // counted once the server has it.
 type callKey struct{}
@@ -100,7 +108,7 @@ func New(servers []Server, env routes.Env) routes.Route {
 	if env.Log == nil {
 		env.Log = slog.New(slog.DiscardHandler)
 	}
-	rt := &route{servers: map[string]*server{}, sessions: map[sessionKey]string{}}
+	rt := &route{servers: map[string]*server{}, sessions: map[sessionKey]string{}, asked: map[sessionKey]map[string]asked{}}
 	for _, s := range servers {
 		env.Upstream = routes.Upstream{URL: s.URL, HeaderTimeout: s.HeaderTimeout, Live: s.Live, OAuth: s.OAuth}
 		srv := &server{Server: s, rt: rt}
@@ -202,13 +210,27 @@ func (s *server) check(resp *http.Response) error {
 	if count, ok := resp.Request.Context().Value(callKey{}).(func()); ok {
 		count()
 	}
-	if f, ok := resp.Request.Context().Value(filterKey{}).(answerFilter); ok {
+	f, _ := resp.Request.Context().Value(filterKey{}).(answerFilter)
+	sandbox, _ := resp.Request.Context().Value(sandboxKey{}).(string)
+	id := resp.Header.Get("Mcp-Session-Id")
+	if w, ok := resp.Request.Context().Value(watchKey{}).(*requestWatcher); ok && sandbox != "" {
+		// The server's requests to the client come in a session's SSE
+		// streams: the GET's, or a POST's answer.
+		sid := resp.Request.Header.Get("Mcp-Session-Id")
+		if sid == "" {
+			sid = id
+		}
+		ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		if sid != "" && (f != nil || ct == "text/event-stream") {
+			w.srv, w.id, w.sandbox, w.next = s, sid, sandbox, f
+			f = w
+		}
+	}
+	if f != nil {
 		if err := filter(resp, s.Name, f); err != nil {
 			return err
 		}
 	}
-	id := resp.Header.Get("Mcp-Session-Id")
-	sandbox, _ := resp.Request.Context().Value(sandboxKey{}).(string)
 	if id == "" || sandbox == "" || resp.StatusCode >= 300 {
 		return nil
 	}
@@ -253,6 +275,7 @@ func (rt *route) EndSandbox(sandbox string) {
 		if owner == sandbox {
 			ended = append(ended, k)
 			delete(rt.sessions, k)
+			delete(rt.asked, k)
 		}
 	}
 	rt.mu.Unlock()
@@ -278,6 +301,7 @@ const endTimeout = 10 * time.Second
 func (rt *route) forget(server, id string) {
 	rt.mu.Lock()
 	delete(rt.sessions, sessionKey{server, id})
+	delete(rt.asked, sessionKey{server, id})
 	rt.mu.Unlock()
 }
 
@@ -359,7 +383,14 @@ type message struct {
 	ID      jsontext.Value `json:"id,omitzero"`
 	Method  string         `json:"method"`
 	Params  jsontext.Value `json:"params,omitzero"`
+	// Result or Error make the message a response: the client's answer
+	// to a request of the server.
+	Result jsontext.Value `json:"result,omitzero"`
+	Error  jsontext.Value `json:"error,omitzero"`
 }
+
+// isResponse reports whether m is a JSON-RPC response.
+func (m message) isResponse() bool { return len(m.Result) > 0 || len(m.Error) > 0 }
 
 // params are the members of a message's params cproxy decides on.
 type params struct {
@@ -393,9 +424,10 @@ func foldsOnto(names []string, want []string) (string, bool) {
 	return "", false
 }
 
-// parse reads one JSON-RPC request or notification. A batch, a response
-// (a sandbox's answer to the server, which this increment does not carry),
-// a duplicate name or a body that is not JSON is refused.
+// parse reads one JSON-RPC request, notification or response (the
+// client's answer to a request of the server: an id, and a result or an
+// error, no method). A batch, a message both request and response, a
+// duplicate name or a body that is not JSON is refused.
 func parse(body []byte) (message, string, map[string]any, error) {
 	var m message
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
@@ -408,6 +440,12 @@ func parse(body []byte) (message, string, map[string]any, error) {
 			msg = "the body names a member twice; send each name once"
 		}
 		return m, "", nil, &rpcError{code: -32700, err: routes.Refuse(routes.ErrBadRequest, "%s", msg)}
+	}
+	if m.isResponse() {
+		if m.JSONRPC != "2.0" || m.Method != "" || len(m.Params) > 0 || (len(m.Result) > 0 && len(m.Error) > 0) || validID(m.ID) == nil {
+			return m, "", nil, &rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, `the body is not a JSON-RPC 2.0 response: it needs "jsonrpc": "2.0", the id of the server's request, and a result or an error, no method`)}
+		}
+		return m, "", nil, nil
 	}
 	if m.JSONRPC != "2.0" || m.Method == "" {
 		return m, "", nil, &rpcError{id: validID(m.ID), code: -32600, err: routes.Refuse(routes.ErrBadRequest, `the body is not a JSON-RPC 2.0 request: it needs "jsonrpc": "2.0" and a method`)}
@@ -451,9 +489,9 @@ const metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
 // continuations are the params members by which a request of the
 // 2026-07-28 revision continues a multi-round-trip request: the client's
 // answers to what the server asked of it in an input_required result, and
-// the server's opaque state. cproxy does not carry a client's answers to
-// a server (a JSON-RPC response of the earlier revisions is refused too):
-// it cannot see what they answer, nor what the state holds.
+// the server's opaque state. cproxy does not carry these answers: it
+// cannot see what they answer, nor what the state holds (a JSON-RPC
+// response of the earlier revisions answers a request cproxy saw go by).
 var continuations = []string{"inputResponses", "requestState"}
 
 // stripCapabilities takes out of a request the client capabilities
@@ -697,6 +735,28 @@ func (rt *route) Serve(c *routes.Call) {
 			c.Fail(err)
 			return
 		}
+		if m.isResponse() {
+			// The client's answer to a request of the server: let
+			// through only when the server asked it of this session,
+			// once. Its refusals carry no id: it answers none.
+			sid := r.Header.Get("Mcp-Session-Id")
+			if sid == "" {
+				c.Fail(&rpcError{code: -32600, err: routes.Refuse(routes.ErrBadRequest, "MCP server %s: a JSON-RPC response answers a request of the server, in the session (Mcp-Session-Id) whose stream it came in", name)})
+				return
+			}
+			if err := rt.checkSession(name, sid, sandbox); err != nil {
+				c.Fail(&rpcError{code: -32001, err: err})
+				return
+			}
+			method := rt.answer(name, sid, sandbox, m.ID, c.Now())
+			if method == "" {
+				c.Fail(&rpcError{code: -32600, err: routes.Refuse(routes.ErrForbidden, "MCP server %s did not ask this session anything with the id %s that waits for an answer (never asked, answered already, or asked too long ago); cproxy passes on only answers to the server's requests", name, routes.Clip(string(m.ID), 64))})
+				return
+			}
+			q.Method, q.Name = policy.MCPResponse, method
+			c.SetTarget(name + " response " + method)
+			break
+		}
 		id = m.ID
 		if len(id) > 0 {
 			// What the core refuses from here on (the credential, a
@@ -759,6 +819,8 @@ func (rt *route) Serve(c *routes.Call) {
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resource %q, which is not allowed for sandbox %s (%s)", name, routes.Clip(uri, 128), sandbox, step.Rule)
 			case step.Key == "mcp.methods":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
+			case q.Method == policy.MCPResponse:
+				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the answer to its %s is not allowed for sandbox %s (%s)", name, q.Name, sandbox, step.Rule)
 			case step.Key == "mcp.capabilities":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the policy in force no longer gives the server a client capability this %s declares (%s); send it again", name, routes.Clip(q.Method, 64), step.Rule)
 			case step.Key == "mcp.args":
@@ -795,22 +857,24 @@ func (rt *route) Serve(c *routes.Call) {
 		}
 	}
 	ctx := context.WithValue(r.Context(), sandboxKey{}, sandbox)
+	ctx = context.WithValue(ctx, watchKey{}, &requestWatcher{now: c.Now,
+		allowed: func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) }})
 	if q.Method == "tools/call" {
 		ctx = context.WithValue(ctx, callKey{}, func() { c.Metrics().MCPToolCall(name, q.Name) })
 	}
-	var t routes.Target
+	// Every answer may be read (a list's, a call's, the server's requests
+	// in a stream), so none comes encoded.
+	t := routes.Target{Header: http.Header{"Accept-Encoding": {"identity"}}}
 	if l, ok := lists[q.Method]; ok {
 		f := &listFilter{server: name, member: l.member, name: l.name, method: l.method, prof: c.Session().Profile, ctx: ctx}
 		if q.Method == "tools/list" {
 			f.pins = pins
 		}
 		ctx = context.WithValue(ctx, filterKey{}, answerFilter(f))
-		t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	}
 	switch q.Method {
 	case "tools/call", "prompts/get", "resources/read":
 		ctx = context.WithValue(ctx, filterKey{}, answerFilter(&inputFilter{server: name, method: q.Method}))
-		t.Header = http.Header{"Accept-Encoding": {"identity"}}
 	}
 	s.fwd.Forward(c, r.WithContext(ctx), t)
 	if r.Method == http.MethodDelete && sid != "" {

@@ -45,8 +45,16 @@ arg = "query"
 glob = "*"
 
 [profile.roots.mcp.docs]
-tools = ["search"]
+tools = ["search", "ask_model", "list_roots"]
 capabilities = ["roots"]
+
+[profile.asks.mcp.docs]
+tools = ["ask_model", "list_roots"]
+capabilities = ["sampling", "roots"]
+
+[[sandbox]]
+match = "asks-*"
+profile = "asks"
 
 [[sandbox]]
 match = "roots-*"
@@ -88,6 +96,16 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer "+canary {
 		w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="http://x/.well-known/oauth-protected-resource"`)
 		w.WriteHeader(401)
+		return
+	}
+	if r.Header.Get("X-Test-Asks") != "" {
+		// The session's stream asks the client for a completion, its
+		// roots, a ping, and what no client capability names.
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, m := range []string{`"id":"s1","method":"sampling/createMessage","params":{}`, `"id":7,"method":"roots/list"`,
+			`"id":"p1","method":"ping"`, `"id":"x1","method":"tasks/get","params":{}`, `"method":"notifications/message","params":{}`} {
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\","+m+"}\n\n")
+		}
 		return
 	}
 	if strings.Contains(string(b), `"tools/list"`) {
@@ -225,20 +243,33 @@ func TestARefusedCredentialIsNamedWithoutResourceMetadata(t *testing.T) {
 	}
 }
 
-func TestASessionBelongsToTheSandboxThatOpenedIt(t *testing.T) {
-	e, up := newEnv(t, canary)
-	h := func(sandbox, session string) map[string]string {
+// sessionHeaders are the headers of a POST of sandbox in session (none
+// when "").
+func sessionHeaders(e *routetest.Env) func(sandbox, session string) map[string]string {
+	return func(sandbox, session string) map[string]string {
 		m := routetest.With(routetest.Bearer(e.Token(sandbox)), "Content-Type", "application/json")
 		if session != "" {
 			m["Mcp-Session-Id"] = session
 		}
 		return m
 	}
-	r := e.Do("POST", "/mcp/docs", h("conv-1", ""), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+}
+
+// initialize opens a session of the stand-in for sandbox and returns its id.
+func initialize(t *testing.T, e *routetest.Env, sandbox string) string {
+	t.Helper()
+	r := e.Do("POST", "/mcp/docs", sessionHeaders(e)(sandbox, ""), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
 	sid := r.Header.Get("Mcp-Session-Id")
 	if r.Status != 200 || sid == "" {
 		t.Fatalf("initialize = %d %v %s", r.Status, r.Header, r.Body)
 	}
+	return sid
+}
+
+func TestASessionBelongsToTheSandboxThatOpenedIt(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := sessionHeaders(e)
+	sid := initialize(t, e, "conv-1")
 	if r := e.Do("POST", "/mcp/docs", h("conv-1", sid), `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
 		t.Fatalf("own session = %d %s", r.Status, r.Body)
 	}
@@ -649,5 +680,65 @@ func TestToolCallsHaveARate(t *testing.T) {
 	}
 	if r := e.Do("POST", "/mcp/docs", h, `{"jsonrpc":"2.0","id":4,"method":"ping"}`); r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
 		t.Errorf("a ping = %d %s", r.Status, r.Body)
+	}
+}
+
+// A client's JSON-RPC response goes to the server only when it answers a
+// request the server sent that sandbox's session, whose capability the
+// profile gives, once; a request whose capability it does not give never
+// reaches the client, and cproxy answers it with an error.
+func TestAClientAnswersOnlyWhatTheServerAskedOfIt(t *testing.T) {
+	e, up := newEnv(t, canary)
+	h := sessionHeaders(e)
+	sid := initialize(t, e, "roots-1")
+	r := e.Do("GET", "/mcp/docs", routetest.With(h("roots-1", sid), "X-Test-Asks", "1"), "")
+	for _, want := range []string{`"id":7,"method":"roots/list"`, `"id":"p1","method":"ping"`, `"method":"notifications/message"`} {
+		if !strings.Contains(r.Body, want) {
+			t.Errorf("the stream has no %s: %s", want, r.Body)
+		}
+	}
+	if strings.Contains(r.Body, "sampling") || strings.Contains(r.Body, "tasks/get") {
+		t.Errorf("the stream passes on what the profile does not give: %s", r.Body)
+	}
+	up.mu.Lock()
+	declined := strings.Join(up.heard, "\n")
+	up.mu.Unlock()
+	for _, want := range []string{`{"jsonrpc":"2.0","id":"s1","error":{"code":-32601,"message":"cproxy's policy does not give this server the client's sampling`, `{"jsonrpc":"2.0","id":"x1","error":{"code":-32601,`} {
+		if !strings.Contains(declined, want) {
+			t.Errorf("the server was not answered %s:\n%s", want, declined)
+		}
+	}
+
+	heard := up.count()
+	for _, c := range []struct{ sandbox, session, body, want string }{
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":7,"result":{"roots":[]}}`, ""},
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":"p1","result":{}}`, ""},
+	} {
+		if r := e.Do("POST", "/mcp/docs", h(c.sandbox, c.session), c.body); r.Status != 202 && r.Status != 200 || strings.Contains(r.Body, "cproxy:") {
+			t.Errorf("%s = %d %s", c.body, r.Status, r.Body)
+		}
+	}
+	if up.count() != heard+2 {
+		t.Errorf("the server heard %d of the 2 answers", up.count()-heard)
+	}
+	heard = up.count()
+	for _, c := range []struct{ sandbox, session, body, want string }{
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":7.0,"result":{"roots":[]}}`, "did not ask this session anything with the id 7.0"},
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":"s1","result":{}}`, `did not ask this session anything with the id \"s1\"`},
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":99,"error":{"code":1,"message":"x"}}`, "did not ask this session anything with the id 99"},
+		{"roots-1", "", `{"jsonrpc":"2.0","id":7,"result":{}}`, "a JSON-RPC response answers a request of the server, in the session"},
+		{"conv-1", sid, `{"jsonrpc":"2.0","id":7,"result":{}}`, "belongs to another sandbox"},
+		{"roots-1", sid, `[{"jsonrpc":"2.0","id":7,"result":{}}]`, "batches are not forwarded"},
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":7,"method":"roots/list","result":{}}`, "not a JSON-RPC 2.0 response"},
+		{"roots-1", sid, `{"jsonrpc":"2.0","id":7,"result":{},"error":{}}`, "not a JSON-RPC 2.0 response"},
+		{"roots-1", sid, `{"jsonrpc":"2.0","result":{}}`, "not a JSON-RPC 2.0 response"},
+	} {
+		r := e.Do("POST", "/mcp/docs", h(c.sandbox, c.session), c.body)
+		if r.Status < 400 || !strings.Contains(r.Body, `"id":null,"error"`) || !strings.Contains(r.Body, c.want) {
+			t.Errorf("%s from %s = %d %s", c.body, c.sandbox, r.Status, r.Body)
+		}
+	}
+	if up.count() != heard {
+		t.Errorf("the server heard %v", up.heard[heard:])
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,5 +479,117 @@ func TestAMultiRoundTripQuestionIsNotPassedOn(t *testing.T) {
 	}
 	if h := heard(up, "get_confirmed"); len(h) != 1 {
 		t.Errorf("the server heard get_confirmed %d times", len(h))
+	}
+}
+
+// connectAsked opens a session of the SDK's client through cproxy with
+// tok, the client answering sampling with reply (counting in sampled) and
+// roots with file:///work.
+func connectAsked(t *testing.T, e *routetest.Env, tok, reply string, sampled *atomic.Int32) *sdk.ClientSession {
+	t.Helper()
+	c := sdk.NewClient(&sdk.Implementation{Name: "cproxy-test", Version: "1.0.0"}, &sdk.ClientOptions{
+		//lint:ignore SA1019 sampling is deprecated in 2026-07-28, and servers of 2025-11-25 still ask for it
+		CreateMessageHandler: func(context.Context, *sdk.CreateMessageRequest) (*sdk.CreateMessageResult, error) {
+			sampled.Add(1)
+			//lint:ignore SA1019 as above
+			return &sdk.CreateMessageResult{Model: "m", Role: "assistant", Content: &sdk.TextContent{Text: reply}}, nil
+		},
+	})
+	//lint:ignore SA1019 roots are deprecated in 2026-07-28, and servers of 2025-11-25 still ask for them
+	c.AddRoots(&sdk.Root{URI: "file:///work", Name: "work"})
+	cs, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{
+		Endpoint:   e.Proxy.URL + "/mcp/docs",
+		HTTPClient: &http.Client{Transport: sandboxAuth{tok}},
+		MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	return cs
+}
+
+// callText calls tool and returns what the user sees of the result: its
+// text, and whether it is an error.
+func callText(t *testing.T, cs *sdk.ClientSession, tool string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	p := &sdk.CallToolParams{Name: tool, Arguments: map[string]any{}}
+	if tool == "ask_model" {
+		p.Arguments = map[string]any{"prompt": "say hi"}
+	}
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	var text []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			text = append(text, tc.Text)
+		}
+	}
+	return strings.Join(text, " "), res.IsError
+}
+
+// A server asks the client for a completion of its model or for its roots
+// during a tool call: the client's answer goes through when the profile
+// gives the capability, audited as a response to the server's request.
+func TestTheServerAsksTheClientWhatTheProfileGives(t *testing.T) {
+	e, up := newSDKEnv(t, func(o *fakes.MCPServerOptions) { o.AsksClient = true })
+	var sampled atomic.Int32
+	cs := connectAsked(t, e, e.Token("asks-1"), "the model says hi", &sampled)
+	defer cs.Close()
+	if text, isErr := callText(t, cs, "ask_model"); isErr || text != "the model says hi" {
+		t.Errorf("ask_model = %q (error %v)", text, isErr)
+	}
+	if text, isErr := callText(t, cs, "list_roots"); isErr || text != "file:///work" {
+		t.Errorf("list_roots = %q (error %v)", text, isErr)
+	}
+	if sampled.Load() != 1 {
+		t.Errorf("the client's model was asked %d times", sampled.Load())
+	}
+	// The audit lines are written once the proxy's handlers return:
+	// closing it waits for them.
+	cs.Close()
+	e.Proxy.Close()
+	var responses int
+	for _, c := range up.Calls() {
+		if c.Method == "" && strings.Contains(string(c.Body), `"result"`) {
+			responses++
+		}
+	}
+	if responses != 2 {
+		t.Errorf("the server heard %d responses of the client", responses)
+	}
+	for _, want := range []string{"docs response sampling/createMessage", "docs response roots/list"} {
+		if !strings.Contains(e.Logs.String(), want) {
+			t.Errorf("no audit line for %s", want)
+		}
+	}
+}
+
+// A profile that gives the server roots but not sampling: the client's
+// sampling capability is taken out of its initialize, the server's
+// sampling request never reaches the client, and cproxy answers the
+// server in its stead, so the tool call ends with the server's error.
+func TestTheServerCannotAskWhatTheProfileDoesNotGive(t *testing.T) {
+	e, up := newSDKEnv(t, func(o *fakes.MCPServerOptions) { o.AsksClient = true })
+	var sampled atomic.Int32
+	cs := connectAsked(t, e, e.Token("roots-1"), "the model says hi", &sampled)
+	defer cs.Close()
+	for _, c := range up.Calls() {
+		if c.Method == "initialize" && strings.Contains(string(c.Body), "sampling") {
+			t.Errorf("the server heard the client declare sampling: %s", c.Body)
+		}
+	}
+	text, isErr := callText(t, cs, "ask_model")
+	if !isErr || !strings.Contains(text, "does not give this server the client's sampling") {
+		t.Errorf("ask_model = %q (error %v)", text, isErr)
+	}
+	if sampled.Load() != 0 {
+		t.Errorf("the client's model was asked %d times", sampled.Load())
+	}
+	if text, isErr := callText(t, cs, "list_roots"); isErr || text != "file:///work" {
+		t.Errorf("list_roots = %q (error %v)", text, isErr)
 	}
 }
