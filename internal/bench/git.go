@@ -97,11 +97,7 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 	if o.Reps == 0 {
 		o.Reps = DefaultGitOptions.Reps
 	}
-	progress := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "bench-git: "+format+"\n", args...)
-		}
-	}
+	progress := progressTo(o.Progress, "bench-git")
 	git, err := exec.LookPath("git")
 	if err != nil {
 		return nil, fmt.Errorf("git is not installed: %w", err)
@@ -110,22 +106,17 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 	if v, err := exec.Command(git, "--version").Output(); err == nil {
 		res.GitVersion = strings.TrimSpace(strings.TrimPrefix(string(v), "git version "))
 	}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "cproxy-bench-git-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, done, err := workDir(o.Dir, "bench-git")
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	bin := filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, err
 	}
-	if o.Cproxy == "" {
-		o.Cproxy = filepath.Join(bin, "cproxy")
-		if err := goBuild(o.Cproxy, "github.com/cproxy/cproxy/cmd/cproxy"); err != nil {
-			return nil, err
-		}
+	if o.Cproxy, err = cproxyBinary(o.Cproxy, bin); err != nil {
+		return nil, err
 	}
 	// git finds the helper as git-credential-cproxy on PATH.
 	helper := filepath.Join(bin, "git-credential-cproxy")
@@ -253,6 +244,38 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 	}
 	res.Took = time.Since(res.Started)
 	return res, nil
+}
+
+// progressTo is a benchmark's progress: each line on w as "NAME: …";
+// nothing without w.
+func progressTo(w io.Writer, name string) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		if w != nil {
+			fmt.Fprintf(w, name+": "+format+"\n", args...)
+		}
+	}
+}
+
+// workDir is dir, or when it is empty a new temporary folder for the
+// benchmark name; done removes the folder it made.
+func workDir(dir, name string) (_ string, done func(), err error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	if dir, err = os.MkdirTemp("", "cproxy-"+name+"-"); err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// cproxyBinary is the cproxy to run: path when one is given, else one
+// built into dir.
+func cproxyBinary(path, dir string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	path = filepath.Join(dir, "cproxy")
+	return path, goBuild(path, "github.com/cproxy/cproxy/cmd/cproxy")
 }
 
 func goBuild(out, pkg string) error {

@@ -105,28 +105,19 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 	if o.Modules < 4 {
 		return nil, fmt.Errorf("%d modules: at least 4 are needed, one per level", o.Modules)
 	}
-	progress := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "bench-gomod: "+format+"\n", args...)
-		}
-	}
+	progress := progressTo(o.Progress, "bench-gomod")
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		return nil, fmt.Errorf("go is not installed: %w", err)
 	}
 	res := &GoModResult{Started: time.Now(), Ways: goModWays, MinReleaseAge: pkgMinReleaseAge, Use: map[string]CproxyUse{}}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "cproxy-bench-gomod-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, done, err := workDir(o.Dir, "bench-gomod")
+	if err != nil {
+		return nil, err
 	}
-	if o.Cproxy == "" {
-		o.Cproxy = filepath.Join(dir, "cproxy")
-		if err := goBuild(o.Cproxy, "github.com/cproxy/cproxy/cmd/cproxy"); err != nil {
-			return nil, err
-		}
+	defer done()
+	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
+		return nil, err
 	}
 
 	// Anonymous, as proxy.golang.org is: go sends no credential over plain

@@ -129,25 +129,16 @@ func RunMCP(ctx context.Context, o MCPOptions) (_ *MCPResult, err error) {
 	if o.Tools <= 42 {
 		return nil, fmt.Errorf("%d generated tools: at least 43 are needed, for %s", o.Tools, mcpTool)
 	}
-	progress := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "bench-mcp: "+format+"\n", args...)
-		}
-	}
+	progress := progressTo(o.Progress, "bench-mcp")
 	res := &MCPResult{Started: time.Now(), Ways: mcpWays, Tools: o.Tools + 3, Allowed: 1 + min(o.Tools, 100),
 		Calls: o.Calls, Lists: o.Lists, SDKVersion: moduleVersion("github.com/modelcontextprotocol/go-sdk")}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "cproxy-bench-mcp-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, done, err := workDir(o.Dir, "bench-mcp")
+	if err != nil {
+		return nil, err
 	}
-	if o.Cproxy == "" {
-		o.Cproxy = filepath.Join(dir, "cproxy")
-		if err := goBuild(o.Cproxy, "github.com/cproxy/cproxy/cmd/cproxy"); err != nil {
-			return nil, err
-		}
+	defer done()
+	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
+		return nil, err
 	}
 
 	credential := "mcp-bench-" + randomHex(16)

@@ -106,11 +106,7 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 	if o.Packages < 10 {
 		return nil, fmt.Errorf("a tree of %d packages: at least 10 are needed, one per level at least", o.Packages)
 	}
-	progress := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "bench-npm: "+format+"\n", args...)
-		}
-	}
+	progress := progressTo(o.Progress, "bench-npm")
 	npm, err := exec.LookPath("npm")
 	if err != nil {
 		return nil, fmt.Errorf("npm is not installed: %w", err)
@@ -122,18 +118,13 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 	if v, err := exec.Command("node", "--version").Output(); err == nil {
 		res.NodeVersion = strings.TrimSpace(string(v))
 	}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "cproxy-bench-npm-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, done, err := workDir(o.Dir, "bench-npm")
+	if err != nil {
+		return nil, err
 	}
-	if o.Cproxy == "" {
-		o.Cproxy = filepath.Join(dir, "cproxy")
-		if err := goBuild(o.Cproxy, "github.com/cproxy/cproxy/cmd/cproxy"); err != nil {
-			return nil, err
-		}
+	defer done()
+	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
+		return nil, err
 	}
 
 	realToken := "npm_bench" + randomHex(16)

@@ -103,27 +103,18 @@ func RunPip(ctx context.Context, o PipOptions) (_ *PipResult, err error) {
 	if o.Packages < 4 {
 		return nil, fmt.Errorf("a tree of %d projects: at least 4 are needed, one per level", o.Packages)
 	}
-	progress := func(format string, args ...any) {
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "bench-pip: "+format+"\n", args...)
-		}
-	}
+	progress := progressTo(o.Progress, "bench-pip")
 	if err := exec.Command(pipPython, "-c", "import ensurepip, venv").Run(); err != nil {
 		return nil, fmt.Errorf("%s has no venv with pip (apt-get install python3-venv python3-pip): %w", pipPython, err)
 	}
 	res := &PipResult{Started: time.Now(), Ways: pipWays, MinReleaseAge: pkgMinReleaseAge, Use: map[string]CproxyUse{}}
-	dir := o.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "cproxy-bench-pip-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, done, err := workDir(o.Dir, "bench-pip")
+	if err != nil {
+		return nil, err
 	}
-	if o.Cproxy == "" {
-		o.Cproxy = filepath.Join(dir, "cproxy")
-		if err := goBuild(o.Cproxy, "github.com/cproxy/cproxy/cmd/cproxy"); err != nil {
-			return nil, err
-		}
+	defer done()
+	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
+		return nil, err
 	}
 
 	// One venv for every run: --target installs into an empty folder and
