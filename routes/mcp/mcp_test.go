@@ -545,23 +545,7 @@ func TestTransportHeadersAgreeWithTheBody(t *testing.T) {
 // with Retry-After, naming that server's key, before the server hears of it, and another
 // server's requests are counted apart.
 func TestEachServerHasItsOwnLimits(t *testing.T) {
-	up := &upstream{}
-	ts := httptest.NewServer(up)
-	t.Cleanup(ts.Close)
-	u, _ := url.Parse(ts.URL + "/mcp")
-	t.Setenv("MCP_DOCS_TOKEN", canary)
-	live, err := (&secrets.Loader{}).Live("mcp.docs", secrets.Source("env:MCP_DOCS_TOKEN"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bearer := func(s string) string { return "Bearer " + s }
-	e := routetest.New(t, routetest.WithPolicy(t, testPolicy+"\n[profile.default.mcp.wiki]\ntools = [\"search\"]\n"), func(o *routetest.Options) {
-		o.MCP = []mcp.Server{
-			{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: bearer, Limits: routes.Limits{RequestsPerMinute: 2}},
-			{Name: "wiki", URL: u, Header: "Authorization", Live: live, Value: bearer},
-		}
-		o.Canaries = append(o.Canaries, canary)
-	})
+	e, up := twoServers(t, testPolicy+"\n[profile.default.mcp.wiki]\ntools = [\"search\"]\n", routes.Limits{RequestsPerMinute: 2})
 	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Content-Type", "application/json")
 	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 	for i := range 2 {
@@ -586,6 +570,18 @@ func TestEachServerHasItsOwnLimits(t *testing.T) {
 
 // budgetEnv serves the stand-in as servers docs and wiki under pol.
 func budgetEnv(t *testing.T, pol string) (*routetest.Env, *upstream) {
+	return twoServers(t, pol+`
+[profile.default.mcp.docs]
+tools = ["search"]
+
+[profile.default.mcp.wiki]
+tools = ["search"]
+`, routes.Limits{})
+}
+
+// twoServers serves the stand-in as servers docs (with docsLimits) and
+// wiki under the policy pol.
+func twoServers(t *testing.T, pol string, docsLimits routes.Limits) (*routetest.Env, *upstream) {
 	up := &upstream{}
 	ts := httptest.NewServer(up)
 	t.Cleanup(ts.Close)
@@ -596,15 +592,9 @@ func budgetEnv(t *testing.T, pol string) (*routetest.Env, *upstream) {
 		t.Fatal(err)
 	}
 	bearer := func(s string) string { return "Bearer " + s }
-	e := routetest.New(t, routetest.WithPolicy(t, pol+`
-[profile.default.mcp.docs]
-tools = ["search"]
-
-[profile.default.mcp.wiki]
-tools = ["search"]
-`), func(o *routetest.Options) {
+	e := routetest.New(t, routetest.WithPolicy(t, pol), func(o *routetest.Options) {
 		o.MCP = []mcp.Server{
-			{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: bearer},
+			{Name: "docs", URL: u, Header: "Authorization", Live: live, Value: bearer, Limits: docsLimits},
 			{Name: "wiki", URL: u, Header: "Authorization", Live: live, Value: bearer},
 		}
 		o.Canaries = append(o.Canaries, canary)
