@@ -79,7 +79,8 @@ type Call struct {
 	// question is the request's policy question, for the JSON record;
 	// answer the policy's answer to it (audit.Allow or audit.Deny) when
 	// Decide asked it.
-	question *policy.Question
+	question policy.Question
+	asked    bool // question is set
 	answer   string
 	// warning is the refusal a profile in warn mode let pass: the record's
 	// decision is warn, with it as the reason.
@@ -278,12 +279,12 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 		}
 		rec.SessionID = a.r.Header.Get("X-Claude-Code-Session-Id")
 	}
-	if a.question != nil && a.sink != nil {
-		// Only the JSON record carries it: marshalled for that alone.
+	if a.asked {
+		// Only the JSON record carries it (SetQuestion keeps it only then).
 		if a.session != nil {
 			a.question.Profile = a.session.Minted
 		}
-		rec.Question, _ = json.Marshal(a.question)
+		rec.Question, _ = json.Marshal(&a.question)
 	}
 	if a.warning != "" && rec.Decision == "" {
 		rec.Decision, rec.Reason = audit.Warn, a.warning

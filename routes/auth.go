@@ -300,7 +300,7 @@ func (s *Server) decideAgain(ctx context.Context, a *Call, rec tokens.Record, pr
 		return "", Refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", rec.Sandbox)
 	}
 	rule, err := a.decide(prof)
-	if err != nil {
+	if err = a.warned(prof, err); err != nil {
 		return rule, err
 	}
 	if m := a.meter; m != nil && m.charged {

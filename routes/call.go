@@ -75,27 +75,18 @@ func (a *Call) SetRule(rule string) { a.rule = rule }
 // sent, and when a body that streams to the upstream ends, d is asked
 // again if a policy reload has given the token another profile.
 func (a *Call) Decide(d Decide) error {
-	a.decide = a.warnOnly(d)
+	a.decide = d
 	rule, err := d(a.session.Profile)
 	a.rule = rule
 	a.Answered(err == nil)
 	return a.warned(a.session.Profile, err)
 }
 
-// warnOnly is d, whose refusals by the policy a profile in warn mode
-// only warns about: asked again at forward, a warn profile's refusal
-// does not stop the request either.
-func (a *Call) warnOnly(d Decide) Decide {
-	return func(prof *policy.Profile) (string, error) {
-		rule, err := d(prof)
-		return rule, a.warned(prof, err)
-	}
-}
-
 // warned is err, unless it is the policy's refusal (not a deferred
 // question, a budget or anything else) and prof is in warn mode: then the
 // request goes on, and its audit line says decision warn with the
-// refusal it would have had.
+// refusal it would have had. Decide asks it, and so does the question
+// asked again at forward (Server.decideAgain).
 func (a *Call) warned(prof *policy.Profile, err error) error {
 	if err == nil || !prof.Warns() || !policyRefusal(err) {
 		return err
@@ -126,12 +117,17 @@ func (a *Call) Answered(allowed bool) {
 // it, for the JSON audit record, so that it can be asked again of another
 // policy (cproxy policy replay). A route sets it before it Decides, and
 // again as it learns more (a push's ref updates, a version's publish time).
-func (a *Call) SetQuestion(q policy.Question) { a.question = &q }
+// Without a JSON audit log nothing keeps it, and it costs nothing.
+func (a *Call) SetQuestion(q policy.Question) {
+	if a.sink != nil {
+		a.question, a.asked = q, true
+	}
+}
 
 // AskAgain makes d the request's policy question from now on, without
 // asking it: for a route that asked its parts itself (a push's ref
 // updates, once read) and wants the whole asked again before sending.
-func (a *Call) AskAgain(d Decide) { a.decide = a.warnOnly(d) }
+func (a *Call) AskAgain(d Decide) { a.decide = d }
 
 // Fail answers the request with err, written as the route writes a
 // refusal.
