@@ -58,8 +58,9 @@ type MCPServerOptions struct {
 	// Confirms adds the tool get_confirmed, which asks the user to confirm
 	// before it answers MCPConfirmedAnswer: in the 2026-07-28 revision, a
 	// result of type input_required asking for an elicitation, and the
-	// answer once the call is sent again with the user's. False: no such
-	// tool.
+	// answer once the call is sent again with the user's acceptance and
+	// the state it was asked with ("not confirmed", an error result, with
+	// any other answer). False: no such tool.
 	Confirms bool
 	// AsksClient adds the tools ask_model, which asks the client's model
 	// for a completion of its prompt (sampling) and answers with the
@@ -117,6 +118,9 @@ func NewMCPServer(o MCPServerOptions) *MCPServer {
 		mcp.AddTool(s.server, &mcp.Tool{Name: "get_confirmed", Description: "Answer once the user confirms"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 			if len(req.Params.InputResponses) == 0 {
 				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{Message: "Really?"}}, RequestState: "asked"}, nil, nil
+			}
+			if a, ok := req.Params.InputResponses["confirm"].(*mcp.ElicitResult); !ok || a.Action != "accept" || req.Params.RequestState != "asked" {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "not confirmed"}}}, nil, nil
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: MCPConfirmedAnswer}}}, nil, nil
 		})

@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -288,15 +291,20 @@ func (s *sseFilter) readLong(start []byte) ([]byte, error) {
 // the stream is cut rather than passed on unfiltered.
 var errEvent = routes.Refuse(routes.ErrUpstream, "an event of the MCP server's answer stream could not be read as one JSON-RPC message, so the stream ends")
 
-// inputFilter replaces an answer that asks for the client's input to
+// inputFilter passes on an answer that asks for the client's input to
 // finish a call (the 2026-07-28 revision's multi-round-trip request: a
-// result of type input_required, with inputRequests for a completion of
-// the client's model, the user's input or the client's folders) with a
-// JSON-RPC error. cproxy refuses the call sent again with the client's
-// answers, which it cannot see to decide, so passing the question on would
-// only have the client ask its model or its user for nothing; and what
-// the server asks for may be what the profile does not give it.
-type inputFilter struct{ server, method string }
+// result of type input_required, whose inputRequests ask for a completion
+// of the client's model, the user's input or the client's folders) only
+// when the profile gives the server every client capability it asks for;
+// otherwise the answer becomes a JSON-RPC error. So the client never asks
+// its model or its user for a server the profile may not give them, nor
+// sends answers that cproxy would refuse (checkInputResponses).
+type inputFilter struct {
+	server, method string
+	// allowed reports whether the profile, as it is when the answer
+	// arrives, gives the server a client capability.
+	allowed func(capability string) bool
+}
 
 func (f *inputFilter) message(data []byte) ([]byte, error) {
 	var m map[string]jsontext.Value
@@ -309,28 +317,90 @@ func (f *inputFilter) message(data []byte) ([]byte, error) {
 	} else if err := json.Unmarshal(res, &r); err != nil {
 		return nil, err
 	}
-	asks := false
-	// Names are matched in any letter case, as a client whose decoder
-	// folds case (Go's encoding/json) reads them.
-	for k, v := range r {
-		switch {
-		case strings.EqualFold(k, "inputRequests"):
-			asks = true
-		case strings.EqualFold(k, "resultType") && string(v) != `"complete"`:
-			asks = true
-		}
-	}
-	if !asks {
+	why := f.inputRequired(r)
+	if why == "" {
 		return data, nil
 	}
 	id := m["id"]
 	if validID(id) == nil {
 		id = jsontext.Value("null")
 	}
-	msg, _ := json.Marshal("cproxy: the MCP server " + f.server + " asked for the client's input to answer " + f.method + " (an input_required result); cproxy does not carry multi-round-trip requests, whose answers it cannot see to decide")
+	msg, _ := json.Marshal("cproxy: the MCP server " + f.server + " asked for the client's input to answer " + f.method + " (an input_required result), " + why)
 	out := []byte(`{"jsonrpc":"2.0","id":`)
 	out = append(out, id...)
 	out = append(out, `,"error":{"code":-32001,"message":`...)
 	out = append(out, msg...)
 	return append(out, "}}"...), nil
+}
+
+// inputRequired says why a result, r, may not reach the client: it asks
+// for input the profile does not give the server, or asks in a way
+// cproxy cannot read as every client would. "" lets it pass: a complete
+// result, or an input_required one whose every request the profile gives
+// (one with no inputRequests only asks the client to send requestState
+// back).
+func (f *inputFilter) inputRequired(r map[string]jsontext.Value) string {
+	const unreadable = "which cproxy cannot read as every client would (resultType input_required or complete, inputRequests spelt so, each a method and its params)"
+	// Names are matched in any letter case, as a client whose decoder
+	// folds case (Go's encoding/json) reads them.
+	asks := false
+	for k, v := range r {
+		switch {
+		case strings.EqualFold(k, "inputRequests") && k != "inputRequests",
+			strings.EqualFold(k, "resultType") && k != "resultType":
+			return unreadable
+		case k == "inputRequests":
+			asks = true
+		case k == "resultType" && string(v) == `"input_required"`:
+			asks = true
+		case k == "resultType" && string(v) != `"complete"`:
+			return unreadable
+		}
+	}
+	if !asks {
+		return ""
+	}
+	raw, ok := r["inputRequests"]
+	if !ok {
+		return ""
+	}
+	reqs, ok := objectOfObjects(raw)
+	if !ok {
+		return unreadable
+	}
+	for _, q := range reqs {
+		if _, folds := foldsOnto(slices.Collect(maps.Keys(q)), []string{"method", "params"}); folds {
+			return unreadable
+		}
+		var method string
+		if json.Unmarshal(q["method"], &method) != nil {
+			return unreadable
+		}
+		c, known := policy.MCPServerRequests[method]
+		if !known || c == "" {
+			return fmt.Sprintf("for %s, which is not a request a server may ask of the client's input", routes.Clip(method, 64))
+		}
+		if !f.allowed(c) {
+			return fmt.Sprintf("for %s, and the sandbox's profile does not give the server the client's %s (its capabilities)", method, c)
+		}
+	}
+	return ""
+}
+
+// objectOfObjects reads raw as a JSON object whose every member is an
+// object, each read by its names; false when it is not.
+func objectOfObjects(raw jsontext.Value) (map[string]map[string]jsontext.Value, bool) {
+	var outer map[string]jsontext.Value
+	if raw.Kind() != '{' || json.Unmarshal(raw, &outer) != nil {
+		return nil, false
+	}
+	objs := make(map[string]map[string]jsontext.Value, len(outer))
+	for k, v := range outer {
+		var inner map[string]jsontext.Value
+		if v.Kind() != '{' || json.Unmarshal(v, &inner) != nil {
+			return nil, false
+		}
+		objs[k] = inner
+	}
+	return objs, true
 }

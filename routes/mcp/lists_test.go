@@ -27,20 +27,35 @@ func TestListCacheScope(t *testing.T) {
 	}
 }
 
-// An answer that asks for the client's input, in any letter case a
-// case-folding client would read, becomes an error with its id; any other
-// passes as sent, and one cproxy cannot read is refused.
-func TestInputRequestsAreNotPassedOn(t *testing.T) {
-	f := &inputFilter{server: "docs", method: "tools/call"}
-	const refused = `{"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"cproxy: the MCP server docs asked for the client's input to answer tools/call (an input_required result); cproxy does not carry multi-round-trip requests, whose answers it cannot see to decide"}}`
+// An answer that asks for the client's input passes only when the profile
+// gives the server every capability it asks for; otherwise, or spelt in a
+// letter case a case-folding client would read otherwise, it becomes an
+// error with its id. Any other answer passes as sent, and one cproxy
+// cannot read is refused.
+func TestInputRequestsPassOnlyWhenGiven(t *testing.T) {
+	f := &inputFilter{server: "docs", method: "tools/call", allowed: func(c string) bool { return c == "elicitation" }}
+	refused := func(why string) string {
+		return `{"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"cproxy: the MCP server docs asked for the client's input to answer tools/call (an input_required result), ` + why + `"}}`
+	}
+	const unreadable = "which cproxy cannot read as every client would (resultType input_required or complete, inputRequests spelt so, each a method and its params)"
 	for _, c := range []struct{ answer, want string }{
 		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"resultType":"complete"}}`, ""},
 		{`{"jsonrpc":"2.0","id":4,"result":{"content":[]}}`, ""},
 		{`{"jsonrpc":"2.0","id":4,"error":{"code":1,"message":"x"}}`, ""},
 		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`, ""},
-		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"c":{"method":"elicitation/create","params":{"message":"Really?"}}},"requestState":"s"}}`, refused},
-		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"InputRequests":{"c":{"method":"roots/list"}}}}`, refused},
-		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"ResultType":"input_required"}}`, refused},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"c":{"method":"elicitation/create","params":{"message":"Really?"}}},"requestState":"s"}}`, ""},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","requestState":"s"}}`, ""},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"c":{"method":"elicitation/create","params":{}},"r":{"method":"roots/list"}}}}`,
+			refused("for roots/list, and the sandbox's profile does not give the server the client's roots (its capabilities)")},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"s":{"method":"sampling/createMessage","params":{}}}}}`,
+			refused("for sampling/createMessage, and the sandbox's profile does not give the server the client's sampling (its capabilities)")},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"p":{"method":"ping"}}}}`,
+			refused("for ping, which is not a request a server may ask of the client's input")},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":{"c":{"Method":"roots/list","method":"elicitation/create"}}}}`, refused(unreadable)},
+		{`{"jsonrpc":"2.0","id":4,"result":{"resultType":"input_required","inputRequests":[]}}`, refused(unreadable)},
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"InputRequests":{"c":{"method":"roots/list"}}}}`, refused(unreadable)},
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"ResultType":"input_required"}}`, refused(unreadable)},
+		{`{"jsonrpc":"2.0","id":4,"result":{"content":[],"resultType":"later"}}`, refused(unreadable)},
 	} {
 		want := c.want
 		if want == "" {

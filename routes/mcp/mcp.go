@@ -488,11 +488,54 @@ const metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
 
 // continuations are the params members by which a request of the
 // 2026-07-28 revision continues a multi-round-trip request: the client's
-// answers to what the server asked of it in an input_required result, and
-// the server's opaque state. cproxy does not carry these answers: it
-// cannot see what they answer, nor what the state holds (a JSON-RPC
-// response of the earlier revisions answers a request cproxy saw go by).
+// answers to what the server asked of it in an input_required result
+// (checkInputResponses), and the server's opaque state, which the
+// revision has the server check as it would anything the client sends.
 var continuations = []string{"inputResponses", "requestState"}
+
+// inputKinds are the members by which a server tells what a client's
+// answer in inputResponses answers, as the official SDKs read it, with
+// the client capability each answer needs: an elicitation's action, a
+// completion's role, the client's roots.
+var inputKinds = map[string]string{"action": "elicitation", "role": "sampling", "roots": "roots"}
+
+// checkInputResponses refuses a continuation of a multi-round-trip
+// request (method's params carry inputResponses, raw) unless each answer
+// in it is, as any server would read it, of one kind, and of a kind whose
+// client capability allowed gives the server: an answer with two kinds'
+// members, or one spelt in another letter case, could be read as either.
+// Stateless, so that it holds whichever replica the question went
+// through.
+func checkInputResponses(method string, raw jsontext.Value, allowed func(string) bool) error {
+	bad := routes.Refuse(routes.ErrBadRequest, "%s's inputResponses must be an object of the client's answers, each an object with one of action (elicitation), role (sampling) or roots (roots), spelt so", routes.Clip(method, 64))
+	answers, ok := objectOfObjects(raw)
+	if !ok {
+		return bad
+	}
+	for key, members := range answers {
+		if _, folds := foldsOnto(slices.Collect(maps.Keys(members)), slices.Collect(maps.Keys(inputKinds))); folds {
+			return bad
+		}
+		capability := ""
+		for k := range members {
+			c, ok := inputKinds[k]
+			if !ok {
+				continue
+			}
+			if capability != "" {
+				return bad
+			}
+			capability = c
+		}
+		if capability == "" {
+			return bad
+		}
+		if !allowed(capability) {
+			return routes.Refuse(routes.ErrForbidden, "%s's inputResponses[%q] answers with the client's %s, which the sandbox's profile does not give the server (its capabilities)", routes.Clip(method, 64), routes.Clip(key, 64), capability)
+		}
+	}
+	return nil
+}
 
 // stripCapabilities takes out of a request the client capabilities
 // (policy.MCPCapabilities) that allowed does not give the server, so that
@@ -520,9 +563,9 @@ func stripCapabilities(m message, allowed func(string) bool) ([]string, []byte, 
 	if n, ok := foldsOnto(slices.Collect(maps.Keys(p)), append(decides, continuations...)); ok {
 		return nil, nil, routes.Refuse(routes.ErrBadRequest, "%s's params have a member %q, which a server could read as %q: send each name once, as the revision spells it", routes.Clip(m.Method, 64), routes.Clip(n, 32), strings.ToLower(n))
 	}
-	for _, c := range continuations {
-		if _, ok := p[c]; ok {
-			return nil, nil, routes.Refuse(routes.ErrForbidden, "%s carries %s, the continuation of a multi-round-trip request: cproxy does not carry a client's answers to what a server asks of it (sampling, elicitation, roots), which it cannot decide; the server must answer without them", routes.Clip(m.Method, 64), c)
+	if raw, ok := p["inputResponses"]; ok {
+		if err := checkInputResponses(m.Method, raw, allowed); err != nil {
+			return nil, nil, err
 		}
 	}
 	var kept []string
@@ -857,8 +900,9 @@ func (rt *route) Serve(c *routes.Call) {
 		}
 	}
 	ctx := context.WithValue(r.Context(), sandboxKey{}, sandbox)
-	ctx = context.WithValue(ctx, watchKey{}, &requestWatcher{now: c.Now,
-		allowed: func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) }})
+	// allowed asks the profile in force when an answer arrives.
+	allowed := func(cp string) bool { return c.Session().Profile.MCPCapability(name, cp) }
+	ctx = context.WithValue(ctx, watchKey{}, &requestWatcher{now: c.Now, allowed: allowed})
 	if q.Method == "tools/call" {
 		ctx = context.WithValue(ctx, callKey{}, func() { c.Metrics().MCPToolCall(name, q.Name) })
 	}
@@ -874,7 +918,7 @@ func (rt *route) Serve(c *routes.Call) {
 	}
 	switch q.Method {
 	case "tools/call", "prompts/get", "resources/read":
-		ctx = context.WithValue(ctx, filterKey{}, answerFilter(&inputFilter{server: name, method: q.Method}))
+		ctx = context.WithValue(ctx, filterKey{}, answerFilter(&inputFilter{server: name, method: q.Method, allowed: allowed}))
 	}
 	s.fwd.Forward(c, r.WithContext(ctx), t)
 	if r.Method == http.MethodDelete && sid != "" {

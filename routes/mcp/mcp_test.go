@@ -60,6 +60,14 @@ profile = "asks"
 match = "roots-*"
 profile = "roots"
 
+[profile.confirms.mcp.docs]
+tools = ["get_confirmed", "search"]
+capabilities = ["elicitation"]
+
+[[sandbox]]
+match = "confirms-*"
+profile = "confirms"
+
 [profile.subs.mcp.docs]
 methods = ["resources/read", "resources/subscribe"]
 resources = ["docs://public/**"]
@@ -402,7 +410,9 @@ func TestClientCapabilitiesStripped(t *testing.T) {
 // capabilities in its _meta: they are taken out as initialize's are,
 // whatever the method, and the rest goes as sent. A _meta or capabilities
 // cproxy cannot read as the server could, and a continuation of a
-// multi-round-trip request, are refused before the server hears of them.
+// multi-round-trip request whose answers the profile does not give the
+// server or cproxy cannot tell the kind of, are refused before the server
+// hears of them.
 func TestStatelessClientCapabilitiesStripped(t *testing.T) {
 	e, up := newEnv(t, canary)
 	h := func(sandbox string) map[string]string {
@@ -417,6 +427,13 @@ func TestStatelessClientCapabilitiesStripped(t *testing.T) {
 		// Nothing to take out: the bytes as sent.
 		{"conv-2", `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"experimental":{}}}}}`,
 			`POST {"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"experimental":{}}}}}`},
+		// A continuation: the server's state goes as sent (the server
+		// checks it), and the client's answers when the profile gives the
+		// server what they answer with.
+		{"conv-2", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"},"requestState":"opaque"}}`,
+			`POST {"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"},"requestState":"opaque"}}`},
+		{"roots-2", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"roots":[]}},"requestState":"s"}}`,
+			`POST {"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"roots":[]}},"requestState":"s"}}`},
 	} {
 		n := up.count()
 		r := e.Do("POST", "/mcp/docs", h(c.sandbox), c.body)
@@ -436,8 +453,12 @@ func TestStatelessClientCapabilitiesStripped(t *testing.T) {
 		{`{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{},"ROOTS":{}}}}`, `have a member \"ROOTS\"`},
 		{`{"_meta":{"io.modelcontextprotocol/ClientCapabilities":{"sampling":{}}}}`, `_meta has a member \"io.modelcontextprotocol/ClientCapabilities\"`},
 		{`{"_Meta":{}}`, `params have a member \"_Meta\"`},
-		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"roots":[]}}}`, `carries inputResponses, the continuation of a multi-round-trip request`},
-		{`{"name":"search","arguments":{"query":"a"},"requestState":"opaque"}`, `carries requestState`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"roots":[]}}}`, `tools/call's inputResponses[\"r1\"] answers with the client's roots, which the sandbox's profile does not give the server`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"action":"accept"}}}`, `answers with the client's elicitation`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"roots":[],"action":"accept"}}}`, `tools/call's inputResponses must be an object of the client's answers`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"Action":"accept"}}}`, `inputResponses must be an object`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":{"r1":{"content":[]}}}`, `inputResponses must be an object`},
+		{`{"name":"search","arguments":{"query":"a"},"inputResponses":[]}`, `inputResponses must be an object`},
 		{`{"name":"search","arguments":{"query":"a"},"RequestState":"opaque"}`, `params have a member \"RequestState\"`},
 	} {
 		method := "tools/list"

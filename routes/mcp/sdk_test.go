@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -457,28 +458,45 @@ func TestStatelessListenHearsAListChange(t *testing.T) {
 }
 
 // A tool that asks the user before it answers (an input_required result
-// asking for an elicitation) reaches the server once, and its question
-// never reaches the client: cproxy answers with an error instead, since
-// it would refuse the call sent again with the user's answer.
-func TestAMultiRoundTripQuestionIsNotPassedOn(t *testing.T) {
+// asking for an elicitation): through a profile that gives the server the
+// client's elicitation, the client is asked, sends the call again with the
+// user's answer, and the server answers it; through one that does not, the
+// question never reaches the client, which gets an error instead, and the
+// server hears the call once.
+func TestMultiRoundTripRequests(t *testing.T) {
 	e, up := newSDKEnv(t, stateless, func(o *fakes.MCPServerOptions) { o.Confirms = true })
-	asked := false
-	cs := connectAt(t, e, e.Token("conv-1"), "", &sdk.ClientOptions{
-		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
-			asked = true
-			return &sdk.ElicitResult{Action: "accept"}, nil
-		},
-	})
-	defer cs.Close()
-	res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "get_confirmed", Arguments: map[string]any{}})
-	if err == nil || !strings.Contains(err.Error(), "cproxy: the MCP server docs asked for the client's input to answer tools/call (an input_required result); cproxy does not carry multi-round-trip requests") {
-		t.Errorf("get_confirmed = %+v, %v", res, err)
-	}
-	if asked {
-		t.Error("the client was asked for the user's input")
-	}
-	if h := heard(up, "get_confirmed"); len(h) != 1 {
-		t.Errorf("the server heard get_confirmed %d times", len(h))
+	for _, c := range []struct {
+		sandbox string
+		asked   bool
+		want    string
+	}{
+		{"confirms-1", true, fakes.MCPConfirmedAnswer},
+		{"conv-1", false, "cproxy: the MCP server docs asked for the client's input to answer tools/call (an input_required result), for elicitation/create, and the sandbox's profile does not give the server the client's elicitation"},
+	} {
+		n := len(heard(up, "get_confirmed"))
+		asked := false
+		cs := connectAt(t, e, e.Token(c.sandbox), "", &sdk.ClientOptions{
+			ElicitationHandler: func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+				asked = r.Params.Message == "Really?"
+				return &sdk.ElicitResult{Action: "accept"}, nil
+			},
+		})
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "get_confirmed", Arguments: map[string]any{}})
+		cs.Close()
+		got := fmt.Sprint(err)
+		if err == nil {
+			got = res.Content[0].(*sdk.TextContent).Text
+		}
+		if !strings.Contains(got, c.want) || asked != c.asked {
+			t.Errorf("%s: get_confirmed = %q (the user asked: %v); want %q (%v)", c.sandbox, got, asked, c.want, c.asked)
+		}
+		rounds := 1
+		if c.asked {
+			rounds = 2
+		}
+		if h := heard(up, "get_confirmed"); len(h)-n != rounds {
+			t.Errorf("%s: the server heard get_confirmed %d times, want %d", c.sandbox, len(h)-n, rounds)
+		}
 	}
 }
 
