@@ -125,16 +125,48 @@ func (pr *Profile) repoQuestion(ownerName string) (string, *Decision) {
 	return name, nil
 }
 
-// APIQuestion is a request to GitHub's REST API on one repository.
+// APIQuestion is a request to GitHub's REST API on one repository, or one
+// of a GraphQL request's questions (AskGraphQL).
 type APIQuestion struct {
 	// Repo is the repository, "owner/name".
-	Repo string
+	Repo string `json:"repo"`
 	// Permission is what the request needs, one of APIPermissions.
-	Permission string
+	Permission string `json:"permission"`
 	// Head and Base are, for APIPullsCreate, the pull request's head
 	// branch (in Repo) and base branch, as its body names them; both
 	// empty: not read yet, and their steps are deferred.
-	Head, Base string
+	Head string `json:"head,omitempty"`
+	Base string `json:"base,omitempty"`
+}
+
+// AskGraphQL asks a GraphQL request's questions, qs (the repositories its
+// queries read, the repositories of the nodes and forks' parents they
+// read, and each mutation on its target's repository), in order, each as
+// AskAPI asks it: the first that does not allow answers. A request that
+// reads no repository (GitHub's public schema; only mutations, before
+// their targets are known) asks none, and is allowed to a profile that
+// may use the API on some repository: a repos entry with an api list.
+func (pr *Profile) AskGraphQL(qs []APIQuestion) Answer {
+	if len(qs) == 0 {
+		d := Decision{Rule: "no repos entry with api"}
+		if pr != nil {
+			for _, r := range pr.Repos {
+				if len(r.API) > 0 {
+					d = Decision{Allow: true, Rule: pr.rule(".repos[%q].api", r.Repo)}
+					break
+				}
+			}
+		}
+		return oneStep("GitHub's GraphQL API", "api", d)
+	}
+	var a Answer
+	for _, q := range qs {
+		a = pr.AskAPI(q)
+		if !a.Allow {
+			return a
+		}
+	}
+	return a
 }
 
 // AskAPI asks whether the profile may make a request of GitHub's API:

@@ -31,6 +31,11 @@ type Question struct {
 	Permission string `json:"permission,omitempty"`
 	Head       string `json:"head,omitempty"`
 	Base       string `json:"base,omitempty"`
+	// GraphQL says an api request is one of GitHub's GraphQL API, whose
+	// questions are API (AskGraphQL); Repo, Permission, Head and Base are
+	// then empty.
+	GraphQL bool          `json:"graphql,omitempty"`
+	API     []APIQuestion `json:"api,omitempty"`
 
 	// Package is an npm package, a PyPI project or a Go module, Version
 	// the version asked for (empty: the packument, index page or list),
@@ -73,6 +78,9 @@ func (pr *Profile) Ask(q Question, now time.Time, relay *Relay) (Answer, error) 
 		}
 		return pr.AskPush(q.Repo, q.Refs), nil
 	case "api":
+		if q.GraphQL {
+			return pr.AskGraphQL(q.API), nil
+		}
 		return pr.AskAPI(APIQuestion{Repo: q.Repo, Permission: q.Permission, Head: q.Head, Base: q.Base}), nil
 	case "npm":
 		switch {

@@ -2,7 +2,6 @@ package githubapi
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -180,6 +179,7 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	a.SetTarget("graphql " + p.target())
 	// The repositories named are decided first: cproxy asks GitHub about
 	// nothing (a parent) of a repository the sandbox may not read.
+	a.SetQuestion(graphQLQuestion(p, nil, nil))
 	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nil, nil) }); err != nil {
 		fail(err)
 		return
@@ -205,6 +205,11 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	}
 	if nodes != nil || parents != nil {
 		a.SetTarget("graphql " + p.resolvedTarget(nodes, parents))
+		if err := checkResolved(sandbox, p, nodes); err != nil {
+			fail(err)
+			return
+		}
+		a.SetQuestion(graphQLQuestion(p, nodes, parents))
 		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nodes, parents) }); err != nil {
 			fail(err)
 			return
@@ -442,13 +447,65 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 	return strings.Join(rules, " "), nil
 }
 
-// decideNode asks prof whether the sandbox may read n, what the node ID id
-// a query reads resolved to. The refusal names the ID, never the
-// repository, nor the policy's rule for it, which could name it.
-func decideNode(prof *policy.Profile, sandbox, id string, n node) (string, error) {
-	if n.typ == "" {
-		return "", gqlRefusal(sandbox, "the node ID %q is not a repository, a pull request or an issue, the objects cproxy can tell the repository of", routes.Clip(id, 64))
+// checkResolved refuses, whatever the policy, what p's nodes resolved
+// to (nodes) does not let it do: read a node that is not a repository, a
+// pull request or an issue, whose repository cproxy cannot tell; make a
+// mutation on a target of another type than its own; open a pull request
+// from another owner's branch. The refusal names the ID, never the
+// repository.
+func checkResolved(sandbox string, p plan, nodes map[string]node) error {
+	for _, id := range p.nodes {
+		if nodes[id].typ == "" {
+			return gqlRefusal(sandbox, "the node ID %q is not a repository, a pull request or an issue, the objects cproxy can tell the repository of", routes.Clip(id, 64))
+		}
 	}
+	for _, m := range p.mutations {
+		n := nodes[m.target]
+		if !slices.Contains(m.types, n.typ) {
+			what := "an object of another type"
+			if n.typ != "" {
+				what = "a " + n.typ
+			}
+			return gqlRefusal(sandbox, "the %s of %s, %q, is %s, not %s", m.key, m.name, routes.Clip(m.target, 64), what, strings.Join(m.types, " or "))
+		}
+		if owner, _, _ := strings.Cut(n.repo, "/"); m.headOwner != "" && !strings.EqualFold(m.headOwner, owner) {
+			return gqlRefusal(sandbox, "the headRefName of createPullRequest, %q, is in another owner's repository", routes.Clip(m.headOwner+":"+m.head, 128))
+		}
+	}
+	return nil
+}
+
+// graphQLQuestion is p's policy question as decidePlan asks it, for the
+// audit record (policy.AskGraphQL asks it again): the repositories its
+// queries read, then as resolved (nodes, parents; nil before) the
+// parents of forks they read, the nodes they read and each mutation on
+// its target's repository.
+func graphQLQuestion(p plan, nodes map[string]node, parents map[string]string) policy.Question {
+	var qs []policy.APIQuestion
+	for _, repo := range p.repos {
+		qs = append(qs, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
+	}
+	for _, repo := range p.parentsOf {
+		if parent := parents[repo]; parent != "" {
+			qs = append(qs, policy.APIQuestion{Repo: parent, Permission: policy.APIRead})
+		}
+	}
+	if nodes != nil {
+		for _, id := range p.nodes {
+			qs = append(qs, policy.APIQuestion{Repo: nodes[id].repo, Permission: policy.APIRead})
+		}
+		for _, m := range p.mutations {
+			qs = append(qs, policy.APIQuestion{Repo: nodes[m.target].repo, Permission: m.perm, Head: m.head, Base: m.base})
+		}
+	}
+	return policy.Question{Route: "api", GraphQL: true, API: qs}
+}
+
+// decideNode asks prof whether the sandbox may read n, what the node ID id
+// a query reads resolved to (checkResolved has checked its type). The
+// refusal names the ID, never the repository, nor the policy's rule for
+// it, which could name it.
+func decideNode(prof *policy.Profile, sandbox, id string, n node) (string, error) {
 	ans := prof.AskAPI(policy.APIQuestion{Repo: n.repo, Permission: policy.APIRead})
 	if !ans.Allow {
 		return ans.Rule, gqlRefusal(sandbox, "the node ID %q is in a repository on which GitHub API %q is not allowed", routes.Clip(id, 64), policy.APIRead)
@@ -457,15 +514,8 @@ func decideNode(prof *policy.Profile, sandbox, id string, n node) (string, error
 }
 
 // decideMutation asks prof whether the sandbox may make m on n, what its
-// target resolved to.
+// target resolved to (checkResolved has checked its type and head).
 func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (string, error) {
-	if !slices.Contains(m.types, n.typ) {
-		what := "an object of another type"
-		if n.typ != "" {
-			what = "a " + n.typ
-		}
-		return "", gqlRefusal(sandbox, "the %s of %s, %q, is %s, not %s", m.key, m.name, routes.Clip(m.target, 64), what, strings.Join(m.types, " or "))
-	}
 	q := policy.APIQuestion{Repo: n.repo, Permission: m.perm, Head: m.head, Base: m.base}
 	ans := prof.AskAPI(q)
 	if !ans.Allow {
@@ -475,9 +525,6 @@ func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (s
 		}
 		return decide(prof, sandbox, q)
 	}
-	if owner, _, _ := strings.Cut(n.repo, "/"); m.headOwner != "" && !strings.EqualFold(m.headOwner, owner) {
-		return ans.Rule, gqlRefusal(sandbox, "the headRefName of createPullRequest, %q, is in another owner's repository", routes.Clip(m.headOwner+":"+m.head, 128))
-	}
 	return ans.Rule, nil
 }
 
@@ -485,12 +532,9 @@ func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (s
 // mutation before its target is known) to a profile that may read some
 // repository through the API: deny by default for a profile without one.
 func decideSchema(prof *policy.Profile, sandbox string) (string, error) {
-	if prof != nil {
-		for _, r := range prof.Repos {
-			if len(r.API) > 0 {
-				return fmt.Sprintf("profile.%s.repos[%q].api", prof.Name, r.Repo), nil
-			}
-		}
+	ans := prof.AskGraphQL(nil)
+	if ans.Allow {
+		return ans.Rule, nil
 	}
-	return "no repos entry with api", routes.Refuse(routes.ErrForbidden, "GitHub's GraphQL API is not allowed for sandbox %s: no repos entry of its policy has an api list; do not retry", sandbox)
+	return ans.Rule, routes.Refuse(routes.ErrForbidden, "GitHub's GraphQL API is not allowed for sandbox %s: no repos entry of its policy has an api list; do not retry", sandbox)
 }
