@@ -2,6 +2,7 @@ package npm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"iter"
@@ -59,7 +60,7 @@ type scanLevel struct {
 
 const (
 	maxScanDepth = 10000    // jsontext's
-	manyNames    = 16       // past this an object's names are looked up in a map
+	manyNames    = 64       // past this an object's names are looked up in a map (jsontext's)
 	scanRead     = 64 << 10 // the least read at a time
 )
 
@@ -453,8 +454,14 @@ var strPlain = func() (t [256]bool) {
 func scanString(b []byte, i int) (int, error) {
 	i++
 	for {
-		for i+8 <= len(b) && strPlain[b[i]] && strPlain[b[i+1]] && strPlain[b[i+2]] && strPlain[b[i+3]] &&
-			strPlain[b[i+4]] && strPlain[b[i+5]] && strPlain[b[i+6]] && strPlain[b[i+7]] {
+		// Eight bytes at a time while none is '"', '\\' or a control
+		// character (a word that may hold one is read byte by byte).
+		for i+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[i:])
+			borrows := (w - ones*0x20) | ((w ^ ones*'"') - ones) | ((w ^ ones*'\\') - ones)
+			if borrows&^w&highs != 0 {
+				break
+			}
 			i += 8
 		}
 		for i < len(b) && strPlain[b[i]] {
@@ -491,6 +498,13 @@ func scanString(b []byte, i int) (int, error) {
 		}
 	}
 }
+
+// For scanString's test of eight bytes at once: a byte below 0x80 that is
+// below 0x20, or 0 once xored with '"' or '\\', borrows into its high bit.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
