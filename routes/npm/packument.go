@@ -184,10 +184,9 @@ type packumentStream struct {
 	denied    map[string]bool // versions the policy dropped, for time
 	foreign   map[string]bool // versions dropped for a dependency off the registry
 	specs     map[string]bool // registrySpec's answers, by dependency spec
-	best      *semver.Version // the highest release kept
-	bestName  string
-	distTags  []byte // raw; nil: none
-	timeRaw   []byte // raw, when the policy filters time; nil: none
+	kept      []string        // the versions written, for a latest moved (counted with the version names)
+	distTags  []byte          // raw; nil: none
+	timeRaw   []byte          // raw, when the policy filters time; nil: none
 	times     map[string]json.RawMessage
 	pending   []pendingVersion // rewritten versions waiting for time
 	pendingOn bool             // versions were read and wait for time
@@ -572,9 +571,7 @@ func (p *packumentStream) writeVersion(rawKey []byte, ver string, manifest []byt
 		p.denied[ver], p.removed[ver] = true, true
 		return nil
 	}
-	if v, err := semver.StrictNewVersion(ver); err == nil && v.Prerelease() == "" && (p.best == nil || v.GreaterThan(p.best)) {
-		p.best, p.bestName = v, ver
-	}
+	p.kept = append(p.kept, ver)
 	if p.versionsN > 0 {
 		if err := p.out.writeByte(','); err != nil {
 			return err
@@ -625,8 +622,8 @@ func (p *packumentStream) writeDistTags() error {
 				latestDenied = latestDenied || tag == "latest" && (p.denied[s] || p.foreign[s])
 			}
 		}
-		if latestDenied && p.bestName != "" {
-			tags["latest"] = mustJSON(p.bestName)
+		if best := highestRelease(p.kept); latestDenied && best != "" {
+			tags["latest"] = mustJSON(best)
 		}
 		out = mustJSON(tags)
 	}
@@ -634,6 +631,19 @@ func (p *packumentStream) writeDistTags() error {
 		return err
 	}
 	return p.out.write(out)
+}
+
+// highestRelease is the highest of versions that is not a pre-release
+// (the first of equals), "" if none is.
+func highestRelease(versions []string) string {
+	var best *semver.Version
+	name := ""
+	for _, ver := range versions {
+		if v, err := semver.StrictNewVersion(ver); err == nil && v.Prerelease() == "" && (best == nil || v.GreaterThan(best)) {
+			best, name = v, ver
+		}
+	}
+	return name
 }
 
 // writeTime writes time without the versions the policy removed.
@@ -716,12 +726,16 @@ func publishedAt(times map[string]json.RawMessage, version string) time.Time {
 // errNotObject says a JSON value is not an object.
 var errNotObject = errors.New("not a JSON object")
 
-// objectMembers decodes a JSON object the packument's decoder has read (so
-// gives no name twice) into its members; nil for any other value.
+// objectMembers decodes a JSON object the packument's scanner has read (so
+// checked, compact, with no name twice) into its members, names decoded as
+// encoding/json decodes them; nil for any other value.
 func objectMembers(raw []byte) map[string]json.RawMessage {
-	var m map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+	if len(raw) == 0 || raw[0] != '{' {
 		return nil
+	}
+	m := map[string]json.RawMessage{}
+	for name, at := range checkedMembers(raw) {
+		m[string(name)] = raw[at:skipChecked(raw, at)]
 	}
 	return m
 }
