@@ -45,7 +45,8 @@ type jsonScanner struct {
 	// other; ends[k] is where name k ends.
 	names   []byte
 	ends    []int
-	sets    []map[string]struct{} // spare name sets
+	hashes  []uint32              // hashes[k] is name k's, to compare names quickly
+	sets    []map[uint32]struct{} // spare name sets
 	scratch []byte
 }
 
@@ -54,13 +55,14 @@ type scanLevel struct {
 	obj   bool
 	first int // the object's first name, in ends
 	n     int // names or elements begun
-	// set holds the object's names once it has manyNames.
-	set map[string]struct{}
+	// set holds the hashes of the object's names once it has manyNames:
+	// only a name whose hash is in it is compared with the others.
+	set map[uint32]struct{}
 }
 
 const (
 	maxScanDepth = 10000    // jsontext's
-	manyNames    = 64       // past this an object's names are looked up in a map (jsontext's)
+	manyNames    = 32       // past this an object's names are looked up by hash
 	scanRead     = 64 << 10 // the least read at a time
 )
 
@@ -573,32 +575,35 @@ func (s *jsonScanner) addName(lv *scanLevel, quoted []byte) ([]byte, error) {
 			break
 		}
 	}
+	h := uint32(2166136261) // FNV-1a
+	for _, c := range name {
+		h = (h ^ uint32(c)) * 16777619
+	}
 	dup := false
-	if lv.set != nil {
-		_, dup = lv.set[string(name)]
-	} else {
+	if _, seen := lv.set[h]; seen || lv.set == nil {
 		for k := lv.first; k < len(s.ends) && !dup; k++ {
-			dup = bytes.Equal(s.nameAt(k), name)
+			dup = s.hashes[k] == h && bytes.Equal(s.nameAt(k), name)
 		}
 	}
 	if dup {
 		return nil, &jsontext.SyntacticError{JSONPointer: s.pointer().AppendToken(string(name)), Err: jsontext.ErrDuplicateName}
 	}
 	if lv.set != nil {
-		lv.set[string(name)] = struct{}{}
+		lv.set[h] = struct{}{}
 	} else if len(s.ends)-lv.first == manyNames {
 		if n := len(s.sets); n > 0 {
 			lv.set, s.sets = s.sets[n-1], s.sets[:n-1]
 		} else {
-			lv.set = make(map[string]struct{}, 4*manyNames)
+			lv.set = make(map[uint32]struct{}, 4*manyNames)
 		}
-		for k := lv.first; k < len(s.ends); k++ {
-			lv.set[string(s.nameAt(k))] = struct{}{}
+		for _, h := range s.hashes[lv.first:] {
+			lv.set[h] = struct{}{}
 		}
-		lv.set[string(name)] = struct{}{}
+		lv.set[h] = struct{}{}
 	}
 	s.names = append(s.names, name...)
 	s.ends = append(s.ends, len(s.names))
+	s.hashes = append(s.hashes, h)
 	return s.names[len(s.names)-len(name):], nil
 }
 
@@ -612,6 +617,7 @@ func (s *jsonScanner) pop() {
 	}
 	s.names = s.names[:s.endBefore(lv.first)]
 	s.ends = s.ends[:lv.first]
+	s.hashes = s.hashes[:lv.first]
 }
 
 func (s *jsonScanner) nameAt(k int) []byte { return s.names[s.endBefore(k):s.ends[k]] }
