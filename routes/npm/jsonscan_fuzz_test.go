@@ -3,6 +3,7 @@ package npm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -28,6 +29,11 @@ func FuzzJSONScanner(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	var many []string
+	for i := range manyNames + 2 {
+		many = append(many, fmt.Sprintf(`"%d":%d`, i, i))
+	}
+	f.Add([]byte(`{` + strings.Join(many, ",") + `,"1":1}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if bytes.HasPrefix(bytes.TrimLeft(raw, " \t\r\n"), []byte("{")) {
 			compareScanner(t, raw)
@@ -123,5 +129,24 @@ func TestJSONScannerDepth(t *testing.T) {
 		}
 		raw = []byte(`{"a":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
 		compareScanner(t, raw)
+	}
+}
+
+// TestJSONScannerManyNames: an object of more names than manyNames, whose
+// names the scanner looks up by hash, still refuses a name given twice,
+// however it is written, and takes a long object without one.
+func TestJSONScannerManyNames(t *testing.T) {
+	var names []string
+	for i := range 3 * manyNames {
+		names = append(names, fmt.Sprintf(`"n%d":%d`, i, i))
+	}
+	obj := `{` + strings.Join(names, ",")
+	for _, raw := range []string{
+		`{"v":` + obj + `}}`,
+		`{"v":` + obj + `,"n\u0031":0}}`,
+		`{"v":` + obj + `,"n` + fmt.Sprint(3*manyNames-1) + `":0}}`,
+		obj + `,"n0":0}`,
+	} {
+		compareScanner(t, []byte(raw))
 	}
 }
