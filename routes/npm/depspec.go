@@ -37,19 +37,68 @@ func foreignDependency(vdoc map[string]json.RawMessage, known map[string]bool) (
 			return m, "", true
 		}
 		for dep, s := range deps {
-			reg, seen := known[s]
-			if !seen {
-				reg = registrySpec(s)
-				if len(known) < maxKnownSpecs {
-					known[s] = reg
-				}
-			}
-			if !reg {
+			if !knownRegistrySpec(s, known) {
 				return m, dep, true
 			}
 		}
 	}
 	return "", "", false
+}
+
+// knownRegistrySpec is registrySpec(spec), remembered in known.
+func knownRegistrySpec(spec string, known map[string]bool) bool {
+	reg, seen := known[spec]
+	if !seen {
+		reg = registrySpec(spec)
+		if len(known) < maxKnownSpecs {
+			known[spec] = reg
+		}
+	}
+	return reg
+}
+
+// foreignMember is foreignDependency for one of a version's dependencies
+// members, raw as jsonScanner checked it: whether it names a dependency
+// npm would fetch from elsewhere than the registry, or cannot be read as
+// naming none. As encoding/json reads the member into a map of strings, a
+// null spec is "" (any version), and a member that is not an object of
+// strings and nulls counts unless it is null, [] or "".
+func foreignMember(raw []byte, known map[string]bool) bool {
+	switch raw[0] {
+	case 'n':
+		return false
+	case '"':
+		return len(raw) != 2
+	case '[':
+		return raw[1] != ']'
+	case '{':
+	default:
+		return true
+	}
+	for _, at := range checkedMembers(raw) {
+		switch raw[at] {
+		case 'n':
+			if !knownRegistrySpec("", known) {
+				return true
+			}
+		case '"':
+			q := raw[at:skipString(raw, at)]
+			if b := q[1 : len(q)-1]; !needsUnquote(b) {
+				if reg, seen := known[string(b)]; seen {
+					if !reg {
+						return true
+					}
+					continue
+				}
+			}
+			if !knownRegistrySpec(checkedString(q), known) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // namesNothing says whether a dependencies member is null, an empty array

@@ -170,7 +170,7 @@ func (b *packumentBody) Close() error {
 // cproxy moves dist-tags (and time, when it filters it) to the end. npm does
 // not care about key order.
 type packumentStream struct {
-	dec      *jsontext.Decoder
+	sc       *jsonScanner
 	out      jsonOut // the rewritten packument, handed on in chunks
 	base     *url.URL
 	rw       *npmRewrite
@@ -184,13 +184,14 @@ type packumentStream struct {
 	denied    map[string]bool // versions the policy dropped, for time
 	foreign   map[string]bool // versions dropped for a dependency off the registry
 	specs     map[string]bool // registrySpec's answers, by dependency spec
-	best      *semver.Version // the highest release kept
-	bestName  string
-	distTags  []byte // raw; nil: none
-	timeRaw   []byte // raw, when the policy filters time; nil: none
+	kept      []string        // the versions written, for a latest moved (counted with the version names)
+	distTags  []byte          // raw; nil: none
+	timeRaw   []byte          // raw, when the policy filters time; nil: none
 	times     map[string]json.RawMessage
 	pending   []pendingVersion // rewritten versions waiting for time
 	pendingOn bool             // versions were read and wait for time
+	vbuf      []byte           // the version being read
+	mbuf      []byte           // the version rewritten
 }
 
 type pendingVersion struct {
@@ -209,57 +210,8 @@ func newPackumentStream(r io.Reader, base *url.URL, rw *npmRewrite) *packumentSt
 		foreign:  map[string]bool{},
 		specs:    map[string]bool{},
 	}
-	p.dec = newPackumentDecoder(r, p.room)
+	p.sc = newJSONScanner(r, p.room)
 	return p
-}
-
-// newPackumentDecoder reads a packument from r with jsontext
-// (github.com/go-json-experiment/json/jsontext, the API of the standard
-// library's encoding/json/jsontext, which Go 1.26 keeps behind
-// GOEXPERIMENT=jsonv2: moving to it is a change of import). Its decoder
-// checks the syntax and refuses an object that gives a name twice, anywhere
-// in the packument: npm keeps the last, another reader the first, and cproxy
-// must decide on what its client reads. Invalid UTF-8 passes, as npm and
-// encoding/json read it (as U+FFFD, also when names are compared). What the
-// decoder holds to read one value is bounded by room (decoderInput).
-func newPackumentDecoder(r io.Reader, room func() int) *jsontext.Decoder {
-	in := &decoderInput{r: r, room: room}
-	in.dec = jsontext.NewDecoder(in, jsontext.AllowInvalidUTF8(true))
-	return in.dec
-}
-
-// decoderInput feeds a packument to its decoder, counting what the decoder
-// has read and not yet consumed: what it holds. A value it returns is held
-// whole (a version manifest, time, a readme), so decoderInput reads no more
-// than room() allows held and then fails with errHeldFull.
-type decoderInput struct {
-	r    io.Reader
-	read int64
-	dec  *jsontext.Decoder
-	room func() int
-}
-
-func (h *decoderInput) Read(b []byte) (int, error) {
-	left := int64(h.room()) - (h.read - h.dec.InputOffset())
-	if left <= 0 {
-		return 0, errHeldFull
-	}
-	if int64(len(b)) > left {
-		b = b[:left]
-	}
-	// The decoder retries a read of nothing forever; a reader that keeps
-	// returning nothing is an error.
-	for range 100 {
-		n, err := h.r.Read(b)
-		h.read += int64(n)
-		if err != nil && err != io.EOF {
-			err = &readError{err}
-		}
-		if n > 0 || err != nil {
-			return n, err
-		}
-	}
-	return 0, &readError{io.ErrNoProgress}
 }
 
 var errStopped = errors.New("packument reader closed")
@@ -290,27 +242,34 @@ func (p *packumentStream) chunks(yield func([]byte, error) bool) {
 
 // run reads the packument and writes it rewritten to p.out.
 func (p *packumentStream) run() error {
-	dec := p.dec
-	if k, err := peek(dec); k != '{' {
-		if isReadError(err) {
+	sc := p.sc
+	if c, err := sc.peek(); err != nil || c != '{' {
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 			return p.fault(err, "")
 		}
 		return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not a JSON object", p.rw.req.name, p.base.Host)
 	}
-	if _, err := dec.ReadToken(); err != nil {
+	if err := sc.enterObject(); err != nil {
 		return p.fault(err, "")
 	}
 	if err := p.out.writeByte('{'); err != nil {
 		return err
 	}
-	for dec.PeekKind() != '}' {
-		rawKey, key, err := p.key()
+	for {
+		more, err := sc.next()
+		if err != nil {
+			return p.fault(err, "")
+		}
+		if !more {
+			break
+		}
+		rawKey, key, err := sc.name()
 		if err != nil {
 			return p.fault(err, "a key")
 		}
 		switch {
 		case !packumentMembers[key]:
-			err = dec.SkipValue()
+			_, err = sc.value(nil, true)
 		case key == "versions":
 			err = p.versions(rawKey)
 		case key == "dist-tags":
@@ -318,10 +277,9 @@ func (p *packumentStream) run() error {
 		case key == "time":
 			err = p.readTime(rawKey)
 		default:
-			var v jsontext.Value
-			if v, err = dec.ReadValue(); err == nil {
-				if err = p.member(rawKey); err == nil {
-					err = p.out.writeValue(v)
+			if err = p.member(rawKey); err == nil {
+				if p.out.b, err = sc.value(p.out.b, false); err == nil {
+					err = p.out.handOnFull()
 				}
 			}
 		}
@@ -329,15 +287,9 @@ func (p *packumentStream) run() error {
 			return p.fault(err, key)
 		}
 	}
-	if _, err := dec.ReadToken(); err != nil {
-		return p.fault(err, "")
-	}
 	// Nothing but whitespace may follow, to the end (which also checks
 	// gzip's checksum).
-	if _, err := dec.ReadToken(); err != io.EOF {
-		if err == nil {
-			err = errJSONSyntax
-		}
+	if err := sc.finish(); err != nil {
 		return p.fault(err, "")
 	}
 	if p.pendingOn {
@@ -357,19 +309,6 @@ func (p *packumentStream) run() error {
 		}
 	}
 	return p.out.writeByte('}')
-}
-
-// peek is the kind of the next token, with the decoder's error when it has
-// none.
-func peek(dec *jsontext.Decoder) (jsontext.Kind, error) {
-	if k := dec.PeekKind(); k != jsontext.KindInvalid {
-		return k, nil
-	}
-	_, err := dec.ReadToken()
-	if err == nil || err == io.EOF {
-		err = errJSONSyntax
-	}
-	return jsontext.KindInvalid, err
 }
 
 // errJSONSyntax says JSON text is not valid where the decoder does not
@@ -418,17 +357,6 @@ func (p *packumentStream) malformed() error {
 	return routes.Refuse(routes.ErrUpstream, "the packument of %s from %s has malformed versions", p.rw.req.name, p.base.Host)
 }
 
-// key reads an object key: the key as sent and decoded.
-func (p *packumentStream) key() ([]byte, string, error) {
-	raw, err := p.dec.ReadValue()
-	if err != nil {
-		return nil, "", err
-	}
-	// Invalid UTF-8 becomes U+FFFD, as npm and encoding/json read it.
-	k, _ := jsontext.AppendUnquote(nil, raw)
-	return bytes.Clone(raw), string(k), nil
-}
-
 // member writes the separator and key of the next top-level member.
 func (p *packumentStream) member(rawKey []byte) error {
 	if p.members > 0 {
@@ -459,11 +387,7 @@ func (p *packumentStream) room() int {
 
 // hold reads the next value into memory, compacted, and counts it as held.
 func (p *packumentStream) hold(what string) ([]byte, error) {
-	v, err := p.dec.ReadValue()
-	if err != nil {
-		return nil, p.fault(err, what)
-	}
-	b, err := appendCompact(nil, v)
+	b, err := p.sc.value(nil, false)
 	if err != nil {
 		return nil, p.fault(err, what)
 	}
@@ -507,24 +431,26 @@ func (p *packumentStream) readTime(rawKey []byte) error {
 // When the policy needs time and time has not come yet, the rewritten
 // versions are held until it does.
 func (p *packumentStream) versions(rawKey []byte) error {
-	dec := p.dec
-	k, err := peek(dec)
+	sc := p.sc
+	c, err := sc.peek()
 	switch {
 	case err != nil:
 		return err
-	case k == 'n':
+	case c == 'n':
 		// null: left as it is, as no version is in it.
-		if _, err := dec.ReadToken(); err != nil {
+		if _, err := sc.value(nil, true); err != nil {
 			return err
 		}
 		if err := p.member(rawKey); err != nil {
 			return err
 		}
 		return p.out.write([]byte("null"))
-	case k != '{':
+	case c == '"' || c == '[' || c == 't' || c == 'f' || c == '-' || isDigit(c):
 		return p.malformed()
+	case c != '{':
+		return syntaxError()
 	}
-	if _, err := dec.ReadToken(); err != nil {
+	if err := sc.enterObject(); err != nil {
 		return err
 	}
 	wait := p.needTime && p.timeRaw == nil
@@ -538,19 +464,25 @@ func (p *packumentStream) versions(rawKey []byte) error {
 			return err
 		}
 	}
-	for dec.PeekKind() != '}' {
-		rawVer, ver, err := p.key()
+	for {
+		more, err := sc.next()
+		if err != nil || !more {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		rawVer, ver, err := sc.name()
 		if err != nil {
 			return p.fault(err, "a version name")
 		}
 		if err := p.account(len(ver)+16, "version names"); err != nil {
 			return err
 		}
-		raw, err := dec.ReadValue()
-		if err != nil {
+		if p.vbuf, err = sc.value(p.vbuf[:0], false); err != nil {
 			return p.fault(err, "version "+routes.Clip(ver, 64))
 		}
-		manifest, keep, err := p.rewriteVersion(raw)
+		manifest, keep, err := p.rewriteVersion(p.vbuf)
 		switch {
 		case err == errForeignDependency:
 			p.removed[ver], p.foreign[ver] = true, true
@@ -559,7 +491,7 @@ func (p *packumentStream) versions(rawKey []byte) error {
 		case !keep:
 			p.removed[ver] = true
 		case wait:
-			p.pending = append(p.pending, pendingVersion{rawKey: rawVer, name: ver, manifest: manifest})
+			p.pending = append(p.pending, pendingVersion{rawKey: rawVer, name: ver, manifest: bytes.Clone(manifest)})
 			if err := p.account(len(rawVer)+len(manifest), "the versions before time, which the version policy needs"); err != nil {
 				return err
 			}
@@ -568,9 +500,6 @@ func (p *packumentStream) versions(rawKey []byte) error {
 				return err
 			}
 		}
-	}
-	if _, err := dec.ReadToken(); err != nil {
-		return err
 	}
 	if wait {
 		return nil
@@ -582,27 +511,53 @@ func (p *packumentStream) versions(rawKey []byte) error {
 // a version whose tarball is elsewhere (or that has none). A version that
 // npm would install with a dependency from elsewhere than the registry (a
 // URL, git, a file: foreignDependency) is errForeignDependency: npm would
-// fetch it past cproxy's policy, so cproxy does not show it the way.
+// fetch it past cproxy's policy, so cproxy does not show it the way. raw is
+// the version as the scanner read it (checked, compact); the manifest is
+// raw with its tarball's value replaced, in p.mbuf.
 func (p *packumentStream) rewriteVersion(raw []byte) (manifest []byte, keep bool, err error) {
-	var vdoc map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &vdoc); err != nil {
+	switch raw[0] {
+	case 'n':
+		return nil, false, nil // null: no tarball
+	case '{':
+	default:
 		return nil, false, p.malformed()
 	}
-	if _, _, ok := foreignDependency(vdoc, p.specs); ok {
+	dist := -1
+	foreign := false
+	for name, at := range checkedMembers(raw) {
+		switch string(name) {
+		case "dist":
+			dist = at
+		case "dependencies", "optionalDependencies", "peerDependencies":
+			foreign = foreign || foreignMember(raw[at:skipChecked(raw, at)], p.specs)
+		}
+	}
+	if foreign {
 		return nil, false, errForeignDependency
 	}
-	var dist map[string]json.RawMessage
-	var tarball string
-	if err := json.Unmarshal(vdoc["dist"], &dist); err != nil || json.Unmarshal(dist["tarball"], &tarball) != nil {
+	if dist < 0 || raw[dist] != '{' {
 		return nil, false, nil
 	}
-	u, ok := proxyTarballPath(tarball, p.base, p.rw.req.name)
+	tb := -1
+	for name, at := range checkedMembers(raw[dist:]) {
+		if string(name) == "tarball" {
+			tb = dist + at
+			break
+		}
+	}
+	if tb < 0 || raw[tb] != '"' {
+		return nil, false, nil
+	}
+	end := skipString(raw, tb)
+	u, ok := proxyTarballPath(checkedString(raw[tb:end]), p.base, p.rw.req.name)
 	if !ok {
 		return nil, false, nil
 	}
-	dist["tarball"] = mustJSON(p.rw.public + u)
-	vdoc["dist"] = mustJSON(dist)
-	return mustJSON(vdoc), true, nil
+	m := append(p.mbuf[:0], raw[:tb]...)
+	m, _ = jsontext.AppendQuote(m, p.rw.public+u) // a URL: valid UTF-8
+	m = append(m, raw[end:]...)
+	p.mbuf = m
+	return m, true, nil
 }
 
 // errForeignDependency is rewriteVersion's answer for a version that has a
@@ -616,9 +571,7 @@ func (p *packumentStream) writeVersion(rawKey []byte, ver string, manifest []byt
 		p.denied[ver], p.removed[ver] = true, true
 		return nil
 	}
-	if v, err := semver.StrictNewVersion(ver); err == nil && v.Prerelease() == "" && (p.best == nil || v.GreaterThan(p.best)) {
-		p.best, p.bestName = v, ver
-	}
+	p.kept = append(p.kept, ver)
 	if p.versionsN > 0 {
 		if err := p.out.writeByte(','); err != nil {
 			return err
@@ -669,8 +622,8 @@ func (p *packumentStream) writeDistTags() error {
 				latestDenied = latestDenied || tag == "latest" && (p.denied[s] || p.foreign[s])
 			}
 		}
-		if latestDenied && p.bestName != "" {
-			tags["latest"] = mustJSON(p.bestName)
+		if best := highestRelease(p.kept); latestDenied && best != "" {
+			tags["latest"] = mustJSON(best)
 		}
 		out = mustJSON(tags)
 	}
@@ -678,6 +631,19 @@ func (p *packumentStream) writeDistTags() error {
 		return err
 	}
 	return p.out.write(out)
+}
+
+// highestRelease is the highest of versions that is not a pre-release
+// (the first of equals), "" if none is.
+func highestRelease(versions []string) string {
+	var best *semver.Version
+	name := ""
+	for _, ver := range versions {
+		if v, err := semver.StrictNewVersion(ver); err == nil && v.Prerelease() == "" && (best == nil || v.GreaterThan(best)) {
+			best, name = v, ver
+		}
+	}
+	return name
 }
 
 // writeTime writes time without the versions the policy removed.
@@ -702,41 +668,42 @@ func (p *packumentStream) writeTime() error {
 // refusing a name given twice anywhere: what a tarball check reads is what
 // the packument's reader was shown.
 func packumentPublished(r io.Reader, version string) (time.Time, error) {
-	dec := newPackumentDecoder(r, func() int { return maxPackument })
-	if k, err := peek(dec); k != '{' {
+	sc := newJSONScanner(r, func() int { return maxPackument })
+	if c, err := sc.peek(); err != nil || c != '{' {
 		if err == nil {
 			err = errNotObject
 		}
 		return time.Time{}, err
 	}
-	if _, err := dec.ReadToken(); err != nil {
+	if err := sc.enterObject(); err != nil {
 		return time.Time{}, err
 	}
 	var published time.Time
-	for dec.PeekKind() != '}' {
-		k, err := dec.ReadToken()
+	for {
+		more, err := sc.next()
 		if err != nil {
 			return time.Time{}, err
 		}
-		if k.String() != "time" {
-			if err := dec.SkipValue(); err != nil {
+		if !more {
+			break
+		}
+		_, k, err := sc.name()
+		if err != nil {
+			return time.Time{}, err
+		}
+		if k != "time" {
+			if _, err := sc.value(nil, true); err != nil {
 				return time.Time{}, err
 			}
 			continue
 		}
-		v, err := dec.ReadValue()
+		v, err := sc.value(nil, false)
 		if err != nil {
 			return time.Time{}, err
 		}
 		published = publishedAt(objectMembers(v), version)
 	}
-	if _, err := dec.ReadToken(); err != nil {
-		return time.Time{}, err
-	}
-	if _, err := dec.ReadToken(); err != io.EOF {
-		if err == nil {
-			err = errJSONSyntax
-		}
+	if err := sc.finish(); err != nil {
 		return time.Time{}, err
 	}
 	return published, nil
@@ -759,20 +726,18 @@ func publishedAt(times map[string]json.RawMessage, version string) time.Time {
 // errNotObject says a JSON value is not an object.
 var errNotObject = errors.New("not a JSON object")
 
-// objectMembers decodes a JSON object the packument's decoder has read (so
-// gives no name twice) into its members; nil for any other value.
+// objectMembers decodes a JSON object the packument's scanner has read (so
+// checked, compact, with no name twice) into its members, names decoded as
+// encoding/json decodes them; nil for any other value.
 func objectMembers(raw []byte) map[string]json.RawMessage {
-	var m map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+	if len(raw) == 0 || raw[0] != '{' {
 		return nil
 	}
+	m := map[string]json.RawMessage{}
+	for name, at := range checkedMembers(raw) {
+		m[string(name)] = raw[at:skipChecked(raw, at)]
+	}
 	return m
-}
-
-// appendCompact appends the JSON value v without its whitespace, every
-// string and number as sent.
-func appendCompact(dst []byte, v []byte) ([]byte, error) {
-	return jsontext.AppendFormat(dst, v, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true), jsontext.PreserveRawStrings(true))
 }
 
 // jsonOut collects JSON text, handing it on to flush each time it reaches
@@ -792,16 +757,6 @@ func (o *jsonOut) write(p []byte) error {
 
 func (o *jsonOut) writeByte(c byte) error {
 	o.b = append(o.b, c)
-	return o.handOnFull()
-}
-
-// writeValue writes the JSON value v compacted.
-func (o *jsonOut) writeValue(v []byte) error {
-	b, err := appendCompact(o.b, v)
-	if err != nil {
-		return err
-	}
-	o.b = b
 	return o.handOnFull()
 }
 
