@@ -47,6 +47,20 @@ func (w *auditWriter) Flush() {
 
 func (w *auditWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// sendAnswer sends the client an answer of declared length, written whole,
+// before the request's audit line is written. net/http holds the end of an
+// answer in its buffer until the handler returns, and the handler's last
+// step is the audit line: a write(2) to the log, which the client would
+// otherwise wait for (a non-streaming model message, every Go module file).
+// An answer without a length is left to net/http, which ends it as before
+// (it may set the length itself); so is one that was never begun.
+func (a *Call) sendAnswer() {
+	if a.w.status == 0 || a.w.Header().Get("Content-Length") == "" {
+		return
+	}
+	a.w.Flush()
+}
+
 // Call is one proxied request as the Call line tells it. Routes fill in
 // what they learn; finish writes the line. It never holds a token or a
 // credential: only the token's id.

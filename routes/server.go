@@ -464,6 +464,7 @@ func (s *Server) ProxyHandler() http.Handler {
 				rec.finish()
 				panic(p)
 			}
+			rec.sendAnswer()
 			rec.finish()
 		}()
 		// Only origin-form request targets: an absolute URI naming another

@@ -54,9 +54,11 @@ var seriesColor = map[string]string{
 	"cproxy":     "#e69f00",
 	LimitsTarget: "#d55e00",
 	"routes":     "#cc79a7",
-	// The floor again, darker: on one CPU, or from the benchmark's executable.
-	OneCPUProxyTarget: "#0072b2",
-	SharedProxyTarget: "#000000",
+	// The floor and cproxy again, darker: on one CPU, or from the
+	// benchmark's executable.
+	OneCPUProxyTarget:  "#0072b2",
+	OneCPUCproxyTarget: "#8a5a00",
+	SharedProxyTarget:  "#000000",
 }
 
 // ran is the chart's series: the columns of the table that the run has.

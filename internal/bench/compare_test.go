@@ -105,26 +105,28 @@ func TestRotated(t *testing.T) {
 }
 
 // TestBeforeTable checks the model route's table with an earlier build: its
-// column, its ratios to the floors and cproxy ÷ it, and the CPUs both ran on.
+// column, its ratios to the floors and cproxy ÷ it, and the CPUs both ran on;
+// and the one-CPU pair, divided only by each other and judged on its own.
 func TestBeforeTable(t *testing.T) {
 	rep := Rep{Stats: map[string]map[string]Stats{}, Idle: map[string]Mem{}, Held: map[string]Mem{}}
 	for _, m := range measures {
 		rep.Stats[m.name] = map[string]Stats{
-			"direct":          {P50: 100 * time.Microsecond, PerSec: 10000},
-			"goproxy":         {P50: 300 * time.Microsecond, PerSec: 5000, CPU: 100 * time.Microsecond},
-			OneCPUProxyTarget: {P50: 250 * time.Microsecond, PerSec: 5500, CPU: 80 * time.Microsecond},
-			"cproxy":          {P50: 320 * time.Microsecond, PerSec: 4400, CPU: 120 * time.Microsecond},
-			"cproxy@abc1234":  {P50: 340 * time.Microsecond, PerSec: 4000, CPU: 150 * time.Microsecond},
+			"direct":           {P50: 100 * time.Microsecond, PerSec: 10000},
+			"goproxy":          {P50: 300 * time.Microsecond, PerSec: 5000, CPU: 100 * time.Microsecond},
+			OneCPUProxyTarget:  {P50: 250 * time.Microsecond, PerSec: 5500, CPU: 80 * time.Microsecond},
+			OneCPUCproxyTarget: {P50: 400 * time.Microsecond, PerSec: 4400, CPU: 90 * time.Microsecond},
+			"cproxy":           {P50: 320 * time.Microsecond, PerSec: 4400, CPU: 120 * time.Microsecond},
+			"cproxy@abc1234":   {P50: 340 * time.Microsecond, PerSec: 4000, CPU: 150 * time.Microsecond},
 		}
 	}
-	res := &Result{Plan: DefaultPlan, Targets: []string{"direct", "goproxy", "cproxy", "cproxy@abc1234", OneCPUProxyTarget},
+	res := &Result{Plan: DefaultPlan, Targets: []string{"direct", "goproxy", "cproxy", "cproxy@abc1234", OneCPUProxyTarget, OneCPUCproxyTarget},
 		Before: "cproxy@abc1234", CproxyCPUs: 1, Reps: []Rep{rep}}
 	wantMarkdown(t, res,
-		"| cproxy | cproxy@abc1234 | Go proxy, 1 CPU | cproxy ÷ Go proxy | cproxy ÷ direct | cproxy ÷ Go proxy, 1 CPU | cproxy@abc1234 ÷ Go proxy | cproxy@abc1234 ÷ direct | cproxy@abc1234 ÷ Go proxy, 1 CPU | cproxy ÷ cproxy@abc1234 | target |",
+		"| cproxy | cproxy@abc1234 | Go proxy, 1 CPU | cproxy, 1 CPU | cproxy ÷ Go proxy | cproxy ÷ direct | cproxy ÷ Go proxy, both 1 CPU | cproxy@abc1234 ÷ Go proxy | cproxy@abc1234 ÷ direct | cproxy ÷ cproxy@abc1234 | target | met | met, both 1 CPU |",
 		// added latency: cproxy +220, before +240, Go proxy +200, on one
-		// CPU +150; totals 320, 340 against direct's 100.
-		"| added latency p50, 1 client | µs | 100 | +200 (300) | not run | +220 (320) | +240 (340) | +150 (250) | 1.10 | 3.20 | 1.47 | 1.20 | 3.40 | 1.60 | 0.92 |",
-		"| throughput, 16 clients | req/s | 10000 | 5000 | not run | 4400 | 4000 | 5500 | 0.88 | 0.44 | 0.80 | 0.80 | 0.40 | 0.73 | 1.10 |",
+		// CPU +150 and cproxy +300; totals 320, 340 against direct's 100.
+		"| added latency p50, 1 client | µs | 100 | +200 (300) | not run | +220 (320) | +240 (340) | +150 (250) | +300 (400) | 1.10 | 3.20 | 2.00 | 1.20 | 3.40 | 0.92 | ≤ 1.1× Go proxy | yes (1/1) | **no** (0/1) |",
+		"| throughput, 16 clients | req/s | 10000 | 5000 | not run | 4400 | 4000 | 5500 | 4400 | 0.88 | 0.44 | 0.80 | 0.80 | 0.40 | 1.10 | ≥ 0.95× Go proxy | **no** (0/1) | **no** (0/1) |",
 		"- cproxy and cproxy@abc1234 both on 1 CPU (go_sched_gomaxprocs_threads)",
 	)
 	res.Before = ""

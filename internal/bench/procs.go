@@ -18,6 +18,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,8 +38,9 @@ const (
 // one of the proxies.
 type Target struct {
 	// Name is "direct", "goproxy", "nginx", "cproxy", LimitsTarget, and with
-	// Options "routes", SharedProxyTarget, OneCPUProxyTarget and the
-	// earlier build's "cproxy@REV" (BeforeTarget).
+	// Options "routes", SharedProxyTarget, the one-CPU pair
+	// (OneCPUProxyTarget, OneCPUCproxyTarget) and the earlier build's
+	// "cproxy@REV" (BeforeTarget).
 	Name string
 	// URL is the base URL the client sends /v1/messages to.
 	URL string
@@ -77,10 +79,12 @@ type Options struct {
 	// this executable, which the client and the upstream run too, as the
 	// floor was run until 2026-11-30 (see cmd/benchproxy).
 	SharedProxy bool
-	// OneCPUProxy adds OneCPUProxyTarget: the do-nothing Go proxy on one
-	// CPU (GOMAXPROCS=1), as cproxy runs by default, to show how much of
-	// the difference between them is that setting.
-	OneCPUProxy bool
+	// OneCPU adds the comparison on one CPU: OneCPUProxyTarget and
+	// OneCPUCproxyTarget, the do-nothing Go proxy and cproxy each with
+	// GOMAXPROCS=1. Every other Go proxy (the floor, cproxy, cproxy+limits,
+	// an earlier build) runs on all the machine's CPUs, so each pair the
+	// table divides runs on as many.
+	OneCPU bool
 	// Nginx is the nginx binary. Empty: nginx on PATH, else /usr/sbin/nginx;
 	// when there is none the nginx target is left out and NginxMissing says so.
 	Nginx string
@@ -170,7 +174,8 @@ func Start(o Options) (_ *Env, err error) {
 	// The proxies all receive what Claude Code sends them with
 	// ANTHROPIC_AUTH_TOKEN set: the sandbox token as a bearer token. Only
 	// cproxy checks it; the others overwrite x-api-key with the real key.
-	if err := e.startGoProxy("goproxy", e.proxyBin, key, nil); err != nil {
+	all := allCPUs()
+	if err := e.startGoProxy("goproxy", e.proxyBin, key, all); err != nil {
 		return nil, err
 	}
 	if o.SharedProxy {
@@ -178,12 +183,12 @@ func Start(o Options) (_ *Env, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := e.startGoProxy(SharedProxyTarget, self, key, nil); err != nil {
+		if err := e.startGoProxy(SharedProxyTarget, self, key, all); err != nil {
 			return nil, err
 		}
 	}
-	if o.OneCPUProxy {
-		if err := e.startGoProxy(OneCPUProxyTarget, e.proxyBin, key, map[string]string{"GOMAXPROCS": "1"}); err != nil {
+	if o.OneCPU {
+		if err := e.startGoProxy(OneCPUProxyTarget, e.proxyBin, key, oneCPU); err != nil {
 			return nil, err
 		}
 	}
@@ -215,7 +220,11 @@ func Start(o Options) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	for _, v := range []cproxyVariant{plainCproxy, limitsCproxy} {
+	variants := []cproxyVariant{plainCproxy, limitsCproxy}
+	if o.OneCPU {
+		variants = append(variants, oneCPUCproxy)
+	}
+	for _, v := range variants {
 		t, err := e.startCproxy(bin, key, v)
 		if err != nil {
 			return nil, err
@@ -227,7 +236,7 @@ func Start(o Options) (_ *Env, err error) {
 		if err != nil {
 			return nil, err
 		}
-		t, err := e.startCproxy(o.Before, key, cproxyVariant{name: name, dir: "before", config: cproxyConfig, policy: cproxyPolicy})
+		t, err := e.startCproxy(o.Before, key, cproxyVariant{name: name, dir: "before", config: cproxyConfig, policy: cproxyPolicy, env: all})
 		if err != nil {
 			return nil, err
 		}
@@ -643,20 +652,37 @@ type cproxyVariant struct {
 	dir    string // its directory, under the environment's; "" for the environment's own
 	config string // the config file, with {{upstream}} for the upstream's URL
 	policy string
+	// env is added to its environment: GOMAXPROCS, which runtime.cpus
+	// takes as its default when the config leaves it out (cproxyConfig
+	// does). Nil: cproxy's own default.
+	env map[string]string
 }
 
 var (
-	plainCproxy  = cproxyVariant{name: "cproxy", config: cproxyConfig, policy: cproxyPolicy}
-	limitsCproxy = cproxyVariant{name: LimitsTarget, dir: "limits", config: limitsConfig, policy: limitsPolicy}
+	plainCproxy  = cproxyVariant{name: "cproxy", config: cproxyConfig, policy: cproxyPolicy, env: allCPUs()}
+	limitsCproxy = cproxyVariant{name: LimitsTarget, dir: "limits", config: limitsConfig, policy: limitsPolicy, env: allCPUs()}
+	oneCPUCproxy = cproxyVariant{name: OneCPUCproxyTarget, dir: "one-cpu", config: cproxyConfig, policy: cproxyPolicy, env: oneCPU}
 )
+
+// allCPUs is the environment that runs a Go proxy on every CPU of the
+// machine, whatever the proxy's own default, and oneCPU on one: the pairs
+// the tables divide run on as many CPUs.
+func allCPUs() map[string]string {
+	return map[string]string{"GOMAXPROCS": strconv.Itoa(runtime.NumCPU())}
+}
+
+var oneCPU = map[string]string{"GOMAXPROCS": "1"}
 
 // SharedProxyTarget is the do-nothing Go proxy run from the benchmark's own
 // executable (Options.SharedProxy).
 const SharedProxyTarget = "goproxy-shared"
 
-// OneCPUProxyTarget is the do-nothing Go proxy on one CPU
-// (Options.OneCPUProxy).
-const OneCPUProxyTarget = "goproxy-1cpu"
+// OneCPUProxyTarget and OneCPUCproxyTarget are the do-nothing Go proxy and
+// cproxy on one CPU (Options.OneCPU).
+const (
+	OneCPUProxyTarget  = "goproxy-1cpu"
+	OneCPUCproxyTarget = "cproxy-1cpu"
+)
 
 // BeforeTarget is the name of the target, or of the way in the git and npm
 // benchmarks, that runs an earlier build of cproxy (Options.Before):
@@ -721,6 +747,12 @@ func (e *Env) startCproxy(bin, key string, v cproxyVariant) (*Target, error) {
 	ready := filepath.Join(dir, "ready.json")
 	cmd := exec.Command(bin, "serve", "--config", filepath.Join(dir, "cproxy.toml"))
 	cmd.Dir = dir
+	if v.env != nil {
+		cmd.Env = os.Environ()
+		for k, val := range v.env {
+			cmd.Env = append(cmd.Env, k+"="+val)
+		}
+	}
 	p, err := e.start(v.name, cmd)
 	if err != nil {
 		return nil, err

@@ -232,3 +232,39 @@ func TestBodyLimit(t *testing.T) {
 		t.Fatalf("chunked: got %d", resp.StatusCode)
 	}
 }
+
+// answerFirst is an audit log that takes a request's line only once the
+// client has its whole answer (got is closed), and says whether it had to
+// give up waiting: the line was written before the answer was sent.
+type answerFirst struct {
+	got, written chan struct{}
+	gaveUp       bool
+}
+
+func (w *answerFirst) Write(p []byte) (int, error) {
+	select {
+	case <-w.got:
+	case <-time.After(30 * time.Second): // a bound for a broken build, not a measure
+		w.gaveUp = true
+	}
+	close(w.written)
+	return len(p), nil
+}
+
+// TestAnswerBeforeAuditLine: a non-streaming answer, of declared length,
+// reaches the client whole before its audit line is written, so the
+// client does not wait for the log.
+func TestAnswerBeforeAuditLine(t *testing.T) {
+	log := &answerFirst{got: make(chan struct{}), written: make(chan struct{})}
+	e, _ := newModelEnv(t, nil, func(o *routetest.Options) { o.AuditLog = log })
+	h := routetest.With(routetest.Bearer(e.Token("conv-1")), "Anthropic-Version", "2023-06-01")
+	r := e.Do("POST", "/v1/messages", h, `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`)
+	close(log.got)
+	<-log.written
+	if r.Status != 200 || r.Header.Get("Content-Length") == "" {
+		t.Fatalf("got %d, Content-Length %q: %q", r.Status, r.Header.Get("Content-Length"), r.Body)
+	}
+	if log.gaveUp {
+		t.Fatal("the audit line was written before the client had its answer")
+	}
+}

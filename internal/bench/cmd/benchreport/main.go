@@ -40,7 +40,7 @@ func main() {
 	flag.StringVar(&o.Dir, "dir", "", "keep configs and logs in `DIR` (default: a temporary directory, removed)")
 	flag.StringVar(&o.Profile, "profile", "", "write CPU profiles of the Go proxy, the upstream and routes.Server (an extra target) into `DIR`")
 	flag.BoolVar(&o.NoNginx, "no-nginx", false, "leave nginx out")
-	flag.BoolVar(&o.OneCPUProxy, "one-cpu-floor", false, "add the do-nothing Go proxy on one CPU (GOMAXPROCS=1), as cproxy runs by default (runtime.cpus)")
+	flag.BoolVar(&o.OneCPU, "one-cpu", true, "also run the do-nothing Go proxy and cproxy on one CPU each (GOMAXPROCS=1), beside the pair on every CPU; -one-cpu=false leaves them out")
 	flag.BoolVar(&o.SharedProxy, "shared-floor", false, "add the do-nothing Go proxy run from benchreport's own executable (the client's and the upstream's), as the floor ran until 2026-11-30")
 	flag.IntVar(&p.Reps, "reps", p.Reps, "repetitions of the whole comparison, each on new processes")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "turns per target and measure in one repetition")
