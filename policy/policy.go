@@ -31,6 +31,11 @@ type Profile struct {
 	Name string `toml:"-"`
 	// Models are model-id globs, matched exactly (case-sensitive). Empty: no model.
 	Models []string `toml:"models"`
+	// AskModels are model-id globs, matched as Models are, that the
+	// sandbox may use only with an operator's approval of each request
+	// (docs/approvals.md): a model one matches asks even when Models match
+	// it too. Empty: no model asks.
+	AskModels []string `toml:"ask_models"`
 	// Repos are the GitHub repositories the sandbox may fetch from or push to. Empty: none.
 	Repos []RepoRule `toml:"repos"`
 	// Packages are npm package-name globs ("react", "@types/*"), matched exactly.
@@ -230,10 +235,18 @@ func (pr *Profile) rule(format string, args ...any) string {
 	return "profile." + tomlKey(pr.Name) + fmt.Sprintf(format, args...)
 }
 
-// Model decides whether the profile allows a model id.
+// Model decides whether the profile allows a model id: it asks
+// (Decision.Ask) when an ask_models glob matches it, whatever models say.
 func (pr *Profile) Model(model string) Decision {
 	if pr == nil {
 		return Decision{Rule: "no profile"}
+	}
+	if model != "" {
+		for _, g := range pr.AskModels {
+			if matchGlob(g, model) {
+				return Decision{Ask: true, Rule: pr.rule(".ask_models[%q]", g)}
+			}
+		}
 	}
 	return pr.firstMatch("models", "model", pr.Models, model)
 }
@@ -486,6 +499,7 @@ func (p *Policy) validate(d *decoder) {
 		}
 		pr := p.Profiles[name]
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
+		checkGlobs(d, pp.key("ask_models"), pr.AskModels, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
 		pr.validatePyPI(d, pp)

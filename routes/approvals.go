@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -138,6 +139,21 @@ func (a *Call) checkPending(req ApprovalRequest, now time.Time) error {
 		return Refuse(ErrTooManyRequests, "%s needs approval, and sandbox %s has %d requests waiting for an operator already; retry after they are decided", req.What, a.session.Sandbox, pending)
 	}
 	return nil
+}
+
+// AskApproval answers a request prof's policy answered with ask, for a
+// route whose policy question (Call.Decide) asks it: of the session's
+// profile, it is NeedApproval; asked again of another profile (a reload,
+// Server.recheck), the request goes on only with the grant it holds, and
+// nothing is filed.
+func (a *Call) AskApproval(prof *policy.Profile, req ApprovalRequest) error {
+	if a.Approved(req.Subject) {
+		return nil
+	}
+	if prof != a.session.Profile {
+		return refuseFirm("%s needs approval; send the request again to ask for it", req.What)
+	}
+	return a.NeedApproval(req)
 }
 
 // Approved reports whether the request holds the grant of an approval of
