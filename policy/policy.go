@@ -126,6 +126,12 @@ type RepoRule struct {
 	// opened through the API may target. Only with "pulls:create" in API,
 	// which without them opens none. Empty: no base.
 	PRBases []string `toml:"pr_bases"`
+	// AskPRBases are branch-name globs, as PRBases, a pull request opened
+	// through the API may target only with an operator's approval of
+	// exactly it (docs/approvals.md): a base one matches asks even when
+	// PRBases (of this rule or another) match it too. Only with
+	// "pulls:create" in API. Empty: no base asks.
+	AskPRBases []string `toml:"ask_pr_bases"`
 }
 
 // SandboxRule assigns a profile to sandboxes whose id matches a glob.
@@ -634,7 +640,7 @@ func checkRepoRule(d *decoder, p path, i int, rules []RepoRule) {
 	checkAPI(d, ep, r)
 
 	for j := range i {
-		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && slices.Equal(q.Ask, r.Ask) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) {
+		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && slices.Equal(q.Ask, r.Ask) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) && slices.Equal(q.AskPRBases, r.AskPRBases) {
 			line, _ := d.ix.find(p.elem(j, false), false)
 			d.atValue(ep, "%s: entry for %q is the same as the one on line %d (remove one)", p, r.Repo, line)
 			break

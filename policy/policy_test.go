@@ -616,15 +616,11 @@ repos = [
 }
 
 func TestModelAsk(t *testing.T) {
-	p, err := ParsePolicy("policy.toml", []byte(`
+	pr := mustPolicy(t, `
 [profile.web]
 models = ["claude-*"]
 ask_models = ["claude-opus-*", "gpt-*"]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr := p.Profiles["web"]
+`).Profiles["web"]
 	for _, c := range []struct {
 		model      string
 		allow, ask bool
@@ -641,7 +637,7 @@ ask_models = ["claude-opus-*", "gpt-*"]
 			t.Errorf("AskModel(%q): allow %v ask %v rule %s; want %v %v %s", c.model, a.Allow, a.Ask, a.Rule, c.allow, c.ask, c.rule)
 		}
 	}
-	_, err = ParsePolicy("policy.toml", []byte(`
+	_, err := ParsePolicy("policy.toml", []byte(`
 [profile.web]
 ask_models = ["claude-[ab]", "x", "x"]
 `))

@@ -145,10 +145,14 @@ func (a *Call) checkPending(req ApprovalRequest, now time.Time) error {
 // route whose policy question (Call.Decide) asks it: of the session's
 // profile, it is NeedApproval; asked again of another profile (a reload,
 // Server.recheck), the request goes on only with the grant it holds, and
-// nothing is filed.
+// nothing is filed. A request holds one grant: one that would need a
+// second (a GraphQL request of two mutations that ask) is refused.
 func (a *Call) AskApproval(prof *policy.Profile, req ApprovalRequest) error {
-	if a.Approved(req.Subject) {
+	switch {
+	case a.Approved(req.Subject):
 		return nil
+	case a.grant != nil:
+		return refuseFirm("%s needs approval, and the request holds the approval of another (%s): send what needs approval one request at a time", req.What, a.grant.ID)
 	}
 	if prof != a.session.Profile {
 		return refuseFirm("%s needs approval; send the request again to ask for it", req.What)

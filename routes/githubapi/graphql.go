@@ -180,7 +180,7 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	a.SetTarget("graphql " + p.target())
 	// The repositories named are decided first: cproxy asks GitHub about
 	// nothing (a parent) of a repository the sandbox may not read.
-	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nil, nil) }); err != nil {
+	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(a, prof, sandbox, p, nil, nil) }); err != nil {
 		fail(err)
 		return
 	}
@@ -205,7 +205,7 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	}
 	if nodes != nil || parents != nil {
 		a.SetTarget("graphql " + p.resolvedTarget(nodes, parents))
-		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nodes, parents) }); err != nil {
+		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(a, prof, sandbox, p, nodes, parents) }); err != nil {
 			fail(err)
 			return
 		}
@@ -383,7 +383,7 @@ func (p plan) resolvedTarget(nodes map[string]node, parents map[string]string) s
 // (nodes nil), only the repositories named are asked. A refusal about a
 // resolved target names its node ID, never its repository: the sandbox
 // does not learn what an ID it may not reach belongs to.
-func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]node, parents map[string]string) (string, error) {
+func decidePlan(a *routes.Call, prof *policy.Profile, sandbox string, p plan, nodes map[string]node, parents map[string]string) (string, error) {
 	var rules []string
 	add := func(rule string) {
 		if !slices.Contains(rules, rule) {
@@ -391,7 +391,7 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 		}
 	}
 	for _, repo := range p.repos {
-		rule, err := decide(prof, sandbox, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
+		rule, err := decide(a, prof, sandbox, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
 		if err != nil {
 			return rule, err
 		}
@@ -433,7 +433,7 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 		add(rule)
 	}
 	for _, m := range p.mutations {
-		rule, err := decideMutation(prof, sandbox, m, nodes[m.target])
+		rule, err := decideMutation(a, prof, sandbox, m, nodes[m.target])
 		if err != nil {
 			return rule, err
 		}
@@ -458,7 +458,7 @@ func decideNode(prof *policy.Profile, sandbox, id string, n node) (string, error
 
 // decideMutation asks prof whether the sandbox may make m on n, what its
 // target resolved to.
-func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (string, error) {
+func decideMutation(a *routes.Call, prof *policy.Profile, sandbox string, m mutation, n node) (string, error) {
 	if !slices.Contains(m.types, n.typ) {
 		what := "an object of another type"
 		if n.typ != "" {
@@ -468,15 +468,19 @@ func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (s
 	}
 	q := policy.APIQuestion{Repo: n.repo, Permission: m.perm, Head: m.head, Base: m.base}
 	ans := prof.AskAPI(q)
-	if !ans.Allow {
+	if !ans.Allow && !ans.Ask {
 		step, _ := ans.Refusal()
 		if step.Key == "api" {
 			return ans.Rule, gqlRefusal(sandbox, "the %s of %s, %q, is in a repository on which GitHub API %q is not allowed (%s)", m.key, m.name, routes.Clip(m.target, 64), m.perm, step.Rule)
 		}
-		return decide(prof, sandbox, q)
+		return decide(a, prof, sandbox, q)
 	}
 	if owner, _, _ := strings.Cut(n.repo, "/"); m.headOwner != "" && !strings.EqualFold(m.headOwner, owner) {
 		return ans.Rule, gqlRefusal(sandbox, "the headRefName of createPullRequest, %q, is in another owner's repository", routes.Clip(m.headOwner+":"+m.head, 128))
+	}
+	if ans.Ask {
+		// Asked for only once nothing else refuses the mutation.
+		return decide(a, prof, sandbox, q)
 	}
 	return ans.Rule, nil
 }
