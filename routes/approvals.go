@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -158,6 +159,40 @@ func (a *Call) AskApproval(prof *policy.Profile, req ApprovalRequest) error {
 		return refuseFirm("%s needs approval; send the request again to ask for it", req.What)
 	}
 	return a.NeedApproval(req)
+}
+
+// pastBudget is a request over its budget's account in its approval
+// request.
+type pastBudget struct {
+	Target string `json:"target"`
+	Budget string `json:"budget"`
+}
+
+// askPastBudget answers err, the budget's refusal to hold want: a model
+// request over one of the window's limits, under a budget that asks
+// (budget.ask), goes on once an operator approves one request of its
+// target past it, held whatever the limits say; any other refusal, as
+// it is. The approval's subject is the target (the model): a grant lets
+// one request of it past the budget.
+func (a *Call) askPastBudget(want tokens.Usage, err error) error {
+	var over *budget.Refusal
+	if !errors.As(err, &over) || !over.Over || !a.session.Budget.Ask || want.MCPCalls > 0 {
+		return budgetRefusal(err)
+	}
+	req := ApprovalRequest{
+		Subject: "past the budget: " + a.target,
+		Detail:  pastBudget{Target: a.target, Budget: over.Error()},
+		What:    over.Error() + "; a request past it",
+	}
+	if err := a.AskApproval(a.session.Profile, req); err != nil {
+		return err
+	}
+	m := a.meter
+	if err := m.res.HoldPast(a.r.Context(), want); err != nil {
+		return budgetRefusal(err)
+	}
+	m.past = true
+	return nil
 }
 
 // Approved reports whether the request holds the grant of an approval of
