@@ -174,6 +174,10 @@ type Budget struct {
 	Concurrent        int64  `json:"concurrent,omitempty"`
 	MCPCalls          int64  `json:"mcp_calls,omitempty"`
 	MCPCallsPerMinute int64  `json:"mcp_calls_per_minute,omitempty"`
+	// Ask: a model request over a limit of the window waits for an
+	// operator's approval instead of being refused. False: the
+	// profile's.
+	Ask bool `json:"ask,omitempty"`
 }
 
 // Usage is what a token has spent in its budget's current window.

@@ -39,6 +39,11 @@ type Budget struct {
 	// together. Zero: no rate but each server's ([mcp.NAME]
 	// requests_per_minute).
 	MCPCallsPerMinute int64 `toml:"mcp_calls_per_minute" json:"mcp_calls_per_minute,omitempty"`
+	// Ask makes a model request over one of the window's limits (requests
+	// and the token counts, not the rate or concurrency) wait for an
+	// operator's approval instead of being refused (docs/approvals.md): an
+	// approval lets one request past them. False: refused.
+	Ask bool `toml:"ask" json:"ask,omitempty"`
 }
 
 // The bounds a token has when its budget sets none, so that one sandbox
@@ -56,7 +61,8 @@ const (
 	DefaultRequestsPerMinute = 3000
 )
 
-// IsZero reports whether the budget limits nothing.
+// IsZero reports whether the budget limits nothing (Ask alone limits
+// nothing).
 func (b Budget) IsZero() bool {
 	return b.Requests == 0 && b.InputTokens == 0 && b.OutputTokens == 0 && b.CacheReadTokens == 0 &&
 		b.CacheWriteTokens == 0 && b.RequestsPerMinute == 0 && b.Concurrent == 0 && b.MCPCalls == 0 && b.MCPCallsPerMinute == 0
@@ -82,6 +88,7 @@ func (b Budget) Over(o Budget) Budget {
 	set(&b.Concurrent, o.Concurrent)
 	set(&b.MCPCalls, o.MCPCalls)
 	set(&b.MCPCallsPerMinute, o.MCPCallsPerMinute)
+	b.Ask = b.Ask || o.Ask
 	return b
 }
 
@@ -118,7 +125,7 @@ func ParseBudget(raw []byte) (Budget, error) {
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
-		return Budget{}, fmt.Errorf("a budget is an object of window, requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, requests_per_minute, concurrent, mcp_calls and mcp_calls_per_minute: %v", err)
+		return Budget{}, fmt.Errorf("a budget is an object of window, requests, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, requests_per_minute, concurrent, mcp_calls, mcp_calls_per_minute and ask: %v", err)
 	}
 	if msg := b.Check(); msg != "" {
 		return Budget{}, fmt.Errorf("%s", msg)

@@ -34,7 +34,7 @@ mcp_calls_per_minute = 20
 	for raw, want := range map[string]string{
 		`{"mcp_calls": -1}`:            "budget mcp_calls must not be negative (leave it out for the profile's)",
 		`{"mcp_calls_per_minute": -3}`: "budget mcp_calls_per_minute must not be negative (leave it out for the profile's)",
-		`{"mcp_cals": 1}`:              "mcp_calls and mcp_calls_per_minute",
+		`{"mcp_cals": 1}`:              "mcp_calls, mcp_calls_per_minute and ask",
 	} {
 		if _, err := ParseBudget([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseBudget(%s) = %v, want %q", raw, err, want)

@@ -51,7 +51,10 @@
 // an ask glob matches asks even when refs also match it, and tags and delete apply
 // to it as to refs. A push rule needs refs or ask. One refused ref refuses the push,
 // whatever else asks. [profile.NAME.npm]'s ask lists version ranges, shaped as deny's,
-// whose tarballs need an approval; deny and min_release_age are asked first.
+// whose tarballs need an approval; deny and min_release_age are asked first. A
+// profile's ask_models lists model globs a request may use only so, even when models
+// also match, and a rule's ask_pr_bases the bases a pull request may target only so,
+// even when pr_bases also match.
 //
 // A rule's api lists what the sandbox may do through GitHub's REST API on its
 // repositories (APIPermissions: read, pulls:create, pulls:request-reviewers,

@@ -31,7 +31,7 @@ const (
 // APIPermissions are the names a RepoRule's api list may hold.
 var APIPermissions = []string{APIRead, APIPullsCreate, APIPullsRequestReviewers, APIIssuesCreate, APIIssuesComment}
 
-// checkAPI checks a repos entry's api and pr_bases.
+// checkAPI checks a repos entry's api, pr_bases and ask_pr_bases.
 func checkAPI(d *decoder, ep path, r RepoRule) {
 	checkGlobs(d, ep.key("api"), r.API, func(name string) error {
 		if !slices.Contains(APIPermissions, name) {
@@ -39,10 +39,13 @@ func checkAPI(d *decoder, ep path, r RepoRule) {
 		}
 		return nil
 	})
-	if len(r.PRBases) > 0 && !slices.Contains(r.API, APIPullsCreate) {
-		d.atKey(ep.key("pr_bases"), `%s.pr_bases: only with "pulls:create" in api (add it, or drop pr_bases)`, ep)
+	for k, globs := range map[string][]string{"pr_bases": r.PRBases, "ask_pr_bases": r.AskPRBases} {
+		if len(globs) > 0 && !slices.Contains(r.API, APIPullsCreate) {
+			d.atKey(ep.key(k), `%s.%s: only with "pulls:create" in api (add it, or drop %s)`, ep, k, k)
+		}
 	}
 	checkGlobs(d, ep.key("pr_bases"), r.PRBases, checkBranchGlob)
+	checkGlobs(d, ep.key("ask_pr_bases"), r.AskPRBases, checkBranchGlob)
 }
 
 // checkBranchGlob refuses a pr_bases glob written as a full ref name or
@@ -85,25 +88,36 @@ func (pr *Profile) API(ownerName, perm string) Decision {
 
 // PRBase decides whether a pull request opened through the API on a
 // repository may target base, a branch name: a pr_bases glob of a rule
-// for the repository whose api lists pulls:create.
+// for the repository whose api lists pulls:create. It asks (Decision.Ask)
+// when such a rule has an ask_pr_bases glob matching base, whatever
+// pr_bases say.
 func (pr *Profile) PRBase(ownerName, base string) Decision {
 	name, refused := pr.repoQuestion(ownerName)
 	if refused != nil {
 		return *refused
 	}
 	matched := ""
+	var allowed *Decision
 	for _, r := range pr.Repos {
 		if !matchGlob(strings.ToLower(r.Repo), name) || !slices.Contains(r.API, APIPullsCreate) {
 			continue
 		}
-		for _, g := range r.PRBases {
+		for _, g := range r.AskPRBases {
 			if matchGlob(g, base) {
-				return Decision{Allow: true, Rule: pr.rule(".repos[%q].pr_bases[%q]", r.Repo, g)}
+				return Decision{Ask: true, Rule: pr.rule(".repos[%q].ask_pr_bases[%q]", r.Repo, g)}
+			}
+		}
+		for _, g := range r.PRBases {
+			if allowed == nil && matchGlob(g, base) {
+				allowed = &Decision{Allow: true, Rule: pr.rule(".repos[%q].pr_bases[%q]", r.Repo, g)}
 			}
 		}
 		if matched == "" {
 			matched = r.Repo
 		}
+	}
+	if allowed != nil {
+		return *allowed
 	}
 	if matched != "" {
 		return Decision{Rule: pr.rule(".repos[%q]: no pr_bases entry matches", matched)}
@@ -172,8 +186,8 @@ func (pr *Profile) AskGraphQL(qs []APIQuestion) Answer {
 // AskAPI asks whether the profile may make a request of GitHub's API:
 // the repository's api, then for a pull request its head against the
 // repository's push rules' refs (as refs/heads/HEAD) and its base against
-// pr_bases. The answer's Rule is the api rule's unless a later step
-// refuses.
+// pr_bases (and ask_pr_bases). The answer's Rule is the api rule's unless
+// a later step refuses or asks.
 func (pr *Profile) AskAPI(q APIQuestion) Answer {
 	a := newAnswer()
 	d := pr.API(q.Repo, q.Permission)
@@ -188,8 +202,8 @@ func (pr *Profile) AskAPI(q APIQuestion) Answer {
 	}
 	head := pr.Ref(q.Repo, "refs/heads/"+q.Head, false, false)
 	if head.Ask {
-		// The API route files no approvals: a branch pushed only with
-		// one is no head it opens a pull request from.
+		// A branch pushed only with an approval is no head a pull
+		// request is opened from: that approval was of a push.
 		head = Decision{Rule: head.Rule + ": pushed only with an approval"}
 	}
 	if !a.ask("head refs/heads/"+q.Head, "refs", head, "") {

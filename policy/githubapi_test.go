@@ -55,6 +55,10 @@ repos = [{ repo = "a/b", access = "read", api = ["read", "read"] }]`, `"read" is
 repos = [{ repo = "a/b", access = "read", api = ["read"], pr_bases = ["main"] }]`, `pr_bases: only with "pulls:create" in api`},
 		{`[profile.a]
 repos = [{ repo = "a/b", access = "push", refs = ["refs/heads/x/*"], api = ["pulls:create"], pr_bases = ["refs/heads/main"] }]`, `"refs/heads/main" is a ref name: write the branch name, "main"`},
+		{`[profile.a]
+repos = [{ repo = "a/b", access = "read", api = ["read"], ask_pr_bases = ["main"] }]`, `ask_pr_bases: only with "pulls:create" in api`},
+		{`[profile.a]
+repos = [{ repo = "a/b", access = "push", refs = ["refs/heads/x/*"], api = ["pulls:create"], ask_pr_bases = ["a..b"] }]`, `profile.a.repos.ask_pr_bases: "a..b" can never match`},
 	} {
 		_, probs := loadPolicy("policy.toml", []byte(c.src))
 		if got := (&probs).Error(); len(probs) == 0 || !strings.Contains(got, c.want) {
@@ -64,7 +68,7 @@ repos = [{ repo = "a/b", access = "push", refs = ["refs/heads/x/*"], api = ["pul
 }
 
 // A head branch pushed only with an approval is refused as a pull
-// request's head: the API route files no approvals.
+// request's head: that approval is of a push.
 func TestAPIHeadUnderAsk(t *testing.T) {
 	p, err := ParsePolicy("policy.toml", []byte(`
 [profile.web]
@@ -77,5 +81,33 @@ repos = [{ repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], as
 	step, refused := a.Refusal()
 	if a.Allow || a.Ask || !refused || step.Key != "refs" || step.Rule != `profile.web.repos["acme/app"].ask["refs/heads/release/*"]: pushed only with an approval` {
 		t.Errorf("got %+v", a)
+	}
+}
+
+// A base an ask_pr_bases glob matches asks, even where pr_bases match it
+// too; a head or a repository that refuses still refuses.
+func TestAPIBaseAsk(t *testing.T) {
+	web := mustPolicy(t, `
+[profile.web]
+repos = [
+  { repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], api = ["pulls:create"], pr_bases = ["*"], ask_pr_bases = ["main"] },
+  { repo = "acme/lib", access = "push", refs = ["refs/heads/agent/*"], api = ["pulls:create"], ask_pr_bases = ["release/*"] },
+]
+`).Profiles["web"]
+	for _, c := range []struct {
+		q          APIQuestion
+		allow, ask bool
+		rule       string
+	}{
+		{APIQuestion{Repo: "acme/app", Permission: APIPullsCreate, Head: "agent/x", Base: "dev"}, true, false, `profile.web.repos["acme/app"].api["pulls:create"]`},
+		{APIQuestion{Repo: "acme/app", Permission: APIPullsCreate, Head: "agent/x", Base: "main"}, false, true, `profile.web.repos["acme/app"].ask_pr_bases["main"]`},
+		{APIQuestion{Repo: "acme/lib", Permission: APIPullsCreate, Head: "agent/x", Base: "release/1"}, false, true, `profile.web.repos["acme/lib"].ask_pr_bases["release/*"]`},
+		{APIQuestion{Repo: "acme/lib", Permission: APIPullsCreate, Head: "agent/x", Base: "main"}, false, false, `profile.web.repos["acme/lib"]: no pr_bases entry matches`},
+		{APIQuestion{Repo: "acme/app", Permission: APIPullsCreate, Head: "main", Base: "main"}, false, false, `profile.web.repos["acme/app"]: no refs entry matches`},
+	} {
+		a := web.AskAPI(c.q)
+		if a.Allow != c.allow || a.Ask != c.ask || a.Rule != c.rule {
+			t.Errorf("AskAPI(%+v) = allow %v ask %v %q, want %v %v %q", c.q, a.Allow, a.Ask, a.Rule, c.allow, c.ask, c.rule)
+		}
 	}
 }

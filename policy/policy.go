@@ -31,6 +31,11 @@ type Profile struct {
 	Name string `toml:"-"`
 	// Models are model-id globs, matched exactly (case-sensitive). Empty: no model.
 	Models []string `toml:"models"`
+	// AskModels are model-id globs, matched as Models are, that the
+	// sandbox may use only with an operator's approval of each request
+	// (docs/approvals.md): a model one matches asks even when Models match
+	// it too. Empty: no model asks.
+	AskModels []string `toml:"ask_models"`
 	// Repos are the GitHub repositories the sandbox may fetch from or push to. Empty: none.
 	Repos []RepoRule `toml:"repos"`
 	// Packages are npm package-name globs ("react", "@types/*"), matched exactly.
@@ -121,6 +126,12 @@ type RepoRule struct {
 	// opened through the API may target. Only with "pulls:create" in API,
 	// which without them opens none. Empty: no base.
 	PRBases []string `toml:"pr_bases"`
+	// AskPRBases are branch-name globs, as PRBases, a pull request opened
+	// through the API may target only with an operator's approval of
+	// exactly it (docs/approvals.md): a base one matches asks even when
+	// PRBases (of this rule or another) match it too. Only with
+	// "pulls:create" in API. Empty: no base asks.
+	AskPRBases []string `toml:"ask_pr_bases"`
 }
 
 // SandboxRule assigns a profile to sandboxes whose id matches a glob.
@@ -230,10 +241,18 @@ func (pr *Profile) rule(format string, args ...any) string {
 	return "profile." + tomlKey(pr.Name) + fmt.Sprintf(format, args...)
 }
 
-// Model decides whether the profile allows a model id.
+// Model decides whether the profile allows a model id: it asks
+// (Decision.Ask) when an ask_models glob matches it, whatever models say.
 func (pr *Profile) Model(model string) Decision {
 	if pr == nil {
 		return Decision{Rule: "no profile"}
+	}
+	if model != "" {
+		for _, g := range pr.AskModels {
+			if matchGlob(g, model) {
+				return Decision{Ask: true, Rule: pr.rule(".ask_models[%q]", g)}
+			}
+		}
 	}
 	return pr.firstMatch("models", "model", pr.Models, model)
 }
@@ -486,6 +505,7 @@ func (p *Policy) validate(d *decoder) {
 		}
 		pr := p.Profiles[name]
 		checkGlobs(d, pp.key("models"), pr.Models, nil)
+		checkGlobs(d, pp.key("ask_models"), pr.AskModels, nil)
 		checkGlobs(d, pp.key("packages"), pr.Packages, checkPackageGlob)
 		pr.validateNPM(d, pp)
 		pr.validatePyPI(d, pp)
@@ -620,7 +640,7 @@ func checkRepoRule(d *decoder, p path, i int, rules []RepoRule) {
 	checkAPI(d, ep, r)
 
 	for j := range i {
-		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && slices.Equal(q.Ask, r.Ask) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) {
+		if q := rules[j]; strings.EqualFold(q.Repo, r.Repo) && q.Access == r.Access && slices.Equal(q.Refs, r.Refs) && slices.Equal(q.Ask, r.Ask) && q.Tags == r.Tags && q.Delete == r.Delete && slices.Equal(q.API, r.API) && slices.Equal(q.PRBases, r.PRBases) && slices.Equal(q.AskPRBases, r.AskPRBases) {
 			line, _ := d.ix.find(p.elem(j, false), false)
 			d.atValue(ep, "%s: entry for %q is the same as the one on line %d (remove one)", p, r.Repo, line)
 			break

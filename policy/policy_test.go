@@ -243,7 +243,7 @@ profiel = "default"
 
 		{"unknown key without a near miss", `[profile.web]
 quota = 10
-`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: bind, budget, go, mcp, mode, models, npm, packages, pypi, relays, repos, sources)`}},
+`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: ask_models, bind, budget, go, mcp, mode, models, npm, packages, pypi, relays, repos, sources)`}},
 
 		{"budget", `[profile.web.budget]
 window = "week"
@@ -609,6 +609,41 @@ repos = [
 		`policy.toml:4:41: profile.web.repos.ask: only for access = "push" (this entry has access = "read")`,
 		`policy.toml:5:48: profile.web.repos.ask: "heads/main" is not a full ref name pattern: start it with refs/ (e.g. "refs/heads/agent/*", "refs/tags/v*")`,
 		`policy.toml:5:81: profile.web.repos.ask: "refs/heads/main" is listed twice (remove one)`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("got\n%v\nwant\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+func TestModelAsk(t *testing.T) {
+	pr := mustPolicy(t, `
+[profile.web]
+models = ["claude-*"]
+ask_models = ["claude-opus-*", "gpt-*"]
+`).Profiles["web"]
+	for _, c := range []struct {
+		model      string
+		allow, ask bool
+		rule       string
+	}{
+		{"claude-sonnet-4-5", true, false, `profile.web.models["claude-*"]`},
+		{"claude-opus-4-6", false, true, `profile.web.ask_models["claude-opus-*"]`},
+		{"gpt-5", false, true, `profile.web.ask_models["gpt-*"]`}, // ask alone lets a model be asked for
+		{"llama", false, false, `profile.web: no models entry matches`},
+		{"", false, false, `profile.web: no model named`},
+	} {
+		a := pr.AskModel(c.model)
+		if a.Allow != c.allow || a.Ask != c.ask || a.Rule != c.rule {
+			t.Errorf("AskModel(%q): allow %v ask %v rule %s; want %v %v %s", c.model, a.Allow, a.Ask, a.Rule, c.allow, c.ask, c.rule)
+		}
+	}
+	_, err := ParsePolicy("policy.toml", []byte(`
+[profile.web]
+ask_models = ["claude-[ab]", "x", "x"]
+`))
+	want := []string{
+		`policy.toml:3:15: profile.web.ask_models: "claude-[ab]" has "[": globs have only *, ** and ? (no classes, braces or escapes)`,
+		`policy.toml:3:35: profile.web.ask_models: "x" is listed twice (remove one)`,
 	}
 	if err == nil || err.Error() != strings.Join(want, "\n") {
 		t.Errorf("got\n%v\nwant\n%s", err, strings.Join(want, "\n"))

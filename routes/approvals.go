@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -137,6 +139,59 @@ func (a *Call) checkPending(req ApprovalRequest, now time.Time) error {
 		a.srv.metrics.Approval(a.route, "refused")
 		return Refuse(ErrTooManyRequests, "%s needs approval, and sandbox %s has %d requests waiting for an operator already; retry after they are decided", req.What, a.session.Sandbox, pending)
 	}
+	return nil
+}
+
+// AskApproval answers a request prof's policy answered with ask, for a
+// route whose policy question (Call.Decide) asks it: of the session's
+// profile, it is NeedApproval; asked again of another profile (a reload,
+// Server.recheck), the request goes on only with the grant it holds, and
+// nothing is filed. A request holds one grant: one that would need a
+// second (a GraphQL request of two mutations that ask) is refused.
+func (a *Call) AskApproval(prof *policy.Profile, req ApprovalRequest) error {
+	switch {
+	case a.Approved(req.Subject):
+		return nil
+	case a.grant != nil:
+		return refuseFirm("%s needs approval, and the request holds the approval of another (%s): send what needs approval one request at a time", req.What, a.grant.ID)
+	}
+	if prof != a.session.Profile {
+		return refuseFirm("%s needs approval; send the request again to ask for it", req.What)
+	}
+	return a.NeedApproval(req)
+}
+
+// pastBudget is a request over its budget's account in its approval
+// request.
+type pastBudget struct {
+	Target string `json:"target"`
+	Budget string `json:"budget"`
+}
+
+// askPastBudget answers err, the budget's refusal to hold want: a model
+// request over one of the window's limits, under a budget that asks
+// (budget.ask), goes on once an operator approves one request of its
+// target past it, held whatever the limits say; any other refusal, as
+// it is. The approval's subject is the target (the model): a grant lets
+// one request of it past the budget.
+func (a *Call) askPastBudget(want tokens.Usage, err error) error {
+	var over *budget.Refusal
+	if !errors.As(err, &over) || !over.Over || !a.session.Budget.Ask || want.MCPCalls > 0 {
+		return budgetRefusal(err)
+	}
+	req := ApprovalRequest{
+		Subject: "past the budget: " + a.target,
+		Detail:  pastBudget{Target: a.target, Budget: over.Error()},
+		What:    over.Error() + "; a request past it",
+	}
+	if err := a.AskApproval(a.session.Profile, req); err != nil {
+		return err
+	}
+	m := a.meter
+	if err := m.res.HoldPast(a.r.Context(), want); err != nil {
+		return budgetRefusal(err)
+	}
+	m.past = true
 	return nil
 }
 

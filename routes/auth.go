@@ -308,7 +308,8 @@ func (s *Server) decideAgain(ctx context.Context, a *Call, rec tokens.Record, pr
 		if err != nil {
 			return rule, err
 		}
-		if err := m.res.Fits(ctx, lim, m.want); err != nil {
+		if err := m.res.Fits(ctx, lim, m.want); err != nil && !(m.past && lim.Ask) {
+			// One let past its budget stays so while the budget asks.
 			return rule, budgetRefusal(err)
 		}
 	}

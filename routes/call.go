@@ -206,8 +206,9 @@ func (a *Call) Acquire() error {
 }
 
 // Reserve holds want of the token's budget for the request, refusing it
-// when the budget cannot cover it; charged says whether the request is
-// charged at all (a token count is not). Call after Acquire.
+// when the budget cannot cover it (or, under a budget's ask, asking for an
+// approval of it); charged says whether the request is charged at all (a
+// token count is not). Call after Acquire.
 func (a *Call) Reserve(want tokens.Usage, charged bool) error {
 	m := a.meter
 	if m == nil {
@@ -215,7 +216,9 @@ func (a *Call) Reserve(want tokens.Usage, charged bool) error {
 		panic("routes: " + a.route + " route called Call.Reserve before Call.Acquire")
 	}
 	if err := m.res.Hold(a.r.Context(), want, charged); err != nil {
-		return budgetRefusal(err)
+		if err = a.askPastBudget(want, err); err != nil {
+			return err
+		}
 	}
 	m.want, m.charged = want, charged
 	return nil

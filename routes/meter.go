@@ -23,6 +23,9 @@ type meter struct {
 	res     *budget.Reservation
 	want    tokens.Usage // what res holds: what an unreported count is charged
 	charged bool
+	// past says an operator let the request past its budget's limits
+	// (askPastBudget): held whatever they are.
+	past bool
 	// wrote is set when the transport has written the whole request (the
 	// trace's WroteRequest, from the transport's goroutine): the upstream
 	// has it.

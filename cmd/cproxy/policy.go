@@ -404,6 +404,9 @@ func describeBudget(b policy.Budget) string {
 	if b.MCPCallsPerMinute > 0 {
 		parts = append(parts, fmt.Sprintf("%d mcp calls/min", b.MCPCallsPerMinute))
 	}
+	if b.Ask {
+		parts = append(parts, "a request past a limit asks for approval")
+	}
 	window := "per token"
 	if b.Window == policy.WindowDay {
 		window = "per token per UTC day"

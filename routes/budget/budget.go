@@ -161,6 +161,8 @@ type Reservation struct {
 	want tokens.Usage
 	once sync.Once
 	tok  Token
+	// past says Hold holds want whatever the window's limits are (HoldPast).
+	past bool
 	// settled is set when Settle ends the reservation.
 	settled atomic.Bool
 }
@@ -172,6 +174,10 @@ type Reservation struct {
 type Refusal struct {
 	// Unavailable says the token store failed; false: a limit is reached.
 	Unavailable bool
+	// Over says the limit reached is one of the window's (requests, the
+	// token counts, mcp_calls), which HoldPast can hold past; false: the
+	// rate, the concurrency, or the store.
+	Over bool
 	// RetryAfter is how long until retrying can succeed (the rate, the
 	// window's end, a request in flight ending); zero: retrying will not
 	// help.
@@ -242,7 +248,11 @@ func (res *Reservation) Hold(ctx context.Context, want tokens.Usage, charged boo
 	}
 	if b.shared != nil {
 		key, reset := usageWindow(tok.ID, lim.Window, now)
-		held, err := b.shared.ReserveUsage(ctx, key, want, caps(limitsOf(lim, want)))
+		limit := caps(limitsOf(lim, want))
+		if res.past {
+			limit = tokens.Usage{}
+		}
+		held, err := b.shared.ReserveUsage(ctx, key, want, limit)
 		if err != nil {
 			return b.refusal(err, tok, held, want, now, reset)
 		}
@@ -252,6 +262,14 @@ func (res *Reservation) Hold(ctx context.Context, want tokens.Usage, charged boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.holdLocal(ctx, res, want, now)
+}
+
+// HoldPast is Hold for a request an operator let past its token's budget
+// (docs/approvals.md): want is held, and charged as Hold's, even where it
+// passes the window's limits.
+func (res *Reservation) HoldPast(ctx context.Context, want tokens.Usage) error {
+	res.past = true
+	return res.Hold(ctx, want, true)
 }
 
 // Fits asks again, of lim, whether the request that holds res and wants
@@ -415,7 +433,7 @@ func (b *Budgets) holdLocal(ctx context.Context, res *Reservation, want tokens.U
 		return b.refusal(err, tok, tokens.Usage{}, want, now, reset)
 	}
 	held := acct.used.Add(acct.reserved)
-	if !held.Add(want).Fits(caps(limitsOf(lim, want))) {
+	if !res.past && !held.Add(want).Fits(caps(limitsOf(lim, want))) {
 		return b.refusal(tokens.ErrOverBudget, tok, held, want, now, reset)
 	}
 	if lease, raise := leaseFor(acct.leased, held.Add(want), lim); raise {
@@ -452,7 +470,7 @@ func (b *Budgets) refusal(err error, tok Token, held, want tokens.Usage, now, re
 	default:
 		msg += "; they are spent for the token's lifetime: the sandbox needs a new token, or the operator a higher budget mcp_calls"
 	}
-	return overLimit(retry, "%s", msg)
+	return &Refusal{Over: true, RetryAfter: retry, msg: msg}
 }
 
 // limitsOf is lim with only the limits a request wanting want is held to:

@@ -130,7 +130,7 @@ func (g *route) Serve(a *routes.Call) {
 	}
 	ask := policy.APIQuestion{Repo: q.repo(), Permission: q.ep.perm}
 	a.SetQuestion(apiQuestion(ask))
-	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decide(prof, sandbox, ask) }); err != nil {
+	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decide(a, prof, sandbox, ask) }); err != nil {
 		a.Fail(err)
 		return
 	}
@@ -159,7 +159,7 @@ func (g *route) Serve(a *routes.Call) {
 		}
 		a.SetTarget(q.repo() + " " + q.method + " " + q.ep.path + " " + ask.Head + "->" + ask.Base)
 		a.SetQuestion(apiQuestion(ask))
-		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decide(prof, sandbox, ask) }); err != nil {
+		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decide(a, prof, sandbox, ask) }); err != nil {
 			a.Fail(err)
 			return
 		}
@@ -226,11 +226,16 @@ func parse(r *http.Request, sandbox string) (request, error) {
 	return q, nil
 }
 
-// decide asks prof the request's question, and words its refusal.
-func decide(prof *policy.Profile, sandbox string, q policy.APIQuestion) (string, error) {
+// decide asks prof the request's question, and words its refusal. A pull
+// request into a base the profile asks about (ask_pr_bases) goes on only
+// with an operator's approval of it, asked for through a.
+func decide(a *routes.Call, prof *policy.Profile, sandbox string, q policy.APIQuestion) (string, error) {
 	ans := prof.AskAPI(q)
 	if ans.Allow {
 		return ans.Rule, nil
+	}
+	if ans.Ask {
+		return ans.Rule, a.AskApproval(prof, pullApproval(q))
 	}
 	step, _ := ans.Refusal()
 	switch step.Key {
@@ -240,6 +245,24 @@ func decide(prof *policy.Profile, sandbox string, q policy.APIQuestion) (string,
 		return ans.Rule, routes.Refuse(routes.ErrForbidden, "a pull request into %s of %s is refused for sandbox %s: that base is not in the policy's pr_bases (%s); do not retry", q.Base, q.Repo, sandbox, step.Rule)
 	}
 	return ans.Rule, routes.Refuse(routes.ErrForbidden, "GitHub API %q on repository %s is not allowed for sandbox %s (%s); do not retry", q.Permission, q.Repo, sandbox, step.Rule)
+}
+
+// pullDetail is a pull request's account in its approval request.
+type pullDetail struct {
+	Repository string `json:"repository"`
+	Head       string `json:"head"`
+	Base       string `json:"base"`
+}
+
+// pullApproval is the approval request of a pull request the policy
+// answered with ask: the repository as the request names it, its head
+// and its base, whether it is opened through REST or GraphQL.
+func pullApproval(q policy.APIQuestion) routes.ApprovalRequest {
+	return routes.ApprovalRequest{
+		Subject: q.Repo + " pull request " + q.Head + " into " + q.Base,
+		Detail:  pullDetail{Repository: q.Repo, Head: q.Head, Base: q.Base},
+		What:    fmt.Sprintf("a pull request into %s of %s", q.Base, q.Repo),
+	}
 }
 
 // pullKeys are the keys of GitHub's "create a pull request" body, as

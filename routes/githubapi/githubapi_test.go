@@ -23,8 +23,8 @@ repos = [
 
 // apiEnv serves the route in front of a fake GitHub REST API that takes
 // canaryGitHub, with up's credential (the canary when zero and Missing
-// is empty).
-func apiEnv(t testing.TB, up routes.Upstream) (*routetest.Env, *fakes.GitHubREST) {
+// is empty), and opts after the route's (a policy of the test's own).
+func apiEnv(t testing.TB, up routes.Upstream, opts ...routetest.Option) (*routetest.Env, *fakes.GitHubREST) {
 	t.Helper()
 	fake := fakes.NewGitHubREST(fakes.GitHubRESTOptions{Token: canaryGitHub, Repos: []string{"acme/app", "acme/docs"}})
 	t.Cleanup(fake.Close)
@@ -33,8 +33,8 @@ func apiEnv(t testing.TB, up routes.Upstream) (*routetest.Env, *fakes.GitHubREST
 	if up.Credential.IsZero() && up.Missing == "" {
 		up.Credential = secrets.New(canaryGitHub)
 	}
-	e := routetest.New(t, routetest.Serve(Kind, up), routetest.WithPolicy(t, apiPolicy),
-		func(o *routetest.Options) { o.Canaries = append(o.Canaries, canaryGitHub) })
+	e := routetest.New(t, append([]routetest.Option{routetest.Serve(Kind, up), routetest.WithPolicy(t, apiPolicy),
+		func(o *routetest.Options) { o.Canaries = append(o.Canaries, canaryGitHub) }}, opts...)...)
 	return e, fake
 }
 

@@ -180,7 +180,7 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 	// The repositories named are decided first: cproxy asks GitHub about
 	// nothing (a parent) of a repository the sandbox may not read.
 	a.SetQuestion(graphQLQuestion(p, nil, nil))
-	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nil, nil) }); err != nil {
+	if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(a, prof, sandbox, p, nil, nil) }); err != nil {
 		fail(err)
 		return
 	}
@@ -210,7 +210,7 @@ func (g *route) serveGraphQL(a *routes.Call, r *http.Request, sandbox string) {
 			return
 		}
 		a.SetQuestion(graphQLQuestion(p, nodes, parents))
-		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(prof, sandbox, p, nodes, parents) }); err != nil {
+		if err := a.Decide(func(prof *policy.Profile) (string, error) { return decidePlan(a, prof, sandbox, p, nodes, parents) }); err != nil {
 			fail(err)
 			return
 		}
@@ -388,7 +388,7 @@ func (p plan) resolvedTarget(nodes map[string]node, parents map[string]string) s
 // (nodes nil), only the repositories named are asked. A refusal about a
 // resolved target names its node ID, never its repository: the sandbox
 // does not learn what an ID it may not reach belongs to.
-func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]node, parents map[string]string) (string, error) {
+func decidePlan(a *routes.Call, prof *policy.Profile, sandbox string, p plan, nodes map[string]node, parents map[string]string) (string, error) {
 	var rules []string
 	add := func(rule string) {
 		if !slices.Contains(rules, rule) {
@@ -396,7 +396,7 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 		}
 	}
 	for _, repo := range p.repos {
-		rule, err := decide(prof, sandbox, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
+		rule, err := decide(a, prof, sandbox, policy.APIQuestion{Repo: repo, Permission: policy.APIRead})
 		if err != nil {
 			return rule, err
 		}
@@ -438,7 +438,7 @@ func decidePlan(prof *policy.Profile, sandbox string, p plan, nodes map[string]n
 		add(rule)
 	}
 	for _, m := range p.mutations {
-		rule, err := decideMutation(prof, sandbox, m, nodes[m.target])
+		rule, err := decideMutation(a, prof, sandbox, m, nodes[m.target])
 		if err != nil {
 			return rule, err
 		}
@@ -515,15 +515,18 @@ func decideNode(prof *policy.Profile, sandbox, id string, n node) (string, error
 
 // decideMutation asks prof whether the sandbox may make m on n, what its
 // target resolved to (checkResolved has checked its type and head).
-func decideMutation(prof *policy.Profile, sandbox string, m mutation, n node) (string, error) {
+func decideMutation(a *routes.Call, prof *policy.Profile, sandbox string, m mutation, n node) (string, error) {
 	q := policy.APIQuestion{Repo: n.repo, Permission: m.perm, Head: m.head, Base: m.base}
 	ans := prof.AskAPI(q)
-	if !ans.Allow {
+	if !ans.Allow && !ans.Ask {
 		step, _ := ans.Refusal()
 		if step.Key == "api" {
 			return ans.Rule, gqlRefusal(sandbox, "the %s of %s, %q, is in a repository on which GitHub API %q is not allowed (%s)", m.key, m.name, routes.Clip(m.target, 64), m.perm, step.Rule)
 		}
-		return decide(prof, sandbox, q)
+		return decide(a, prof, sandbox, q)
+	}
+	if ans.Ask {
+		return decide(a, prof, sandbox, q)
 	}
 	return ans.Rule, nil
 }

@@ -1,8 +1,10 @@
 package githubapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -299,5 +301,52 @@ query RepositoryInfo($owner: String!, $name: String!) { repository(owner: $owner
 	}
 	if len(got) != 3 || !strings.Contains(got[0], "parent { nameWithOwner }") || got[1] != gqlBody(t, info, map[string]any{"owner": "acme", "name": "app"}) || !strings.Contains(got[2], "parent { nameWithOwner }") {
 		t.Errorf("GitHub got %q", got)
+	}
+}
+
+// A pull request into a base ask_pr_bases names is refused with an
+// approval request's id, through GraphQL and REST alike; approved, it is
+// opened once, by either. A GraphQL request whose mutations would need two
+// approvals is refused while it holds one, which it does not use.
+func TestPullBaseAsk(t *testing.T) {
+	e, fake := apiEnv(t, routes.Upstream{}, routetest.WithPolicy(t, `[profile.default]
+repos = [
+  { repo = "acme/app", access = "push", refs = ["refs/heads/agent/*"], api = ["read", "pulls:create"], pr_bases = ["main"], ask_pr_bases = ["release/*"] },
+]
+`))
+	h := routetest.Bearer(e.Token("conv-42"))
+	app := fakes.GitHubNodeID("Repository", "acme/app", 0)
+	id := regexp.MustCompile(`needs approval \(request (apr_[0-9a-f]{16})\)`)
+	asked := func(r routetest.Reply) string {
+		t.Helper()
+		m := id.FindStringSubmatch(r.Body)
+		if r.Status != 403 || m == nil || !strings.Contains(r.Body, "cproxy: a pull request into release/1 of acme/app needs approval") {
+			t.Fatalf("not asked: %d %s", r.Status, r.Body)
+		}
+		return m[1]
+	}
+	apr := asked(e.Do("POST", "/api/graphql", h, gqlBody(t, ghCreatePull, pullInput(app, "agent/x", "release/1"))))
+	if got := asked(e.Do("POST", "/api/v3/repos/acme/app/pulls", h, `{"title":"t","head":"agent/x","base":"release/1"}`)); got != apr {
+		t.Errorf("REST asked %s, GraphQL %s: one pull request, two requests", got, apr)
+	}
+	if _, err := e.Server.Store().DecideApproval(context.Background(), apr, true, "", time.Now(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	two := `mutation($a: CreatePullRequestInput!, $b: CreatePullRequestInput!) { a: createPullRequest(input: $a) { pullRequest { id } } b: createPullRequest(input: $b) { pullRequest { id } } }`
+	r := e.Do("POST", "/api/graphql", h, gqlBody(t, two, map[string]any{
+		"a": pullInput(app, "agent/x", "release/1")["input"], "b": pullInput(app, "agent/y", "release/2")["input"]}))
+	if r.Status != 403 || !strings.Contains(r.Body, "the request holds the approval of another ("+apr+")") {
+		t.Fatalf("two asking mutations: %d %s", r.Status, r.Body)
+	}
+	if r := e.Do("POST", "/api/v3/repos/acme/app/pulls", h, `{"title":"t","head":"agent/x","base":"release/1"}`); r.Status != 201 {
+		t.Fatalf("approved: %d %s", r.Status, r.Body)
+	}
+	if got := asked(e.Do("POST", "/api/graphql", h, gqlBody(t, ghCreatePull, pullInput(app, "agent/x", "release/1")))); got == apr {
+		t.Errorf("the grant was used twice")
+	}
+	for _, r := range fake.Requests() {
+		if r.Path == "/graphql" && strings.Contains(string(r.Body), "createPullRequest") {
+			t.Errorf("GitHub ran a mutation: %s", r.Body)
+		}
 	}
 }

@@ -55,7 +55,7 @@ models = ["claude-*"]
 		if c.profile != "" {
 			prof = p.Profiles[c.profile]
 		}
-		_, err := decidePlan(prof, "conv-1", c.p, c.nodes, c.parents)
+		_, err := decidePlan(nil, prof, "conv-1", c.p, c.nodes, c.parents)
 		if refused := strings.HasSuffix(c.name, "refused") || c.profile == "none"; refused != (err != nil) {
 			t.Errorf("%s: the route decided %v", c.name, err)
 		}

@@ -172,17 +172,39 @@ func (m *modelRoute) check(a *routes.Call, r *http.Request) (routes.Target, int6
 	}
 	a.SetTarget(model)
 	a.SetQuestion(policy.Question{Route: "model", Model: model})
-	sandbox := a.Session().Sandbox
-	return t, maxTokens, a.Decide(func(prof *policy.Profile) (string, error) { return m.decide(prof, sandbox, model) })
+	return t, maxTokens, a.Decide(func(prof *policy.Profile) (string, error) { return m.decide(a, prof, model) })
 }
 
-// decide asks prof whether sandbox may use model.
-func (m *modelRoute) decide(prof *policy.Profile, sandbox, model string) (string, error) {
+// decide asks prof whether a's sandbox may use model; a model the profile
+// asks about (ask_models) goes on only with an operator's approval.
+func (m *modelRoute) decide(a *routes.Call, prof *policy.Profile, model string) (string, error) {
 	d := m.ask(prof, model)
+	if d.Ask {
+		return d.Rule, a.AskApproval(prof, modelApproval(a.Request().URL.Path, model))
+	}
 	if !d.Allow {
+		sandbox := a.Session().Sandbox
 		return d.Rule, routes.Refuse(routes.ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
 	}
 	return d.Rule, nil
+}
+
+// modelDetail is a model request's account in its approval request.
+type modelDetail struct {
+	Model    string `json:"model"`
+	Endpoint string `json:"endpoint"`
+}
+
+// modelApproval is the approval request of a model request the policy
+// answered with ask: the model, for one message. A token count is asked
+// about apart ("MODEL token count"), so that it never uses the grant of
+// the message it precedes.
+func modelApproval(path, model string) routes.ApprovalRequest {
+	req := routes.ApprovalRequest{Subject: model, Detail: modelDetail{Model: model, Endpoint: path}, What: "model " + model}
+	if path == "/v1/messages/count_tokens" {
+		req.Subject, req.What = model+" token count", "a token count of model "+model
+	}
+	return req
 }
 
 // allowQuery keeps the named parameters, in a canonical encoding, and
