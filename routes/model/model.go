@@ -180,7 +180,7 @@ func (m *modelRoute) check(a *routes.Call, r *http.Request) (routes.Target, int6
 func (m *modelRoute) decide(prof *policy.Profile, sandbox, model string) (string, error) {
 	d := m.ask(prof, model)
 	if !d.Allow {
-		return d.Rule, routes.Refuse(routes.ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
+		return d.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeModelNotAllowed, "model %s is not allowed for sandbox %s (allowed: %s); use an allowed model", routes.Clip(model, 128), sandbox, routes.Listed(prof.Models))
 	}
 	return d.Rule, nil
 }
