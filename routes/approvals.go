@@ -75,7 +75,7 @@ func (s *Server) GrantLifetime() time.Duration { return s.approvals.GrantLifetim
 func (a *Call) NeedApproval(req ApprovalRequest) error {
 	s := a.srv
 	if len(req.Subject) > maxApprovalSubject {
-		return refuseFirm("%s needs approval, and is too large a request to ask about (over %d KiB of refs or names): make it smaller, one ref or package at a time", req.What, maxApprovalSubject>>10)
+		return refuseFirm(CodeNeedsApproval, "%s needs approval, and is too large a request to ask about (over %d KiB of refs or names): make it smaller, one ref or package at a time", req.What, maxApprovalSubject>>10)
 	}
 	detail, err := json.Marshal(req.Detail)
 	if err != nil {
@@ -107,10 +107,10 @@ func (a *Call) NeedApproval(req ApprovalRequest) error {
 		return nil
 	case tokens.ApprovalDenied:
 		s.metrics.Approval(a.route, "refused")
-		return refuseFirm("%s was denied by an operator (request %s); do not retry", req.What, ap.ID)
+		return refuseFirm(CodeApprovalDenied, "%s was denied by an operator (request %s); do not retry", req.What, ap.ID)
 	}
 	s.metrics.Approval(a.route, "refused")
-	return refuseFirm("%s needs approval (request %s); retry after it is approved", req.What, ap.ID)
+	return refuseFirm(CodeNeedsApproval, "%s needs approval (request %s); retry after it is approved", req.What, ap.ID)
 }
 
 // checkPending refuses a new request of a sandbox that already has
@@ -153,10 +153,10 @@ func (a *Call) AskApproval(prof *policy.Profile, req ApprovalRequest) error {
 	case a.Approved(req.Subject):
 		return nil
 	case a.grant != nil:
-		return refuseFirm("%s needs approval, and the request holds the approval of another (%s): send what needs approval one request at a time", req.What, a.grant.ID)
+		return refuseFirm(CodeNeedsApproval, "%s needs approval, and the request holds the approval of another (%s): send what needs approval one request at a time", req.What, a.grant.ID)
 	}
 	if prof != a.session.Profile {
-		return refuseFirm("%s needs approval; send the request again to ask for it", req.What)
+		return refuseFirm(CodePolicyChanged, "%s needs approval; send the request again to ask for it", req.What)
 	}
 	return a.NeedApproval(req)
 }
@@ -213,7 +213,7 @@ func (a *Call) useGrant(ctx context.Context) error {
 	switch {
 	case errors.Is(err, tokens.ErrNoGrant):
 		s.metrics.Approval(a.route, "spent")
-		return refuseFirm("the approval of this request (%s) was used by another request or has expired; retry to ask for another", a.grant.ID)
+		return refuseFirm(CodeApprovalSpent, "the approval of this request (%s) was used by another request or has expired; retry to ask for another", a.grant.ID)
 	case err != nil:
 		s.log.Error("an approval's grant could not be used", "approval", a.grant.ID, "err", err)
 		return Refuse(ErrUnavailable, "the approval of this request (%s) could not be checked: the token store did not answer; retry later", a.grant.ID)

@@ -78,6 +78,7 @@ type Call struct {
 	target  string      // the model; the repository (and refs); the package
 	rule    string      // the policy rule that decided
 	reason  string      // why cproxy refused, when it did
+	code    string      // the refusal's stable code (Code), when it did
 	body    *countingBody
 	// sink, if not nil, takes the audit record as one JSON line instead
 	// of the log line (Options.AuditLog).
@@ -99,6 +100,8 @@ type Call struct {
 	// warning is the refusal a profile in warn mode let pass: the record's
 	// decision is warn, with it as the reason.
 	warning string
+	// warnCode is the code of the refusal warning is.
+	warnCode string
 	// decision is audit.Deny or audit.Error once cproxy refused or failed
 	// the request; empty means it was allowed.
 	decision string
@@ -206,7 +209,7 @@ func (a *Call) fail(write func(http.ResponseWriter, error) int, err error) {
 		// Whatever failed, it failed because the token's work was ended.
 		err = cause
 	}
-	a.reason = Message(err)
+	a.reason, a.code = Message(err), Code(err)
 	a.decision = decisionOf(err)
 	if !a.body.arrived() {
 		a.flight.stopBody()
@@ -281,6 +284,7 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 		Rule:       a.rule,
 		Approval:   a.approval,
 		Status:     status,
+		Code:       a.code,
 		Reason:     a.reason,
 		DurationMS: float64(d.Microseconds()) / 1000,
 		BytesIn:    a.body.n,
@@ -301,7 +305,7 @@ func (a *Call) record(status int, d time.Duration) audit.Record {
 		rec.Question, _ = json.Marshal(&a.question)
 	}
 	if a.warning != "" && rec.Decision == "" {
-		rec.Decision, rec.Reason = audit.Warn, a.warning
+		rec.Decision, rec.Reason, rec.Code = audit.Warn, a.warning, a.warnCode
 	}
 	rec.Bound()
 	if rec.Decision == "" {

@@ -297,7 +297,7 @@ func (s *Server) decideAgain(ctx context.Context, a *Call, rec tokens.Record, pr
 	}
 	if a.decide == nil {
 		// Deny by default: a route that did not say how to ask again.
-		return "", Refuse(ErrForbidden, "sandbox %s's policy changed while the request was under way; send it again", rec.Sandbox)
+		return "", RefuseCode(ErrForbidden, CodePolicyChanged, "sandbox %s's policy changed while the request was under way; send it again", rec.Sandbox)
 	}
 	rule, err := a.decide(prof)
 	if err = a.warned(prof, err); err != nil {
@@ -369,7 +369,7 @@ func peerAddr(r *http.Request) (netip.Addr, string) {
 func (s *Server) noProfile(rec tokens.Record, err error) error {
 	s.log.Warn("no policy profile for a sandbox's token", "sandbox", rec.Sandbox, "token_id", rec.ID, "err", err)
 	if rec.Profile != "" {
-		return Refuse(ErrForbidden, "no policy profile for sandbox %s: its token names profile %q, which the policy in force does not have; ask the operator, do not retry", rec.Sandbox, rec.Profile)
+		return RefuseCode(ErrForbidden, CodeNoProfile, "no policy profile for sandbox %s: its token names profile %q, which the policy in force does not have; ask the operator, do not retry", rec.Sandbox, rec.Profile)
 	}
-	return Refuse(ErrForbidden, "no policy profile for sandbox %s: no rule of the policy in force gives it one; ask the operator, do not retry", rec.Sandbox)
+	return RefuseCode(ErrForbidden, CodeNoProfile, "no policy profile for sandbox %s: no rule of the policy in force gives it one; ask the operator, do not retry", rec.Sandbox)
 }

@@ -92,7 +92,7 @@ func (a *Call) warned(prof *policy.Profile, err error) error {
 		return err
 	}
 	if a.warning == "" {
-		a.warning = Message(err)
+		a.warning, a.warnCode = Message(err), Code(err)
 		a.metrics.PolicyWarned(a.route, prof.Name)
 	}
 	return nil
@@ -154,8 +154,8 @@ func (a *Call) errorWriter() func(http.ResponseWriter, error) int {
 func (a *Call) FailWith(write func(http.ResponseWriter, error) int, err error) { a.fail(write, err) }
 
 // Denied records that the route refused the request with an answer of its
-// own (a git push report), for reason.
-func (a *Call) Denied(reason string) { a.reason, a.decision = reason, audit.Deny }
+// own (a git push report), for err, a refusal: its message and code.
+func (a *Call) Denied(err error) { a.reason, a.code, a.decision = Message(err), Code(err), audit.Deny }
 
 // ReadBody reads the request's body whole, at most limit bytes, within the
 // memory for bodies read whole and the body deadline, and puts the bytes

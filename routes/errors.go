@@ -39,6 +39,9 @@ var (
 // never hold a credential or token: it is sent and logged as is.
 type refusal struct {
 	kind error
+	// code is the refusal's stable code (docs/refusals.md); empty: its
+	// kind's (Code).
+	code string
 	msg  string
 	// retryAfter, when set, is how long until retrying can succeed
 	// (a limit's window or rate); zero: retrying will not help.
@@ -58,18 +61,25 @@ func Refuse(kind error, format string, args ...any) error {
 	return &refusal{kind: kind, msg: "cproxy: " + fmt.Sprintf(format, args...)}
 }
 
+// RefuseCode is Refuse with a stable code of its own, one of Codes, for a
+// refusal an agent or operator acts on by what it is (a model, a ref, a
+// package the profile does not allow) rather than by its kind.
+func RefuseCode(kind error, code, format string, args ...any) error {
+	return &refusal{kind: kind, code: code, msg: "cproxy: " + fmt.Sprintf(format, args...)}
+}
+
 // Deferred is a route's answer to its own policy question when the
 // question needs more than it has (a version's publish time, not fetched
 // yet): a refusal (ErrForbidden) if it is ever sent, but not the policy's,
 // so a profile in warn mode does not let it pass. The route fetches what
 // it needs and asks again.
 func Deferred(format string, args ...any) error {
-	return refuseFirm(format, args...)
+	return refuseFirm(CodePolicyChanged, format, args...)
 }
 
 // refuseFirm is an ErrForbidden refusal that warn mode does not let pass.
-func refuseFirm(format string, args ...any) error {
-	err := Refuse(ErrForbidden, format, args...).(*refusal)
+func refuseFirm(code, format string, args ...any) error {
+	err := RefuseCode(ErrForbidden, code, format, args...).(*refusal)
 	err.firm = true
 	return err
 }
@@ -121,11 +131,13 @@ func budgetRefusal(err error) error {
 	if !errors.As(err, &b) {
 		return err
 	}
-	kind := ErrTooManyRequests
+	kind, code := ErrTooManyRequests, CodeBudget
 	if b.Unavailable {
-		kind = ErrUnavailable
+		kind, code = ErrUnavailable, CodeUnavailable
 	}
-	return refuseRetry(kind, b.RetryAfter, "%s", b.Error())
+	err = refuseRetry(kind, b.RetryAfter, "%s", b.Error())
+	err.(*refusal).code = code
+	return err
 }
 
 // Status maps an error to its HTTP Status and Anthropic error type.
@@ -181,14 +193,17 @@ func SetRetryAfter(h http.Header, err error) bool {
 // npm prints after the status.
 type jsonError struct {
 	Error string `json:"error"`
+	// Code is the refusal's stable code (Code), which npm does not print
+	// but a client reading the JSON can act on.
+	Code string `json:"code"`
 }
 
 // WriteJSONError renders err as npm's registry renders errors,
-// {"error": "..."}: for the npm route, and for relays, whose clients read
-// JSON.
+// {"error": "...", "code": "..."}: for the npm route, and for relays, whose
+// clients read JSON.
 func WriteJSONError(w http.ResponseWriter, err error) int {
 	code, _ := Status(err)
-	body, _ := json.Marshal(jsonError{Error: Message(err)})
+	body, _ := json.Marshal(jsonError{Error: Message(err), Code: Code(err)})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -213,4 +228,149 @@ func WritePlainError(w http.ResponseWriter, err error) int {
 	w.WriteHeader(code)
 	fmt.Fprintln(w, Message(err))
 	return code
+}
+
+// The stable codes of refusals, each in the audit record (code) and, where
+// the client's error shape has a place for it, in the answer. A refusal
+// built with RefuseCode has its own; any other has its kind's. They never
+// change meaning once released: docs/refusals.md is their table, and a test
+// holds the two together.
+const (
+	// A kind's code, for a refusal with none of its own.
+	CodeBadRequest      = "cproxy-bad-request"
+	CodeUnauthorized    = "cproxy-unauthorized"
+	CodeForbidden       = "cproxy-forbidden"
+	CodeNotFound        = "cproxy-not-found"
+	CodeTooLarge        = "cproxy-too-large"
+	CodeUnavailable     = "cproxy-unavailable"
+	CodeUpstream        = "cproxy-upstream-unreachable"
+	CodeTimeout         = "cproxy-upstream-timeout"
+	CodeTooManyRequests = "cproxy-too-many-requests"
+	CodeBodyTimeout     = "cproxy-body-timeout"
+	// CodeInternal is an error that is not a refusal: cproxy failed.
+	CodeInternal = "cproxy-internal"
+
+	// The policy's refusals: what the sandbox's profile does not allow.
+	CodeModelNotAllowed   = "cproxy-model-not-allowed"
+	CodeRepoNotAllowed    = "cproxy-repo-not-allowed"
+	CodeRefNotAllowed     = "cproxy-ref-not-allowed"
+	CodeAPINotAllowed     = "cproxy-api-not-allowed"
+	CodePackageNotAllowed = "cproxy-package-not-allowed"
+	CodeVersionDenied     = "cproxy-version-denied"
+	CodeTooNew            = "cproxy-version-too-new"
+	CodeRelayNotAllowed   = "cproxy-relay-not-allowed"
+	CodeMCPNotAllowed     = "cproxy-mcp-not-allowed"
+	CodeNoProfile         = "cproxy-no-profile"
+	// CodePolicyChanged is a request whose answer a policy reload changed
+	// while it was under way.
+	CodePolicyChanged = "cproxy-policy-changed"
+	// The approvals' refusals (docs/approvals.md).
+	CodeNeedsApproval  = "cproxy-needs-approval"
+	CodeApprovalDenied = "cproxy-approval-denied"
+	CodeApprovalSpent  = "cproxy-approval-spent"
+	// CodeBudget is a limit of the profile's budget reached: what the
+	// token may spend, or its rate or concurrency.
+	CodeBudget = "cproxy-budget-limit"
+)
+
+// Codes are every code a refusal can have, for the docs' table to be
+// checked against.
+var Codes = []string{
+	CodeBadRequest, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeTooLarge, CodeUnavailable,
+	CodeUpstream, CodeTimeout, CodeTooManyRequests, CodeBodyTimeout, CodeInternal,
+	CodeModelNotAllowed, CodeRepoNotAllowed, CodeRefNotAllowed, CodeAPINotAllowed, CodePackageNotAllowed,
+	CodeVersionDenied, CodeTooNew, CodeRelayNotAllowed, CodeMCPNotAllowed, CodeNoProfile, CodePolicyChanged,
+	CodeNeedsApproval, CodeApprovalDenied, CodeApprovalSpent, CodeBudget,
+}
+
+// Code is err's stable code: its refusal's own (RefuseCode), else its
+// kind's; CodeInternal for an error that is not a refusal, nil's is empty.
+func Code(err error) string {
+	if err == nil {
+		return ""
+	}
+	var r *refusal
+	if !errors.As(err, &r) {
+		return CodeInternal
+	}
+	if r.code != "" {
+		return r.code
+	}
+	for _, k := range kindCodes {
+		if errors.Is(err, k.kind) {
+			return k.code
+		}
+	}
+	return CodeInternal
+}
+
+// kindCodes are the kinds' codes, in Status's order of precedence.
+var kindCodes = [...]struct {
+	kind error
+	code string
+}{
+	{ErrBadRequest, CodeBadRequest},
+	{ErrUnauthorized, CodeUnauthorized},
+	{ErrForbidden, CodeForbidden},
+	{ErrNotFound, CodeNotFound},
+	{ErrTooLarge, CodeTooLarge},
+	{ErrUnavailable, CodeUnavailable},
+	{ErrUpstream, CodeUpstream},
+	{ErrTimeout, CodeTimeout},
+	{ErrBodyTimeout, CodeBodyTimeout},
+	{ErrTooManyRequests, CodeTooManyRequests},
+}
+
+// maxListed is how many entries of a list a refusal names (Listed).
+const maxListed = 5
+
+// Listed is a list of what the sandbox's own profile allows, for a
+// refusal to say what would be: "react, react-dom, @types/*", cut to
+// maxListed entries and "and N more", or "none" for an empty list. Only the
+// sandbox's own profile may be listed, never another's, and never
+// anything that holds a credential.
+func Listed(items []string) string {
+	if len(items) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, it := range items {
+		if i == maxListed {
+			fmt.Fprintf(&b, " and %d more", len(items)-maxListed)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(Clip(it, 128))
+	}
+	return b.String()
+}
+
+// RefuseTooNew refuses a version (what: "react@19.2.0") published at
+// published, younger than sandbox's minimum release age, min, at now: how
+// old it is, the minimum, and when it will be allowed.
+func RefuseTooNew(what, sandbox string, published, now time.Time, min time.Duration) error {
+	return RefuseCode(ErrForbidden, CodeTooNew, "%s is %s old; the minimum release age for sandbox %s is %s (it is allowed from %s; use an older version until then)",
+		what, Span(now.Sub(published)), sandbox, Span(min), published.Add(min).UTC().Format(time.RFC3339))
+}
+
+// Span is a duration in a refusal's words: "7 days", "3 hours", "12
+// minutes", rounded down.
+func Span(d time.Duration) string {
+	unit := func(n int64, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return strconv.FormatInt(n, 10) + " " + one + "s"
+	}
+	switch {
+	case d >= 48*time.Hour || d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return unit(int64(d/(24*time.Hour)), "day")
+	case d >= time.Hour:
+		return unit(int64(d/time.Hour), "hour")
+	case d >= time.Minute:
+		return unit(int64(d/time.Minute), "minute")
+	}
+	return "less than a minute"
 }

@@ -17,7 +17,7 @@ func TestOnlyThePolicysRefusalIsWarned(t *testing.T) {
 		{"the policy's", Refuse(ErrForbidden, "model x is not allowed"), true},
 		{"wrapped by a route", fmt.Errorf("rpc: %w", Refuse(ErrForbidden, "tool x is not allowed")), true},
 		{"deferred", Deferred("needs the publish time"), false},
-		{"an approval's", refuseFirm("push to refs/heads/main needs approval (request apr_1)"), false},
+		{"an approval's", refuseFirm(CodeNeedsApproval, "push to refs/heads/main needs approval (request apr_1)"), false},
 		{"a limit", refuseRetry(ErrTooManyRequests, 1, "over the rate"), false},
 		{"a bad request", Refuse(ErrBadRequest, "malformed"), false},
 		{"no token", Refuse(ErrUnauthorized, "no sandbox token"), false},

@@ -310,6 +310,9 @@ func formatAuditRecord(rec auditLine, sandbox bool) string {
 	if rec.Rule != "" {
 		b.WriteString(" rule=" + quoteIfNeeded(rec.Rule))
 	}
+	if rec.Code != "" {
+		b.WriteString(" code=" + quoteIfNeeded(rec.Code))
+	}
 	if rec.Reason != "" {
 		b.WriteString(" reason=" + quoteIfNeeded(rec.Reason))
 	}

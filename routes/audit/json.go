@@ -73,6 +73,7 @@ func appendJSON(b []byte, rec *Record) []byte {
 	b = appendJSONField(b, `,"approval":`, rec.Approval)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
+	b = appendJSONField(b, `,"code":`, rec.Code)
 	b = appendJSONField(b, `,"reason":`, rec.Reason)
 	if u := rec.Usage; u != nil {
 		b = append(b, `,"usage":{"input_tokens":`...)

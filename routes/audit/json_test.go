@@ -41,7 +41,7 @@ func TestAuditRecordAsJSONMarshalsIt(t *testing.T) {
 		{"refused, nothing set", Record{Decision: "deny"}},
 		{"a push", Record{Route: "github", Method: "POST", Path: "/github/o/r.git/git-receive-pack", Target: "o/r", Decision: "deny",
 			Refs:   []RefUpdate{{Ref: "refs/heads/main", Old: strings.Repeat("0", 40), New: strings.Repeat("a", 40)}, {Ref: "refs/tags/<v1>", Old: "", New: ""}},
-			Status: 403, Reason: "push to refs/tags/<v1> & more is refused", DurationMS: 1500}},
+			Status: 403, Code: "cproxy-ref-not-allowed", Reason: "push to refs/tags/<v1> & more is refused", DurationMS: 1500}},
 		{"strings to escape", Record{Sandbox: "a\"b\\c", TokenID: "\x00\x01\x1f\x7f", Profile: "\b\f\n\r\t", SessionID: "<script>&</script>",
 			Route: "\u2028\u2029", Method: "é\u00a0\ufffd", Path: "/\xff\xc3/\xe2\x82", Target: "ünïcode 😀", Rule: "=", Reason: "line\nbreak"}},
 		{"line breakers", Record{Target: "a\u0085b\u009b[2J\u0080\u009f", Reason: "\u202eevil\u202c \u2066x\u2069\u200e\u200f\u061c\u202a\u202b\u202d\u2067\u2068",
@@ -75,7 +75,7 @@ func FuzzAuditRecord(f *testing.F) {
 			return // a duration is neither; json.Marshal refuses them
 		}
 		rec := Record{Time: tm, Sandbox: sandbox, TokenID: tokenID, Profile: profile, SessionID: sid, Route: route, Method: method, Path: path,
-			Target: target, Decision: decision, Rule: rule, Status: status, Reason: reason, DurationMS: ms, BytesIn: bytesIn, BytesOut: out}
+			Target: target, Decision: decision, Rule: rule, Status: status, Code: rule + decision, Reason: reason, DurationMS: ms, BytesIn: bytesIn, BytesOut: out}
 		if ref != "" {
 			rec.Refs = []RefUpdate{{Ref: ref, Old: sid, New: reason}, {Ref: target}}
 			rec.Truncated, rec.RefsOmitted = []string{route, ref}, int(in)

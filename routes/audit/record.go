@@ -53,8 +53,12 @@ type Record struct {
 	Rule     string `json:"rule,omitempty"`
 	// Approval is the id of the approval request a request that needs
 	// one filed or found ("apr_…"), or of the grant it used. Empty: none.
-	Approval   string  `json:"approval,omitempty"`
-	Status     int     `json:"status"`
+	Approval string `json:"approval,omitempty"`
+	Status   int    `json:"status"`
+	// Code is the refusal's stable code ("cproxy-ref-not-allowed",
+	// docs/refusals.md) when cproxy refused or failed the request, or a
+	// profile in warn mode let a refusal pass. Empty: allowed.
+	Code       string  `json:"code,omitempty"`
 	Reason     string  `json:"reason,omitempty"`
 	Usage      *Usage  `json:"usage,omitempty"`
 	DurationMS float64 `json:"duration_ms"`

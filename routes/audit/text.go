@@ -115,6 +115,9 @@ func attrs(rec *Record, d time.Duration) []slog.Attr {
 		slog.Int64("bytes_in", rec.BytesIn),
 		slog.Int64("bytes_out", rec.BytesOut),
 	)
+	if rec.Code != "" {
+		attrs = append(attrs, slog.String("code", rec.Code))
+	}
 	if rec.Reason != "" {
 		attrs = append(attrs, slog.String("reason", rec.Reason))
 	}
@@ -166,6 +169,7 @@ func (h *textHandler) writeLine(rec *Record, d time.Duration, now time.Time) {
 	b = strconv.AppendInt(b, rec.BytesIn, 10)
 	b = append(b, " bytes_out="...)
 	b = strconv.AppendInt(b, rec.BytesOut, 10)
+	b = appendTextField(b, "code", rec.Code)
 	b = appendTextField(b, "reason", rec.Reason)
 	if u := rec.Usage; u != nil {
 		b = append(b, " usage.input_tokens="...)

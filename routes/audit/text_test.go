@@ -65,6 +65,11 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 		{"no token", testRecord("model", "", "", "", "sess", "GET", "/v1/models", "", "", "no sandbox token: send it as Authorization: Bearer or X-Api-Key", Usage{}, false, false), local, 0},
 		{"revoked: no profile", testRecord("github", "sb", "tok_1", "", "", "GET", "/github/o/r.git/info/refs", "o/r", "", "sandbox token tok_1 was revoked", Usage{}, true, false), at.Add(999 * time.Microsecond), 90 * time.Second},
 		{"strings to quote", testRecord("none", "a b", "tok=1", `quo"te`, "tab\there", "GET", "/x y/é/\u00a0/\x7f/\\", "ünïcode", "rule with spaces", "line\nbreak \ufffd", Usage{CacheWrite: 7}, true, true), at, time.Millisecond},
+		{"a refusal's code", func() Record {
+			r := testRecord("github", "sb", "tok", "p", "", "POST", "/github/o/r.git/git-receive-pack", "o/r refs/heads/main", "", "cproxy: push to refs/heads/main is not allowed", Usage{}, true, true)
+			r.Decision, r.Code = Deny, "cproxy-ref-not-allowed"
+			return r
+		}(), at, 5},
 		{"empty strings", testRecord("", "", "", "", "", "", "", "", "", "", Usage{}, true, true), at, -time.Second},
 		{"usage not reported", testRecord("model", "sb", "tok", "p", "", "POST", "/v1/messages", "claude-sonnet-4-5", "", "client disconnected", Usage{Input: 203, Output: 40, NotReported: true}, true, true), at, time.Second},
 		{"invalid UTF-8", testRecord("model", "\xff", "tok", "p", "s\xc3", "POST", "/v1/\xe2\x82", "m\x80", "", "", Usage{Output: 1}, true, true), at, 5},
@@ -73,7 +78,7 @@ func TestAuditLineAsSlogWritesIt(t *testing.T) {
 		{"a sandbox token in the session id", testRecord("model", "s", "t", "p", "cpx_abc", "POST", "/v1/messages", strings.Repeat("m", 300), "", "", Usage{}, true, true), at, 5},
 		{"warned, with an MCP call's pin and arguments", func() Record {
 			r := testRecord("mcp", "s", "t", "p", "", "POST", "/mcp/docs", "docs tools/call search", "profile.p.mcp.docs", "cproxy: tool search is not allowed", Usage{}, true, true)
-			r.Decision, r.Pin, r.Args = Warn, "sha256:ab", `{"q":"x y"}`
+			r.Decision, r.Pin, r.Args, r.Code = Warn, "sha256:ab", `{"q":"x y"}`, "cproxy-mcp-not-allowed"
 			return r
 		}(), at, 5},
 	} {

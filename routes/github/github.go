@@ -237,15 +237,15 @@ func (gr *gitHubRoute) Serve(a *routes.Call) {
 // repository; a push's ref updates are asked once read (checkPush).
 func decideRepo(prof *policy.Profile, sandbox string, g gitRequest) (string, error) {
 	ans := prof.AskFetch(g.repo())
-	verb := "repository %s is not allowed for sandbox %s"
+	verb := "repository %s is not allowed for sandbox %s (allowed: %s)"
 	if g.push() {
 		ans = askPush(prof, g.repo(), nil)
-		verb = "push to repository %s is not allowed for sandbox %s"
+		verb = "push to repository %s is not allowed for sandbox %s (allowed for push: %s)"
 	}
 	if ans.Allow {
 		return ans.Rule, nil
 	}
-	return ans.Rule, routes.Refuse(routes.ErrForbidden, verb, g.repo(), sandbox)
+	return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeRepoNotAllowed, verb, g.repo(), sandbox, routes.Listed(prof.AllowedRepos(g.push())))
 }
 
 // decidePushAgain is a push's decision asked again of another profile
@@ -262,10 +262,10 @@ func decidePushAgain(a *routes.Call, prof *policy.Profile, sandbox string, g git
 		if a.Approved(pushSubject(g, cmds)) {
 			return ans.Rule, nil
 		}
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s needs approval; send it again to ask for it", pushApproval(g, cmds, ans).What)
+		return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeNeedsApproval, "%s needs approval; send it again to ask for it", pushApproval(g, cmds, ans).What)
 	}
-	if denials := pushDenials(ans, cmds); denials != nil {
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))
+	if denials := pushDenials(ans, cmds, pusher{prof, sandbox, g.repo()}); denials != nil {
+		return ans.Rule, refDenial(firstDenial(denials))
 	}
 	return ans.Rule, nil
 }
@@ -339,21 +339,20 @@ func checkPush(a *routes.Call, r *http.Request, g gitRequest) ([]*packp.Command,
 			return p.commands, true
 		}
 		denials = askDenials(ans, p.commands, routes.Message(refusal))
-	} else if denials = pushDenials(ans, p.commands); denials == nil || a.Warned(routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(firstDenial(denials), "cproxy: "))) == nil {
+	} else if denials = pushDenials(ans, p.commands, pusher{a.Session().Profile, a.Session().Sandbox, g.repo()}); denials == nil || a.Warned(refDenial(firstDenial(denials))) == nil {
 		return p.commands, true
 	}
 	// Read what is left (the pack) before answering, so git reads the
 	// report instead of failing to send.
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxRefusedDrain))
-	reason := firstDenial(denials)
+	if refusal == nil {
+		refusal = refDenial(firstDenial(denials))
+	}
 	if !p.report {
-		if refusal == nil {
-			refusal = routes.Refuse(routes.ErrForbidden, "%s", strings.TrimPrefix(reason, "cproxy: "))
-		}
 		a.Fail(refusal)
 		return nil, false
 	}
-	a.Denied(reason)
+	a.Denied(refusal)
 	writePushReport(a.ResponseWriter(), p.sideband, p.commands, denials)
 	return nil, false
 }
@@ -550,7 +549,7 @@ func pushUpdates(cmds []*packp.Command) []policy.RefUpdate {
 // push is allowed; otherwise a reason for every command, the refused ones
 // first in the report's wording, and the others as not pushed because of
 // the first refused.
-func pushDenials(ans policy.Answer, cmds []*packp.Command) []string {
+func pushDenials(ans policy.Answer, cmds []*packp.Command, who pusher) []string {
 	if ans.Allow {
 		return nil
 	}
@@ -572,15 +571,16 @@ func pushDenials(ans policy.Answer, cmds []*packp.Command) []string {
 		if refused == "" {
 			refused = ref
 		}
+		tag := strings.HasPrefix(ref, "refs/tags/")
 		switch {
 		case del && (strings.HasSuffix(step.Rule, ": delete = false") || strings.HasSuffix(step.Rule, ": tags = false")):
 			// A tag that may not be pushed may not be deleted either;
 			// say what the client asked for.
-			reasons[i] = fmt.Sprintf("cproxy: deleting %s is not allowed", ref)
+			reasons[i] = fmt.Sprintf("cproxy: deleting %s is not allowed for sandbox %s (%s)", ref, who.sandbox, who.allowed(tag, true, "deletions"))
 		case strings.HasSuffix(step.Rule, ": tags = false"):
-			reasons[i] = fmt.Sprintf("cproxy: push of tag %s is not allowed", ref)
+			reasons[i] = fmt.Sprintf("cproxy: push of tag %s is not allowed for sandbox %s (%s)", ref, who.sandbox, who.allowed(true, false, "tags"))
 		default:
-			reasons[i] = fmt.Sprintf("cproxy: push to %s is not allowed", ref)
+			reasons[i] = fmt.Sprintf("cproxy: push to %s is not allowed for sandbox %s (%s)", ref, who.sandbox, who.allowed(tag, del, ""))
 		}
 	}
 	for i := range reasons {
@@ -665,6 +665,32 @@ func askDenials(ans policy.Answer, cmds []*packp.Command, refusal string) []stri
 		}
 	}
 	return reasons
+}
+
+// pusher is who pushes: the sandbox and its profile, and the repository,
+// for a push's refusal to say what the profile would allow.
+type pusher struct {
+	prof    *policy.Profile
+	sandbox string
+	repo    string
+}
+
+// allowed says which refs the profile lets the sandbox push to the
+// repository, of those that may be tags (tag) or deleted (del): "allowed:
+// refs/heads/agent/*", or, with none, that it allows no what (deletions,
+// tags).
+func (p pusher) allowed(tag, del bool, what string) string {
+	refs := p.prof.AllowedRefs(p.repo, tag, del)
+	if len(refs) == 0 && what != "" {
+		return fmt.Sprintf("its profile allows pushing no %s to %s", what, p.repo)
+	}
+	return "allowed: " + routes.Listed(refs)
+}
+
+// refDenial is the refusal of a push, with reason, a denial pushDenials
+// worded.
+func refDenial(reason string) error {
+	return routes.RefuseCode(routes.ErrForbidden, routes.CodeRefNotAllowed, "%s", strings.TrimPrefix(reason, "cproxy: "))
 }
 
 func firstDenial(reasons []string) string {

@@ -104,7 +104,7 @@ func FuzzReadPush(f *testing.F) {
 				t.Fatalf("accepted ref name %q", c.Name)
 			}
 		}
-		reasons := pushDenials(askPush(prof, "acme/app", p.commands), p.commands)
+		reasons := pushDenials(askPush(prof, "acme/app", p.commands), p.commands, pusher{prof, "conv-42", "acme/app"})
 		allAllowed := true
 		for _, c := range p.commands {
 			ref := c.Name.String()

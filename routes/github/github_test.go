@@ -366,9 +366,9 @@ func TestGitHubRepoDenialIsAnAdvertisement(t *testing.T) {
 	e := newGitEnv(t, up)
 	h := basic(e.Token("conv-42"))
 	for _, tc := range []struct{ path, service, want string }{
-		{"/github/acme/secret.git", "git-upload-pack", "cproxy: repository acme/secret is not allowed for sandbox conv-42"},
-		{"/github/Acme/Secret", "git-receive-pack", "cproxy: push to repository Acme/Secret is not allowed for sandbox conv-42"},
-		{"/github/acme/docs", "git-receive-pack", "cproxy: push to repository acme/docs is not allowed for sandbox conv-42"},
+		{"/github/acme/secret.git", "git-upload-pack", "cproxy: repository acme/secret is not allowed for sandbox conv-42 (allowed: acme/app, acme/docs)"},
+		{"/github/Acme/Secret", "git-receive-pack", "cproxy: push to repository Acme/Secret is not allowed for sandbox conv-42 (allowed for push: acme/app)"},
+		{"/github/acme/docs", "git-receive-pack", "cproxy: push to repository acme/docs is not allowed for sandbox conv-42 (allowed for push: acme/app)"},
 	} {
 		r := e.Do("GET", tc.path+"/info/refs?service="+tc.service, h, "")
 		if r.Status != 200 || r.Header.Get("Content-Type") != "application/x-"+tc.service+"-advertisement" {
@@ -542,29 +542,29 @@ func TestPushDenials(t *testing.T) {
 	}{
 		{"create", []*packp.Command{cmd(zeroID, newID, "refs/heads/agent/x")}, nil},
 		{"update", []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x")}, nil},
-		{"tag allowed by no rule with tags", []*packp.Command{cmd(zeroID, newID, "refs/tags/v1")}, []string{"cproxy: push of tag refs/tags/v1 is not allowed"}},
-		{"tag delete where tags may not be pushed", []*packp.Command{cmd(oldID, zeroID, "refs/tags/v1")}, []string{"cproxy: deleting refs/tags/v1 is not allowed"}},
-		{"tag outside refs", []*packp.Command{cmd(zeroID, newID, "refs/tags/release")}, []string{"cproxy: push to refs/tags/release is not allowed"}},
-		{"main", []*packp.Command{cmd(oldID, newID, "refs/heads/main")}, []string{"cproxy: push to refs/heads/main is not allowed"}},
-		{"delete", []*packp.Command{cmd(oldID, zeroID, "refs/heads/agent/x")}, []string{"cproxy: deleting refs/heads/agent/x is not allowed"}},
-		{"nested", []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x/y")}, []string{"cproxy: push to refs/heads/agent/x/y is not allowed"}},
-		{"notes", []*packp.Command{cmd(oldID, newID, "refs/notes/commits")}, []string{"cproxy: push to refs/notes/commits is not allowed"}},
+		{"tag allowed by no rule with tags", []*packp.Command{cmd(zeroID, newID, "refs/tags/v1")}, []string{"cproxy: push of tag refs/tags/v1 is not allowed for sandbox conv-42 (its profile allows pushing no tags to acme/app)"}},
+		{"tag delete where tags may not be pushed", []*packp.Command{cmd(oldID, zeroID, "refs/tags/v1")}, []string{"cproxy: deleting refs/tags/v1 is not allowed for sandbox conv-42 (its profile allows pushing no deletions to acme/app)"}},
+		{"tag outside refs", []*packp.Command{cmd(zeroID, newID, "refs/tags/release")}, []string{"cproxy: push to refs/tags/release is not allowed for sandbox conv-42 (allowed: none)"}},
+		{"main", []*packp.Command{cmd(oldID, newID, "refs/heads/main")}, []string{"cproxy: push to refs/heads/main is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)"}},
+		{"delete", []*packp.Command{cmd(oldID, zeroID, "refs/heads/agent/x")}, []string{"cproxy: deleting refs/heads/agent/x is not allowed for sandbox conv-42 (its profile allows pushing no deletions to acme/app)"}},
+		{"nested", []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x/y")}, []string{"cproxy: push to refs/heads/agent/x/y is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)"}},
+		{"notes", []*packp.Command{cmd(oldID, newID, "refs/notes/commits")}, []string{"cproxy: push to refs/notes/commits is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)"}},
 		{"mixed", []*packp.Command{cmd(zeroID, newID, "refs/heads/agent/a"), cmd(oldID, newID, "refs/heads/main"), cmd(oldID, zeroID, "refs/heads/agent/b")}, []string{
 			"cproxy: not pushed: refs/heads/main in the same push is not allowed",
-			"cproxy: push to refs/heads/main is not allowed",
-			"cproxy: deleting refs/heads/agent/b is not allowed",
+			"cproxy: push to refs/heads/main is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)",
+			"cproxy: deleting refs/heads/agent/b is not allowed for sandbox conv-42 (its profile allows pushing no deletions to acme/app)",
 		}},
 	}
 	for _, tc := range tests {
 		ans := askPush(prof, "acme/app", tc.cmds)
-		got, rule := pushDenials(ans, tc.cmds), ans.Rule
+		got, rule := pushDenials(ans, tc.cmds, pusher{prof, "conv-42", "acme/app"}), ans.Rule
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) || rule == "" {
 			t.Errorf("%s: got %q (%s), want %q", tc.name, got, rule, tc.want)
 		}
 	}
 	// A repository the profile may only read allows no ref at all.
 	docs := []*packp.Command{cmd(oldID, newID, "refs/heads/agent/x")}
-	if got := pushDenials(askPush(prof, "acme/docs", docs), docs); got == nil {
+	if got := pushDenials(askPush(prof, "acme/docs", docs), docs, pusher{prof, "conv-42", "acme/docs"}); got == nil {
 		t.Error("push to a read-only repository allowed")
 	}
 }
@@ -638,7 +638,7 @@ func TestGitHubPushRefused(t *testing.T) {
 	cmds := []string{zeroID + " " + newID + " refs/heads/agent/ok", oldID + " " + newID + " refs/heads/main"}
 	wantReport := pkt("unpack ok\n") +
 		pkt("ng refs/heads/agent/ok cproxy: not pushed: refs/heads/main in the same push is not allowed\n") +
-		pkt("ng refs/heads/main cproxy: push to refs/heads/main is not allowed\n") + "0000"
+		pkt("ng refs/heads/main cproxy: push to refs/heads/main is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)\n") + "0000"
 
 	r := e.Do("POST", "/github/acme/app/git-receive-pack", h, string(pushBody("report-status agent=git/2.39.5", pack, cmds...)))
 	if r.Status != 200 || r.Header.Get("Content-Type") != "application/x-git-receive-pack-result" || r.Body != wantReport {
@@ -715,7 +715,7 @@ func TestGitHubMissingCredential(t *testing.T) {
 		t.Fatalf("allowed: got %d %q", r.Status, r.Body)
 	}
 	r = e.Do("GET", "/github/acme/secret/info/refs?service=git-upload-pack", h, "")
-	if want := "ERR cproxy: repository acme/secret is not allowed for sandbox conv-42\n"; r.Status != 200 || !strings.HasSuffix(r.Body, want) {
+	if want := "ERR cproxy: repository acme/secret is not allowed for sandbox conv-42 (allowed: acme/app, acme/docs)\n"; r.Status != 200 || !strings.HasSuffix(r.Body, want) {
 		t.Fatalf("refused info/refs: got %d %q, want an advertisement ending %q", r.Status, r.Body, want)
 	}
 	r = e.Do("POST", "/github/acme/secret/git-upload-pack", map[string]string{"Authorization": h["Authorization"], "Content-Type": "application/x-git-upload-pack-request"}, "0000")
@@ -854,11 +854,11 @@ func TestGitHubPushAudit(t *testing.T) {
 	}
 	refs, _ = json.Marshal(recs[1]["refs"])
 	if recs[1]["decision"] != "deny" || recs[1]["target"] != "acme/app refs/heads/agent/y,refs/heads/main" ||
-		recs[1]["reason"] != "cproxy: push to refs/heads/main is not allowed" || !strings.Contains(recs[1]["rule"].(string), "no refs entry matches") ||
+		recs[1]["reason"] != "cproxy: push to refs/heads/main is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)" || recs[1]["code"] != "cproxy-ref-not-allowed" || !strings.Contains(recs[1]["rule"].(string), "no refs entry matches") ||
 		string(refs) != `[{"new":"`+newID+`","old":"`+zeroID+`","ref":"refs/heads/agent/y"},{"new":"`+newID+`","old":"`+oldID+`","ref":"refs/heads/main"}]` {
 		t.Errorf("refused push: %v", recs[1])
 	}
-	if recs[2]["decision"] != "deny" || recs[2]["status"] != 403.0 || recs[2]["reason"] != "cproxy: push to refs/heads/main is not allowed" ||
+	if recs[2]["decision"] != "deny" || recs[2]["status"] != 403.0 || recs[2]["reason"] != "cproxy: push to refs/heads/main is not allowed for sandbox conv-42 (allowed: refs/heads/agent/*, refs/tags/v*)" || recs[2]["code"] != "cproxy-ref-not-allowed" ||
 		!strings.Contains(recs[2]["rule"].(string), "no refs entry matches") {
 		t.Errorf("refused push without a report: %v", recs[2])
 	}

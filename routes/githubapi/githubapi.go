@@ -240,11 +240,11 @@ func decide(a *routes.Call, prof *policy.Profile, sandbox string, q policy.APIQu
 	step, _ := ans.Refusal()
 	switch step.Key {
 	case "refs":
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "a pull request from branch %s of %s is refused for sandbox %s: the sandbox may not push that branch (%s); open it from a branch the policy's refs allow; do not retry", q.Head, q.Repo, sandbox, step.Rule)
+		return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeRefNotAllowed, "a pull request from branch %s of %s is refused for sandbox %s: the sandbox may not push that branch (allowed: %s); open it from a branch the policy's refs allow", q.Head, q.Repo, sandbox, routes.Listed(prof.AllowedRefs(q.Repo, false, false)))
 	case "pr_bases":
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "a pull request into %s of %s is refused for sandbox %s: that base is not in the policy's pr_bases (%s); do not retry", q.Base, q.Repo, sandbox, step.Rule)
+		return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeRefNotAllowed, "a pull request into %s of %s is refused for sandbox %s: that base is not in the policy's pr_bases (allowed: %s)", q.Base, q.Repo, sandbox, routes.Listed(prof.AllowedPRBases(q.Repo)))
 	}
-	return ans.Rule, routes.Refuse(routes.ErrForbidden, "GitHub API %q on repository %s is not allowed for sandbox %s (%s); do not retry", q.Permission, q.Repo, sandbox, step.Rule)
+	return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeAPINotAllowed, "GitHub API %q on repository %s is not allowed for sandbox %s (allowed on %s: %s)", q.Permission, q.Repo, sandbox, q.Repo, routes.Listed(prof.AllowedAPI(q.Repo)))
 }
 
 // pullDetail is a pull request's account in its approval request.
@@ -359,24 +359,34 @@ func uniqueKeys(body []byte) error {
 type restError struct {
 	Message          string `json:"message"`
 	DocumentationURL string `json:"documentation_url"`
+	// Code is the refusal's stable code (docs/refusals.md), which gh does
+	// not print.
+	Code string `json:"code"`
 }
 
 func writeRESTError(w http.ResponseWriter, err error) int {
-	return writeJSON(w, err, restError{Message: routes.Message(err), DocumentationURL: docsURL})
+	return writeJSON(w, err, restError{Message: routes.Message(err), DocumentationURL: docsURL, Code: routes.Code(err)})
 }
 
 // graphQLError is GraphQL's error shape, {"errors": [{"message": …}]}.
 type graphQLError struct {
-	Errors []struct {
-		Message string `json:"message"`
-	} `json:"errors"`
+	Errors []graphQLMessage `json:"errors"`
+}
+
+// graphQLMessage is one of a GraphQL error's errors: its message, and the
+// refusal's stable code where GraphQL keeps a code, in its extensions.
+type graphQLMessage struct {
+	Message    string            `json:"message"`
+	Extensions graphQLExtensions `json:"extensions"`
+}
+
+type graphQLExtensions struct {
+	Code string `json:"code"`
 }
 
 func writeGraphQLError(w http.ResponseWriter, err error) int {
 	var e graphQLError
-	e.Errors = append(e.Errors, struct {
-		Message string `json:"message"`
-	}{routes.Message(err)})
+	e.Errors = append(e.Errors, graphQLMessage{Message: routes.Message(err), Extensions: graphQLExtensions{Code: routes.Code(err)}})
 	return writeJSON(w, err, e)
 }
 

@@ -81,13 +81,13 @@ func TestRefusedInGitHubShape(t *testing.T) {
 		status             int
 		want               string
 	}{
-		{"GET", "/api/v3/repos/acme/docs", "", 403, `{"message":"cproxy: GitHub API \"read\" on repository acme/docs is not allowed for sandbox conv-42 (profile.default.repos[\"acme/docs\"]: api does not list \"read\"); do not retry","documentation_url":"` + docsURL + `"}`},
+		{"GET", "/api/v3/repos/acme/docs", "", 403, `{"message":"cproxy: GitHub API \"read\" on repository acme/docs is not allowed for sandbox conv-42 (allowed on acme/docs: none)","documentation_url":"` + docsURL + `","code":"cproxy-api-not-allowed"}`},
 		{"POST", "/api/v3/repos/acme/app/pulls/1/reviews", `{"event":"APPROVE"}`, 403, `submitting, approving or dismissing reviews is never allowed`},
 		{"GET", "/api/v3/repos/acme/app/pulls", "x", 400, `GET /api/v3/repos/acme/app/pulls takes no body`},
 		{"POST", "/api/v3/repos/acme/app/pulls", `{"head":"agent/x","base":"main"`, 403, `its body is not JSON`},
 		{"GET", "/api/v3", "", 403, `is not GitHub's API`},
 		{"GET", "/api/", "", 403, `is not GitHub's API`},
-		{"POST", "/api/graphql", `{"query":"{viewer{login}}"}`, 403, `{"errors":[{"message":"cproxy: the GraphQL request is refused for sandbox conv-42: the top-level field viewer is not served`},
+		{"POST", "/api/graphql", `{"query":"{viewer{login}}"}`, 403, `{"errors":[{"message":"cproxy: the GraphQL request is refused for sandbox conv-42: the top-level field viewer is not served`}, {"POST", "/api/graphql", `{"query":"{viewer{login}}"}`, 403, `"extensions":{"code":"cproxy-forbidden"}}]}`},
 		{"GET", "/api/v3/repos/acme/app", "", 401, `{"message":"cproxy: no sandbox token`},
 	} {
 		hdr := h

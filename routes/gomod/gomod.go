@@ -253,15 +253,31 @@ func (q *question) decideErr(prof *policy.Profile, err error) (string, error) {
 	return q.decide(prof)
 }
 
+// moduleNotAllowed refuses a module that is not one of prof's go.modules,
+// saying which are.
+func moduleNotAllowed(mod, sandbox string, prof *policy.Profile) error {
+	var allowed []string
+	if prof != nil {
+		allowed = prof.Go.Modules
+	}
+	return routes.RefuseCode(routes.ErrForbidden, routes.CodePackageNotAllowed, "module %s is not allowed for sandbox %s (allowed: %s)", mod, sandbox, routes.Listed(allowed))
+}
+
 // decide asks prof about the request (policy's AskGo) and words its
 // refusal for go: the module, or the version and why.
 func (q *question) decide(prof *policy.Profile) (string, error) {
 	ans := prof.AskGo(policy.GoQuestion{Module: q.req.Module, Version: q.req.Version, Published: q.published, Now: q.now})
 	if step, refused := ans.Refusal(); refused {
-		if step.Key == "go.modules" {
-			return ans.Rule, routes.Refuse(routes.ErrForbidden, "module %s is not allowed for sandbox %s (it is not in the policy's go.modules); do not retry", q.req.Module, q.sandbox)
+		nv := q.req.Module + "@" + q.req.Version
+		switch {
+		case step.Key == "go.modules":
+			return ans.Rule, moduleNotAllowed(q.req.Module, q.sandbox, prof)
+		case step.Key == "go.min_release_age" && q.published != nil && !q.published.IsZero():
+			return ans.Rule, routes.RefuseTooNew(nv, q.sandbox, *q.published, q.now, prof.Go.MinReleaseAge.Duration)
+		case step.Key == "go.min_release_age":
+			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeTooNew, "%s is not allowed for sandbox %s: %s", nv, q.sandbox, step.Reason)
 		}
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", q.req.Module, q.req.Version, q.sandbox, step.Reason)
+		return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeVersionDenied, "%s is not allowed for sandbox %s: %s; use another version", nv, q.sandbox, step.Reason)
 	}
 	switch {
 	case q.req.Version != "" && ans.Deferred():
@@ -438,7 +454,7 @@ func (s *route) latest(ctx context.Context, sv served, body []byte) ([]byte, err
 	}
 	v := Newest(vs)
 	if v == "" {
-		return nil, routes.Refuse(routes.ErrForbidden, "no version of %s is allowed for sandbox %s: %s", mod, sv.sandbox, why)
+		return nil, routes.RefuseCode(routes.ErrForbidden, routes.CodeVersionDenied, "no version of %s is allowed for sandbox %s: %s", mod, sv.sandbox, why)
 	}
 	return s.get(ctx, Request{Module: mod, Version: v, Kind: KindInfo}, maxInfoBytes)
 }

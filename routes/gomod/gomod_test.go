@@ -104,7 +104,7 @@ func TestServe(t *testing.T) {
 	for _, c := range []struct{ path, status, want string }{
 		{"example.com/lib/@v/v1.2.0.zip", "403", "cproxy: example.com/lib@v1.2.0 is not allowed for sandbox conv-42: "},
 		{"example.com/lib/@v/v1.2.0.zip", "403", "compromised release"},
-		{"example.com/lib/@v/v1.3.0.info", "403", "cproxy: example.com/lib@v1.3.0 is not allowed for sandbox conv-42"},
+		{"example.com/lib/@v/v1.3.0.info", "403", "cproxy: example.com/lib@v1.3.0 is 1 hour old; the minimum release age for sandbox conv-42 is 7 days"},
 		{"example.com/lib/@v/v1.0.1.mod", "403", "no time"},
 		{"example.org/other/@v/list", "403", "cproxy: module example.org/other is not allowed for sandbox conv-42"},
 		{"github.com/Acme/Tool/@v/list", "403", "not a module proxy request"},
@@ -249,7 +249,7 @@ func TestInfoTimeOnce(t *testing.T) {
 		want    string
 	}{
 		{"v1.1.0", 200, fetch(t, p.URL+"/example.com/lib/@v/v1.1.0.info")},
-		{"v1.3.0", 403, "cproxy: example.com/lib@v1.3.0 is not allowed for sandbox conv-42: "},
+		{"v1.3.0", 403, "cproxy: example.com/lib@v1.3.0 is 1 hour old; the minimum release age for sandbox conv-42 is 7 days"},
 		{"v1.0.1", 403, "no time"},
 		{"v1.9.9", 404, "cproxy: the module proxy 127.0.0.1"},
 	} {

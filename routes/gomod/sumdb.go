@@ -107,12 +107,12 @@ func (s *route) serveSumDB(a *routes.Call, rest string) {
 		if sr.module != "" {
 			d := prof.GoModule(sr.module)
 			if !d.Allow {
-				return d.Rule, routes.Refuse(routes.ErrForbidden, "module %s is not allowed for sandbox %s (it is not in the policy's go.modules); do not retry", sr.module, sandbox)
+				return d.Rule, moduleNotAllowed(sr.module, sandbox, prof)
 			}
 			return d.Rule, nil
 		}
 		if prof == nil || len(prof.Go.Modules) == 0 {
-			return "", routes.Refuse(routes.ErrForbidden, "Go modules are not allowed for sandbox %s (its profile has no go.modules)", sandbox)
+			return "", routes.RefuseCode(routes.ErrForbidden, routes.CodePackageNotAllowed, "Go modules are not allowed for sandbox %s (its profile has no go.modules)", sandbox)
 		}
 		return prof.Key() + ".go.modules", nil
 	}

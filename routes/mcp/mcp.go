@@ -361,7 +361,11 @@ func (rt *route) WriteError(w http.ResponseWriter, err error) int {
 	body = append(body, []byte(jsonInt(code))...)
 	body = append(body, `,"message":`...)
 	body = append(body, msg...)
-	body = append(body, "}}\n"...)
+	// The refusal's stable code, in the error's data (a code is made of
+	// letters and '-' only).
+	body = append(body, `,"data":{"code":"`...)
+	body = append(body, routes.Code(err)...)
+	body = append(body, "\"}}}\n"...)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -369,6 +373,32 @@ func (rt *route) WriteError(w http.ResponseWriter, err error) int {
 	w.WriteHeader(status)
 	w.Write(body)
 	return status
+}
+
+// mcpServers are the MCP servers prof allows, by name.
+func mcpServers(prof *policy.Profile) []string {
+	if prof == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(prof.MCP))
+}
+
+// mcpAllowed are the globs of what (tool, resource, prompt) prof allows
+// on the server name.
+func mcpAllowed(prof *policy.Profile, name, what string) []string {
+	if prof == nil || prof.MCP[name] == nil {
+		return nil
+	}
+	sv := prof.MCP[name]
+	switch what {
+	case "tool":
+		return sv.Tools
+	case "resource":
+		return sv.Resources
+	case "prompt":
+		return sv.Prompts
+	}
+	return nil
 }
 
 func jsonInt(n int) string {
@@ -855,21 +885,22 @@ func (rt *route) Serve(c *routes.Call) {
 			listen := q.Method == "subscriptions/listen"
 			switch {
 			case step.Key == "mcp":
-				err = routes.Refuse(routes.ErrForbidden, "MCP server %s is not allowed for sandbox %s (the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, prof.Name, name)
+				err = routes.RefuseCode(routes.ErrForbidden, routes.CodeMCPNotAllowed, "MCP server %s is not allowed for sandbox %s (allowed: %s; the policy needs a [profile.%s.mcp.%s] table)", name, sandbox, routes.Listed(mcpServers(prof)), prof.Name, name)
 			case listen && step.Key == "mcp.methods":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resources, and resources/subscribe is not allowed for sandbox %s (%s); listen without resourceSubscriptions", name, sandbox, step.Rule)
 			case listen && isResource:
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: subscriptions/listen subscribes to resource %q, which is not allowed for sandbox %s (%s)", name, routes.Clip(uri, 128), sandbox, step.Rule)
 			case step.Key == "mcp.methods":
-				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
+				err = routes.RefuseCode(routes.ErrForbidden, routes.CodeMCPNotAllowed, "MCP server %s: method %s is not allowed for sandbox %s (%s)", name, routes.Clip(q.Method, 64), sandbox, step.Rule)
 			case q.Method == policy.MCPResponse:
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the answer to its %s is not allowed for sandbox %s (%s)", name, q.Name, sandbox, step.Rule)
 			case step.Key == "mcp.capabilities":
 				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: the policy in force no longer gives the server a client capability this %s declares (%s); send it again", name, routes.Clip(q.Method, 64), step.Rule)
 			case step.Key == "mcp.args":
-				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: tool %s is not allowed for sandbox %s with these arguments: %s (%s)", name, routes.Clip(q.Name, 128), sandbox, step.Reason, step.Rule)
+				err = routes.RefuseCode(routes.ErrForbidden, routes.CodeMCPNotAllowed, "MCP server %s: tool %s is not allowed for sandbox %s with these arguments: %s (%s)", name, routes.Clip(q.Name, 128), sandbox, step.Reason, step.Rule)
 			default:
-				err = routes.Refuse(routes.ErrForbidden, "MCP server %s: %s %q is not allowed for sandbox %s (%s)", name, step.Check[:strings.IndexByte(step.Check, ' ')], routes.Clip(q.Name, 128), sandbox, step.Rule)
+				what := step.Check[:strings.IndexByte(step.Check, ' ')]
+				err = routes.RefuseCode(routes.ErrForbidden, routes.CodeMCPNotAllowed, "MCP server %s: %s %q is not allowed for sandbox %s (allowed: %s)", name, what, routes.Clip(q.Name, 128), sandbox, routes.Listed(mcpAllowed(prof, name, what)))
 			}
 			return ans.Rule, &rpcError{id: id, code: -32001, err: err}
 		}

@@ -653,7 +653,7 @@ func TestToolCallsCountAgainstTheBudget(t *testing.T) {
 	}
 	heard := up.count()
 	r := e.Do("POST", "/mcp/docs", h, toolCall(5, "search"))
-	want := `{"jsonrpc":"2.0","id":5,"error":{"code":-32001,"message":"cproxy: sandbox conv-1's token is over its budget: mcp_calls: 2 of 2 used or held by requests in flight, and this request may use 1 (MCP tool calls, every server together); they are spent for the token's lifetime: the sandbox needs a new token, or the operator a higher budget mcp_calls"}}`
+	want := `{"jsonrpc":"2.0","id":5,"error":{"code":-32001,"message":"cproxy: sandbox conv-1's token is over its budget: mcp_calls: 2 of 2 used or held by requests in flight, and this request may use 1 (MCP tool calls, every server together); they are spent for the token's lifetime: the sandbox needs a new token, or the operator a higher budget mcp_calls","data":{"code":"cproxy-budget-limit"}}}`
 	if r.Status != 200 || strings.TrimSpace(r.Body) != want {
 		t.Errorf("a third call = %d %s\nwant 200 %s", r.Status, r.Body, want)
 	}

@@ -184,7 +184,7 @@ func (m *modelRoute) decide(a *routes.Call, prof *policy.Profile, model string) 
 	}
 	if !d.Allow {
 		sandbox := a.Session().Sandbox
-		return d.Rule, routes.Refuse(routes.ErrForbidden, "model %s is not allowed for sandbox %s (%s); use an allowed model, do not retry", model, sandbox, d.Rule)
+		return d.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeModelNotAllowed, "model %s is not allowed for sandbox %s (allowed: %s); use an allowed model", routes.Clip(model, 128), sandbox, routes.Listed(prof.Models))
 	}
 	return d.Rule, nil
 }

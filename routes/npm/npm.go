@@ -401,7 +401,7 @@ func (q *npmQuestion) approval() error {
 		return nil
 	}
 	if q.filed {
-		return routes.Refuse(routes.ErrForbidden, "package %s needs approval; send the request again to ask for it", subject)
+		return routes.RefuseCode(routes.ErrForbidden, routes.CodeNeedsApproval, "package %s needs approval; send the request again to ask for it", subject)
 	}
 	q.filed = true
 	return q.call.NeedApproval(routes.ApprovalRequest{Subject: subject, Detail: npmDetail{Package: n.name, Version: n.version()}, What: "package " + subject})
@@ -461,10 +461,15 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 		}
 		ans := prof.AskNPM(nq)
 		if step, refused := ans.Refusal(); refused {
-			if step.Key == "packages" {
-				return ans.Rule, routes.Refuse(routes.ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
+			switch {
+			case step.Key == "packages":
+				return ans.Rule, q.notAllowed(prof)
+			case step.Key == "npm.min_release_age" && q.published != nil && !q.published.IsZero():
+				return ans.Rule, routes.RefuseTooNew(n.name+"@"+n.version(), q.sandbox, *q.published, nq.Now, prof.NPM.MinReleaseAge.Duration)
+			case step.Key == "npm.min_release_age":
+				return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeTooNew, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
 			}
-			return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
+			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeVersionDenied, "%s@%s is not allowed for sandbox %s: %s; use another version", n.name, n.version(), q.sandbox, step.Reason)
 		}
 		switch {
 		case n.kind == npmPackument && q.rewritten && prof.HasNPMVersionPolicy():
@@ -478,11 +483,17 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 		case !ans.Allow:
 			// Deny by default: an answer that neither allows nor
 			// refuses nor waits is refused.
-			return ans.Rule, routes.Refuse(routes.ErrForbidden, "package %s is not allowed for sandbox %s", n.name, q.sandbox)
+			return ans.Rule, q.notAllowed(prof)
 		}
 		return ans.Rule, nil
 	}
 	return "", nil // the ping
+}
+
+// notAllowed refuses the package, not one of prof's packages, saying which
+// are.
+func (q *npmQuestion) notAllowed(prof *policy.Profile) error {
+	return routes.RefuseCode(routes.ErrForbidden, routes.CodePackageNotAllowed, "package %s is not allowed for sandbox %s (allowed: %s)", q.n.name, q.sandbox, routes.Listed(prof.Packages))
 }
 
 // The search parameters npm sends, and the most each may hold.
@@ -591,7 +602,7 @@ func checkAudit(body io.Reader, sandbox string, prof *policy.Profile) error {
 			return routes.Refuse(routes.ErrForbidden, "the audit names %q, which is not an npm package name", routes.Clip(name, 128))
 		}
 		if d := prof.Package(name); !d.Allow {
-			return routes.Refuse(routes.ErrForbidden, "the audit names package %s, which is not allowed for sandbox %s", name, sandbox)
+			return routes.RefuseCode(routes.ErrForbidden, routes.CodePackageNotAllowed, "the audit names package %s, which is not allowed for sandbox %s (allowed: %s); run npm with --no-audit", name, sandbox, routes.Listed(prof.Packages))
 		}
 		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 			return bad("the versions of " + name + " are not an array")

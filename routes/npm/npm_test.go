@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -188,13 +189,16 @@ func TestNPMValidName(t *testing.T) {
 func npmRefused(t *testing.T, e *routetest.Env, method, path string, hdr map[string]string, wantStatus int, want string) {
 	t.Helper()
 	r := e.Do(method, path, hdr, "")
-	var body struct{ Error string }
+	var body struct{ Error, Code string }
 	if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
 		t.Errorf("%s %s: not npm's error shape: %q", method, path, r.Body)
 		return
 	}
 	if r.Status != wantStatus || !strings.Contains(body.Error, want) || !strings.HasPrefix(body.Error, "cproxy: ") {
 		t.Errorf("%s %s = %d %q, want %d %q", method, path, r.Status, body.Error, wantStatus, want)
+	}
+	if !slices.Contains(routes.Codes, body.Code) {
+		t.Errorf("%s %s: code %q is not one of routes.Codes", method, path, body.Code)
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s %s: Content-Type %q", method, path, ct)

@@ -277,10 +277,20 @@ func (q *question) decide(prof *policy.Profile) (string, error) {
 	pq := policy.PyPIQuestion{Name: q.req.project, Version: q.req.version(), Uploaded: q.uploaded, Now: q.now()}
 	ans := prof.AskPyPI(pq)
 	if step, refused := ans.Refusal(); refused {
-		if step.Key == "pypi.packages" {
-			return ans.Rule, routes.Refuse(routes.ErrForbidden, "PyPI project %s is not allowed for sandbox %s", q.req.project, q.sandbox)
+		nv := q.req.project + "==" + q.req.version()
+		switch {
+		case step.Key == "pypi.packages":
+			var allowed []string
+			if prof != nil {
+				allowed = prof.PyPI.Packages
+			}
+			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodePackageNotAllowed, "PyPI project %s is not allowed for sandbox %s (allowed: %s)", q.req.project, q.sandbox, routes.Listed(allowed))
+		case step.Key == "pypi.min_release_age" && q.uploaded != nil && !q.uploaded.IsZero():
+			return ans.Rule, routes.RefuseTooNew(nv, q.sandbox, *q.uploaded, pq.Now, prof.PyPI.MinReleaseAge.Duration)
+		case step.Key == "pypi.min_release_age":
+			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeTooNew, "%s is not allowed for sandbox %s: %s", nv, q.sandbox, step.Reason)
 		}
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "%s==%s is not allowed for sandbox %s: %s", q.req.project, q.req.version(), q.sandbox, step.Reason)
+		return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeVersionDenied, "%s is not allowed for sandbox %s: %s; use another version", nv, q.sandbox, step.Reason)
 	}
 	switch {
 	case !q.req.isFile() && q.filtered && prof.HasPyPIVersionPolicy():

@@ -209,7 +209,11 @@ func isMethodParam(name string) bool {
 func decideRelay(prof *policy.Profile, sandbox string, cfg *policy.Relay) (string, error) {
 	ans := prof.AskRelay(policy.RelayQuestion{Relay: cfg})
 	if !ans.Allow {
-		return ans.Rule, routes.Refuse(routes.ErrForbidden, "relay %s is not allowed for sandbox %s", cfg.Name, sandbox)
+		var allowed []string
+		if prof != nil {
+			allowed = prof.Relays
+		}
+		return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeRelayNotAllowed, "relay %s is not allowed for sandbox %s (allowed: %s)", cfg.Name, sandbox, routes.Listed(allowed))
 	}
 	return ans.Rule, nil
 }
