@@ -77,7 +77,7 @@ var securityHeaders = map[string]string{
 		"form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
 	"X-Frame-Options":        "DENY",
 	"X-Content-Type-Options": "nosniff",
-	"Referrer-Policy":        "no-referrer",
+	"Referrer-Policy":        "same-origin", // not no-referrer, under which a form's Origin is "null"
 	"Cache-Control":          "no-store",
 }
 
