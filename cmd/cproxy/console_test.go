@@ -9,8 +9,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
-	"net/url"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,18 +258,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the revoked sandbox's request: %v", err)
 	}
 
-	// Another site's form, and a name that rebinds to the listener, are
-	// refused; conv-42 is still live.
-	host := strings.TrimPrefix(s.admin, "http://")
-	req, _ := http.NewRequest(http.MethodPost, s.admin+"/console/revoke", strings.NewReader(url.Values{"sandbox": {"conv-42"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", "http://evil.example")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
-		t.Errorf("a cross-origin form post: %v %v", err, resp)
-	} else {
-		resp.Body.Close()
+	// Another site's page, in the same browser, submits a form to the
+	// console: refused, and conv-42 stays live. It is 127.0.0.1 on another
+	// port, the same site, so the browser sends the session's cookie: the
+	// Origin is what refuses it.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><form method="post" action="%s/console/revoke"><input name="sandbox" value="conv-42"></form><script>document.forms[0].submit()</script>`, s.admin)
+	}))
+	t.Cleanup(evil.Close)
+	if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.Search(`//body[contains(., "cross-origin request refused")]`))); err != nil {
+		t.Errorf("another site's form in the browser: %v", err)
 	}
-	req, _ = http.NewRequest(http.MethodGet, s.admin+"/", nil)
+	// A name that rebinds to the listener is refused.
+	host := strings.TrimPrefix(s.admin, "http://")
+	req, _ := http.NewRequest(http.MethodGet, s.admin+"/", nil)
 	req.Host = "rebound.example:" + host[strings.LastIndex(host, ":")+1:]
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
 		t.Errorf("a rebinding Host: %v %v", err, resp)

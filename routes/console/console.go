@@ -124,7 +124,7 @@ type Reload struct {
 
 // ErrNoLogin is returned by New for an admin listener that is not on a
 // loopback address when no login is configured.
-var ErrNoLogin = errors.New("the admin listener is not on a loopback address, and the console has no login: set console.password or console.user_header, or console.enabled = false")
+var ErrNoLogin = errors.New("the admin listener is not on a loopback address, and the console has no login: set console.password or console.user_header")
 
 // Console is the console of one serve.
 type Console struct {
