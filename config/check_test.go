@@ -66,7 +66,7 @@ proxy = "localhost"
 			`empty.toml:1:1: empty: a config has policy, [listen], [store], [upstream] or [log]; a policy has [profile.NAME] and [[sandbox]]`,
 		}},
 		{"unrelated.toml", []string{
-			`unrelated.toml:1:1: unknown key "name" (neither a config key (approvals, claude, keyring, listen, log, mcp, policy, policy_settle, relay, runtime, store, upstream) nor a policy key (profile, sandbox))`,
+			`unrelated.toml:1:1: unknown key "name" (neither a config key (approvals, claude, console, keyring, listen, log, mcp, policy, policy_settle, relay, runtime, store, upstream) nor a policy key (profile, sandbox))`,
 			`unrelated.toml:2:2: unknown key "profiles" (did you mean "profile"?)`,
 		}},
 		{"runtime-only.toml", []string{

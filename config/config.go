@@ -51,6 +51,9 @@ type Config struct {
 	// Approvals is [approvals]: how requests the policy answers with ask
 	// wait for an operator (docs/approvals.md); every key has a default.
 	Approvals Approvals `toml:"approvals"`
+	// Console is [console]: the operator console in the browser, on the
+	// admin listener (docs/console.md); every key has a default.
+	Console Console `toml:"console"`
 
 	// Path is the file the config was loaded from; empty for Default().
 	Path string `toml:"-"`
@@ -226,6 +229,45 @@ type Approvals struct {
 	// of text, the default) or "slack" (a Slack incoming webhook's
 	// {"text": …}).
 	WebhookFormat string `toml:"webhook_format"`
+}
+
+// Console is the operator console that the admin listener serves at /
+// (docs/console.md).
+type Console struct {
+	// Enabled serves the console. Default true; false answers / as the
+	// admin API answers a path it does not have.
+	Enabled bool `toml:"enabled"`
+	// Hosts are the Host headers, besides the admin listener's own address
+	// (and localhost with its port, on a loopback listener), that the
+	// console's pages answer: the names an operator's browser reaches it
+	// by, such as "cproxy.internal:9001". Any other Host is refused, so a
+	// site whose name rebinds to the listener's address cannot read the
+	// pages. Empty: the listener's own address only.
+	Hosts []string `toml:"hosts"`
+	// Password says where the console's login password hash comes from:
+	// a credential source ("env:NAME", "file:PATH", "keyring:NAME") holding
+	// a bcrypt hash (cproxy console hash makes one). Empty: no password.
+	Password string `toml:"password"`
+	// UserHeader is the request header in which a reverse proxy in front
+	// of the admin listener names the user it has authenticated (such as
+	// "X-Forwarded-User"); a console request without it is refused. The
+	// proxy must set it itself, never pass the client's on. Empty: none.
+	UserHeader string `toml:"user_header"`
+}
+
+func (c Console) validate(f *policy.File) {
+	checkCredential(f, policy.KeyOf("console", "password"), c.Password, false, true)
+	if h := c.UserHeader; h != "" && !headerNameRE.MatchString(h) {
+		f.AtValue(policy.KeyOf("console", "user_header"), "console.user_header: %q is not a header name (e.g. \"X-Forwarded-User\")", h)
+	}
+	if c.Password != "" && c.UserHeader != "" {
+		f.AtKey(policy.KeyOf("console", "user_header"), "console.user_header: give password or user_header, not both")
+	}
+	for i, h := range c.Hosts {
+		if h == "" || strings.ContainsAny(h, "/ @?#") {
+			f.AtValue(policy.KeyOf("console", "hosts").Elem(i), "console.hosts: %q is not a host or host:port (e.g. \"cproxy.internal:9001\")", h)
+		}
+	}
 }
 
 // The webhook formats of approvals.webhook_format.
@@ -437,6 +479,7 @@ func Default() *Config {
 		Keyring:      Keyring{Backend: secrets.BackendAuto, Service: secrets.DefaultService, FileDir: secrets.DefaultKeyringDir()},
 		Runtime:      Runtime{CPUs: defaultCPUs(), BodyMemoryMiB: DefaultBodyMemoryMiB},
 		Approvals:    Approvals{GrantLifetime: Duration{time.Hour}, RequestLifetime: Duration{24 * time.Hour}, WebhookFormat: WebhookJSON},
+		Console:      Console{Enabled: true},
 		Rules:        policy.DefaultPolicy(),
 	}
 }
@@ -539,7 +582,7 @@ func loadConfig(file string, data []byte, readPolicy func(string) ([]byte, error
 			checkAuditFile(f, c.Log.Audit)
 		}
 	}
-	creds := []*string{&c.Store.DSN, &c.Listen.TLSCert, &c.Listen.TLSKey}
+	creds := []*string{&c.Store.DSN, &c.Listen.TLSCert, &c.Listen.TLSKey, &c.Console.Password}
 	for _, k := range UpstreamKinds {
 		creds = append(creds, &c.Upstream[k.Name].Credential, &c.Upstream[k.Name].PrivateKey)
 	}
@@ -632,6 +675,7 @@ func (c *Config) validate(f *policy.File) {
 	c.validateRelays(f)
 	c.validateMCP(f)
 	c.Approvals.validate(f)
+	c.Console.validate(f)
 
 	if n := c.Runtime.CPUs; n < 0 || n > maxCPUs {
 		f.AtValue(policy.KeyOf("runtime", "cpus"), "runtime.cpus: %d is not a number of CPUs (use 1 to %d, or 0 for as many as Go would use)", n, maxCPUs)

@@ -67,6 +67,16 @@ func (p *Policy) SameText(q *Policy) bool {
 	return p.Path == q.Path && p.ix.src == q.ix.src
 }
 
+// Text is the policy file's text as it was loaded; "" for a policy not
+// loaded from a file (DefaultPolicy). A policy holds no credential, so the
+// console may show it.
+func (p *Policy) Text() string {
+	if p == nil || p.ix == nil {
+		return ""
+	}
+	return p.ix.src
+}
+
 // Key is the profile's table as rules name it, e.g. "profile.web".
 func (pr *Profile) Key() string { return pr.rule("") }
 

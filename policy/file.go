@@ -114,7 +114,7 @@ func ReadProblem(err error) string { return readProblem(err) }
 // ConfigKeys are the config file's top-level keys, which a policy file
 // refuses with a hint that they belong in the config; the config package's
 // tests hold them to its Config's fields.
-var ConfigKeys = []string{"approvals", "claude", "keyring", "listen", "log", "mcp", "policy", "policy_settle", "relay", "runtime", "store", "upstream"}
+var ConfigKeys = []string{"approvals", "claude", "console", "keyring", "listen", "log", "mcp", "policy", "policy_settle", "relay", "runtime", "store", "upstream"}
 
 // PolicyKeys are the policy file's top-level keys.
 var PolicyKeys = []string{"profile", "sandbox"}

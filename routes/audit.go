@@ -238,6 +238,9 @@ func (a *Call) finish() {
 	rec := a.record(status, d)
 	// Before the line: once a request's line is out, it is counted.
 	a.metrics.Request(rec.Route, rec.Profile, status, rec.BytesIn, rec.BytesOut)
+	if a.srv.watch != nil {
+		a.srv.watch(&rec)
+	}
 	if a.sink != nil {
 		if err := audit.WriteJSON(a.sink, &rec); err != nil {
 			a.log.Error("audit record not written", "route", a.route, "err", err)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cproxy/cproxy/policy"
+	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/budget"
 	"github.com/cproxy/cproxy/routes/metrics"
 	"github.com/cproxy/cproxy/secrets"
@@ -136,6 +137,10 @@ type Options struct {
 	// request's handler writes its own record. Nil: Audit gets them as log
 	// lines.
 	AuditLog io.Writer
+	// Watch, if not nil, is given every audit record as well, as its
+	// request ends: the console's live list. It must not block. Nil:
+	// nobody watches, and a request pays nothing for it.
+	Watch func(*audit.Record)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// SandboxSockets, if not nil, serves the per-sandbox Unix sockets that
@@ -182,6 +187,7 @@ type Server struct {
 	log      *slog.Logger
 	audit    *slog.Logger
 	auditLog io.Writer // nil: audit lines go to audit
+	watch    func(*audit.Record)
 	now      func() time.Time
 	routes   []Route
 	sockets  *SandboxSockets // nil without Options.SandboxSockets
@@ -209,7 +215,7 @@ type Server struct {
 
 // New builds a Server.
 func New(o Options) *Server {
-	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, now: o.Now, sockets: o.SandboxSockets,
+	s := &Server{store: o.Store, log: o.Logger, audit: o.Audit, auditLog: o.AuditLog, watch: o.Watch, now: o.Now, sockets: o.SandboxSockets,
 		bodyTimeout: o.BodyTimeout}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -10,12 +10,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cproxy/cproxy/config"
 	"github.com/cproxy/cproxy/internal/watch"
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
+	"github.com/cproxy/cproxy/routes/console"
 	"github.com/cproxy/cproxy/tokens"
 )
 
@@ -72,6 +74,17 @@ type policyReloader struct {
 	refused bool          // the file was last read as a policy that was refused
 	file    *watch.File   // the policy file; a change counts once two looks see it
 	stuck   chan struct{} // closed when a read that timed out returns; nil: none is out
+
+	// last is the last reload's result, for the console; nil: none yet.
+	last atomic.Pointer[console.Reload]
+}
+
+// Last is the last reload's result: a zero At when there was none.
+func (r *policyReloader) Last() console.Reload {
+	if l := r.last.Load(); l != nil {
+		return *l
+	}
+	return console.Reload{}
 }
 
 // newPolicyReloader starts from the policy cfg was loaded with. It has not
@@ -145,11 +158,13 @@ func (r *policyReloader) load(ctx context.Context, trigger string) {
 		// serve is stopping: the reload is not refused, only not finished.
 	case err != nil:
 		r.refused = true
+		r.last.Store(&console.Reload{At: time.Now(), Trigger: trigger, Err: err.Error()})
 		r.log.Error("policy reload refused; the previous policy stays in force", "err", err.Error(), "trigger", trigger)
 	case p.SameText(r.inForce) && r.refused:
 		// The file was put back after a refusal: the operator who saw
 		// the error learns that the fix was seen, once.
 		r.refused = false
+		r.last.Store(&console.Reload{At: time.Now(), Trigger: trigger})
 		r.log.Info("policy file agrees with the policy in force again", "policy", path, "trigger", trigger)
 	case p.SameText(r.inForce):
 		// The watcher saw a touch, or SIGHUP came after the watcher had
@@ -162,6 +177,7 @@ func (r *policyReloader) load(ctx context.Context, trigger string) {
 		r.warnProfileChanges(ctx, r.inForce, p)
 		r.inForce = p
 		r.srv.SetPolicy(p)
+		r.last.Store(&console.Reload{At: time.Now(), Trigger: trigger})
 		r.log.Info("policy reloaded", "policy", path, "trigger", trigger)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/cproxy/cproxy/routes/admin"
 	"github.com/cproxy/cproxy/routes/audit"
 	"github.com/cproxy/cproxy/routes/builtin"
+	"github.com/cproxy/cproxy/routes/console"
 	"github.com/cproxy/cproxy/routes/mcp"
 	"github.com/cproxy/cproxy/routes/relay"
 	"github.com/cproxy/cproxy/routes/webhook"
@@ -467,7 +468,13 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 			hook.Wait(ctx)
 		}()
 	}
-	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules,
+	var feed *console.Feed // the console's live requests; nil: no console
+	var watch func(*audit.Record)
+	if cfg.Console.Enabled {
+		feed = console.NewFeed()
+		watch = feed.Watch
+	}
+	srv := routes.New(routes.Options{Store: store, SharedLimits: limits, Policy: cfg.Rules, Watch: watch,
 		Routes: append(builtin.Kinds.Routes(upstreams, relays, public, log, nil), mcp.New(mcpServers, routes.Env{PublicURL: public, Log: log})), Limits: builtin.Kinds.Limits(upstreams, relays),
 		Logger: log, Audit: auditLog, AuditLog: auditSink(auditFile), SandboxSockets: sockets, Version: version(),
 		BodyMemory: cfg.Runtime.BodyMemoryMiB << 20, BodyMemorySandbox: cfg.Runtime.BodyMemorySandboxMiB << 20,
@@ -489,7 +496,12 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 	}
 	servers := []*http.Server{newServer(), newServer()}
 	serving := client.Serving{Config: configIdentity(cfg.Path), Admin: adminAddr, Proxy: proxyAddr, PID: os.Getpid()}
-	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), admin.Handler(srv, serving)
+	adminH, closeConsole, err := adminHandler(cfg, admin.Handler(srv, serving), srv, feed, adminAddr, policies.Last, loader, log)
+	if err != nil {
+		return err
+	}
+	servers[0].Handler, servers[1].Handler = srv.ProxyHandler(), adminH
+	servers[1].RegisterOnShutdown(closeConsole)
 	listeners := []net.Listener{srv.LimitConnections(proxyLn), adminLn}
 	stoppers := []shutdowner{servers[0], servers[1]}
 	if proxyTLS != nil {

@@ -36,6 +36,7 @@ var mayImport = map[string][]string{
 	"routes/internal/memo": {},
 	"routes/admin":         {"routes", "client", "policy", "tokens"}, // the core's client; the core does not import it
 	"routes/webhook":       {"tokens"},
+	"routes/console":       {"client", "routes/audit", "secrets"}, // the admin API's client in the browser, called in process
 	"routes/builtin":       {"routes", "routes/..."},
 	"routes/routetest":     {"routes", "routes/admin", "routes/relay", "routes/mcp", "client", "policy", "tokens", "secrets", "internal/fakes", "internal/testutil"},
 	"routes/internal/...":  routePackage,
