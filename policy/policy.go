@@ -73,6 +73,11 @@ type Profile struct {
 	// audit line says decision warn, with the rule and what it would have
 	// said. Empty or ModeEnforce: refused.
 	Mode string `toml:"mode"`
+	// Warn are the codes of the refusals (WarnCodes) that are only warned
+	// about, for a profile in enforce mode: a request such a refusal would
+	// refuse is forwarded and logged as warn, while the profile's other
+	// rules refuse as ever (docs/policy.md#warn-mode).
+	Warn []string `toml:"warn"`
 
 	sources []netip.Prefix // Sources, parsed by validate
 }
@@ -86,6 +91,51 @@ const (
 // Warns reports whether the profile is in warn mode: its refusals are
 // logged and the requests forwarded.
 func (pr *Profile) Warns() bool { return pr != nil && pr.Mode == ModeWarn }
+
+// WarnsOf reports whether a refusal of code (docs/refusals.md) is only
+// warned about: the profile is in warn mode, or its warn list names code.
+func (pr *Profile) WarnsOf(code string) bool {
+	return pr.Warns() || pr != nil && code != "" && slices.Contains(pr.Warn, code)
+}
+
+// WarnCodes are the codes of the refusals the policy's own rules decide,
+// which a profile's warn list may name (docs/refusals.md): never a token's,
+// a budget's, an approval's or a request cproxy does not understand.
+var WarnCodes = []string{
+	"cproxy-model-not-allowed", "cproxy-repo-not-allowed", "cproxy-ref-not-allowed", "cproxy-api-not-allowed",
+	"cproxy-package-not-allowed", "cproxy-version-denied", "cproxy-version-too-new", "cproxy-relay-not-allowed",
+	"cproxy-mcp-not-allowed",
+}
+
+// StepCode is the refusal code of a refusing step of key (Step.Key), as
+// the routes send it; "" for a key the warn list cannot name.
+func StepCode(key string) string {
+	_, rest, dotted := strings.Cut(key, ".")
+	if !dotted {
+		rest = key
+	}
+	switch {
+	case key == "models":
+		return "cproxy-model-not-allowed"
+	case key == "repos":
+		return "cproxy-repo-not-allowed"
+	case key == "refs" || key == "pr_bases":
+		return "cproxy-ref-not-allowed"
+	case key == "api":
+		return "cproxy-api-not-allowed"
+	case key == "packages" || key == "pypi.packages" || key == "go.modules":
+		return "cproxy-package-not-allowed"
+	case rest == "deny" && key != "deny":
+		return "cproxy-version-denied"
+	case rest == "min_release_age":
+		return "cproxy-version-too-new"
+	case key == "relays" || key == "methods" || key == "paths":
+		return "cproxy-relay-not-allowed"
+	case strings.HasPrefix(key, "mcp"):
+		return "cproxy-mcp-not-allowed"
+	}
+	return ""
+}
 
 // BindSocket is the Bind of a profile, and of a token, valid only on its
 // sandbox's own Unix socket.
@@ -370,6 +420,11 @@ func (pr *Profile) validateBinding(d *decoder, pp path) {
 	case "", ModeEnforce, ModeWarn:
 	default:
 		d.atValue(pp.key("mode"), `%s: %q is not a mode (use "warn" to forward what the profile would refuse and log it, or "enforce", the default)`, pp.key("mode"), pr.Mode)
+	}
+	for i, code := range pr.Warn {
+		if !slices.Contains(WarnCodes, code) {
+			d.atValue(pp.key("warn").elem(i, false), `%s: %q is not the code of a refusal the policy decides (one of %s; docs/refusals.md)`, pp.key("warn"), code, strings.Join(WarnCodes, ", "))
+		}
 	}
 }
 

@@ -243,7 +243,7 @@ profiel = "default"
 
 		{"unknown key without a near miss", `[profile.web]
 quota = 10
-`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: ask_models, bind, budget, go, mcp, mode, models, npm, packages, pypi, relays, repos, sources)`}},
+`, []string{`policy.toml:2:1: unknown key "quota" in [profile.web] (known keys: ask_models, bind, budget, go, mcp, mode, models, npm, packages, pypi, relays, repos, sources, warn)`}},
 
 		{"budget", `[profile.web.budget]
 window = "week"
@@ -647,5 +647,32 @@ ask_models = ["claude-[ab]", "x", "x"]
 	}
 	if err == nil || err.Error() != strings.Join(want, "\n") {
 		t.Errorf("got\n%v\nwant\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+// A warn list names refusal codes, and policy check refuses any other
+// word, saying which are meant; StepCode gives a refusing step the code
+// the routes send, so that explain says what the routes do.
+func TestWarnList(t *testing.T) {
+	_, probs := loadPolicy("policy.toml", []byte("[profile.default]\nmodels = [\"*\"]\nwarn = [\"cproxy-version-too-new\", \"min_release_age\"]\n"))
+	if err := (&probs).Error(); !strings.Contains(err, `policy.toml:3:35: profile.default.warn: "min_release_age" is not the code of a refusal the policy decides (one of cproxy-model-not-allowed,`) {
+		t.Fatalf("a warn list of a key: %s", err)
+	}
+	p := mustPolicy(t, "[profile.default]\nmodels = [\"claude-*\"]\nwarn = [\"cproxy-model-not-allowed\"]\n")
+	prof := p.Profiles["default"]
+	if !prof.WarnsOf("cproxy-model-not-allowed") || prof.WarnsOf("cproxy-ref-not-allowed") || prof.WarnsOf("") || prof.Warns() {
+		t.Errorf("WarnsOf of %q is wrong", prof.Warn)
+	}
+	step, _ := prof.AskModel("gpt-4").Refusal()
+	if got := StepCode(step.Key); got != "cproxy-model-not-allowed" {
+		t.Errorf("StepCode(%q) = %q", step.Key, got)
+	}
+	for key, want := range map[string]string{
+		"refs": "cproxy-ref-not-allowed", "npm.min_release_age": "cproxy-version-too-new", "pypi.deny": "cproxy-version-denied",
+		"go.modules": "cproxy-package-not-allowed", "paths": "cproxy-relay-not-allowed", "npm.search": "",
+	} {
+		if got := StepCode(key); got != want {
+			t.Errorf("StepCode(%q) = %q, want %q", key, got, want)
+		}
 	}
 }

@@ -83,12 +83,13 @@ func (a *Call) Decide(d Decide) error {
 }
 
 // warned is err, unless it is the policy's refusal (not a deferred
-// question, a budget or anything else) and prof is in warn mode: then the
+// question, a budget or anything else) and prof is in warn mode, or its
+// warn list names the refusal's code: then the
 // request goes on, and its audit line says decision warn with the
 // refusal it would have had. Decide asks it, and so does the question
 // asked again at forward (Server.decideAgain).
 func (a *Call) warned(prof *policy.Profile, err error) error {
-	if err == nil || !prof.Warns() || !policyRefusal(err) {
+	if err == nil || !policyRefusal(err) || !prof.WarnsOf(Code(err)) {
 		return err
 	}
 	if a.warning == "" {

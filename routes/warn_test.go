@@ -2,7 +2,10 @@ package routes
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/cproxy/cproxy/policy"
 )
 
 // Warn mode lets only the policy's own refusal pass: not a question that
@@ -26,5 +29,28 @@ func TestOnlyThePolicysRefusalIsWarned(t *testing.T) {
 		if got := policyRefusal(c.err); got != c.want {
 			t.Errorf("%s: policyRefusal = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A profile's warn list names the policy's own refusals by their codes:
+// policy.WarnCodes, which policy check holds a warn list to, are exactly
+// the codes the routes give the policy's refusals, and only a refusal of
+// a listed code is warned.
+func TestWarnListNamesThePolicysCodes(t *testing.T) {
+	want := []string{CodeModelNotAllowed, CodeRepoNotAllowed, CodeRefNotAllowed, CodeAPINotAllowed,
+		CodePackageNotAllowed, CodeVersionDenied, CodeTooNew, CodeRelayNotAllowed, CodeMCPNotAllowed}
+	if !slices.Equal(policy.WarnCodes, want) {
+		t.Errorf("policy.WarnCodes = %q, want %q", policy.WarnCodes, want)
+	}
+	prof := &policy.Profile{Name: "trial", Warn: []string{CodeTooNew}}
+	a := &Call{} // no metrics: PolicyWarned on a nil Metrics counts nothing
+	if err := a.warned(prof, RefuseCode(ErrForbidden, CodeTooNew, "x@2 is 1 hour old")); err != nil {
+		t.Errorf("a refusal the warn list names: %v", err)
+	}
+	if a.warnCode != CodeTooNew {
+		t.Errorf("the warned code is %q", a.warnCode)
+	}
+	if err := a.warned(prof, RefuseCode(ErrForbidden, CodeVersionDenied, "x@1 is denied")); err == nil {
+		t.Error("a refusal the warn list does not name was warned")
 	}
 }

@@ -260,10 +260,13 @@ type explanation struct {
 	// NoProfile says why.
 	Profile string `json:"profile,omitempty"`
 	// Mode is the profile's mode when it is warn: a refusal is forwarded.
-	Mode      string `json:"mode,omitempty"`
-	ChosenBy  string `json:"chosen_by,omitempty"`
-	ChosenAt  string `json:"chosen_at,omitempty"`
-	NoProfile string `json:"no_profile,omitempty"`
+	Mode string `json:"mode,omitempty"`
+	// Warn is the profile's warn list: the codes of the refusals it only
+	// warns about.
+	Warn      []string `json:"warn,omitempty"`
+	ChosenBy  string   `json:"chosen_by,omitempty"`
+	ChosenAt  string   `json:"chosen_at,omitempty"`
+	NoProfile string   `json:"no_profile,omitempty"`
 	// Budget is the profile's budget and, when the admin API could be
 	// asked, what each of the sandbox's live tokens has spent of it;
 	// omitted when the profile has none.
@@ -275,6 +278,12 @@ type explanation struct {
 	// (docs/approvals.md); Allow is false then.
 	Ask  bool   `json:"ask,omitempty"`
 	Rule string `json:"rule"`
+	// Code is a refusal's code (docs/refusals.md), where the policy's
+	// own rule refused.
+	Code string `json:"code,omitempty"`
+	// Warned is set for a refusal the profile forwards all the same (its
+	// mode, or its warn list naming Code).
+	Warned bool `json:"warned,omitempty"`
 }
 
 type checkStep struct {
@@ -338,6 +347,7 @@ func runExplain(o explainOptions, w io.Writer) (bool, error) {
 		if pr.Warns() {
 			e.Mode = policy.ModeWarn
 		}
+		e.Warn = pr.Warn
 		e.ask(o, pr, relay)
 		if !pr.Budget.IsZero() {
 			e.Budget = explainBudget(o, pr.Budget)
@@ -519,6 +529,10 @@ func (e *explanation) ask(o explainOptions, pr *policy.Profile, relay *policy.Re
 		}
 	}
 	e.Allow, e.Ask, e.Rule = a.Allow, a.Ask, a.Decided().Rule
+	if step, refused := a.Refusal(); refused && !a.Ask {
+		e.Code = policy.StepCode(step.Key)
+		e.Warned = pr.WarnsOf(e.Code)
+	}
 	if a.Ask {
 		// The rule that asked, not the last allowed after it.
 		e.Rule = a.Rule
@@ -539,6 +553,9 @@ func (e explanation) printText(w io.Writer) {
 	}
 	if e.Mode == policy.ModeWarn {
 		fmt.Fprintln(w, "mode:     warn: what this profile refuses is forwarded and logged as decision warn")
+	}
+	if len(e.Warn) > 0 {
+		fmt.Fprintf(w, "warn:     %s: refusals of these codes are forwarded and logged as decision warn\n", strings.Join(e.Warn, ", "))
 	}
 	if b := e.Budget; b != nil {
 		fmt.Fprintf(w, "budget:   %s\n", describeBudget(b.Limits))
@@ -561,8 +578,12 @@ func (e explanation) printText(w io.Writer) {
 		fmt.Fprintf(w, "note:     %s\n", n)
 	}
 	warned := ""
-	if e.Mode == policy.ModeWarn && !e.Allow && !e.Ask {
+	switch {
+	case !e.Warned:
+	case e.Mode == policy.ModeWarn:
 		warned = "; forwarded all the same, the profile being in warn mode"
+	default:
+		warned = "; forwarded all the same, the profile's warn list naming " + e.Code
 	}
 	fmt.Fprintf(w, "decision: %s by %s%s\n", verdict(e.Allow, e.Ask), e.Rule, warned)
 }
