@@ -349,8 +349,13 @@ func Listed(items []string) string {
 
 // RefuseTooNew refuses a version (what: "react@19.2.0") published at
 // published, younger than sandbox's minimum release age, min, at now: how
-// old it is, the minimum, and when it will be allowed.
-func RefuseTooNew(what, sandbox string, published, now time.Time, min time.Duration) error {
+// old it is, the minimum, when it will be allowed and, when the route knows
+// it, newest, the newest version the sandbox may have now.
+func RefuseTooNew(what, sandbox string, published, now time.Time, min time.Duration, newest string) error {
+	if newest != "" {
+		return RefuseCode(ErrForbidden, CodeTooNew, "%s is %s old; the minimum release age for sandbox %s is %s (newest allowed: %s; this one is allowed from %s)",
+			what, Span(now.Sub(published)), sandbox, Span(min), Clip(newest, 64), published.Add(min).UTC().Format(time.RFC3339))
+	}
 	return RefuseCode(ErrForbidden, CodeTooNew, "%s is %s old; the minimum release age for sandbox %s is %s (it is allowed from %s; use an older version until then)",
 		what, Span(now.Sub(published)), sandbox, Span(min), published.Add(min).UTC().Format(time.RFC3339))
 }

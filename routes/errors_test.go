@@ -105,10 +105,15 @@ func TestSpan(t *testing.T) {
 		}
 	}
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	err := RefuseTooNew("react@19.2.0", "conv-1", now.Add(-50*time.Hour), now, 7*24*time.Hour)
+	err := RefuseTooNew("react@19.2.0", "conv-1", now.Add(-50*time.Hour), now, 7*24*time.Hour, "")
 	want := "cproxy: react@19.2.0 is 2 days old; the minimum release age for sandbox conv-1 is 7 days (it is allowed from 2026-12-08T10:00:00Z; use an older version until then)"
 	if Message(err) != want || Code(err) != CodeTooNew || !errors.Is(err, ErrForbidden) {
 		t.Errorf("RefuseTooNew = %q (%s), want %q", Message(err), Code(err), want)
+	}
+	err = RefuseTooNew("react@19.2.0", "conv-1", now.Add(-50*time.Hour), now, 7*24*time.Hour, "19.1.1")
+	want = "cproxy: react@19.2.0 is 2 days old; the minimum release age for sandbox conv-1 is 7 days (newest allowed: 19.1.1; this one is allowed from 2026-12-08T10:00:00Z)"
+	if Message(err) != want {
+		t.Errorf("RefuseTooNew with the newest allowed = %q, want %q", Message(err), want)
 	}
 }
 

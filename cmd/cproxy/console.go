@@ -58,6 +58,13 @@ func consoleCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "console",
 		Usage: "the operator console in the browser, on the admin listener (docs/console.md)",
+		Description: `cproxy serve serves the console at / on its admin listener (console.enabled, on by default).
+On loopback it needs no login; elsewhere it needs console.password, a bcrypt hash that
+cproxy console hash makes, or console.user_header behind an authenticating proxy.
+
+Examples:
+
+   cproxy console hash >/etc/cproxy/console.hash`,
 		Subcommands: []*cli.Command{{
 			Name: "hash",
 			// Its own check of the arguments, which does not print one

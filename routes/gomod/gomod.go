@@ -273,7 +273,7 @@ func (q *question) decide(prof *policy.Profile) (string, error) {
 		case step.Key == "go.modules":
 			return ans.Rule, moduleNotAllowed(q.req.Module, q.sandbox, prof)
 		case step.Key == "go.min_release_age" && q.published != nil && !q.published.IsZero():
-			return ans.Rule, routes.RefuseTooNew(nv, q.sandbox, *q.published, q.now, prof.Go.MinReleaseAge.Duration)
+			return ans.Rule, routes.RefuseTooNew(nv, q.sandbox, *q.published, q.now, prof.Go.MinReleaseAge.Duration, "")
 		case step.Key == "go.min_release_age":
 			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeTooNew, "%s is not allowed for sandbox %s: %s", nv, q.sandbox, step.Reason)
 		}

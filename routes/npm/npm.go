@@ -23,6 +23,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Masterminds/semver/v3"
+
 	"github.com/cproxy/cproxy/policy"
 	"github.com/cproxy/cproxy/routes"
 	"github.com/cproxy/cproxy/secrets"
@@ -319,7 +321,7 @@ func (s *route) Serve(a *routes.Call) {
 	if err == errNeedsPublished {
 		// The age is in the packument: read its time[version] first.
 		var published time.Time
-		published, err = s.npmPublished(r.Context(), n, n.version())
+		published, q.times, err = s.npmPublished(r.Context(), n, n.version())
 		q.published = &published
 		if rule = ""; err == nil {
 			rule, err = q.decide(a.Session().Profile)
@@ -371,8 +373,11 @@ type npmQuestion struct {
 	sandbox string
 	// audit is an audit's body as read (checkedAudit); nil until then.
 	audit *checkedAudit
-	// published is a tarball's publish time, once fetched.
+	// published is a tarball's publish time, once fetched, and times the
+	// packument's time it was read from, for a refusal to name the newest
+	// version allowed.
 	published *time.Time
+	times     map[string]json.RawMessage
 	// rewritten says that the packument's rewrite is set up, for the
 	// profile asked first.
 	rewritten bool
@@ -465,7 +470,7 @@ func (q *npmQuestion) decide(prof *policy.Profile) (string, error) {
 			case step.Key == "packages":
 				return ans.Rule, q.notAllowed(prof)
 			case step.Key == "npm.min_release_age" && q.published != nil && !q.published.IsZero():
-				return ans.Rule, routes.RefuseTooNew(n.name+"@"+n.version(), q.sandbox, *q.published, nq.Now, prof.NPM.MinReleaseAge.Duration)
+				return ans.Rule, routes.RefuseTooNew(n.name+"@"+n.version(), q.sandbox, *q.published, nq.Now, prof.NPM.MinReleaseAge.Duration, q.newestAllowed(prof, nq.Now))
 			case step.Key == "npm.min_release_age":
 				return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeTooNew, "%s@%s is not allowed for sandbox %s: %s", n.name, n.version(), q.sandbox, step.Reason)
 			}
@@ -634,44 +639,66 @@ func checkAudit(body io.Reader, sandbox string, prof *policy.Profile) error {
 // packument (time[version]); zero when the packument has none for it. It is
 // what a tarball request costs under a min_release_age: one more packument
 // fetch, read as rewritePackumentResponse reads one (bounded, gzip or not).
-func (s *route) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, error) {
+func (s *route) npmPublished(ctx context.Context, n npmRequest, version string) (time.Time, map[string]json.RawMessage, error) {
 	base := s.fwd.Upstream().URL
 	pn := npmRequest{kind: npmPackument, name: n.name}
 	header := http.Header{"Accept": {"application/json"}, "Accept-Encoding": {"gzip"}}
 	resp, err := s.fwd.RoundTrip(ctx, http.MethodGet, pn.target(), header, nil)
 	if err != nil {
 		if routes.IsRefusal(err) {
-			return time.Time{}, err
+			return time.Time{}, nil, err
 		}
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
+		return time.Time{}, nil, routes.Refuse(routes.ErrUpstream, "the upstream %s could not be reached for the packument of %s; try again later", base.Host, n.name)
 	}
 	defer resp.Body.Close()
 	if err := npmResponse(base)(resp); err != nil {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
+		return time.Time{}, nil, routes.Refuse(routes.ErrUpstream, "the upstream %s answered %d for the packument of %s, which cproxy needs to check the release age of %s@%s", base.Host, resp.StatusCode, n.name, n.name, version)
 	}
 	var body io.Reader = resp.Body
 	if ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce == "gzip" || ce == "x-gzip" {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return time.Time{}, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
+			return time.Time{}, nil, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not valid gzip", n.name, base.Host)
 		}
 		defer zr.Close()
 		body = zr
 	} else if ce != "" && ce != "identity" {
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, routes.Clip(ce, 32))
+		return time.Time{}, nil, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s came with Content-Encoding %q, which cproxy cannot read", n.name, base.Host, routes.Clip(ce, 32))
 	}
 	// Read to the end, holding time alone.
-	published, err := packumentPublished(body, version)
+	times, err := packumentTimes(body)
 	if err != nil {
 		if err := ambiguous(err, n.name, base.Host); err != nil {
-			return time.Time{}, err
+			return time.Time{}, nil, err
 		}
-		return time.Time{}, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
+		return time.Time{}, nil, routes.Refuse(routes.ErrUpstream, "the packument of %s from %s is not a JSON object cproxy can read", n.name, base.Host)
 	}
-	return published, nil
+	return publishedAt(times, version), times, nil
+}
+
+// newestAllowed is the highest release in the packument's time that prof
+// allows at now, for a refusal of a version too new to name; "" when none
+// is, or the packument was not read.
+func (q *npmQuestion) newestAllowed(prof *policy.Profile, now time.Time) string {
+	var best *semver.Version
+	newest := ""
+	for ver := range q.times {
+		v, err := semver.StrictNewVersion(ver)
+		if err != nil || v.Prerelease() != "" || best != nil && !v.GreaterThan(best) {
+			continue
+		}
+		published := publishedAt(q.times, ver)
+		if published.IsZero() {
+			continue
+		}
+		if prof.AskNPM(policy.NPMQuestion{Name: q.n.name, Version: ver, Published: &published, Now: now}).Allow {
+			best, newest = v, ver
+		}
+	}
+	return newest
 }
 
 // setNPMCredential puts the registry token on a forwarded request, when

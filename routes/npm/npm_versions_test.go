@@ -125,7 +125,7 @@ func TestNPMVersionPolicy(t *testing.T) {
 	// (with the real token) and refuses; the tarball is never fetched.
 	before = len(reg.Requests())
 	npmRefused(t, e, "GET", "/npm/is-young/-/is-young-2.0.0.tgz", routetest.Bearer(tok), 403,
-		`cproxy: is-young@2.0.0 is 1 hour old; the minimum release age for sandbox conv-42 is 3 days (it is allowed from 2026-12-03T11:00:00Z; use an older version until then)`)
+		`cproxy: is-young@2.0.0 is 1 hour old; the minimum release age for sandbox conv-42 is 3 days (newest allowed: 1.0.0; this one is allowed from 2026-12-03T11:00:00Z)`)
 	npmRefused(t, e, "GET", "/npm/is-young/-/is-young-1.0.5.tgz", routetest.Bearer(tok), 403,
 		`cproxy: is-young@1.0.5 is not allowed for sandbox conv-42: the registry gives no publish time for it and the sandbox's policy needs versions at least 3d old`)
 	reqs := reg.Requests()[before:]

@@ -663,50 +663,57 @@ func (p *packumentStream) writeTime() error {
 
 // packumentPublished reads a packument from r and returns time[version];
 // zero when the packument has none for the version, or one that is not an
-// RFC 3339 time. It reads the packument as the rewrite does (its decoder,
-// objectMembers, publishedAt), holding time alone, and reads to the end,
-// refusing a name given twice anywhere: what a tarball check reads is what
-// the packument's reader was shown.
+// RFC 3339 time.
 func packumentPublished(r io.Reader, version string) (time.Time, error) {
+	times, err := packumentTimes(r)
+	return publishedAt(times, version), err
+}
+
+// packumentTimes reads a packument from r and returns its time, decoded by
+// objectMembers (nil when it has none). It reads the packument as the
+// rewrite does (its decoder, objectMembers), holding time alone, and reads
+// to the end, refusing a name given twice anywhere: what a tarball check
+// reads is what the packument's reader was shown.
+func packumentTimes(r io.Reader) (map[string]json.RawMessage, error) {
 	sc := newJSONScanner(r, func() int { return maxPackument })
 	if c, err := sc.peek(); err != nil || c != '{' {
 		if err == nil {
 			err = errNotObject
 		}
-		return time.Time{}, err
+		return nil, err
 	}
 	if err := sc.enterObject(); err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
-	var published time.Time
+	var times map[string]json.RawMessage
 	for {
 		more, err := sc.next()
 		if err != nil {
-			return time.Time{}, err
+			return nil, err
 		}
 		if !more {
 			break
 		}
 		_, k, err := sc.name()
 		if err != nil {
-			return time.Time{}, err
+			return nil, err
 		}
 		if k != "time" {
 			if _, err := sc.value(nil, true); err != nil {
-				return time.Time{}, err
+				return nil, err
 			}
 			continue
 		}
 		v, err := sc.value(nil, false)
 		if err != nil {
-			return time.Time{}, err
+			return nil, err
 		}
-		published = publishedAt(objectMembers(v), version)
+		times = objectMembers(v)
 	}
 	if err := sc.finish(); err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
-	return published, nil
+	return times, nil
 }
 
 // publishedAt is version's publish time in a packument's time, decoded by

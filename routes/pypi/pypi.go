@@ -286,7 +286,7 @@ func (q *question) decide(prof *policy.Profile) (string, error) {
 			}
 			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodePackageNotAllowed, "PyPI project %s is not allowed for sandbox %s (allowed: %s)", q.req.project, q.sandbox, routes.Listed(allowed))
 		case step.Key == "pypi.min_release_age" && q.uploaded != nil && !q.uploaded.IsZero():
-			return ans.Rule, routes.RefuseTooNew(nv, q.sandbox, *q.uploaded, pq.Now, prof.PyPI.MinReleaseAge.Duration)
+			return ans.Rule, routes.RefuseTooNew(nv, q.sandbox, *q.uploaded, pq.Now, prof.PyPI.MinReleaseAge.Duration, "")
 		case step.Key == "pypi.min_release_age":
 			return ans.Rule, routes.RefuseCode(routes.ErrForbidden, routes.CodeTooNew, "%s is not allowed for sandbox %s: %s", nv, q.sandbox, step.Reason)
 		}
