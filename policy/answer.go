@@ -211,8 +211,9 @@ func (pr *Profile) AskNPM(q NPMQuestion) Answer {
 		what: "package", name: q.Name, version: q.Version, published: q.Published, now: q.Now,
 		allow: pr.Package(q.Name), allowKey: "packages", section: "npm", hasPolicy: pr.HasNPMVersionPolicy(),
 		minAge: pr.NPM.MinReleaseAge, timeFrom: "the registry's publish time", placeholder: "NAME@VERSION",
-		deny: func() (Decision, string) { d := pr.NPMDeny(q.Name, q.Version); return d.Decision, d.Reason },
-		ask:  func() Decision { return pr.NPMAsk(q.Name, q.Version) },
+		deny:      func() (Decision, string) { d := pr.NPMDeny(q.Name, q.Version); return d.Decision, d.Reason },
+		ask:       func() Decision { return pr.NPMAsk(q.Name, q.Version) },
+		askTooNew: pr.NPM.AskTooNew,
 		aged: func(published time.Time) (Decision, string) {
 			d := pr.NPMVersion(q.Name, q.Version, published, q.Now)
 			return d.Decision, d.Reason
@@ -237,6 +238,9 @@ type versionedQuestion struct {
 	aged                func(published time.Time) (Decision, string)
 	// ask is SECTION.ask's decision, asked last; nil: the section has none.
 	ask func() Decision
+	// askTooNew says a version the release age refuses, of a known time,
+	// asks for an approval instead (npm.ask_too_new).
+	askTooNew bool
 }
 
 // askVersioned asks a package route's steps: the name's rule, then for a
@@ -269,6 +273,9 @@ func (pr *Profile) askVersioned(q versionedQuestion) Answer {
 			return a
 		}
 		d, reason := q.aged(*q.published)
+		if !d.Allow && q.askTooNew && !q.published.IsZero() {
+			d.Ask = true
+		}
 		if !a.ask("release age of "+nv, ageKey, d, reason) {
 			return a
 		}

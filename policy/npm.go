@@ -26,6 +26,12 @@ type NPMPolicy struct {
 	// (docs/approvals.md); the packument keeps them, so npm can resolve
 	// them. Deny and the release age are asked first. Empty: none asks.
 	Ask []NPMDenyRule `toml:"ask"`
+	// AskTooNew makes a version younger than MinReleaseAge, asked for by
+	// name (a lockfile pins it), wait for an operator's approval of exactly
+	// that package version instead of being refused; packuments still hide
+	// it, so npm resolves to an older one. A version with no publish time
+	// is refused as ever. False: refused.
+	AskTooNew bool `toml:"ask_too_new"`
 	// Search lets the sandbox run npm search (GET /-/v1/search). Default false.
 	Search bool `toml:"search"`
 	// Audit lets the sandbox run npm audit (the bulk advisory endpoint) for
@@ -106,6 +112,9 @@ func (pr *Profile) validateNPM(d *decoder, pp path) {
 	pr.checkMinAge(d, np, pr.NPM.MinReleaseAge)
 	pr.validateNPMRules(d, np.key("deny"), pr.NPM.Deny)
 	pr.validateNPMRules(d, np.key("ask"), pr.NPM.Ask)
+	if pr.NPM.AskTooNew && pr.NPM.MinReleaseAge.Duration <= 0 {
+		d.atKey(np.key("ask_too_new"), "%s: ask_too_new asks about versions younger than min_release_age, which %s does not set (set it, or drop ask_too_new)", np.key("ask_too_new"), np)
+	}
 }
 
 // validateNPMRules checks npm.deny's or npm.ask's entries, at dp.

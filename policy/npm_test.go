@@ -186,3 +186,47 @@ ask = [{ package = "is-*", versions = ">=2.0.0" }]
 		}
 	}
 }
+
+// npm.ask_too_new: a version younger than min_release_age, of a known
+// publish time, asks instead of being refused; one with no time, or one
+// deny names, is refused as ever, and the packument's filter (NPMVersion)
+// still hides it. Without min_release_age the key is refused.
+func TestNPMAskTooNew(t *testing.T) {
+	p, err := ParsePolicy("policy.toml", []byte(`
+[profile.web]
+packages = ["is-*"]
+[profile.web.npm]
+min_release_age = "3d"
+ask_too_new = true
+deny = [{ package = "is-thing", versions = "2.0.1" }]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := p.Profiles["web"]
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	old, young, none := now.Add(-10*24*time.Hour), now.Add(-time.Hour), time.Time{}
+	for _, c := range []struct {
+		version    string
+		published  *time.Time
+		allow, ask bool
+		rule       string
+	}{
+		{"1.0.0", &old, true, false, `profile.web.packages["is-*"]`},
+		{"2.0.0", &young, false, true, `profile.web.npm.min_release_age`},
+		{"2.0.0", &none, false, false, `profile.web.npm.min_release_age`},
+		{"2.0.1", &young, false, false, `profile.web.npm.deny[0]`},
+	} {
+		a := pr.AskNPM(NPMQuestion{Name: "is-thing", Version: c.version, Published: c.published, Now: now})
+		if a.Allow != c.allow || a.Ask != c.ask || a.Rule != c.rule {
+			t.Errorf("is-thing@%s: allow %v ask %v rule %s; want %v %v %s", c.version, a.Allow, a.Ask, a.Rule, c.allow, c.ask, c.rule)
+		}
+	}
+	if pr.NPMVersion("is-thing", "2.0.0", young, now).Allow {
+		t.Error("a version too new is shown in the packument")
+	}
+	_, err = ParsePolicy("policy.toml", []byte("[profile.web]\npackages = [\"*\"]\nnpm.ask_too_new = true\n"))
+	if err == nil || !strings.Contains(err.Error(), "ask_too_new asks about versions younger than min_release_age, which profile.web.npm does not set") {
+		t.Errorf("ask_too_new without min_release_age: %v", err)
+	}
+}
