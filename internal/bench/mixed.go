@@ -33,27 +33,29 @@ import (
 type MixedOptions struct {
 	// Cproxy is the cproxy binary, Helper the git-credential-cproxy one;
 	// empty: go build them.
-	Cproxy, Helper string
+	Cproxy, Helper string `json:"-"`
 	// Dir is where the repository, projects, configs and logs go. Empty: a
 	// new temporary directory, removed at the end.
-	Dir string
+	Dir string `json:"-"`
 	// CPUs are the runtime.cpus settings compared, 0 for every CPU.
-	CPUs []int
+	CPUs []int `json:"cpus"`
 	// Rounds is how many times each setting runs alone and mixed; the
 	// settings take turns, in an order that alternates between rounds.
-	Rounds int
+	Rounds int `json:"rounds"`
 	// GitMiB is the random content of the repository cloned, in Files
 	// files.
-	GitMiB, Files int
+	GitMiB int `json:"git_mib"`
+	Files  int `json:"git_files"`
 	// NPMPackages is the size of the generated tree (as
 	// NPMOptions.Packages); NPMRuns is how many `npm ci` of it run at once.
-	NPMPackages, NPMRuns int
+	NPMPackages int `json:"npm_packages"`
+	NPMRuns     int `json:"npm_runs"`
 	// Clients is how many model clients stream at once; each waits Pause
 	// after a stream ends before it sends the next request.
-	Clients int
-	Pause   time.Duration
+	Clients int           `json:"clients"`
+	Pause   time.Duration `json:"pause_ns"`
 	// Alone is how long the model clients run by themselves, the baseline.
-	Alone time.Duration
+	Alone time.Duration `json:"alone_ns"`
 	// Progress, if set, gets a line per step.
 	Progress io.Writer `json:"-"`
 }

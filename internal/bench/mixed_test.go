@@ -71,3 +71,24 @@ func TestMixed(t *testing.T) {
 		t.Errorf("tables:\n%s", b.String())
 	}
 }
+
+// TestMixedReport: a mixed-load result goes into a JSON report and comes
+// back out whole.
+func TestMixedReport(t *testing.T) {
+	res := &MixedResult{Options: DefaultMixedOptions, Runs: []MixedRun{{Round: 1, CPUs: 1, GOMAXPROCS: 1, NPMCI: []time.Duration{time.Second}}}}
+	rep, err := NewReport(res, nil, "1.00 1.00 1.00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rep.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseReport(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Benchmark != BenchMixedLoad || got.MixedLoad == nil || len(got.MixedLoad.Runs) != 1 || got.MixedLoad.Options.Alone != DefaultMixedOptions.Alone {
+		t.Errorf("%s", b)
+	}
+}
