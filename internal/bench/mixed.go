@@ -181,6 +181,9 @@ func RunMixed(ctx context.Context, o MixedOptions) (_ *MixedResult, err error) {
 	if o.NPMPackages < 10 {
 		return nil, fmt.Errorf("a tree of %d packages: at least 10 are needed", o.NPMPackages)
 	}
+	if o.Rounds < 1 || o.NPMRuns < 1 || o.Clients < 1 || o.GitMiB < 1 || o.Files < 1 || len(o.CPUs) == 0 {
+		return nil, fmt.Errorf("rounds, npm runs, clients, the repository's MiB and files must be at least 1, and there must be a CPU setting")
+	}
 	m := &mixedEnv{o: o, progress: progressTo(o.Progress, "bench-mixed")}
 	res := &MixedResult{Options: o, Machine: machine(), LoadBefore: loadavg(), Started: time.Now()}
 	if m.git, err = exec.LookPath("git"); err != nil {
@@ -357,7 +360,7 @@ func (m *mixedEnv) run(ctx context.Context, round, cpus int, mixed bool) (MixedR
 	start := time.Now()
 	var loadErr error
 	if mixed {
-		run.Clone, run.NPMCI, loadErr = m.mix(ctx, w, projects)
+		run.Clone, run.NPMCI, loadErr = m.mix(ctx, w, e.dir, projects)
 	} else {
 		select {
 		case <-time.After(m.o.Alone):
@@ -420,9 +423,9 @@ func (m *mixedEnv) projects(dir string, w *cproxyWay) ([]string, error) {
 	return ps, nil
 }
 
-// mix runs the clone and the installs through w at once, and returns the
-// wall time of each.
-func (m *mixedEnv) mix(ctx context.Context, w *cproxyWay, projects []string) (time.Duration, []time.Duration, error) {
+// mix runs the clone (into dir) and the installs through w at once, and
+// returns the wall time of each.
+func (m *mixedEnv) mix(ctx context.Context, w *cproxyWay, dir string, projects []string) (time.Duration, []time.Duration, error) {
 	var (
 		wg    sync.WaitGroup
 		clone time.Duration
@@ -430,7 +433,7 @@ func (m *mixedEnv) mix(ctx context.Context, w *cproxyWay, projects []string) (ti
 		npms  = make([]time.Duration, len(projects))
 	)
 	wg.Go(func() {
-		clone, errs[0] = timeClone(ctx, m.git, "https://github.com/acme/big", filepath.Join(filepath.Dir(projects[0]), "clone"), gitThrough(m.gitEnv, w))
+		clone, errs[0] = timeClone(ctx, m.git, "https://github.com/acme/big", filepath.Join(dir, "clone"), gitThrough(m.gitEnv, w))
 	})
 	registry := w.URL + "/npm/"
 	for i, p := range projects {
