@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,7 @@ drain = "2s"
 path = "cproxy.db"
 
 [upstream.anthropic]
-url = "http://127.0.0.1:9"
+url = "{{anthropic}}"
 credential = "file:anthropic-key"
 
 [{{table}}.{{name}}]
@@ -45,6 +46,14 @@ type routeSetup struct {
 	// /mcp/NAME, its credential sent as Authorization: Bearer; false: an
 	// [upstream.NAME].
 	MCP bool
+	// Anthropic and AnthropicKey are the model route's upstream and its API
+	// key; empty: an address nothing answers on, and a key never used.
+	Anthropic, AnthropicKey string
+	// More is config appended after the upstream's section, such as a
+	// second upstream or a [runtime] table; its credentials are files in
+	// Files. Empty: none.
+	More  string
+	Files map[string]string
 }
 
 // startCproxyRoute starts `cproxy serve` from bin in front of one upstream
@@ -61,13 +70,18 @@ func (e *Env) startCproxyRoute(bin, name, upstream, url, realToken, policy, sand
 	if setup.MCP {
 		table = "mcp"
 	}
+	anthropic, key := setup.Anthropic, setup.AnthropicKey
+	if anthropic == "" {
+		anthropic, key = "http://127.0.0.1:9", "sk-ant-api03-bench-unused"
+	}
 	files := map[string]string{
-		"anthropic-key":  "sk-ant-api03-bench-unused\n",
+		"anthropic-key":  key + "\n",
 		"upstream-token": realToken + "\n",
 		"policy.toml":    policy,
 		"cproxy.toml": strings.NewReplacer("{{table}}", table, "{{name}}", upstream, "{{url}}", url, "{{listen}}", listen,
-			"{{upstream}}", setup.Upstream).Replace(cproxyRouteConfig),
+			"{{upstream}}", setup.Upstream, "{{anthropic}}", anthropic).Replace(cproxyRouteConfig) + setup.More,
 	}
+	maps.Copy(files, setup.Files)
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(content), 0o600); err != nil {
 			return nil, "", "", err
@@ -103,7 +117,7 @@ func (e *Env) startCproxyRoute(bin, name, upstream, url, realToken, policy, sand
 	if err != nil {
 		return nil, "", "", p.failed(err.Error())
 	}
-	return &Target{Name: name, URL: "http://" + addrs.Proxy, proc: p}, token, addrs.ProxyTLS, nil
+	return &Target{Name: name, URL: "http://" + addrs.Proxy, Header: bearer(token), proc: p, admin: "http://" + addrs.Admin, dir: e.dir}, token, addrs.ProxyTLS, nil
 }
 
 // CproxyUse is what one cproxy process used in the git or npm benchmark.

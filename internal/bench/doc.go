@@ -29,7 +29,10 @@
 // embedded store with up to a million tokens, and a year of churn with and
 // without pruning; benchreport -mcp (.ci/bench-mcp) runs RunMCP: the
 // official Go SDK's client and server, directly and through cproxy's MCP
-// route, tools/call and a filtered tools/list. With Options.Before (and GitOptions.Before,
+// route, tools/call and a filtered tools/list; benchreport -mixed
+// (.ci/bench-mixed) runs RunMixed: model streams, a large git clone and
+// npm ci runs at once through one cproxy, at runtime.cpus 1 and 0 (every
+// CPU), against the model streams alone. With Options.Before (and GitOptions.Before,
 // NPMOptions.Before) an earlier build of cproxy runs beside the current one
 // as one more target, cproxy@REV, at the same settings and in the same
 // turns; .ci/bench-compare builds one from a git revision and runs the model

@@ -118,15 +118,7 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 	if o.Cproxy, err = cproxyBinary(o.Cproxy, bin); err != nil {
 		return nil, err
 	}
-	// git finds the helper as git-credential-cproxy on PATH.
-	helper := filepath.Join(bin, "git-credential-cproxy")
-	if o.Helper == "" {
-		if err := goBuild(helper, "github.com/cproxy/cproxy/cmd/git-credential-cproxy"); err != nil {
-			return nil, err
-		}
-	} else if abs, err := filepath.Abs(o.Helper); err != nil {
-		return nil, err
-	} else if err := os.Symlink(abs, helper); err != nil {
+	if err := gitHelper(o.Helper, bin); err != nil {
 		return nil, err
 	}
 
@@ -155,14 +147,7 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, err
 	}
-	baseEnv := []string{
-		"HOME=" + home,
-		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"GIT_CONFIG_NOSYSTEM=1",
-		"GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_TERMINAL_PROMPT=0",
-		"LANG=C",
-	}
+	baseEnv := gitEnv(home, bin)
 	// Every way gets its credential from a helper, after the server's 401:
 	// the same round trips.
 	direct := append(slices.Clone(baseEnv),
@@ -203,15 +188,7 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 					return err
 				}
 				through[way] = w
-				envs[way] = append(slices.Clone(baseEnv),
-					"GIT_CONFIG_COUNT=2",
-					"GIT_CONFIG_KEY_0=url."+w.URL+"/github/.insteadOf",
-					"GIT_CONFIG_VALUE_0=https://github.com/",
-					"GIT_CONFIG_KEY_1=credential.helper",
-					"GIT_CONFIG_VALUE_1=cproxy",
-					"CPROXY_URL="+w.URL,
-					"CPROXY_TOKEN="+w.token,
-				)
+				envs[way] = gitThrough(baseEnv, w)
 			}
 			for rep := 0; rep < o.Reps; rep++ {
 				for _, way := range rotated(ways, rep) {
@@ -244,6 +221,48 @@ func RunGit(ctx context.Context, o GitOptions) (_ *GitResult, err error) {
 	}
 	res.Took = time.Since(res.Started)
 	return res, nil
+}
+
+// gitHelper puts git-credential-cproxy into bin, where git finds it on
+// PATH: a link to helper, or when that is empty one built there.
+func gitHelper(helper, bin string) error {
+	dst := filepath.Join(bin, "git-credential-cproxy")
+	if helper == "" {
+		return goBuild(dst, "github.com/cproxy/cproxy/cmd/git-credential-cproxy")
+	}
+	abs, err := filepath.Abs(helper)
+	if err != nil {
+		return err
+	}
+	return os.Symlink(abs, dst)
+}
+
+// gitEnv is the environment git runs in: home as its home, bin (with
+// git-credential-cproxy) first on PATH, and no system or global config.
+func gitEnv(home, bin string) []string {
+	return []string{
+		"HOME=" + home,
+		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0",
+		"LANG=C",
+	}
+}
+
+// gitThrough is env with git sent through the cproxy way w as a sandbox
+// sends it: https://github.com/ rewritten to w's git route (insteadOf), and
+// the sandbox token handed over by git-credential-cproxy.
+func gitThrough(env []string, w *cproxyWay) []string {
+	return append(slices.Clone(env),
+		"GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=url."+w.URL+"/github/.insteadOf",
+		"GIT_CONFIG_VALUE_0=https://github.com/",
+		"GIT_CONFIG_KEY_1=credential.helper",
+		"GIT_CONFIG_VALUE_1=cproxy",
+		"CPROXY_URL="+w.URL,
+		"CPROXY_TOKEN="+w.token,
+	)
 }
 
 // progressTo is a benchmark's progress: each line on w as "NAME: …";

@@ -147,13 +147,25 @@ func (t *Target) Stream(ctx context.Context, hc *http.Client, body []byte, hold 
 // FirstEvent is Stream for a stream that is not held: it reads the whole
 // stream and returns the time to its first event.
 func (t *Target) FirstEvent(ctx context.Context, hc *http.Client, body []byte) (time.Duration, error) {
+	first, _, err := t.WholeStream(ctx, hc, body)
+	return first, err
+}
+
+// WholeStream sends one streaming request that is not held and reads the
+// whole stream: it returns the time from sending to the end of its first
+// event and to the end of the stream.
+func (t *Target) WholeStream(ctx context.Context, hc *http.Client, body []byte) (first, whole time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	d, rest, err := t.Stream(ctx, hc, body, false)
+	start := time.Now()
+	first, rest, err := t.Stream(ctx, hc, body, false)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return d, rest()
+	if err := rest(); err != nil {
+		return 0, 0, err
+	}
+	return first, time.Since(start), nil
 }
 
 // op is one timed operation against a target.

@@ -169,30 +169,21 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 		}
 	}
 
-	// npm's own settings only: a home of its own, no user config, and no
-	// proxy variables (npm takes PROXY, in any case, for an HTTP proxy).
 	home := filepath.Join(dir, "home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, err
 	}
-	env := []string{
-		"HOME=" + home,
-		"PATH=" + os.Getenv("PATH"),
-		"LANG=C",
-		"npm_config_userconfig=" + filepath.Join(home, "npmrc"),
-		"npm_config_update_notifier=false",
-		"npm_config_loglevel=warn",
-	}
+	env := npmEnv(home)
 	// Each way has its registry URL, the token npm sends there, and its
 	// project: the same package.json, and the lockfile npm makes through
 	// that way, so its resolved URLs (and every tarball npm ci fetches) go
 	// that way.
 	type npmWay struct{ registry, auth, project string }
 	ways := map[string]npmWay{
-		"direct": {reg.URL + "/", "--//" + strings.TrimPrefix(reg.URL, "http://") + "/:_authToken=" + realToken, filepath.Join(dir, "app-direct")},
+		"direct": {reg.URL + "/", npmAuth(reg.URL+"/", realToken), filepath.Join(dir, "app-direct")},
 	}
 	for way, t := range through {
-		ways[way] = npmWay{t.URL + "/npm/", "--//" + strings.TrimPrefix(t.URL, "http://") + "/npm/:_authToken=" + t.token, filepath.Join(dir, "app-"+way)}
+		ways[way] = npmWay{t.URL + "/npm/", npmAuth(t.URL+"/npm/", t.token), filepath.Join(dir, "app-"+way)}
 	}
 	pj, err := json.MarshalIndent(map[string]any{"name": "bench-app", "version": "1.0.0", "private": true, "dependencies": tree.Root}, "", "  ")
 	if err != nil {
@@ -206,7 +197,7 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 		cache := filepath.Join(dir, fmt.Sprintf("cache-%d", caches))
 		defer os.RemoveAll(cache)
 		w := ways[way]
-		args = append(args, "--registry", w.registry, w.auth, "--cache", cache, "--no-audit", "--no-fund", "--ignore-scripts")
+		args = append(args, npmArgs(w.registry, w.auth, cache)...)
 		cmd := exec.CommandContext(ctx, npm, args...)
 		cmd.Dir, cmd.Env = w.project, env
 		before := len(reg.Requests())
@@ -269,6 +260,33 @@ func RunNPM(ctx context.Context, o NPMOptions) (_ *NPMResult, err error) {
 	}
 	res.Took = time.Since(res.Started)
 	return res, nil
+}
+
+// npmEnv is npm's environment, its own settings only: home as its home,
+// no user config, and no proxy variables (npm takes PROXY, in any case,
+// for an HTTP proxy).
+func npmEnv(home string) []string {
+	return []string{
+		"HOME=" + home,
+		"PATH=" + os.Getenv("PATH"),
+		"LANG=C",
+		"npm_config_userconfig=" + filepath.Join(home, "npmrc"),
+		"npm_config_update_notifier=false",
+		"npm_config_loglevel=warn",
+	}
+}
+
+// npmAuth is the argument that has npm send token to the registry at the
+// URL registry (ending in '/').
+func npmAuth(registry, token string) string {
+	return "--//" + strings.TrimPrefix(registry, "http://") + ":_authToken=" + token
+}
+
+// npmArgs are the arguments every npm run of the benchmarks ends with: the
+// registry, its token (npmAuth), an empty cache of its own, and nothing
+// but the install itself.
+func npmArgs(registry, auth, cache string) []string {
+	return []string{"--registry", registry, auth, "--cache", cache, "--no-audit", "--no-fund", "--ignore-scripts"}
 }
 
 // npmCount is what the registry was asked for.

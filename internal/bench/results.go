@@ -33,6 +33,9 @@ const (
 	// BenchStoreSize (.ci/bench-store-size) has no JSON file or chart
 	// either: its tables are in docs/benchmarks/store-size.md.
 	BenchStoreSize = "store-size"
+	// BenchMixedLoad (.ci/bench-mixed) has no chart either: its tables
+	// are in docs/benchmarks/mixed-load.md.
+	BenchMixedLoad = "mixed-load"
 )
 
 // ResultFiles name the JSON file of each benchmark in a results directory.
@@ -50,8 +53,8 @@ var ResultFiles = map[string]string{
 // (a new quantity gets a new field).
 type Report struct {
 	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI,
-	// BenchPipInstall, BenchGoModDownload, BenchMCP, BenchPostgresStore or
-	// BenchStoreSize, and says which of the result fields is set.
+	// BenchPipInstall, BenchGoModDownload, BenchMCP, BenchPostgresStore,
+	// BenchStoreSize or BenchMixedLoad, and says which of the result fields is set.
 	Benchmark string `json:"benchmark"`
 	// Date is when the run started, in UTC.
 	Date     time.Time `json:"date"`
@@ -72,6 +75,8 @@ type Report struct {
 	PostgresStore *StoreResult `json:"postgres_store,omitempty"`
 	// StoreSize is BenchStoreSize's.
 	StoreSize *StoreSizeResult `json:"store_size,omitempty"`
+	// MixedLoad is BenchMixedLoad's.
+	MixedLoad *MixedResult `json:"mixed_load,omitempty"`
 }
 
 // Machine is what the run ran on.
@@ -105,7 +110,7 @@ type Versions struct {
 }
 
 // NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult,
-// *PipResult, *GoModResult, *MCPResult, *StoreResult or *StoreSizeResult; loadBefore is /proc/loadavg as read when the run started.
+// *PipResult, *GoModResult, *MCPResult, *StoreResult, *StoreSizeResult or *MixedResult; loadBefore is /proc/loadavg as read when the run started.
 func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	r := &Report{Machine: currentMachine(), Versions: Versions{Go: runtime.Version(), Cproxy: buildCommit()}, Args: args}
 	if r.Args == nil {
@@ -133,6 +138,9 @@ func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 		r.Benchmark, r.PostgresStore, r.Date = BenchPostgresStore, res, res.Started
 	case *StoreSizeResult:
 		r.Benchmark, r.StoreSize, r.Date = BenchStoreSize, res, res.Started
+	case *MixedResult:
+		r.Benchmark, r.MixedLoad, r.Date = BenchMixedLoad, res, res.Started
+		r.Versions.Git, r.Versions.NPM, r.Versions.Node = res.GitVersion, res.NPMVersion, res.NodeVersion
 	default:
 		return nil, fmt.Errorf("no report for a %T", res)
 	}
@@ -183,7 +191,7 @@ func ParseReport(b []byte) (*Report, error) {
 	}
 	held := map[string]bool{BenchModelRoute: r.ModelRoute != nil, BenchGitClone: r.GitClone != nil, BenchNPMCI: r.NPMCI != nil,
 		BenchPipInstall: r.PipInstall != nil, BenchGoModDownload: r.GoModDownload != nil,
-		BenchMCP: r.MCP != nil}
+		BenchMCP: r.MCP != nil, BenchMixedLoad: r.MixedLoad != nil}
 	if _, known := held[r.Benchmark]; !known {
 		return nil, fmt.Errorf("unknown benchmark %q", r.Benchmark)
 	}

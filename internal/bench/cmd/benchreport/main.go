@@ -4,7 +4,8 @@
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
 // (.ci/bench-npm), with -pip the pip install benchmark (.ci/bench-pip),
 // with -gomod the go mod download benchmark (.ci/bench-gomod), with -mcp
-// the MCP route benchmark (.ci/bench-mcp), with -store
+// the MCP route benchmark (.ci/bench-mcp), with -mixed the mixed load at
+// runtime.cpus 1 and 0 (.ci/bench-mixed), with -store
 // the PostgreSQL store benchmark
 // (.ci/bench-store), with -store-size the embedded store's size benchmark
 // (.ci/bench-store-size). With -before BINARY each of the first three also
@@ -71,6 +72,16 @@ func main() {
 	flag.IntVar(&mo.Calls, "mcp-calls", mo.Calls, "with -mcp: tools/call timed per way and round")
 	flag.IntVar(&mo.Lists, "mcp-lists", mo.Lists, "with -mcp: tools/list timed per way and round")
 	flag.IntVar(&mo.Tools, "mcp-tools", mo.Tools, "with -mcp: generated tools the server lists beside its own three")
+	mixedMode := flag.Bool("mixed", false, "run the mixed-load benchmark instead (.ci/bench-mixed): model streams, a git clone and npm ci runs at once through one cproxy at runtime.cpus 1 and 0; -cproxy, -helper, -dir and the -mixed-* flags apply")
+	mx := bench.DefaultMixedOptions
+	flag.IntVar(&mx.Rounds, "mixed-rounds", mx.Rounds, "with -mixed: rounds, each running every setting alone and mixed")
+	flag.Func("mixed-cpus", "with -mixed: the runtime.cpus settings, comma-separated, 0 for every CPU (default 1,0)", intList(&mx.CPUs, 0, "CPUs"))
+	flag.IntVar(&mx.GitMiB, "mixed-git", mx.GitMiB, "with -mixed: MiB of random content in the repository cloned")
+	flag.IntVar(&mx.NPMPackages, "mixed-npm-packages", mx.NPMPackages, "with -mixed: packages in the generated dependency tree")
+	flag.IntVar(&mx.NPMRuns, "mixed-npm-runs", mx.NPMRuns, "with -mixed: npm ci runs at once")
+	flag.IntVar(&mx.Clients, "mixed-clients", mx.Clients, "with -mixed: model clients streaming at once")
+	flag.DurationVar(&mx.Pause, "mixed-pause", mx.Pause, "with -mixed: each model client's pause between a stream's end and its next request")
+	flag.DurationVar(&mx.Alone, "mixed-alone", mx.Alone, "with -mixed: how long the model clients run alone, the baseline")
 	storeMode := flag.Bool("store", false, "run the PostgreSQL store benchmark instead (.ci/bench-store): -cproxy, -dir and the -store-* flags apply")
 	st := bench.DefaultStoreOptions
 	flag.StringVar(&st.DSN, "store-dsn", os.Getenv("CPROXY_TEST_PG_DSN"), "with -store: a postgres:// `URL` of a role that may create databases (default $CPROXY_TEST_PG_DSN)")
@@ -81,17 +92,7 @@ func main() {
 	flag.DurationVar(&st.LookupCache, "store-cache", st.LookupCache, "with -store: store.lookup_cache of the cached cproxy and replicas")
 	sizeMode := flag.Bool("store-size", false, "run the embedded store's size benchmark instead (.ci/bench-store-size): -cproxy, -dir and the -size-* flags apply")
 	sz := bench.DefaultStoreSizeOptions
-	flag.Func("size-tokens", "with -store-size: the store sizes to measure, comma-separated (default 10000,100000,1000000)", func(v string) error {
-		sz.Sizes = nil
-		for f := range strings.SplitSeq(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				return fmt.Errorf("%q is not a number of tokens", f)
-			}
-			sz.Sizes = append(sz.Sizes, n)
-		}
-		return nil
-	})
+	flag.Func("size-tokens", "with -store-size: the store sizes to measure, comma-separated (default 10000,100000,1000000)", intList(&sz.Sizes, 1, "tokens"))
 	flag.IntVar(&sz.Lookups, "size-lookups", sz.Lookups, "with -store-size: look-ups timed in process per size")
 	flag.IntVar(&sz.Requests, "size-requests", sz.Requests, "with -store-size: requests through cproxy per size")
 	flag.IntVar(&sz.Days, "size-days", sz.Days, "with -store-size: simulated days of churn")
@@ -120,15 +121,32 @@ func main() {
 	pp.Cproxy, pp.Dir, pp.Progress = o.Cproxy, o.Dir, os.Stderr
 	gm.Cproxy, gm.Dir, gm.Progress = o.Cproxy, o.Dir, os.Stderr
 	mo.Cproxy, mo.Dir, mo.Progress = o.Cproxy, o.Dir, os.Stderr
-	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm, mcp: *mcpMode, mcpOpts: mo}
+	mx.Cproxy, mx.Helper, mx.Dir, mx.Progress = o.Cproxy, g.Helper, o.Dir, os.Stderr
+	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm, mcp: *mcpMode, mcpOpts: mo, mixed: *mixedMode, mixedOpts: mx}
 	if err := run(ctx, *gitMode, *npmMode, *storeMode, *sizeMode, pkg, o, p, g, n, st, sz, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-// pkgRuns say whether to run the package-route benchmarks or the MCP
-// route's, and how.
+// intList parses a flag's comma-separated numbers, each at least least,
+// into dst; what names what they count, for the error.
+func intList(dst *[]int, least int, what string) func(string) error {
+	return func(v string) error {
+		*dst = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < least {
+				return fmt.Errorf("%q is not a number of %s", f, what)
+			}
+			*dst = append(*dst, n)
+		}
+		return nil
+	}
+}
+
+// pkgRuns say whether to run the package-route benchmarks, the MCP
+// route's or the mixed load, and how.
 type pkgRuns struct {
 	pip       bool
 	pipOpts   bench.PipOptions
@@ -136,6 +154,8 @@ type pkgRuns struct {
 	gomodOpts bench.GoModOptions
 	mcp       bool
 	mcpOpts   bench.MCPOptions
+	mixed     bool
+	mixedOpts bench.MixedOptions
 }
 
 // run runs the benchmark asked for, prints its tables and, with jsonPath
@@ -157,6 +177,8 @@ func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, pkg pk
 		res, err = bench.RunGoMod(ctx, pkg.gomodOpts)
 	case pkg.mcp:
 		res, err = bench.RunMCP(ctx, pkg.mcpOpts)
+	case pkg.mixed:
+		res, err = bench.RunMixed(ctx, pkg.mixedOpts)
 	case npmMode:
 		n.Cproxy, n.Dir, n.Progress, n.Before, n.BeforeRev = o.Cproxy, o.Dir, os.Stderr, o.Before, o.BeforeRev
 		res, err = bench.RunNPM(ctx, n)
