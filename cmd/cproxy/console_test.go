@@ -23,6 +23,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/chromedp/chromedp"
+
+	"github.com/cproxy/cproxy/internal/testutil"
 )
 
 // consolePolicy lets every sandbox use the Claude models, ten requests a
@@ -55,8 +57,13 @@ func chromiumPath(t *testing.T) string {
 // and nothing that reaches out to Google, and returns its context.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	// Chromium puts its singleton socket in TMPDIR, and refuses to start
+	// when that path is longer than a socket's: a short folder of its own,
+	// whatever TMPDIR is.
+	tmp := testutil.SocketDir(t)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.Flag("headless", true),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
