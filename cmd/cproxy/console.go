@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,8 @@ import (
 )
 
 // adminHandler is what the admin listener serves: the admin API, and the
-// console in front of it unless [console] turns it off (docs/console.md).
+// console in front of it when serve made it a feed (feed nil: [console] is
+// off, or has no login off loopback; docs/console.md).
 // The console stops its event streams when the listener shuts down.
 func adminHandler(cfg *config.Config, api http.Handler, srv *routes.Server, feed *console.Feed, addr string,
 	reload func() console.Reload, loader *secrets.Loader, log *slog.Logger) (http.Handler, func(), error) {
@@ -38,12 +38,6 @@ func adminHandler(cfg *config.Config, api http.Handler, srv *routes.Server, feed
 	c, err := console.New(console.Options{Admin: api, Feed: feed, Addr: addr, Hosts: cfg.Console.Hosts,
 		PasswordHash: hash, UserHeader: cfg.Console.UserHeader, Log: log, Reload: reload,
 		Policy: func() (string, string) { p := srv.Policy(); return p.Path, p.Text() }})
-	if errors.Is(err, console.ErrNoLogin) {
-		// The harness's admin API is served as before; only the pages,
-		// which a browser anywhere could reach, are not.
-		log.Info("console not served: "+err.Error()+" (docs/console.md)", "admin", addr)
-		return console.RefuseBrowsers(api), func() {}, nil
-	}
 	if err != nil {
 		return nil, nil, fail("", "%s", cfg.ProblemAt("console.password", "%v", err))
 	}

@@ -468,9 +468,17 @@ func serve(ctx context.Context, cfg *config.Config, stdout, stderr io.Writer) er
 			hook.Wait(ctx)
 		}()
 	}
-	var feed *console.Feed // the console's live requests; nil: no console
+	// The console's live requests, only when it is served: nil, and no
+	// request pays for a feed, when it is off or has no login off loopback.
+	var feed *console.Feed
 	var watch func(*audit.Record)
-	if cfg.Console.Enabled {
+	switch {
+	case !cfg.Console.Enabled:
+	case !console.Served(adminAddr, cfg.Console.Password != "" || cfg.Console.UserHeader != ""):
+		// The harness's admin API is served as before; only the pages,
+		// which a browser anywhere could reach, are not.
+		log.Info("console not served: "+console.ErrNoLogin.Error()+" (docs/console.md)", "admin", adminAddr)
+	default:
 		feed = console.NewFeed()
 		watch = feed.Watch
 	}

@@ -147,6 +147,15 @@ type session struct {
 	flash   string
 }
 
+// Served reports whether a console may be served on the admin listener at
+// addr: on a loopback address, or with a login (a password or a proxy's
+// user header). New refuses the others with ErrNoLogin.
+func Served(addr string, login bool) bool {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return login || err == nil && ip != nil && ip.IsLoopback()
+}
+
 // New returns the console. Off loopback, it needs a login (ErrNoLogin).
 func New(o Options) (*Console, error) {
 	if o.Log == nil {
@@ -157,17 +166,14 @@ func New(o Options) (*Console, error) {
 	}
 	c := &Console{o: o, hosts: slices.Clone(o.Hosts), login: rate.NewLimiter(rate.Every(time.Second), 5),
 		done: make(chan struct{}), sessions: map[string]*session{}}
-	loopback := false
-	if host, port, err := net.SplitHostPort(o.Addr); err == nil {
-		ip := net.ParseIP(host)
-		loopback = ip != nil && ip.IsLoopback()
+	if !Served(o.Addr, !o.PasswordHash.IsZero() || o.UserHeader != "") {
+		return nil, ErrNoLogin
+	}
+	if _, port, err := net.SplitHostPort(o.Addr); err == nil {
 		c.hosts = append(c.hosts, o.Addr)
-		if loopback {
+		if Served(o.Addr, false) {
 			c.hosts = append(c.hosts, "localhost:"+port)
 		}
-	}
-	if !loopback && o.PasswordHash.IsZero() && o.UserHeader == "" {
-		return nil, ErrNoLogin
 	}
 	if !o.PasswordHash.IsZero() {
 		if _, err := bcrypt.Cost([]byte(o.PasswordHash.Reveal())); err != nil {
