@@ -6,13 +6,18 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,5 +164,91 @@ func TestOneTokenCannotTakeEveryConnection(t *testing.T) {
 	defer c.Close()
 	if resp, body, err := connDo(t, c, bufio.NewReader(c), other); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("another token's request while one holds its share: %v %v %s", resp, err, body)
+	}
+}
+
+// On the TLS listener, which speaks HTTP/2, a connection is still one
+// slot however many requests it carries at once, and a token past its
+// share of the slots gets its 429 on a connection that is then closed
+// (GOAWAY): HTTP/2 neither multiplies nor escapes the bound.
+func TestHTTP2ConnectionsCountAsConnections(t *testing.T) {
+	const slots = 4
+	fake := fakes.NewAnthropic(fakes.AnthropicOptions{APIKey: canaryAPIKey})
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	writeServeConfig(t, dir, fake.URL)
+	cfg, _ := os.ReadFile(filepath.Join(dir, "cproxy.toml"))
+	cfg = []byte(strings.Replace(string(cfg), "[listen]\n", "[listen]\nproxy_tls = \"127.0.0.1:0\"\nca_dir = \"ca\"\n", 1))
+	cfg = fmt.Appendf([]byte("policy = \"policy.toml\"\n"), "%s\n[runtime]\nmax_connections = %d\n", cfg, slots)
+	os.WriteFile(filepath.Join(dir, "cproxy.toml"), cfg, 0o600)
+	os.WriteFile(filepath.Join(dir, "policy.toml"), []byte("[profile.default]\nmodels = [\"claude-*\"]\n"), 0o600)
+	s := startServe(t, dir)
+	var ready struct {
+		ProxyTLS string `json:"proxy_tls"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "ready.json")); err != nil || json.Unmarshal(b, &ready) != nil || ready.ProxyTLS == "" {
+		t.Fatalf("no TLS listener in the ready file: %v", err)
+	}
+	ca, err := exec.Command("cproxy", "ca", "--config", filepath.Join(dir, "cproxy.toml")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	hog, other := s.mint("conv-1"), s.mint("conv-2")
+
+	// Each client its own connection.
+	send := func(c *http.Client, tok string) (*http.Response, string) {
+		t.Helper()
+		body := `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+		req, _ := http.NewRequest("POST", "https://"+ready.ProxyTLS+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	newClient := func() *http.Client {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	}
+
+	first := newClient()
+	if resp, body := send(first, hog); resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("the first request: %s %s %s, want 200 over HTTP/2", resp.Proto, resp.Status, body)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 3*slots)
+	for i := range codes {
+		wg.Go(func() {
+			resp, _ := send(first, hog)
+			if resp.ProtoMajor != 2 {
+				t.Errorf("request %d went over %s, want HTTP/2", i, resp.Proto)
+			}
+			codes[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Fatalf("request %d of %d at once on one HTTP/2 connection: %d, want 200 (one connection is one slot)", i+1, len(codes), c)
+		}
+	}
+	if resp, body := send(newClient(), hog); resp.StatusCode != 200 {
+		t.Fatalf("the token's second connection: %s %s", resp.Status, body)
+	}
+	third := newClient()
+	resp, body := send(third, hog)
+	if resp.StatusCode != 429 || !strings.Contains(body, "runtime.max_connections") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the token's third connection of %d slots: %s %v %s, want a 429 naming runtime.max_connections with Retry-After", slots, resp.Status, resp.Header, body)
+	}
+	if resp, body := send(newClient(), other); resp.StatusCode != 200 {
+		t.Fatalf("another token's request while one holds its share: %s %s", resp.Status, body)
 	}
 }

@@ -39,7 +39,10 @@ func listenProxyTLS(cfg *config.Config, loader *secrets.Loader, log *slog.Logger
 	}
 	p := &proxyTLS{}
 	var err error
-	p.config = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	// HTTP/2 first: go, gh and curl's git multiplex their requests over one
+	// connection and one handshake, where HTTP/1.1 makes a handshake for
+	// each connection past the few they keep idle.
+	p.config = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	var ca *localca.CA
 	if l.LocalCA() {
 		if ca, err = localca.LoadOrCreate(l.CADir, time.Now()); err != nil {

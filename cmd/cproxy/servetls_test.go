@@ -15,7 +15,8 @@ import (
 )
 
 // The TLS proxy listener speaks TLS 1.2 and later only, with a certificate
-// from the local CA for the loopback names and listen.public_url's host.
+// from the local CA for the loopback names and listen.public_url's host,
+// and HTTP/2 to a client that offers it, HTTP/1.1 to one that does not.
 func TestProxyTLSListener(t *testing.T) {
 	cfg := config.Default()
 	cfg.Listen.ProxyTLS = "127.0.0.1:0"
@@ -26,7 +27,7 @@ func TestProxyTLSListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := p.addr
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) })}
 	go hs.Serve(tls.NewListener(p.ln, p.config))
 	t.Cleanup(func() { hs.Close() })
 
@@ -54,5 +55,19 @@ func TestProxyTLSListener(t *testing.T) {
 	if conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}); err == nil {
 		conn.Close()
 		t.Error("TLS 1.1 was accepted")
+	}
+
+	for _, h2 := range []bool{true, false} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: h2}
+		resp, err := (&http.Client{Transport: tr}).Get("https://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		if want := map[bool]string{true: "HTTP/2.0", false: "HTTP/1.1"}[h2]; string(body) != want {
+			t.Errorf("a client that offers HTTP/2: %t; the server saw %s, want %s", h2, body, want)
+		}
 	}
 }
