@@ -28,7 +28,7 @@ import (
 // go reaches cproxy over HTTPS only (it sends a module proxy's credential
 // over nothing else), and cproxy the fake over plain HTTP, so go takes
 // two direct ways to the same fake: plain HTTP (direct) and HTTPS
-// (direct-tls, HTTP/1.1 as cproxy's TLS listener is), to tell TLS from
+// (direct-tls, HTTP/2 as cproxy's TLS listener and proxy.golang.org), to tell TLS from
 // the rest of what cproxy costs.
 
 // GoModOptions say what RunGoMod does.
@@ -413,7 +413,7 @@ func (r *GoModResult) Markdown(w io.Writer) {
 	if len(r.Runs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%s, %s, %s in all. The module proxy: %d modules, %d versions, and its checksum database; the main module requires every module at its newest version. go reaches cproxy over its TLS listener (go sends a proxy's credential over HTTPS only), and cproxy the proxy over plain HTTP; direct is plain HTTP to the proxy, direct-tls HTTPS (HTTP/1.1, as cproxy's listener). cproxy+age has `min_release_age = %q` (every version is 30 days old).\n\n",
+	fmt.Fprintf(w, "%s, %s, %s in all. The module proxy: %d modules, %d versions, and its checksum database; the main module requires every module at its newest version. go reaches cproxy over its TLS listener (go sends a proxy's credential over HTTPS only), and cproxy the proxy over plain HTTP; direct is plain HTTP to the proxy, direct-tls HTTPS (HTTP/2, as cproxy's listener and proxy.golang.org). cproxy+age has `min_release_age = %q` (every version is 30 days old).\n\n",
 		r.GoVersion, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), r.Modules, r.Versions, r.MinReleaseAge)
 	fmt.Fprintln(w, "| go mod download | way | wall time | go CPU | .info | .mod | .zip | checksum database | answered by cproxy |")
 	fmt.Fprintln(w, "|--:|---|--:|--:|--:|--:|--:|--:|--:|")

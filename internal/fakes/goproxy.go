@@ -116,7 +116,10 @@ func NewGoProxy(opts GoProxyOptions) (*GoProxy, error) {
 	p.srv = httptest.NewServer(handler)
 	p.URL = p.srv.URL
 	if opts.TLS {
-		p.tls = httptest.NewTLSServer(handler)
+		// HTTP/2 as proxy.golang.org and cproxy's TLS listener speak it.
+		p.tls = httptest.NewUnstartedServer(handler)
+		p.tls.EnableHTTP2 = true
+		p.tls.StartTLS()
 		p.TLSURL = p.tls.URL
 		p.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.tls.Certificate().Raw})
 	}
