@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -29,12 +30,17 @@ import (
 // over nothing else), and cproxy the fake over plain HTTP, so go takes
 // two direct ways to the same fake: plain HTTP (direct) and HTTPS
 // (direct-tls, HTTP/2 as cproxy's TLS listener and proxy.golang.org), to tell TLS from
-// the rest of what cproxy costs.
+// the rest of what cproxy costs. And what any proxy's hop costs: the
+// do-nothing proxy over TLS (floortls.go) on one CPU, beside cproxy on its
+// default one, and on every CPU, beside cproxy with runtime.cpus = 0.
 
 // GoModOptions say what RunGoMod does.
 type GoModOptions struct {
 	// Cproxy is the cproxy binary; empty: go build it.
 	Cproxy string
+	// Proxy is the benchproxy binary, which runs the do-nothing proxy;
+	// empty: go build it.
+	Proxy string
 	// Dir is where the module caches, configs and logs go. Empty: a new
 	// temporary directory, removed at the end.
 	Dir string
@@ -55,12 +61,15 @@ var DefaultGoModOptions = GoModOptions{Modules: 40, Reps: 9}
 
 // goModWays are the ways of the go mod download benchmark, in the order
 // of the first round.
-var goModWays = []string{wayDirect, wayDirectTLS, wayCproxy, wayCproxyAge}
+var goModWays = []string{wayDirect, wayDirectTLS, wayFloor1, wayCproxy, wayCproxyAge, wayFloor, wayCproxyAll}
+
+// goModThrough are the ways through a cproxy.
+var goModThrough = []string{wayCproxy, wayCproxyAge, wayCproxyAll}
 
 // GoModRun is one timed `go mod download`, with what the proxy got during
 // it.
 type GoModRun struct {
-	Way  string        `json:"way"` // "direct", "direct-tls", "cproxy" or "cproxy+age"
+	Way  string        `json:"way"` // one of goModWays
 	Time time.Duration `json:"time_ns"`
 	// GoCPU is the processor time go used (user and system).
 	GoCPU time.Duration `json:"go_cpu_ns"`
@@ -71,8 +80,9 @@ type GoModRun struct {
 	Mod   int `json:"mod"`
 	Zip   int `json:"zip"`
 	SumDB int `json:"sumdb"`
-	// Proxied is the requests cproxy answered (its audit records); zero
-	// for direct.
+	// Proxied is the requests cproxy answered (its audit records), or the
+	// do-nothing proxy forwarded (those the module proxy got); zero for
+	// direct.
 	Proxied int `json:"proxied"`
 }
 
@@ -86,7 +96,7 @@ type GoModResult struct {
 	Runs     []GoModRun `json:"runs"` // in the order run, in turns
 	// MinReleaseAge is the min_release_age of the cproxy+age way.
 	MinReleaseAge string `json:"min_release_age"`
-	// Use is what each way's cproxy used: its peak is after all the runs;
+	// Use is what each way's proxy used: its peak is after all the runs;
 	// its CPU over its runs.
 	Use       map[string]CproxyUse `json:"cproxy_use"`
 	GoVersion string               `json:"go_version"`
@@ -119,6 +129,12 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
 		return nil, err
 	}
+	if o.Proxy == "" {
+		o.Proxy = filepath.Join(dir, "benchproxy")
+		if err := goBuild(o.Proxy, "github.com/cproxy/cproxy/internal/bench/cmd/benchproxy"); err != nil {
+			return nil, err
+		}
+	}
 
 	// Anonymous, as proxy.golang.org is: go sends no credential over plain
 	// HTTP. cproxy sends the real token.
@@ -147,17 +163,21 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 
 	through := map[string]*cproxyWay{}
 	cas := map[string]string{}
-	for _, way := range throughCproxy {
+	for _, way := range goModThrough {
 		policy := cproxyGoModPolicy
 		if way == wayCproxyAge {
 			policy += "min_release_age = \"" + pkgMinReleaseAge + "\"\n"
+		}
+		setup := routeSetup{TLS: true}
+		if way == wayCproxyAll {
+			setup.More = "\n[runtime]\ncpus = 0\n"
 		}
 		e := &Env{dir: filepath.Join(dir, way+"-serve")}
 		if err := os.MkdirAll(e.dir, 0o755); err != nil {
 			return nil, err
 		}
 		defer e.Close()
-		if through[way], err = e.startRouteWay(o.Cproxy, way, "gomod", proxy.URL, realToken, policy, "bench-gomod", routeSetup{TLS: true}, &CproxyUse{}); err != nil {
+		if through[way], err = e.startRouteWay(o.Cproxy, way, "gomod", proxy.URL, realToken, policy, "bench-gomod", setup, &CproxyUse{}); err != nil {
 			return nil, err
 		}
 		// The local CA go trusts for the TLS listener, as a sandbox gets it.
@@ -202,11 +222,32 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 		wayDirect:    {"GOPROXY=" + proxy.URL},
 		wayDirectTLS: {"GOPROXY=" + proxy.TLSURL, "SSL_CERT_FILE=" + fakeCA},
 	}
+	// The do-nothing proxies, with a credential in GOPROXY as cproxy's
+	// ways have (go sends it; the proxy replaces it with the real one).
+	floors := map[string]*cproxyWay{}
+	fe := &Env{dir: filepath.Join(dir, "floors")}
+	if err := os.MkdirAll(fe.dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer fe.Close()
+	for way, cpus := range map[string]map[string]string{wayFloor1: oneCPU, wayFloor: allCPUs()} {
+		addr, ca, err := fe.startTLSFloor(way, o.Proxy, proxy.URL, realToken, cpus)
+		if err != nil {
+			return nil, err
+		}
+		t := fe.Target(way)
+		m, err := t.Memory()
+		if err != nil {
+			return nil, err
+		}
+		floors[way] = &cproxyWay{Target: t, use: &CproxyUse{RSSStart: m.RSS}}
+		wayEnv[way] = []string{"GOPROXY=https://bench:unchecked@" + addr + "/", "SSL_CERT_FILE=" + ca}
+	}
 	for way, t := range through {
 		wayEnv[way] = []string{"GOPROXY=https://cproxy:" + t.token + "@" + t.tlsAddr + "/gomod/", "SSL_CERT_FILE=" + cas[way]}
 	}
 
-	for _, t := range through {
+	for _, t := range mapsConcat(through, floors) {
 		if err := t.mark(); err != nil {
 			return nil, err
 		}
@@ -262,6 +303,8 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 				return r, nil, nil, err
 			}
 			r.Proxied = n - audited
+		} else if floors[way] != nil {
+			r.Proxied = len(proxy.Requests()) - before
 		}
 		if sums, err = os.ReadFile(filepath.Join(app, "go.sum")); err != nil {
 			return r, nil, nil, fmt.Errorf("%s: go mod download wrote no go.sum: %w", way, err)
@@ -299,8 +342,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 				r.Time.Round(time.Millisecond), r.GoCPU.Round(time.Millisecond), r.Info, r.Mod, r.Zip, r.SumDB, r.Proxied)
 		}
 	}
-	for _, way := range throughCproxy {
-		t := through[way]
+	for way, t := range mapsConcat(through, floors) {
 		if err := t.finish(); err != nil {
 			return nil, err
 		}
@@ -413,9 +455,9 @@ func (r *GoModResult) Markdown(w io.Writer) {
 	if len(r.Runs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%s, %s, %s in all. The module proxy: %d modules, %d versions, and its checksum database; the main module requires every module at its newest version. go reaches cproxy over its TLS listener (go sends a proxy's credential over HTTPS only), and cproxy the proxy over plain HTTP; direct is plain HTTP to the proxy, direct-tls HTTPS (HTTP/2, as cproxy's listener and proxy.golang.org). cproxy+age has `min_release_age = %q` (every version is 30 days old).\n\n",
+	fmt.Fprintf(w, "%s, %s, %s in all. The module proxy: %d modules, %d versions, and its checksum database; the main module requires every module at its newest version. go reaches cproxy over its TLS listener (go sends a proxy's credential over HTTPS only), and cproxy the proxy over plain HTTP; direct is plain HTTP to the proxy, direct-tls HTTPS (HTTP/2, as cproxy's listener and proxy.golang.org). goproxy is a do-nothing Go reverse proxy over TLS (HTTP/2, a transport keeping 64 idle connections, as cproxy's), on one CPU (goproxy-1cpu, beside cproxy on its default one) and on every CPU (beside cproxy-all, `runtime.cpus = 0`). cproxy+age has `min_release_age = %q` (every version is 30 days old).\n\n",
 		r.GoVersion, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Took.Round(time.Second), r.Modules, r.Versions, r.MinReleaseAge)
-	fmt.Fprintln(w, "| go mod download | way | wall time | go CPU | .info | .mod | .zip | checksum database | answered by cproxy |")
+	fmt.Fprintln(w, "| go mod download | way | wall time | go CPU | .info | .mod | .zip | checksum database | answered by the proxy |")
 	fmt.Fprintln(w, "|--:|---|--:|--:|--:|--:|--:|--:|--:|")
 	n := map[string]int{}
 	for _, run := range r.Runs {
@@ -424,7 +466,8 @@ func (r *GoModResult) Markdown(w io.Writer) {
 			run.Info, run.Mod, run.Zip, run.SumDB, run.Proxied)
 	}
 	fmt.Fprintln(w)
-	pkgRatioTable(w, []string{wayDirect, wayDirectTLS}, r.times)
+	pkgRatioTable(w, []string{wayCproxy, wayCproxyAge}, []string{wayDirect, wayDirectTLS, wayFloor1}, r.times)
+	pkgRatioTable(w, []string{wayCproxyAll}, []string{wayDirect, wayDirectTLS, wayFloor}, r.times)
 	pkgUseTable(w, "go mod download", r.Ways, r.Use, func(way string) int { return len(r.times(way)) }, func(way string) int {
 		total := 0
 		for _, run := range r.Runs {
@@ -444,4 +487,11 @@ func (r *GoModResult) times(way string) []time.Duration {
 		}
 	}
 	return ts
+}
+
+// mapsConcat is a and b in one map.
+func mapsConcat[V any](a, b map[string]V) map[string]V {
+	m := maps.Clone(a)
+	maps.Copy(m, b)
+	return m
 }

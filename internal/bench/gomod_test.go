@@ -43,8 +43,9 @@ func TestGoModTree(t *testing.T) {
 
 // TestGoModDownloads runs the go mod download benchmark small, one
 // download each way: the machine's go downloads and verifies every module
-// directly and through both cproxy processes' TLS listener, cproxy
-// answering go's requests, and the tables come out. It checks that the
+// directly, through the do-nothing proxies and through the cproxy
+// processes' TLS listener, each proxy answering go's requests, and the
+// tables come out. It checks that the
 // harness works, not how fast anything is.
 func TestGoModDownloads(t *testing.T) {
 	fakes.NeedClient(t, "go")
@@ -57,20 +58,24 @@ func TestGoModDownloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Runs) != 4 || res.Modules != 6 {
-		t.Fatalf("%d runs of %d modules; want 4 of 6: %+v", len(res.Runs), res.Modules, res)
+	if len(res.Runs) != len(goModWays) || res.Modules != 6 {
+		t.Fatalf("%d runs of %d modules; want %d of 6: %+v", len(res.Runs), res.Modules, len(goModWays), res)
 	}
 	for _, run := range res.Runs {
 		if strings.HasPrefix(run.Way, wayDirect) != (run.Proxied == 0) {
-			t.Errorf("%s: cproxy answered %d requests", run.Way, run.Proxied)
+			t.Errorf("%s: the proxy answered %d requests", run.Way, run.Proxied)
 		}
 	}
-	if res.Use[wayCproxy].Peak == 0 || res.Use[wayCproxyAge].Peak == 0 {
-		t.Errorf("cproxy's memory not read: %+v", res.Use)
+	for _, way := range goModWays[2:] {
+		if res.Use[way].Peak == 0 {
+			t.Errorf("%s: memory not read: %+v", way, res.Use[way])
+		}
 	}
 	var b bytes.Buffer
 	res.Markdown(&b)
-	if !strings.Contains(b.String(), "| 1 | cproxy+age |") {
-		t.Errorf("tables:\n%s", b.String())
+	for _, want := range []string{"| 1 | cproxy+age |", "| 1 | goproxy-1cpu |", "| cproxy | goproxy-1cpu |", "| cproxy-all | goproxy |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in the tables:\n%s", want, b.String())
+		}
 	}
 }

@@ -391,7 +391,7 @@ func (r *PipResult) Markdown(w io.Writer) {
 			run.Pages, run.Metadata, run.Wheels, run.Proxied)
 	}
 	fmt.Fprintln(w)
-	pkgRatioTable(w, []string{wayDirect}, r.times)
+	pkgRatioTable(w, throughCproxy, []string{wayDirect}, r.times)
 	pkgUseTable(w, "pip install", r.Ways, r.Use, func(way string) int { return len(r.times(way)) }, func(way string) int {
 		total := 0
 		for _, run := range r.Runs {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -43,27 +44,33 @@ func (w *cproxyWay) auditLines(route string) (int, error) {
 	return bytes.Count(b, []byte("msg=request route="+route+" ")), nil
 }
 
-// pkgRatioTable writes, for each way through cproxy and each direct way
-// in bases, the median wall times and the ratio base ÷ way (cproxy's speed
-// as a fraction of direct's), with the range of the rounds' ratios.
-func pkgRatioTable(w io.Writer, bases []string, times func(way string) []time.Duration) {
+// pkgRatioTable writes, for each way of ways and each way in bases, the
+// median wall times and the ratio base ÷ way (the way's speed as a
+// fraction of the base's), with the range of the rounds' ratios. The
+// target, 0.9 of direct's speed, is judged against the direct ways only;
+// against a do-nothing proxy the ratio is reported.
+func pkgRatioTable(w io.Writer, ways, bases []string, times func(way string) []time.Duration) {
 	fmt.Fprintln(w, "| way | against | its median | way's median | against ÷ way wall time, median (range of rounds) | target | met |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|---|---|")
-	for _, way := range throughCproxy {
+	for _, way := range ways {
 		for _, base := range bases {
 			d, c := times(base), times(way)
 			ratio, lo, hi := speedRatio(d, c)
-			fmt.Fprintf(w, "| %s | %s | %.2f s | %.2f s | %.3f (%.3f–%.3f) | ≥ 0.9 | %s |\n",
-				way, base, median(d).Seconds(), median(c).Seconds(), ratio, lo, hi, yesNo(ratio >= 0.9))
+			target, met := "≥ 0.9", yesNo(ratio >= 0.9)
+			if !strings.HasPrefix(base, wayDirect) {
+				target, met = "report", ""
+			}
+			fmt.Fprintf(w, "| %s | %s | %.2f s | %.2f s | %.3f (%.3f–%.3f) | %s | %s |\n",
+				way, base, median(d).Seconds(), median(c).Seconds(), ratio, lo, hi, target, met)
 		}
 	}
 	fmt.Fprintln(w)
 }
 
-// pkgUseTable writes each cproxy's memory and CPU: per client run and per
+// pkgUseTable writes each proxy's memory and CPU: per client run and per
 // request it answered (proxied, over all its runs).
 func pkgUseTable(w io.Writer, client string, ways []string, use map[string]CproxyUse, runs, proxied func(way string) int) {
-	fmt.Fprintf(w, "| way | cproxy RSS at start | cproxy peak RSS (VmHWM), whole run | cproxy CPU per %s | per request it answered |\n", client)
+	fmt.Fprintf(w, "| way | proxy RSS at start | proxy peak RSS (VmHWM), whole run | proxy CPU per %s | per request it answered |\n", client)
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
 	for _, way := range ways {
 		u, ok := use[way]

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +19,7 @@ import (
 // a process of its own: the current binary (a test binary or benchreport),
 // re-executed with roleEnv set.
 const (
-	roleEnv     = "CPROXY_BENCH_ROLE"       // "upstream", "goproxy" or "routes"
+	roleEnv     = "CPROXY_BENCH_ROLE"       // "upstream", "goproxy", "goproxy-tls" or "routes"
 	keyEnv      = "CPROXY_BENCH_KEY"        // the upstream's API key
 	upstreamEnv = "CPROXY_BENCH_UPSTREAM"   // goproxy, routes: the upstream's base URL
 	profileEnv  = "CPROXY_BENCH_CPUPROFILE" // if set: write a CPU profile there on exit
@@ -44,6 +45,7 @@ func RunRoleIfAsked() {
 
 func runRole(role string) error {
 	srv := &http.Server{ReadHeaderTimeout: 30 * time.Second}
+	var tlsConfig *tls.Config
 	switch role {
 	case "upstream":
 		srv.Handler = NewUpstream(os.Getenv(keyEnv))
@@ -53,6 +55,11 @@ func runRole(role string) error {
 			return fmt.Errorf("bad %s %q", upstreamEnv, os.Getenv(upstreamEnv))
 		}
 		srv.Handler = NewGoProxy(u, os.Getenv(keyEnv))
+	case roleGoProxyTLS:
+		var err error
+		if srv.Handler, tlsConfig, err = newTLSFloorRole(); err != nil {
+			return err
+		}
 	case "routes":
 		hs, closeRoutes, err := newRoutesRole()
 		if err != nil {
@@ -91,7 +98,7 @@ func runRole(role string) error {
 		<-sigs
 		srv.Close()
 	}()
-	if err := srv.Serve(ln); err != http.ErrServerClosed {
+	if err := srv.Serve(tlsListener(ln, tlsConfig)); err != http.ErrServerClosed {
 		return err
 	}
 	return nil

@@ -62,7 +62,7 @@ func main() {
 	pp := bench.DefaultPipOptions
 	flag.IntVar(&pp.Packages, "pip-packages", pp.Packages, "with -pip: projects in the generated dependency tree, below the root project")
 	flag.IntVar(&pp.Reps, "pip-reps", pp.Reps, "with -pip: pip install runs per way")
-	gomodMode := flag.Bool("gomod", false, "run the go mod download benchmark instead (.ci/bench-gomod): -cproxy, -dir and the -gomod-* flags apply")
+	gomodMode := flag.Bool("gomod", false, "run the go mod download benchmark instead (.ci/bench-gomod): -cproxy, -proxy, -dir and the -gomod-* flags apply")
 	gm := bench.DefaultGoModOptions
 	flag.IntVar(&gm.Modules, "gomod-modules", gm.Modules, "with -gomod: modules the main module requires")
 	flag.IntVar(&gm.Reps, "gomod-reps", gm.Reps, "with -gomod: go mod download runs per way")
@@ -119,7 +119,7 @@ func main() {
 	}
 	sz.Cproxy, sz.Dir, sz.Progress = o.Cproxy, o.Dir, os.Stderr
 	pp.Cproxy, pp.Dir, pp.Progress = o.Cproxy, o.Dir, os.Stderr
-	gm.Cproxy, gm.Dir, gm.Progress = o.Cproxy, o.Dir, os.Stderr
+	gm.Cproxy, gm.Proxy, gm.Dir, gm.Progress = o.Cproxy, o.Proxy, o.Dir, os.Stderr
 	mo.Cproxy, mo.Dir, mo.Progress = o.Cproxy, o.Dir, os.Stderr
 	mx.Cproxy, mx.Helper, mx.Dir, mx.Progress = o.Cproxy, g.Helper, o.Dir, os.Stderr
 	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm, mcp: *mcpMode, mcpOpts: mo, mixed: *mixedMode, mixedOpts: mx}
