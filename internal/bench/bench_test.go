@@ -124,7 +124,7 @@ func TestGoProxyAndUpstream(t *testing.T) {
 	up := httptest.NewServer(NewUpstream(testKey))
 	defer up.Close()
 	u, _ := url.Parse(up.URL)
-	gp := httptest.NewServer(NewGoProxy(u, testKey))
+	gp := httptest.NewServer(NewGoProxy(u, "X-Api-Key", testKey))
 	defer gp.Close()
 	hc := NewClient(4)
 	defer hc.CloseIdleConnections()
@@ -301,7 +301,7 @@ func BenchmarkInProcess(b *testing.B) {
 		handler http.Handler
 		header  http.Header
 	}{
-		{"goproxy", NewGoProxy(u, testKey), bearer("cpx_ignored")},
+		{"goproxy", NewGoProxy(u, "X-Api-Key", testKey), bearer("cpx_ignored")},
 		{"cproxy", srv.ProxyHandler(), bearer(token)},
 		{"cproxy+limits", limited.ProxyHandler(), bearer(limitedToken)},
 	} {
@@ -418,7 +418,7 @@ func heldStreams(b *testing.B, name string, n int, body []byte) {
 	var h http.Handler
 	tg := &Target{Name: name}
 	if name == "goproxy" {
-		h, tg.Header = NewGoProxy(u, testKey), bearer("cpx_ignored")
+		h, tg.Header = NewGoProxy(u, "X-Api-Key", testKey), bearer("cpx_ignored")
 	} else {
 		srv, token := newRoutesServer(b, u, false)
 		defer srv.Close()

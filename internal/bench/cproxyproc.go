@@ -54,6 +54,9 @@ type routeSetup struct {
 	// Files. Empty: none.
 	More  string
 	Files map[string]string
+	// Env is added to cproxy's environment, such as GOMAXPROCS, which
+	// runtime.cpus takes as its default (allCPUs, oneCPU); nil: none.
+	Env map[string]string
 }
 
 // startCproxyRoute starts `cproxy serve` from bin in front of one upstream
@@ -90,6 +93,7 @@ func (e *Env) startCproxyRoute(bin, name, upstream, url, realToken, policy, sand
 	ready := filepath.Join(e.dir, "ready.json")
 	cmd := exec.Command(bin, "serve", "--config", filepath.Join(e.dir, "cproxy.toml"))
 	cmd.Dir = e.dir
+	cmd.Env = environ(setup.Env)
 	p, err := e.start(name, cmd)
 	if err != nil {
 		return nil, "", "", err

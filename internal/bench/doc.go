@@ -29,7 +29,11 @@
 // embedded store with up to a million tokens, and a year of churn with and
 // without pruning; benchreport -mcp (.ci/bench-mcp) runs RunMCP: the
 // official Go SDK's client and server, directly and through cproxy's MCP
-// route, tools/call and a filtered tools/list; benchreport -mixed
+// route, tools/call and a filtered tools/list; benchreport -github
+// (.ci/bench-github) runs RunGitHub: REST reads and gh pr view's GraphQL
+// query directly to the fake GitHub API, through the do-nothing Go proxy
+// and through cproxy, each proxy on every CPU and on one, and the real gh
+// as a process; benchreport -mixed
 // (.ci/bench-mixed) runs RunMixed: model streams, a large git clone and
 // npm ci runs at once through one cproxy, at runtime.cpus 1 and 0 (every
 // CPU), against the model streams alone. With Options.Before (and GitOptions.Before,

@@ -673,6 +673,19 @@ func allCPUs() map[string]string {
 
 var oneCPU = map[string]string{"GOMAXPROCS": "1"}
 
+// environ is this process's environment with extra added, or nil (the
+// same, inherited) when there is nothing to add.
+func environ(extra map[string]string) []string {
+	if extra == nil {
+		return nil
+	}
+	env := os.Environ()
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
 // SharedProxyTarget is the do-nothing Go proxy run from the benchmark's own
 // executable (Options.SharedProxy).
 const SharedProxyTarget = "goproxy-shared"
@@ -747,12 +760,7 @@ func (e *Env) startCproxy(bin, key string, v cproxyVariant) (*Target, error) {
 	ready := filepath.Join(dir, "ready.json")
 	cmd := exec.Command(bin, "serve", "--config", filepath.Join(dir, "cproxy.toml"))
 	cmd.Dir = dir
-	if v.env != nil {
-		cmd.Env = os.Environ()
-		for k, val := range v.env {
-			cmd.Env = append(cmd.Env, k+"="+val)
-		}
-	}
+	cmd.Env = environ(v.env)
 	p, err := e.start(v.name, cmd)
 	if err != nil {
 		return nil, err

@@ -36,6 +36,9 @@ const (
 	// BenchMixedLoad (.ci/bench-mixed) has no chart either: its tables
 	// are in docs/benchmarks/mixed-load.md.
 	BenchMixedLoad = "mixed-load"
+	// BenchGitHubAPI (.ci/bench-github) has no JSON file or chart either:
+	// its tables are in docs/benchmarks/github-api.md.
+	BenchGitHubAPI = "github-api"
 )
 
 // ResultFiles name the JSON file of each benchmark in a results directory.
@@ -54,7 +57,8 @@ var ResultFiles = map[string]string{
 type Report struct {
 	// Benchmark is BenchModelRoute, BenchGitClone, BenchNPMCI,
 	// BenchPipInstall, BenchGoModDownload, BenchMCP, BenchPostgresStore,
-	// BenchStoreSize or BenchMixedLoad, and says which of the result fields is set.
+	// BenchStoreSize, BenchMixedLoad or BenchGitHubAPI, and says which of
+	// the result fields is set.
 	Benchmark string `json:"benchmark"`
 	// Date is when the run started, in UTC.
 	Date     time.Time `json:"date"`
@@ -77,6 +81,8 @@ type Report struct {
 	StoreSize *StoreSizeResult `json:"store_size,omitempty"`
 	// MixedLoad is BenchMixedLoad's.
 	MixedLoad *MixedResult `json:"mixed_load,omitempty"`
+	// GitHubAPI is BenchGitHubAPI's.
+	GitHubAPI *GitHubResult `json:"github_api,omitempty"`
 }
 
 // Machine is what the run ran on.
@@ -110,7 +116,7 @@ type Versions struct {
 }
 
 // NewReport wraps a finished run. res is a *Result, *GitResult, *NPMResult,
-// *PipResult, *GoModResult, *MCPResult, *StoreResult, *StoreSizeResult or *MixedResult; loadBefore is /proc/loadavg as read when the run started.
+// *PipResult, *GoModResult, *MCPResult, *StoreResult, *StoreSizeResult, *MixedResult or *GitHubResult; loadBefore is /proc/loadavg as read when the run started.
 func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	r := &Report{Machine: currentMachine(), Versions: Versions{Go: runtime.Version(), Cproxy: buildCommit()}, Args: args}
 	if r.Args == nil {
@@ -141,6 +147,8 @@ func NewReport(res any, args []string, loadBefore string) (*Report, error) {
 	case *MixedResult:
 		r.Benchmark, r.MixedLoad, r.Date = BenchMixedLoad, res, res.Started
 		r.Versions.Git, r.Versions.NPM, r.Versions.Node = res.GitVersion, res.NPMVersion, res.NodeVersion
+	case *GitHubResult:
+		r.Benchmark, r.GitHubAPI, r.Date = BenchGitHubAPI, res, res.Started
 	default:
 		return nil, fmt.Errorf("no report for a %T", res)
 	}
@@ -191,7 +199,7 @@ func ParseReport(b []byte) (*Report, error) {
 	}
 	held := map[string]bool{BenchModelRoute: r.ModelRoute != nil, BenchGitClone: r.GitClone != nil, BenchNPMCI: r.NPMCI != nil,
 		BenchPipInstall: r.PipInstall != nil, BenchGoModDownload: r.GoModDownload != nil,
-		BenchMCP: r.MCP != nil, BenchMixedLoad: r.MixedLoad != nil}
+		BenchMCP: r.MCP != nil, BenchMixedLoad: r.MixedLoad != nil, BenchGitHubAPI: r.GitHubAPI != nil}
 	if _, known := held[r.Benchmark]; !known {
 		return nil, fmt.Errorf("unknown benchmark %q", r.Benchmark)
 	}

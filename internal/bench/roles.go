@@ -21,6 +21,7 @@ import (
 const (
 	roleEnv     = "CPROXY_BENCH_ROLE"       // "upstream", "goproxy", "goproxy-tls" or "routes"
 	keyEnv      = "CPROXY_BENCH_KEY"        // the upstream's API key
+	headerEnv   = "CPROXY_BENCH_HEADER"     // goproxy: the header it sets to keyEnv's value; empty: X-Api-Key
 	upstreamEnv = "CPROXY_BENCH_UPSTREAM"   // goproxy, routes: the upstream's base URL
 	profileEnv  = "CPROXY_BENCH_CPUPROFILE" // if set: write a CPU profile there on exit
 )
@@ -54,7 +55,11 @@ func runRole(role string) error {
 		if err != nil || u.Host == "" {
 			return fmt.Errorf("bad %s %q", upstreamEnv, os.Getenv(upstreamEnv))
 		}
-		srv.Handler = NewGoProxy(u, os.Getenv(keyEnv))
+		header := os.Getenv(headerEnv)
+		if header == "" {
+			header = "X-Api-Key"
+		}
+		srv.Handler = NewGoProxy(u, header, os.Getenv(keyEnv))
 	case roleGoProxyTLS:
 		var err error
 		if srv.Handler, tlsConfig, err = newTLSFloorRole(); err != nil {
@@ -105,7 +110,8 @@ func runRole(role string) error {
 }
 
 // NewGoProxy is the do-nothing proxy: an httputil.ReverseProxy whose Rewrite
-// only sets the URL and one header (the real credential), with the flush
+// only sets the URL and one header to value (the real credential: the
+// model route's x-api-key, the GitHub API's Authorization), with the flush
 // interval cproxy's model route has (0, the default: ReverseProxy flushes
 // each write of an event stream or of an answer of unknown length anyway,
 // and writes an answer of known length whole). Its transport keeps as many idle upstream
@@ -122,7 +128,7 @@ func runRole(role string) error {
 // this machine that broke most streamed answers after their first event.
 // cproxy is not exposed to it because it reads the whole body before
 // forwarding.
-func NewGoProxy(upstream *url.URL, key string) http.Handler {
+func NewGoProxy(upstream *url.URL, header, value string) http.Handler {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
 	t.MaxIdleConns = 256
@@ -131,7 +137,7 @@ func NewGoProxy(upstream *url.URL, key string) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
-			pr.Out.Header.Set("X-Api-Key", key)
+			pr.Out.Header.Set(header, value)
 		},
 		Transport: t,
 	}

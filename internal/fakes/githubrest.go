@@ -3,6 +3,7 @@ package fakes
 import (
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,14 @@ type GitHubRESTOptions struct {
 	// fork's "owner/name" in lower case; GraphQL's parent is null for the
 	// others.
 	Parents map[string]string
+	// TLS also serves the same API over HTTPS at TLSURL, under the paths
+	// of GitHub Enterprise Server (/api/v3/... and /api/graphql), which is
+	// how gh reaches any host but github.com: for gh run directly beside
+	// gh through cproxy's TLS listener.
+	TLS bool
+	// Forget keeps no record of the requests (Requests returns none), for
+	// a benchmark that sends hundreds of thousands of them.
+	Forget bool
 }
 
 // GitHubRESTRequest is one request the API received.
@@ -44,9 +53,13 @@ type GitHubRESTRequest struct {
 // GraphQL API for the queries gh pr view and gh pr list send
 // (githubgraphql.go), over the same pull requests.
 type GitHubREST struct {
-	URL  string
-	opts GitHubRESTOptions
-	srv  *httptest.Server
+	URL string
+	// TLSURL is the API over HTTPS, with GitHubRESTOptions.TLS; its
+	// certificate, for the client to trust, is CertPEM. Empty without.
+	TLSURL   string
+	CertPEM  []byte
+	opts     GitHubRESTOptions
+	srv, tls *httptest.Server
 
 	mu    sync.Mutex
 	reqs  []GitHubRESTRequest
@@ -115,11 +128,37 @@ func NewGitHubREST(o GitHubRESTOptions) *GitHubREST {
 	g := &GitHubREST{opts: o, pulls: map[string][]map[string]any{}, next: 1}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
 	g.URL = g.srv.URL
+	if o.TLS {
+		g.tls = httptest.NewTLSServer(http.HandlerFunc(g.serveEnterprise))
+		g.TLSURL = g.tls.URL
+		g.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.tls.Certificate().Raw})
+	}
 	return g
 }
 
 // Close stops the API.
-func (g *GitHubREST) Close() { g.srv.Close() }
+func (g *GitHubREST) Close() {
+	g.srv.Close()
+	if g.tls != nil {
+		g.tls.Close()
+	}
+}
+
+// serveEnterprise serves the API under GitHub Enterprise Server's paths:
+// /api/v3/X is the REST API's /X, /api/graphql its /graphql.
+func (g *GitHubREST) serveEnterprise(w http.ResponseWriter, r *http.Request) {
+	switch p := r.URL.Path; {
+	case p == "/api/graphql":
+		r.URL.Path = "/graphql"
+	case strings.HasPrefix(p, "/api/v3/"):
+		r.URL.Path = strings.TrimPrefix(p, "/api/v3")
+	default:
+		gitHubRESTError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	r.URL.RawPath = ""
+	g.serve(w, r)
+}
 
 // Requests returns what the API received, in order.
 func (g *GitHubREST) Requests() []GitHubRESTRequest {
@@ -130,9 +169,11 @@ func (g *GitHubREST) Requests() []GitHubRESTRequest {
 
 func (g *GitHubREST) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	g.mu.Lock()
-	g.reqs = append(g.reqs, GitHubRESTRequest{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
-	g.mu.Unlock()
+	if !g.opts.Forget {
+		g.mu.Lock()
+		g.reqs = append(g.reqs, GitHubRESTRequest{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+		g.mu.Unlock()
+	}
 	all, repos := g.authorized(r)
 	if !all && repos == nil {
 		gitHubRESTError(w, http.StatusUnauthorized, "Bad credentials")

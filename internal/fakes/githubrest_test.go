@@ -2,6 +2,8 @@ package fakes
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -113,5 +115,42 @@ func TestGitHubGraphQLMutations(t *testing.T) {
 	}
 	if strings.Join(names, " ") != "createPullRequest createPullRequest addComment mergePullRequest" {
 		t.Errorf("recorded mutations %v", names)
+	}
+}
+
+// TestGitHubRESTOverTLS: with TLS the same API answers over HTTPS under
+// GitHub Enterprise Server's paths, its certificate trusted through
+// CertPEM; with Forget it keeps no record of what it was sent.
+func TestGitHubRESTOverTLS(t *testing.T) {
+	g := NewGitHubREST(GitHubRESTOptions{Token: "github_pat_fake", Repos: []string{"acme/app"}, TLS: true, Forget: true})
+	defer g.Close()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(g.CertPEM) {
+		t.Fatal("CertPEM holds no certificate")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		want               string
+	}{
+		{"GET", "/api/v3/repos/acme/app", "", 200, `"full_name":"acme/app"`},
+		{"POST", "/api/graphql", `{"query":"{repository(owner:\"acme\",name:\"app\"){name}}"}`, 200, `{"data":{"repository":{"name":"app"}}}`},
+		{"GET", "/repos/acme/app", "", 404, `"Not Found"`},
+	} {
+		req, _ := http.NewRequest(c.method, g.TLSURL+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer github_pat_fake")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s %s: %d %s, want %d with %s", c.method, c.path, resp.StatusCode, b, c.status, c.want)
+		}
+	}
+	if n := len(g.Requests()); n != 0 {
+		t.Errorf("with Forget, %d requests recorded", n)
 	}
 }

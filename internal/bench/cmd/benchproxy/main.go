@@ -20,6 +20,6 @@ import (
 
 func main() {
 	bench.RunRoleIfAsked()
-	fmt.Fprintln(os.Stderr, "benchproxy: the model route benchmark starts this program (bash .ci/bench); it takes no arguments")
+	fmt.Fprintln(os.Stderr, "benchproxy: the model route and GitHub API benchmarks start this program (bash .ci/bench, .ci/bench-github); it takes no arguments")
 	os.Exit(2)
 }

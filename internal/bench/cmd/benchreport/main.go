@@ -4,7 +4,8 @@
 // clone benchmark instead (.ci/bench-git), with -npm the npm ci benchmark
 // (.ci/bench-npm), with -pip the pip install benchmark (.ci/bench-pip),
 // with -gomod the go mod download benchmark (.ci/bench-gomod), with -mcp
-// the MCP route benchmark (.ci/bench-mcp), with -mixed the mixed load at
+// the MCP route benchmark (.ci/bench-mcp), with -github the GitHub API
+// route benchmark (.ci/bench-github), with -mixed the mixed load at
 // runtime.cpus 1 and 0 (.ci/bench-mixed), with -store
 // the PostgreSQL store benchmark
 // (.ci/bench-store), with -store-size the embedded store's size benchmark
@@ -72,6 +73,13 @@ func main() {
 	flag.IntVar(&mo.Calls, "mcp-calls", mo.Calls, "with -mcp: tools/call timed per way and round")
 	flag.IntVar(&mo.Lists, "mcp-lists", mo.Lists, "with -mcp: tools/list timed per way and round")
 	flag.IntVar(&mo.Tools, "mcp-tools", mo.Tools, "with -mcp: generated tools the server lists beside its own three")
+	githubMode := flag.Bool("github", false, "run the GitHub API route benchmark instead (.ci/bench-github): -cproxy, -proxy, -dir and the -github-* flags apply")
+	gh := bench.DefaultGitHubOptions
+	flag.IntVar(&gh.Rounds, "github-rounds", gh.Rounds, "with -github: turns per way")
+	flag.IntVar(&gh.Reads, "github-reads", gh.Reads, "with -github: sequential REST reads timed per way and round")
+	flag.DurationVar(&gh.Slice, "github-slice", gh.Slice, "with -github: how long 16 clients read per way and round")
+	flag.IntVar(&gh.Queries, "github-queries", gh.Queries, "with -github: sequential GraphQL queries timed per way and round")
+	flag.IntVar(&gh.Gh, "github-gh", gh.Gh, "with -github: gh pr view runs per gh way and round; -1 leaves gh out")
 	mixedMode := flag.Bool("mixed", false, "run the mixed-load benchmark instead (.ci/bench-mixed): model streams, a git clone and npm ci runs at once through one cproxy at runtime.cpus 1 and 0; -cproxy, -helper, -dir and the -mixed-* flags apply")
 	mx := bench.DefaultMixedOptions
 	flag.IntVar(&mx.Rounds, "mixed-rounds", mx.Rounds, "with -mixed: rounds, each running every setting alone and mixed")
@@ -121,8 +129,9 @@ func main() {
 	pp.Cproxy, pp.Dir, pp.Progress = o.Cproxy, o.Dir, os.Stderr
 	gm.Cproxy, gm.Proxy, gm.Dir, gm.Progress = o.Cproxy, o.Proxy, o.Dir, os.Stderr
 	mo.Cproxy, mo.Dir, mo.Progress = o.Cproxy, o.Dir, os.Stderr
+	gh.Cproxy, gh.Proxy, gh.Dir, gh.Progress = o.Cproxy, o.Proxy, o.Dir, os.Stderr
 	mx.Cproxy, mx.Helper, mx.Dir, mx.Progress = o.Cproxy, g.Helper, o.Dir, os.Stderr
-	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm, mcp: *mcpMode, mcpOpts: mo, mixed: *mixedMode, mixedOpts: mx}
+	pkg := pkgRuns{pip: *pipMode, pipOpts: pp, gomod: *gomodMode, gomodOpts: gm, mcp: *mcpMode, mcpOpts: mo, github: *githubMode, githubOpts: gh, mixed: *mixedMode, mixedOpts: mx}
 	if err := run(ctx, *gitMode, *npmMode, *storeMode, *sizeMode, pkg, o, p, g, n, st, sz, *jsonPath); err != nil {
 		fmt.Fprintf(os.Stderr, "benchreport: %v\n", err)
 		os.Exit(1)
@@ -146,16 +155,18 @@ func intList(dst *[]int, least int, what string) func(string) error {
 }
 
 // pkgRuns say whether to run the package-route benchmarks, the MCP
-// route's or the mixed load, and how.
+// route's, the GitHub API route's or the mixed load, and how.
 type pkgRuns struct {
-	pip       bool
-	pipOpts   bench.PipOptions
-	gomod     bool
-	gomodOpts bench.GoModOptions
-	mcp       bool
-	mcpOpts   bench.MCPOptions
-	mixed     bool
-	mixedOpts bench.MixedOptions
+	pip        bool
+	pipOpts    bench.PipOptions
+	gomod      bool
+	gomodOpts  bench.GoModOptions
+	mcp        bool
+	mcpOpts    bench.MCPOptions
+	github     bool
+	githubOpts bench.GitHubOptions
+	mixed      bool
+	mixedOpts  bench.MixedOptions
 }
 
 // run runs the benchmark asked for, prints its tables and, with jsonPath
@@ -177,6 +188,8 @@ func run(ctx context.Context, gitMode, npmMode, storeMode, sizeMode bool, pkg pk
 		res, err = bench.RunGoMod(ctx, pkg.gomodOpts)
 	case pkg.mcp:
 		res, err = bench.RunMCP(ctx, pkg.mcpOpts)
+	case pkg.github:
+		res, err = bench.RunGitHub(ctx, pkg.githubOpts)
 	case pkg.mixed:
 		res, err = bench.RunMixed(ctx, pkg.mixedOpts)
 	case npmMode:
