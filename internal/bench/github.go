@@ -214,7 +214,7 @@ func RunGitHub(ctx context.Context, o GitHubOptions) (_ *GitHubResult, err error
 		w.read, w.graphql = fmt.Sprintf("/repos/%s/pulls/%d", githubRepo, githubPull), "/graphql"
 	}
 	for name, cpus := range map[string]map[string]string{wayCproxy: allCPUs(), OneCPUCproxyTarget: oneCPU} {
-		e := &Env{dir: filepath.Join(dir, name)}
+		e := &Env{dir: filepath.Join(dir, name+"-serve")}
 		if err := os.MkdirAll(e.dir, 0o755); err != nil {
 			return nil, err
 		}
