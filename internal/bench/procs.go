@@ -104,6 +104,11 @@ type Options struct {
 	// "routes": routes.Server served as `cproxy serve` serves it, in a
 	// process that writes a CPU profile too. Empty: no profiles, no routes.
 	Profile string
+	// Trace, if set, is a directory where the do-nothing proxies and the
+	// routes target (started as with Profile, and on one CPU too with
+	// OneCPU) write execution traces when they stop: what wakes each
+	// process per request, which a CPU profile does not show. Empty: none.
+	Trace string
 	// Before, if set, is the cproxy binary of an earlier build, run as a
 	// target of its own (BeforeTarget(BeforeRev)) with plain cproxy's
 	// config and policy, so that one run measures both builds at equal
@@ -131,6 +136,7 @@ type Env struct {
 	ownDir   bool
 	proxyBin string // benchproxy
 	profile  string
+	trace    string
 	procs    []*proc
 	scraper  *scraper
 }
@@ -159,7 +165,7 @@ func Start(o Options) (_ *Env, err error) {
 	}()
 	key := "sk-ant-api03-bench-" + randomHex(16)
 
-	e.profile = o.Profile
+	e.profile, e.trace = o.Profile, o.Trace
 	e.proxyBin = o.Proxy
 	if e.proxyBin == "" {
 		if e.proxyBin, err = e.build("benchproxy", "github.com/cproxy/cproxy/internal/bench/cmd/benchproxy"); err != nil {
@@ -243,12 +249,19 @@ func Start(o Options) (_ *Env, err error) {
 		e.Targets = append(e.Targets, t)
 	}
 	e.scraper = startScraper(e.Target(LimitsTarget).admin, scrapeInterval)
-	if o.Profile != "" {
-		t, err := e.startRoutes(key)
+	if o.Profile != "" || o.Trace != "" {
+		t, err := e.startRoutes("routes", key, nil)
 		if err != nil {
 			return nil, err
 		}
 		e.Targets = append(e.Targets, t)
+		if o.Trace != "" && o.OneCPU {
+			t, err := e.startRoutes(OneCPURoutesTarget, key, oneCPU)
+			if err != nil {
+				return nil, err
+			}
+			e.Targets = append(e.Targets, t)
+		}
 	}
 	return e, nil
 }
@@ -438,8 +451,16 @@ func (e *Env) startGoProxy(name, exe, key string, env map[string]string) error {
 func (e *Env) startRole(exe, role string, env map[string]string) (*proc, string, error) {
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), roleEnv+"="+role)
+	// Each file named by the role and its CPUs: the floor runs twice.
+	name := role
+	if n := env["GOMAXPROCS"]; n != "" {
+		name += "-" + n + "cpu"
+	}
 	if e.profile != "" {
-		cmd.Env = append(cmd.Env, profileEnv+"="+filepath.Join(e.profile, role+".cpu.pprof"))
+		cmd.Env = append(cmd.Env, profileEnv+"="+filepath.Join(e.profile, name+".cpu.pprof"))
+	}
+	if e.trace != "" && role != "upstream" {
+		cmd.Env = append(cmd.Env, traceEnv+"="+filepath.Join(e.trace, name+".trace"))
 	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -695,6 +716,8 @@ const SharedProxyTarget = "goproxy-shared"
 const (
 	OneCPUProxyTarget  = "goproxy-1cpu"
 	OneCPUCproxyTarget = "cproxy-1cpu"
+	// OneCPURoutesTarget is the routes target on one CPU (Options.Trace).
+	OneCPURoutesTarget = "routes-1cpu"
 )
 
 // BeforeTarget is the name of the target, or of the way in the git and npm

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 )
@@ -24,6 +25,7 @@ const (
 	headerEnv   = "CPROXY_BENCH_HEADER"     // goproxy: the header it sets to keyEnv's value; empty: X-Api-Key
 	upstreamEnv = "CPROXY_BENCH_UPSTREAM"   // goproxy, routes: the upstream's base URL
 	profileEnv  = "CPROXY_BENCH_CPUPROFILE" // if set: write a CPU profile there on exit
+	traceEnv    = "CPROXY_BENCH_TRACE"      // if set: write an execution trace there on exit
 )
 
 // RunRoleIfAsked runs the role that roleEnv names and exits; it returns at
@@ -89,6 +91,19 @@ func runRole(role string) error {
 		}
 		defer func() {
 			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	if path := os.Getenv(traceEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer func() {
+			trace.Stop()
 			f.Close()
 		}()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -67,9 +68,10 @@ func newRoutesRole() (*http.Server, func(), error) {
 	return hs, func() { srv.Close(); store.Close() }, nil
 }
 
-// startRoutes prepares a store with one token, then starts the routes role.
-func (e *Env) startRoutes(key string) (*Target, error) {
-	store := filepath.Join(e.dir, "routes.db")
+// startRoutes prepares a store with one token, then starts the routes role
+// as the target name, with env added to its environment.
+func (e *Env) startRoutes(name, key string, env map[string]string) (*Target, error) {
+	store := filepath.Join(e.dir, name+".db")
 	s, err := tokens.OpenBolt(store)
 	if err != nil {
 		return nil, err
@@ -85,13 +87,15 @@ func (e *Env) startRoutes(key string) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	pol := filepath.Join(e.dir, "policy.toml")
+	pol := filepath.Join(e.dir, name+"-policy.toml")
 	if err := os.WriteFile(pol, []byte(cproxyPolicy), 0o600); err != nil {
 		return nil, err
 	}
-	p, addr, err := e.startRole(e.proxyBin, "routes", map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL, storeEnv: store, policyEnv: pol})
+	vars := map[string]string{keyEnv: key, upstreamEnv: e.UpstreamURL, storeEnv: store, policyEnv: pol}
+	maps.Copy(vars, env)
+	p, addr, err := e.startRole(e.proxyBin, "routes", vars)
 	if err != nil {
 		return nil, err
 	}
-	return &Target{Name: "routes", URL: "http://" + addr, Header: bearer(tok.Reveal()), proc: p}, nil
+	return &Target{Name: name, URL: "http://" + addr, Header: bearer(tok.Reveal()), proc: p}, nil
 }

@@ -41,6 +41,7 @@ func main() {
 	flag.StringVar(&o.Nginx, "nginx", "", "the nginx `binary` (default: nginx on PATH, else /usr/sbin/nginx)")
 	flag.StringVar(&o.Dir, "dir", "", "keep configs and logs in `DIR` (default: a temporary directory, removed)")
 	flag.StringVar(&o.Profile, "profile", "", "write CPU profiles of the Go proxy, the upstream and routes.Server (an extra target) into `DIR`")
+	flag.StringVar(&o.Trace, "trace", "", "write execution traces of the Go proxies and routes.Server (extra targets: routes, and routes-1cpu with -one-cpu) into `DIR`")
 	flag.BoolVar(&o.NoNginx, "no-nginx", false, "leave nginx out")
 	flag.BoolVar(&o.OneCPU, "one-cpu", true, "also run the do-nothing Go proxy and cproxy on one CPU each (GOMAXPROCS=1), beside the pair on every CPU; -one-cpu=false leaves them out")
 	flag.BoolVar(&o.SharedProxy, "shared-floor", false, "add the do-nothing Go proxy run from benchreport's own executable (the client's and the upstream's), as the floor ran until 2026-11-30")
