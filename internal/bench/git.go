@@ -297,6 +297,15 @@ func cproxyBinary(path, dir string) (string, error) {
 	return path, goBuild(path, "github.com/cproxy/cproxy/cmd/cproxy")
 }
 
+// benchproxyBinary is path, or else benchproxy built into dir.
+func benchproxyBinary(path, dir string) (string, error) {
+	if path != "" {
+		return path, nil
+	}
+	path = filepath.Join(dir, "benchproxy")
+	return path, goBuild(path, "github.com/cproxy/cproxy/internal/bench/cmd/benchproxy")
+}
+
 func goBuild(out, pkg string) error {
 	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)

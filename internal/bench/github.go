@@ -181,11 +181,8 @@ func RunGitHub(ctx context.Context, o GitHubOptions) (_ *GitHubResult, err error
 	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
 		return nil, err
 	}
-	if o.Proxy == "" {
-		o.Proxy = filepath.Join(dir, "benchproxy")
-		if err := goBuild(o.Proxy, "github.com/cproxy/cproxy/internal/bench/cmd/benchproxy"); err != nil {
-			return nil, err
-		}
+	if o.Proxy, err = benchproxyBinary(o.Proxy, dir); err != nil {
+		return nil, err
 	}
 
 	realToken := "ghp_bench" + randomHex(16)

@@ -129,11 +129,8 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 	if o.Cproxy, err = cproxyBinary(o.Cproxy, dir); err != nil {
 		return nil, err
 	}
-	if o.Proxy == "" {
-		o.Proxy = filepath.Join(dir, "benchproxy")
-		if err := goBuild(o.Proxy, "github.com/cproxy/cproxy/internal/bench/cmd/benchproxy"); err != nil {
-			return nil, err
-		}
+	if o.Proxy, err = benchproxyBinary(o.Proxy, dir); err != nil {
+		return nil, err
 	}
 
 	// Anonymous, as proxy.golang.org is: go sends no credential over plain
