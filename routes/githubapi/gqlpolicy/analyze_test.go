@@ -356,6 +356,7 @@ func TestAnalyzeRefuses(t *testing.T) {
 		{"duplicate variable keys", `{"query": "query($n: String!) { repository(owner: \"a\", name: $n) { id } }", "variables": {"n": "ok", "n": "other"}}`, ErrInvalid, `"n" appears twice`},
 		{"duplicate keys deep in variables", `{"query": "mutation($i: MergePullRequestInput!) { mergePullRequest(input: $i) { clientMutationId } }", "variables": {"i": {"pullRequestId": "a", "pullRequestId": "b"}}}`, ErrInvalid, "appears twice"},
 		{"duplicate keys, one escaped", `{"query": "{ viewer { login } }", "\u0071uery": "{ node(id: \"N\") { id } }"}`, ErrInvalid, `"query" appears twice`},
+		{"duplicate keys after a lone surrogate", `{"query": "{ viewer { login } }", "variables": {"s": "\ud800"}, "query": "{ node(id: \"N\") { id } }"}`, ErrInvalid, "valid escapes"},
 		{"an Int out of range", string(body(t, `query($n: Int!) { viewer { repositories(first: $n) { totalCount } } }`, map[string]any{"n": 1 << 40}, "")), ErrInvalid, "a number does not fit the type Int"},
 		{"an Int that is a float", string(body(t, `query($n: Int!) { viewer { repositories(first: $n) { totalCount } } }`, map[string]any{"n": 1.5}, "")), ErrInvalid, "a number does not fit the type Int"},
 		{"a list item of the wrong type", string(body(t, `query($ids: [ID!]!) { nodes(ids: $ids) { id } }`, map[string]any{"ids": []any{"a", true}}, "")), ErrInvalid, "item 1: a boolean does not fit the type ID"},

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // request is one GraphQL request of a body: GitHub's endpoint takes one such
@@ -103,46 +105,28 @@ func isNull(raw json.RawMessage) bool {
 	return string(bytes.TrimSpace(raw)) == "null"
 }
 
-// checkDuplicateKeys refuses a JSON text with an object that has the same
-// key twice, at any depth. A text that is not JSON is left to the decoder
-// that reads it next, for its error.
+// checkDuplicateKeys refuses a body with an object that has the same key
+// twice, at any depth, names compared once their escapes are read, as
+// encoding/json reads them. It reads with jsontext, which refuses such a
+// name itself. A text that is not JSON is left to the decoder that reads it
+// next, for its error; one that encoding/json reads but jsontext does not
+// (a lone surrogate escape) is refused here, since in it a duplicate would
+// go unseen and encoding/json would keep the last of two keys.
 func checkDuplicateKeys(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	// Each open object's keys; nil for an open array.
-	var stack []map[string]bool
-	expectKey := false
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
 	for {
-		tok, err := dec.Token()
+		_, err := dec.ReadValue()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		if err != nil {
+		var serr *jsontext.SyntacticError
+		switch {
+		case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &serr):
+			return fmt.Errorf("%w: the key %q appears twice in one object: send each key once", ErrInvalid, clip(serr.JSONPointer.LastToken()))
+		case err != nil && json.Valid(body):
+			return fmt.Errorf("%w: the body is JSON only as a lenient reader takes it (%s): send valid escapes", ErrInvalid, clip(err.Error()))
+		case err != nil:
 			return nil
 		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, map[string]bool{})
-				expectKey = true
-				continue
-			case '[':
-				stack = append(stack, nil)
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-		case string:
-			if expectKey {
-				keys := stack[len(stack)-1]
-				if keys[t] {
-					return fmt.Errorf("%w: the key %q appears twice in one object: send each key once", ErrInvalid, clip(t))
-				}
-				keys[t] = true
-				expectKey = false
-				continue
-			}
-		}
-		// After a value inside an object, the next string is a key.
-		expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
 	}
 }

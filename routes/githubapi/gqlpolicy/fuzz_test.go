@@ -1,9 +1,12 @@
 package gqlpolicy
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/parser"
@@ -140,4 +143,67 @@ func check(t *testing.T, got *Operation, doc *ast.QueryDocument, op *ast.Operati
 		}
 	}
 	walk(op.SelectionSet, true, 0)
+}
+
+// FuzzDuplicateKeys holds checkDuplicateKeys (jsontext) to a plain walk of
+// encoding/json's tokens: a body in which that walk finds a key twice in one
+// object is refused, and a JSON body refused for a duplicate has one.
+func FuzzDuplicateKeys(f *testing.F) {
+	f.Add([]byte(`{"query": "{ viewer { login } }", "query": "x"}`))
+	f.Add([]byte(`{"query": "q", "\u0071uery": "x"}`))
+	f.Add([]byte(`{"variables": {"i": {"a": 1, "a": 2}}, "query": "q"}`))
+	f.Add([]byte(`[{"query": "a"}, {"query": "b", "variables": {"s": "\ud800", "s": 1}}]`))
+	f.Add([]byte(`{"a": [{"b": 1}, {"b": 1}], "c": {}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !utf8.Valid(b) {
+			return // refused before the check
+		}
+		err := checkDuplicateKeys(b)
+		dup := duplicateByTokens(b)
+		if dup != "" && err == nil {
+			t.Fatalf("encoding/json's tokens hold the key %q twice in one object; the check let the body through", dup)
+		}
+		// On a text that is not JSON the two may disagree (jsontext sees a
+		// second name before the text breaks off); readRequest refuses it.
+		if err != nil && strings.Contains(err.Error(), "appears twice") && dup == "" && json.Valid(b) {
+			t.Fatalf("refused for a duplicate that encoding/json's tokens do not hold: %v", err)
+		}
+	})
+}
+
+// duplicateByTokens is the first key an object of b holds twice, read with
+// encoding/json's tokenizer, or "" (also for a text it cannot read).
+func duplicateByTokens(b []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var stack []map[string]bool // each open object's keys; nil for an array
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, map[string]bool{})
+				expectKey = true
+				continue
+			case '[':
+				stack = append(stack, nil)
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if expectKey {
+				if stack[len(stack)-1][t] {
+					return t
+				}
+				stack[len(stack)-1][t] = true
+				expectKey = false
+				continue
+			}
+		}
+		expectKey = len(stack) > 0 && stack[len(stack)-1] != nil
+	}
 }
