@@ -129,7 +129,10 @@ func NewGitHubREST(o GitHubRESTOptions) *GitHubREST {
 	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
 	g.URL = g.srv.URL
 	if o.TLS {
-		g.tls = httptest.NewTLSServer(http.HandlerFunc(g.serveEnterprise))
+		// HTTP/2, as GitHub and cproxy's TLS listener speak it to gh.
+		g.tls = httptest.NewUnstartedServer(http.HandlerFunc(g.serveEnterprise))
+		g.tls.EnableHTTP2 = true
+		g.tls.StartTLS()
 		g.TLSURL = g.tls.URL
 		g.CertPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: g.tls.Certificate().Raw})
 	}
