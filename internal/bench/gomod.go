@@ -244,7 +244,10 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 		wayEnv[way] = []string{"GOPROXY=https://cproxy:" + t.token + "@" + t.tlsAddr + "/gomod/", "SSL_CERT_FILE=" + cas[way]}
 	}
 
-	for _, t := range mapsConcat(through, floors) {
+	// Every proxy's memory and CPU are measured, cproxy's and the floor's.
+	proxies := maps.Clone(through)
+	maps.Copy(proxies, floors)
+	for _, t := range proxies {
 		if err := t.mark(); err != nil {
 			return nil, err
 		}
@@ -339,7 +342,7 @@ func RunGoMod(ctx context.Context, o GoModOptions) (_ *GoModResult, err error) {
 				r.Time.Round(time.Millisecond), r.GoCPU.Round(time.Millisecond), r.Info, r.Mod, r.Zip, r.SumDB, r.Proxied)
 		}
 	}
-	for way, t := range mapsConcat(through, floors) {
+	for way, t := range proxies {
 		if err := t.finish(); err != nil {
 			return nil, err
 		}
@@ -484,11 +487,4 @@ func (r *GoModResult) times(way string) []time.Duration {
 		}
 	}
 	return ts
-}
-
-// mapsConcat is a and b in one map.
-func mapsConcat[V any](a, b map[string]V) map[string]V {
-	m := maps.Clone(a)
-	maps.Copy(m, b)
-	return m
 }

@@ -36,8 +36,9 @@ const (
 	// BenchMixedLoad (.ci/bench-mixed) has no chart either: its tables
 	// are in docs/benchmarks/mixed-load.md.
 	BenchMixedLoad = "mixed-load"
-	// BenchGitHubAPI (.ci/bench-github) has no JSON file or chart either:
-	// its tables are in docs/benchmarks/github-api.md.
+	// BenchGitHubAPI (.ci/bench-github) has a JSON file in
+	// docs/benchmarks/ and no chart either: its tables are in
+	// docs/benchmarks/github-api.md.
 	BenchGitHubAPI = "github-api"
 )
 

@@ -22,8 +22,8 @@ import (
 const (
 	roleEnv     = "CPROXY_BENCH_ROLE"       // "upstream", "goproxy", "goproxy-tls" or "routes"
 	keyEnv      = "CPROXY_BENCH_KEY"        // the upstream's API key
-	headerEnv   = "CPROXY_BENCH_HEADER"     // goproxy: the header it sets to keyEnv's value; empty: X-Api-Key
-	upstreamEnv = "CPROXY_BENCH_UPSTREAM"   // goproxy, routes: the upstream's base URL
+	headerEnv   = "CPROXY_BENCH_HEADER"     // goproxy, goproxy-tls: the header it sets to keyEnv's value; empty: X-Api-Key
+	upstreamEnv = "CPROXY_BENCH_UPSTREAM"   // goproxy, goproxy-tls, routes: the upstream's base URL
 	profileEnv  = "CPROXY_BENCH_CPUPROFILE" // if set: write a CPU profile there on exit
 	traceEnv    = "CPROXY_BENCH_TRACE"      // if set: write an execution trace there on exit
 )
@@ -52,7 +52,7 @@ func runRole(role string) error {
 	switch role {
 	case "upstream":
 		srv.Handler = NewUpstream(os.Getenv(keyEnv))
-	case "goproxy":
+	case "goproxy", roleGoProxyTLS:
 		u, err := url.Parse(os.Getenv(upstreamEnv))
 		if err != nil || u.Host == "" {
 			return fmt.Errorf("bad %s %q", upstreamEnv, os.Getenv(upstreamEnv))
@@ -62,10 +62,10 @@ func runRole(role string) error {
 			header = "X-Api-Key"
 		}
 		srv.Handler = NewGoProxy(u, header, os.Getenv(keyEnv))
-	case roleGoProxyTLS:
-		var err error
-		if srv.Handler, tlsConfig, err = newTLSFloorRole(); err != nil {
-			return err
+		if role == roleGoProxyTLS {
+			if tlsConfig, err = floorTLSConfig(os.Getenv(caDirEnv)); err != nil {
+				return err
+			}
 		}
 	case "routes":
 		hs, closeRoutes, err := newRoutesRole()
